@@ -1,0 +1,57 @@
+# The two commands a newcomer needs:  `make run`  and  `make test`.
+# Everything else wraps CMake. Build directories: build/ (default), build-asan/, build-bench/.
+BUILD       ?= build
+CMAKE_FLAGS ?=
+JOBS        ?= $(shell nproc)
+CTEST_ARGS  ?=
+
+.PHONY: all deps configure build run test bench asan format format-check tidy clean help
+
+all: build
+
+help:
+	@echo "make run           build and start one kagentd node (embedded database) in the foreground"
+	@echo "make test          install deps, build, run every test (unit + integration)"
+	@echo "make bench         build with optimisation and run bench/ (prints BENCH lines)"
+	@echo "make asan          ASan+UBSan build running the whole suite"
+	@echo "make format        clang-format the tree;  make format-check  checks it"
+	@echo "make clean         remove build directories"
+
+deps:
+	@deploy/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	deploy/run-node.sh $(BUILD)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+asan: deps
+	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DKAGENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
+
+bench: deps
+	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKAGENT_BENCH=ON $(CMAKE_FLAGS)
+	cmake --build build-bench -j $(JOBS)
+	bench/run-all.sh build-bench
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' | grep -v '^proto/')
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "format-check: clean"
+
+tidy: build
+	clang-tidy -p $(BUILD) --quiet $(filter %.c,$(FORMAT_FILES))
+
+clean:
+	rm -rf build build-asan build-bench
