@@ -28,15 +28,15 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------ */
 /* Errors                                                                                     */
 
-#define KRT_OK         0
-#define KRT_ENOACTOR   (-ESRCH)     /* no such actor: never existed or already stopped */
-#define KRT_ETIMEDOUT  (-ETIMEDOUT) /* a call's reply did not arrive in time */
-#define KRT_ENOMEM     (-ENOMEM)    /* allocation failed */
-#define KRT_ESHUTDOWN  (-ESHUTDOWN) /* the system is stopping */
-#define KRT_EINVAL     (-EINVAL)    /* bad argument */
-#define KRT_EEXIST     (-EEXIST)    /* name already registered */
-#define KRT_EREMOTE    (-EREMOTE)   /* destination is on a node no transport reaches */
-#define KRT_EMSGSIZE   (-EMSGSIZE)  /* body too large, or a pointer body sent off-node */
+#define KRT_OK        0
+#define KRT_ENOACTOR  (-ESRCH)     /* no such actor: never existed or already stopped */
+#define KRT_ETIMEDOUT (-ETIMEDOUT) /* a call's reply did not arrive in time */
+#define KRT_ENOMEM    (-ENOMEM)    /* allocation failed */
+#define KRT_ESHUTDOWN (-ESHUTDOWN) /* the system is stopping */
+#define KRT_EINVAL    (-EINVAL)    /* bad argument */
+#define KRT_EEXIST    (-EEXIST)    /* name already registered */
+#define KRT_EREMOTE   (-EREMOTE)   /* destination is on a node no transport reaches */
+#define KRT_EMSGSIZE  (-EMSGSIZE)  /* body too large, or a pointer body sent off-node */
 
 /* Returns a static description of a krt error code (or of any negative errno). */
 const char *krt_strerror(int err);
@@ -132,11 +132,11 @@ typedef struct krt_spawn_opts {
 } krt_spawn_opts_t;
 
 typedef struct krt_config {
-    uint16_t node_id;   /* this node's id in addresses (1..65535), 1 by default */
-    int schedulers;     /* scheduler threads; 0 = one per online CPU */
-    int job_threads;    /* threads for blocking jobs; 0 = 2 */
-    int turn_budget;    /* messages per actor per turn; 0 = 64 */
-    const char *name;   /* node name used as the root of actor paths ("node-1") */
+    uint16_t node_id; /* this node's id in addresses (1..65535), 1 by default */
+    int schedulers;   /* scheduler threads; 0 = one per online CPU */
+    int job_threads;  /* threads for blocking jobs; 0 = 2 */
+    int turn_budget;  /* messages per actor per turn; 0 = 64 */
+    const char *name; /* node name used as the root of actor paths ("node-1") */
 } krt_config_t;
 
 /* Creates a system (threads not started). NULL on failure. */
@@ -155,8 +155,7 @@ int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms);
 int krt_system_spawn(krt_system_t *sys, const krt_behaviour_t *b, void *arg,
                      const krt_spawn_opts_t *opts, krt_addr_t *out);
 /* Sends from outside any actor (from = KRT_ADDR_NONE). Body copied. */
-int krt_system_send(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body,
-                    size_t len);
+int krt_system_send(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len);
 
 /* Reply from a krt_call / krt_call_async. body owned by the runtime until krt_reply_free. */
 typedef struct krt_reply {
@@ -191,8 +190,7 @@ int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, siz
 /* Sends a pointer without copying (local addresses only). Ownership moves to the message:
  * if the receiver does not krt_msg_take() it, free_fn(ptr) runs after its handler (or when the
  * message is dropped because the receiver is gone). */
-int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr,
-                 void (*free_fn)(void *));
+int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *));
 /* Takes ownership of a pointer body during the handler; the runtime will not free it. */
 void *krt_msg_take(krt_ctx_t *ctx, const krt_msg_t *msg);
 
@@ -283,8 +281,8 @@ typedef struct krt_child_spec {
 
 typedef struct krt_sup_spec {
     krt_strategy_t strategy;
-    int intensity;  /* at most this many restarts ... */
-    int period_ms;  /* ... within this window, else the supervisor itself exits */
+    int intensity;                    /* at most this many restarts ... */
+    int period_ms;                    /* ... within this window, else the supervisor itself exits */
     const krt_child_spec_t *children; /* started in order, stopped in reverse */
     size_t n_children;
 } krt_sup_spec_t;
