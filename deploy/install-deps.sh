@@ -16,7 +16,7 @@ PACKAGES=(
   # isolation and images
   busybox-static iproute2 util-linux debootstrap skopeo docker-registry zstd
   # test clients and benchmark peers
-  python3 python3-grpcio python3-protobuf nodejs npm erlang-base
+  python3 python3-grpcio python3-protobuf erlang-base
 )
 
 missing=()
@@ -25,6 +25,11 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Node.js and npm (the MCP and gRPC-js test clients) come with the machine, or from Debian.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
 
 if [ "${1:-}" = "--check" ]; then
   [ ${#missing[@]} -eq 0 ] && { echo "all dependencies present"; exit 0; }
