@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake pkg-config clang-format clang-tidy cppcheck
   # libraries named by the design card and chosen beside them
   libzmq3-dev libczmq-dev libmsgpack-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-  libpq-dev libyaml-dev libcmocka-dev libgrpc-dev protobuf-compiler-grpc
+  libpq-dev libyaml-dev libcmocka-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
   libmicrohttpd-dev libjansson-dev libarchive-dev libseccomp-dev libcurl4-openssl-dev libssl-dev
   # the embedded database and test database
   postgresql postgresql-contrib
