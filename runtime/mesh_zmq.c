@@ -1,0 +1,897 @@
+/*
+ * krt_mesh over ZeroMQ (see krt_mesh.h).
+ *
+ * Threads: runtime threads call s_transport_send, which encodes the envelope into a queue
+ * item and pushes it onto an intrusive lock-free MPSC queue (Vyukov); the single consumer is
+ * the mesh's I/O thread, which sleeps in zmq_poll on the ROUTER socket and an eventfd. A
+ * producer writes the eventfd only when the I/O thread has announced it is about to sleep
+ * (`armed`), so a busy mesh costs no syscall per message on the send side.
+ *
+ * Wire: DEALER (routing id "K" + node id, big-endian) -> peer ROUTER; one frame per envelope.
+ * Envelopes addressed to KRT_ADDR_NONE are mesh control messages (heartbeats).
+ */
+#include "krt_mesh.h"
+#include "krt_codec.h"
+
+#include <czmq.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define S_MAX_MSG_DEF     (16u << 20)
+#define S_QUEUE_LIMIT_DEF 100000
+#define S_ZERO_COPY_MIN   4096 /* envelopes at least this big are handed to ZeroMQ uncopied */
+#define S_DRAIN_BATCH     4096 /* queue items per loop turn */
+#define S_RECV_BATCH      1024 /* inbound frames per loop turn */
+#define S_CTL_HEARTBEAT   1    /* control envelope types (to == KRT_ADDR_NONE) */
+#define S_NODE_WORDS      (65536 / 64)
+
+/* ------------------------------------------------------------------------------------------ */
+/* The process-wide ZeroMQ context, shared so that inproc:// endpoints reach each other.      */
+
+static pthread_mutex_t s_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *s_ctx;
+static int s_ctx_refs;
+
+static void *s_ctx_acquire(void)
+{
+    pthread_mutex_lock(&s_ctx_lock);
+    if (!s_ctx)
+        s_ctx = zmq_ctx_new();
+    if (s_ctx)
+        s_ctx_refs++;
+    void *ctx = s_ctx;
+    pthread_mutex_unlock(&s_ctx_lock);
+    return ctx;
+}
+
+/* Drops a reference; the last one terminates the context (joining ZeroMQ's threads). */
+static void s_ctx_release(void)
+{
+    pthread_mutex_lock(&s_ctx_lock);
+    if (--s_ctx_refs == 0) {
+        zmq_ctx_term(s_ctx);
+        s_ctx = NULL;
+    }
+    pthread_mutex_unlock(&s_ctx_lock);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Queue items and the MPSC queue                                                              */
+
+typedef enum { S_IT_SEND, S_IT_PEER, S_IT_MONITOR, S_IT_DEMONITOR } s_kind_t;
+
+typedef struct s_item {
+    struct s_item *_Atomic next;
+    s_kind_t kind;
+    uint16_t node;      /* SEND: destination node; PEER, MONITOR: the node */
+    void *sock;         /* PEER: the connected DEALER, handed to the I/O thread */
+    krt_addr_t watcher; /* MONITOR */
+    uint64_t ref;       /* MONITOR, DEMONITOR */
+    size_t len;         /* SEND: envelope bytes in data */
+    uint8_t data[];     /* SEND: the envelope */
+} s_item_t;
+
+typedef struct s_queue {
+    s_item_t *_Atomic head; /* producers swap themselves in here */
+    s_item_t *tail;         /* consumer only */
+    s_item_t stub;
+} s_queue_t;
+
+static void s_queue_init(s_queue_t *q)
+{
+    atomic_store(&q->stub.next, NULL);
+    atomic_store(&q->head, &q->stub);
+    q->tail = &q->stub;
+}
+
+static void s_queue_push(s_queue_t *q, s_item_t *it)
+{
+    atomic_store_explicit(&it->next, NULL, memory_order_relaxed);
+    s_item_t *prev = atomic_exchange(&q->head, it);
+    atomic_store_explicit(&prev->next, it, memory_order_release);
+}
+
+/* Consumer only. NULL if empty or if a producer is between its two steps (retry later). */
+static s_item_t *s_queue_pop(s_queue_t *q)
+{
+    s_item_t *tail = q->tail;
+    s_item_t *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (tail == &q->stub) {
+        if (!next)
+            return NULL;
+        q->tail = next;
+        tail = next;
+        next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    }
+    if (next) {
+        q->tail = next;
+        return tail;
+    }
+    if (tail != atomic_load(&q->head))
+        return NULL;
+    s_queue_push(q, &q->stub);
+    next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (next) {
+        q->tail = next;
+        return tail;
+    }
+    return NULL;
+}
+
+/* Consumer only: false only if the queue is certainly empty. */
+static bool s_queue_busy(s_queue_t *q)
+{
+    return !(q->tail == &q->stub && atomic_load(&q->head) == &q->stub);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The mesh                                                                                    */
+
+typedef enum { S_PEER_UNKNOWN, S_PEER_UP, S_PEER_DOWN } s_peer_state_t;
+
+/* A node we send to (dealer) and/or hear from. I/O thread only. */
+typedef struct s_peer {
+    uint16_t node;
+    void *dealer; /* owned; NULL if we only hear from this node */
+    s_peer_state_t state;
+    uint64_t last_rx; /* ms, monotonic */
+} s_peer_t;
+
+/* A node monitor. I/O thread only. */
+typedef struct s_mon {
+    uint64_t ref;
+    uint16_t node;
+    krt_addr_t watcher;
+} s_mon_t;
+
+struct krt_mesh {
+    krt_system_t *sys;
+    uint16_t node_id;
+    char path[32]; /* log path: node-N/mesh */
+    char *bind;
+    int heartbeat_ms;
+    int peer_timeout_ms;
+    uint32_t max_msg;
+    int queue_limit;
+    bool curve;
+    char curve_public[41];
+    char curve_secret[41];
+
+    void *ctx;    /* shared context (one reference) */
+    void *router; /* I/O thread after start */
+    char endpoint[256];
+    int efd; /* wakes the I/O thread */
+    pthread_t thread;
+    bool started;
+    bool stopped;
+    pthread_mutex_t lock; /* start/stop/connect against each other */
+
+    _Atomic bool running; /* sends and connects accepted */
+    _Atomic bool io_run;  /* the I/O thread keeps looping */
+    _Atomic int senders;  /* threads inside s_transport_send */
+    _Atomic bool armed;   /* the I/O thread is about to sleep: producers must wake it */
+    _Atomic uint64_t known[S_NODE_WORDS]; /* nodes with a peer */
+    _Atomic uint64_t up[S_NODE_WORDS];    /* nodes currently up */
+    _Atomic uint64_t next_ref;
+    s_queue_t q;
+    krt_transport_t transport;
+
+    _Atomic uint64_t st_sent, st_received, st_dropped, st_undeliverable, st_malformed,
+        st_heartbeats;
+
+    /* I/O thread only */
+    s_peer_t *peers;
+    size_t n_peers, cap_peers;
+    s_mon_t *mons;
+    size_t n_mons, cap_mons;
+    uint64_t next_hb;
+};
+
+static uint64_t s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool s_bit(const _Atomic uint64_t *set, uint16_t node)
+{
+    return (atomic_load_explicit(&set[node / 64], memory_order_acquire) >> (node % 64)) & 1;
+}
+
+static void s_bit_set(_Atomic uint64_t *set, uint16_t node, bool on)
+{
+    uint64_t mask = (uint64_t)1 << (node % 64);
+    if (on)
+        atomic_fetch_or(&set[node / 64], mask);
+    else
+        atomic_fetch_and(&set[node / 64], ~mask);
+}
+
+/* Wakes the I/O thread if it is (about to be) asleep. */
+static void s_wake(krt_mesh_t *m)
+{
+    if (atomic_exchange(&m->armed, false)) {
+        uint64_t one = 1;
+        ssize_t w = write(m->efd, &one, sizeof one);
+        (void)w; /* only fails if the counter is saturated: it is awake anyway */
+    }
+}
+
+static void s_enqueue(krt_mesh_t *m, s_item_t *it)
+{
+    s_queue_push(&m->q, it);
+    s_wake(m);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Send path (runtime threads)                                                                 */
+
+static int s_send(krt_mesh_t *m, krt_addr_t to, const krt_msg_t *msg)
+{
+    if (!atomic_load(&m->running))
+        return KRT_EREMOTE;
+    if (!s_bit(m->known, krt_addr_node(to)))
+        return KRT_EREMOTE;
+    if (msg->len && !msg->body)
+        return KRT_EINVAL;
+    size_t cap = (size_t)msg->len + KRT_ENVELOPE_OVERHEAD;
+    if ((size_t)msg->len > m->max_msg)
+        return KRT_EMSGSIZE;
+    s_item_t *it = malloc(sizeof *it + cap);
+    if (!it)
+        return KRT_ENOMEM;
+    it->kind = S_IT_SEND;
+    it->node = krt_addr_node(to);
+    int rc = krt_envelope_encode_buf(it->data, cap, to, msg, &it->len);
+    if (rc) {
+        free(it);
+        return rc;
+    }
+    s_enqueue(m, it);
+    return 0;
+}
+
+static int s_transport_send(void *self, krt_addr_t to, const krt_msg_t *msg)
+{
+    krt_mesh_t *m = self;
+    atomic_fetch_add(&m->senders, 1);
+    int rc = s_send(m, to, msg);
+    atomic_fetch_sub(&m->senders, 1);
+    return rc;
+}
+
+/* Installed when the mesh stops: it references nothing, so it is safe forever. */
+static int s_transport_gone(void *self, krt_addr_t to, const krt_msg_t *msg)
+{
+    return KRT_EREMOTE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* I/O thread                                                                                  */
+
+static s_peer_t *s_peer_find(krt_mesh_t *m, uint16_t node)
+{
+    for (size_t i = 0; i < m->n_peers; i++)
+        if (m->peers[i].node == node)
+            return &m->peers[i];
+    return NULL;
+}
+
+static s_peer_t *s_peer_get(krt_mesh_t *m, uint16_t node)
+{
+    s_peer_t *p = s_peer_find(m, node);
+    if (p)
+        return p;
+    if (m->n_peers == m->cap_peers) {
+        size_t cap = m->cap_peers ? m->cap_peers * 2 : 8;
+        s_peer_t *np = realloc(m->peers, cap * sizeof *np);
+        if (!np)
+            return NULL;
+        m->peers = np;
+        m->cap_peers = cap;
+    }
+    p = &m->peers[m->n_peers++];
+    memset(p, 0, sizeof *p);
+    p->node = node;
+    p->state = S_PEER_UNKNOWN;
+    return p;
+}
+
+/* Delivers a node-down to one watcher. */
+static void s_mon_fire(krt_mesh_t *m, const s_mon_t *mon)
+{
+    krt_down_t d = {.who = (krt_addr_t)mon->node << 48, .ref = mon->ref, .reason = KRT_EXIT_NOCONN};
+    krt_msg_t msg = {.type = KRT_MSG_DOWN, .len = sizeof d, .body = &d};
+    int rc = krt_system_deliver(m->sys, mon->watcher, &msg);
+    if (rc)
+        krt_log(KRT_LOG_DEBUG, m->path, "node_down_undeliverable", "watcher=%#llx err=%d",
+                (unsigned long long)mon->watcher, rc);
+}
+
+static void s_peer_down(krt_mesh_t *m, s_peer_t *p)
+{
+    p->state = S_PEER_DOWN;
+    s_bit_set(m->up, p->node, false);
+    krt_log(KRT_LOG_WARN, m->path, "node_down", "node=%u silent_ms=%llu", p->node,
+            (unsigned long long)(s_now_ms() - p->last_rx));
+    size_t keep = 0;
+    for (size_t i = 0; i < m->n_mons; i++) {
+        if (m->mons[i].node == p->node)
+            s_mon_fire(m, &m->mons[i]);
+        else
+            m->mons[keep++] = m->mons[i];
+    }
+    m->n_mons = keep;
+}
+
+static void s_peer_heard(krt_mesh_t *m, uint16_t node, uint64_t now)
+{
+    s_peer_t *p = s_peer_get(m, node);
+    if (!p)
+        return;
+    p->last_rx = now;
+    if (p->state != S_PEER_UP) {
+        p->state = S_PEER_UP;
+        s_bit_set(m->up, node, true);
+        krt_log(KRT_LOG_INFO, m->path, "node_up", "node=%u", node);
+    }
+}
+
+static void s_free_hint(void *data, void *hint)
+{
+    free(hint);
+}
+
+static void s_do_send(krt_mesh_t *m, s_item_t *it)
+{
+    s_peer_t *p = s_peer_find(m, it->node);
+    if (!p || !p->dealer) {
+        atomic_fetch_add(&m->st_dropped, 1);
+        free(it);
+        return;
+    }
+    int rc;
+    if (it->len >= S_ZERO_COPY_MIN) {
+        zmq_msg_t zm;
+        zmq_msg_init_data(&zm, it->data, it->len, s_free_hint, it);
+        rc = zmq_msg_send(&zm, p->dealer, ZMQ_DONTWAIT);
+        if (rc < 0)
+            zmq_msg_close(&zm); /* frees it through s_free_hint */
+    } else {
+        rc = zmq_send(p->dealer, it->data, it->len, ZMQ_DONTWAIT);
+        free(it);
+    }
+    if (rc < 0) {
+        uint64_t n = atomic_fetch_add(&m->st_dropped, 1);
+        if (n % 10000 == 0)
+            krt_log(KRT_LOG_WARN, m->path, "send_dropped", "node=%u err=%d dropped=%llu", p->node,
+                    -zmq_errno(), (unsigned long long)n + 1);
+    } else {
+        atomic_fetch_add_explicit(&m->st_sent, 1, memory_order_relaxed);
+    }
+}
+
+static void s_do_peer(krt_mesh_t *m, s_item_t *it)
+{
+    s_peer_t *p = s_peer_get(m, it->node);
+    if (!p || p->dealer) { /* out of memory, or a duplicate (connect prevents it) */
+        zmq_close(it->sock);
+    } else {
+        p->dealer = it->sock;
+    }
+    free(it);
+}
+
+static void s_do_monitor(krt_mesh_t *m, s_item_t *it)
+{
+    s_mon_t mon = {.ref = it->ref, .node = it->node, .watcher = it->watcher};
+    free(it);
+    s_peer_t *p = s_peer_find(m, mon.node);
+    if (p && p->state == S_PEER_DOWN) {
+        s_mon_fire(m, &mon);
+        return;
+    }
+    if (m->n_mons == m->cap_mons) {
+        size_t cap = m->cap_mons ? m->cap_mons * 2 : 8;
+        s_mon_t *nm = realloc(m->mons, cap * sizeof *nm);
+        if (!nm) {
+            krt_log(KRT_LOG_ERROR, m->path, "monitor_lost", "node=%u err=%d", mon.node, KRT_ENOMEM);
+            return;
+        }
+        m->mons = nm;
+        m->cap_mons = cap;
+    }
+    m->mons[m->n_mons++] = mon;
+}
+
+static void s_do_demonitor(krt_mesh_t *m, s_item_t *it)
+{
+    for (size_t i = 0; i < m->n_mons; i++) {
+        if (m->mons[i].ref == it->ref) {
+            m->mons[i] = m->mons[--m->n_mons];
+            break;
+        }
+    }
+    free(it);
+}
+
+static void s_do_item(krt_mesh_t *m, s_item_t *it)
+{
+    switch (it->kind) {
+    case S_IT_SEND:
+        s_do_send(m, it);
+        break;
+    case S_IT_PEER:
+        s_do_peer(m, it);
+        break;
+    case S_IT_MONITOR:
+        s_do_monitor(m, it);
+        break;
+    case S_IT_DEMONITOR:
+        s_do_demonitor(m, it);
+        break;
+    }
+}
+
+static void s_drain(krt_mesh_t *m)
+{
+    for (int i = 0; i < S_DRAIN_BATCH; i++) {
+        s_item_t *it = s_queue_pop(&m->q);
+        if (!it)
+            return;
+        s_do_item(m, it);
+    }
+}
+
+/* Parses a DEALER routing id ("K" + node id); 0 if it is not one of ours. */
+static uint16_t s_id_node(zmq_msg_t *id)
+{
+    const uint8_t *d = zmq_msg_data(id);
+    if (zmq_msg_size(id) != 3 || d[0] != 'K')
+        return 0;
+    return (uint16_t)((d[1] << 8) | d[2]);
+}
+
+static void s_on_frame(krt_mesh_t *m, uint16_t node, const void *data, size_t len, uint64_t now)
+{
+    krt_addr_t to;
+    krt_msg_t msg;
+    int rc = krt_envelope_decode(data, len, &to, &msg);
+    if (rc == 0 && to == KRT_ADDR_NONE && msg.type == S_CTL_HEARTBEAT) {
+        s_peer_heard(m, node, now);
+        atomic_fetch_add_explicit(&m->st_heartbeats, 1, memory_order_relaxed);
+        return;
+    }
+    if (rc || krt_addr_node(to) != m->node_id) {
+        uint64_t n = atomic_fetch_add(&m->st_malformed, 1);
+        if (n % 1000 == 0)
+            krt_log(KRT_LOG_WARN, m->path, "bad_frame", "node=%u len=%zu err=%d", node, len,
+                    rc ? rc : KRT_EREMOTE);
+        return;
+    }
+    s_peer_heard(m, node, now);
+    rc = krt_system_deliver(m->sys, to, &msg);
+    if (rc)
+        atomic_fetch_add_explicit(&m->st_undeliverable, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&m->st_received, 1, memory_order_relaxed);
+}
+
+/* Reads up to S_RECV_BATCH inbound messages ([routing id][envelope]). */
+static void s_recv_batch(krt_mesh_t *m, uint64_t now)
+{
+    for (int i = 0; i < S_RECV_BATCH; i++) {
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        if (zmq_msg_recv(&id, m->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&id);
+            return;
+        }
+        if (!zmq_msg_more(&id)) { /* cannot happen with a ROUTER; be safe */
+            zmq_msg_close(&id);
+            continue;
+        }
+        zmq_msg_init(&body);
+        zmq_msg_recv(&body, m->router, 0); /* parts arrive together */
+        uint16_t node = s_id_node(&id);
+        if (zmq_msg_more(&body) || node == 0) {
+            atomic_fetch_add(&m->st_malformed, 1);
+            while (zmq_msg_more(&body)) /* discard the rest of a multipart message */
+                zmq_msg_recv(&body, m->router, 0);
+        } else {
+            s_on_frame(m, node, zmq_msg_data(&body), zmq_msg_size(&body), now);
+        }
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
+    }
+}
+
+/* Sends heartbeats when due and marks silent peers down. */
+static void s_heartbeat(krt_mesh_t *m, uint64_t now)
+{
+    if (m->heartbeat_ms <= 0 || now < m->next_hb)
+        return;
+    m->next_hb = now + (uint64_t)m->heartbeat_ms;
+    uint8_t buf[KRT_ENVELOPE_OVERHEAD];
+    size_t len;
+    krt_msg_t hb = {.type = S_CTL_HEARTBEAT, .from = (krt_addr_t)m->node_id << 48};
+    krt_envelope_encode_buf(buf, sizeof buf, KRT_ADDR_NONE, &hb, &len);
+    for (size_t i = 0; i < m->n_peers; i++) {
+        s_peer_t *p = &m->peers[i];
+        if (p->dealer)
+            zmq_send(p->dealer, buf, len, ZMQ_DONTWAIT);
+        if (p->state == S_PEER_UP && now - p->last_rx > (uint64_t)m->peer_timeout_ms)
+            s_peer_down(m, p);
+    }
+}
+
+static void s_io_cleanup(krt_mesh_t *m)
+{
+    s_item_t *it;
+    /* Producers are gone (stop waited for them), so the queue is consistent. */
+    while ((it = s_queue_pop(&m->q)) != NULL) {
+        if (it->kind == S_IT_PEER)
+            zmq_close(it->sock);
+        free(it);
+    }
+    for (size_t i = 0; i < m->n_peers; i++)
+        if (m->peers[i].dealer)
+            zmq_close(m->peers[i].dealer);
+    free(m->peers);
+    m->peers = NULL;
+    m->n_peers = m->cap_peers = 0;
+    free(m->mons);
+    m->mons = NULL;
+    m->n_mons = m->cap_mons = 0;
+    zmq_close(m->router);
+    m->router = NULL;
+    /* ZeroMQ leaves the socket file of an ipc:// endpoint behind: remove what we created. */
+    if (strncmp(m->endpoint, "ipc://", 6) == 0 && m->endpoint[6] != '@')
+        unlink(m->endpoint + 6);
+}
+
+static void *s_io_main(void *arg)
+{
+    krt_mesh_t *m = arg;
+    zmq_pollitem_t items[2] = {{m->router, 0, ZMQ_POLLIN, 0}, {NULL, m->efd, ZMQ_POLLIN, 0}};
+    m->next_hb = s_now_ms();
+    while (atomic_load(&m->io_run)) {
+        long timeout = -1;
+        if (m->heartbeat_ms > 0) {
+            uint64_t now = s_now_ms();
+            timeout = m->next_hb > now ? (long)(m->next_hb - now) : 0;
+        }
+        atomic_store(&m->armed, true);
+        if (s_queue_busy(&m->q))
+            timeout = 0;
+        int rc = zmq_poll(items, 2, timeout);
+        atomic_store(&m->armed, false);
+        if (rc < 0 && zmq_errno() != EINTR) {
+            krt_log(KRT_LOG_ERROR, m->path, "poll_failed", "err=%d", -zmq_errno());
+            break;
+        }
+        if (items[1].revents & ZMQ_POLLIN) {
+            uint64_t v;
+            ssize_t r = read(m->efd, &v, sizeof v);
+            (void)r; /* nonblocking: EAGAIN just means a racing read already reset it */
+        }
+        s_drain(m);
+        uint64_t now = s_now_ms();
+        if (items[0].revents & ZMQ_POLLIN)
+            s_recv_batch(m, now);
+        s_heartbeat(m, now);
+    }
+    s_io_cleanup(m);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Public API                                                                                  */
+
+static int s_load_keys(krt_mesh_t *m, const krt_mesh_config_t *cfg)
+{
+    if (cfg->curve_cert) {
+        zcert_t *cert = zcert_load(cfg->curve_cert);
+        if (!cert)
+            return KRT_EINVAL;
+        snprintf(m->curve_public, sizeof m->curve_public, "%s", zcert_public_txt(cert));
+        snprintf(m->curve_secret, sizeof m->curve_secret, "%s", zcert_secret_txt(cert));
+        zcert_destroy(&cert);
+    } else if (cfg->curve_public || cfg->curve_secret) {
+        if (!cfg->curve_public || !cfg->curve_secret || strlen(cfg->curve_public) != 40 ||
+            strlen(cfg->curve_secret) != 40)
+            return KRT_EINVAL;
+        memcpy(m->curve_public, cfg->curve_public, 41);
+        memcpy(m->curve_secret, cfg->curve_secret, 41);
+    } else {
+        return 0;
+    }
+    /* A zcert without its secret part loads with an all-zero secret key. */
+    static const char zero_z85[] = "0000000000000000000000000000000000000000";
+    if (strlen(m->curve_secret) != 40 || strcmp(m->curve_secret, zero_z85) == 0)
+        return KRT_EINVAL;
+    m->curve = true;
+    return 0;
+}
+
+krt_mesh_t *krt_mesh_new(krt_system_t *sys, const krt_mesh_config_t *cfg)
+{
+    if (!sys || !cfg || !cfg->bind || cfg->heartbeat_ms < 0 || cfg->peer_timeout_ms < 0 ||
+        cfg->queue_limit < 0)
+        return NULL;
+    krt_mesh_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->efd = -1;
+    m->sys = sys;
+    m->node_id = krt_system_node_id(sys);
+    snprintf(m->path, sizeof m->path, "node-%u/mesh", m->node_id);
+    m->heartbeat_ms = cfg->heartbeat_ms;
+    m->peer_timeout_ms = cfg->peer_timeout_ms ? cfg->peer_timeout_ms : 3 * cfg->heartbeat_ms;
+    m->max_msg = cfg->max_msg ? cfg->max_msg : S_MAX_MSG_DEF;
+    m->queue_limit = cfg->queue_limit ? cfg->queue_limit : S_QUEUE_LIMIT_DEF;
+    pthread_mutex_init(&m->lock, NULL);
+    s_queue_init(&m->q);
+    atomic_store(&m->next_ref, 1);
+    m->transport.send = s_transport_send;
+    m->transport.self = m;
+    m->bind = strdup(cfg->bind);
+    if (!m->bind || s_load_keys(m, cfg) != 0)
+        goto fail;
+    m->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (m->efd < 0)
+        goto fail;
+    m->ctx = s_ctx_acquire();
+    if (!m->ctx)
+        goto fail;
+    return m;
+fail:
+    if (m->efd >= 0)
+        close(m->efd);
+    free(m->bind);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return NULL;
+}
+
+/* Options every mesh socket gets. */
+static int s_sock_common(krt_mesh_t *m, void *s)
+{
+    int zero = 0;
+    int64_t maxmsg = (int64_t)m->max_msg + KRT_ENVELOPE_OVERHEAD;
+    if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))
+        return -zmq_errno();
+    return 0;
+}
+
+static int s_router_open(krt_mesh_t *m)
+{
+    m->router = zmq_socket(m->ctx, ZMQ_ROUTER);
+    if (!m->router)
+        return -zmq_errno();
+    int one = 1, hwm = 0;
+    int rc = s_sock_common(m, m->router);
+    if (!rc && (zmq_setsockopt(m->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one) ||
+                zmq_setsockopt(m->router, ZMQ_RCVHWM, &hwm, sizeof hwm)))
+        rc = -zmq_errno();
+    if (!rc && m->curve &&
+        (zmq_setsockopt(m->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+         zmq_setsockopt(m->router, ZMQ_CURVE_SECRETKEY, m->curve_secret, 40)))
+        rc = -zmq_errno();
+    if (!rc && zmq_bind(m->router, m->bind))
+        rc = -zmq_errno();
+    size_t len = sizeof m->endpoint;
+    if (!rc && zmq_getsockopt(m->router, ZMQ_LAST_ENDPOINT, m->endpoint, &len))
+        rc = -zmq_errno();
+    if (rc) {
+        zmq_close(m->router);
+        m->router = NULL;
+    }
+    return rc;
+}
+
+int krt_mesh_start(krt_mesh_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    int rc = KRT_EINVAL;
+    if (m->started)
+        goto out;
+    rc = s_router_open(m);
+    if (rc) {
+        krt_log(KRT_LOG_ERROR, m->path, "bind_failed", "endpoint=%s err=%d", m->bind, rc);
+        goto out;
+    }
+    atomic_store(&m->io_run, true);
+    rc = -pthread_create(&m->thread, NULL, s_io_main, m);
+    if (rc) {
+        zmq_close(m->router);
+        m->router = NULL;
+        goto out;
+    }
+    m->started = true;
+    atomic_store(&m->running, true);
+    krt_system_set_transport(m->sys, &m->transport);
+    krt_log(KRT_LOG_INFO, m->path, "listening", "endpoint=%s curve=%s", m->endpoint,
+            m->curve ? "on" : "off");
+out:
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+const char *krt_mesh_endpoint(const krt_mesh_t *m)
+{
+    return m->started ? m->endpoint : NULL;
+}
+
+static void *s_dealer_open(krt_mesh_t *m, uint16_t node, const char *endpoint,
+                           const char *server_key, int *err)
+{
+    void *s = zmq_socket(m->ctx, ZMQ_DEALER);
+    if (!s) {
+        *err = -zmq_errno();
+        return NULL;
+    }
+    uint8_t id[3] = {'K', (uint8_t)(m->node_id >> 8), (uint8_t)m->node_id};
+    int ivl = 100;
+    int rc = s_sock_common(m, s);
+    if (!rc && (zmq_setsockopt(s, ZMQ_ROUTING_ID, id, sizeof id) ||
+                zmq_setsockopt(s, ZMQ_SNDHWM, &m->queue_limit, sizeof m->queue_limit) ||
+                zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl)))
+        rc = -zmq_errno();
+    if (!rc && m->curve &&
+        (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, 40) ||
+         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, m->curve_public, 40) ||
+         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, m->curve_secret, 40)))
+        rc = -zmq_errno();
+    if (!rc && zmq_connect(s, endpoint))
+        rc = -zmq_errno();
+    if (rc) {
+        zmq_close(s);
+        *err = rc;
+        return NULL;
+    }
+    return s;
+}
+
+int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const char *server_key)
+{
+    if (node == 0 || node == m->node_id || !endpoint ||
+        (m->curve && (!server_key || strlen(server_key) != 40)))
+        return KRT_EINVAL;
+    pthread_mutex_lock(&m->lock);
+    int rc = KRT_ESHUTDOWN;
+    if (!atomic_load(&m->running))
+        goto out;
+    rc = KRT_EEXIST;
+    if (s_bit(m->known, node))
+        goto out;
+    s_item_t *it = calloc(1, sizeof *it);
+    rc = KRT_ENOMEM;
+    if (!it)
+        goto out;
+    it->sock = s_dealer_open(m, node, endpoint, server_key, &rc);
+    if (!it->sock) {
+        free(it);
+        goto out;
+    }
+    it->kind = S_IT_PEER;
+    it->node = node;
+    /* The peer item is queued before the node becomes known, so every send that sees the
+     * node known is queued behind it. */
+    s_enqueue(m, it);
+    s_bit_set(m->known, node, true);
+    krt_log(KRT_LOG_INFO, m->path, "peer_added", "node=%u endpoint=%s", node, endpoint);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+bool krt_mesh_has_peer(const krt_mesh_t *m, uint16_t node)
+{
+    return s_bit(m->known, node);
+}
+
+bool krt_mesh_node_up(const krt_mesh_t *m, uint16_t node)
+{
+    return s_bit(m->up, node);
+}
+
+/* Queues a control item if the mesh runs (the lock keeps stop from racing the push). */
+static int s_control(krt_mesh_t *m, s_item_t *it)
+{
+    pthread_mutex_lock(&m->lock);
+    bool ok = atomic_load(&m->running);
+    if (ok)
+        s_enqueue(m, it);
+    pthread_mutex_unlock(&m->lock);
+    if (!ok) {
+        free(it);
+        return KRT_ESHUTDOWN;
+    }
+    return 0;
+}
+
+int krt_mesh_monitor_node(krt_mesh_t *m, uint16_t node, krt_addr_t watcher, uint64_t *ref)
+{
+    if (node == 0 || watcher == KRT_ADDR_NONE)
+        return KRT_EINVAL;
+    s_item_t *it = calloc(1, sizeof *it);
+    if (!it)
+        return KRT_ENOMEM;
+    it->kind = S_IT_MONITOR;
+    it->node = node;
+    it->watcher = watcher;
+    it->ref = atomic_fetch_add(&m->next_ref, 1);
+    uint64_t r = it->ref;
+    int rc = s_control(m, it);
+    if (!rc && ref)
+        *ref = r;
+    return rc;
+}
+
+int krt_mesh_demonitor_node(krt_mesh_t *m, uint64_t ref)
+{
+    s_item_t *it = calloc(1, sizeof *it);
+    if (!it)
+        return KRT_ENOMEM;
+    it->kind = S_IT_DEMONITOR;
+    it->ref = ref;
+    return s_control(m, it);
+}
+
+void krt_mesh_stats(const krt_mesh_t *m, krt_mesh_stats_t *out)
+{
+    out->sent = atomic_load(&m->st_sent);
+    out->received = atomic_load(&m->st_received);
+    out->dropped = atomic_load(&m->st_dropped);
+    out->undeliverable = atomic_load(&m->st_undeliverable);
+    out->malformed = atomic_load(&m->st_malformed);
+    out->heartbeats = atomic_load(&m->st_heartbeats);
+}
+
+void krt_mesh_stop(krt_mesh_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    if (!m->started || m->stopped) {
+        m->stopped = true;
+        pthread_mutex_unlock(&m->lock);
+        return;
+    }
+    m->stopped = true;
+    static const krt_transport_t gone = {s_transport_gone, NULL};
+    krt_system_set_transport(m->sys, &gone);
+    atomic_store(&m->running, false);
+    while (atomic_load(&m->senders) > 0) /* a send that passed the running check */
+        sched_yield();
+    atomic_store(&m->io_run, false);
+    uint64_t one = 1;
+    ssize_t w = write(m->efd, &one, sizeof one);
+    (void)w;
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->thread, NULL);
+    krt_log(KRT_LOG_INFO, m->path, "stopped", "endpoint=%s", m->endpoint);
+}
+
+void krt_mesh_destroy(krt_mesh_t **m_p)
+{
+    if (!m_p || !*m_p)
+        return;
+    krt_mesh_t *m = *m_p;
+    krt_mesh_stop(m);
+    close(m->efd);
+    s_ctx_release();
+    free(m->bind);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    *m_p = NULL;
+}
