@@ -357,6 +357,9 @@ void krt_vlog(krt_log_level_t level, const char *path, const char *event, const 
 void krt_log_actor(krt_ctx_t *ctx, krt_log_level_t level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+#include "krt_codec.h"
+#include "krt_mesh.h"
+
 #ifdef __cplusplus
 }
 #endif
