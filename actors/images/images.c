@@ -20,20 +20,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_REF_NAME       "org.opencontainers.image.ref.name"
-#define S_MT_OCI_MAN     "application/vnd.oci.image.manifest.v1+json"
-#define S_MT_OCI_INDEX   "application/vnd.oci.image.index.v1+json"
-#define S_MT_OCI_CONFIG  "application/vnd.oci.image.config.v1+json"
-#define S_MT_OCI_TAR     "application/vnd.oci.image.layer.v1.tar"
-#define S_MT_DOCKER_MAN  "application/vnd.docker.distribution.manifest.v2+json"
-#define S_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
-#define S_ACCEPT                                                                                   \
-    S_MT_OCI_MAN ", " S_MT_DOCKER_MAN ", " S_MT_OCI_INDEX ", " S_MT_DOCKER_LIST
+#define S_REF_NAME        "org.opencontainers.image.ref.name"
+#define S_MT_OCI_MAN      "application/vnd.oci.image.manifest.v1+json"
+#define S_MT_OCI_INDEX    "application/vnd.oci.image.index.v1+json"
+#define S_MT_OCI_CONFIG   "application/vnd.oci.image.config.v1+json"
+#define S_MT_OCI_TAR      "application/vnd.oci.image.layer.v1.tar"
+#define S_MT_DOCKER_MAN   "application/vnd.docker.distribution.manifest.v2+json"
+#define S_MT_DOCKER_LIST  "application/vnd.docker.distribution.manifest.list.v2+json"
+#define S_ACCEPT          S_MT_OCI_MAN ", " S_MT_DOCKER_MAN ", " S_MT_OCI_INDEX ", " S_MT_DOCKER_LIST
 #define S_MAX_LAYER_BYTES (64ull << 30)
 #define S_LOG             "images"
 
 struct ka_images {
-    char *root;      /* <state_dir>/images */
+    char *root;        /* <state_dir>/images */
     char **mirror_reg; /* registry names of the mirror map */
     char **mirror_url; /* their endpoints */
     size_t n_mirrors;
@@ -194,8 +193,8 @@ static int s_index_save(ka_images_t *self, json_t *idx)
 
 static const char *s_entry_name(json_t *entry)
 {
-    const char *n = json_string_value(json_object_get(json_object_get(entry, "annotations"),
-                                                      S_REF_NAME));
+    const char *n =
+        json_string_value(json_object_get(json_object_get(entry, "annotations"), S_REF_NAME));
     return n ? n : "";
 }
 
@@ -253,8 +252,7 @@ static int s_index_find(json_t *idx, const char *ref, char digest[KA_DIGEST_LEN]
     json_t *e;
     json_array_foreach(json_object_get(idx, "manifests"), i, e)
     {
-        if (want_digest ? !strcmp(s_entry_digest(e), want_digest)
-                        : !strcmp(s_entry_name(e), ref)) {
+        if (want_digest ? !strcmp(s_entry_digest(e), want_digest) : !strcmp(s_entry_name(e), ref)) {
             snprintf(digest, KA_DIGEST_LEN, "%s", s_entry_digest(e));
             return 0;
         }
@@ -430,8 +428,7 @@ static int s_check_layer(ka_blob_txn_t *t, const char *digest, const char *diff_
  * Stages the image whose manifest (or index) descriptor is d: manifest, config and layers, all
  * verified. res->digest receives the manifest digest (the platform one for an index).
  */
-static int s_stage(s_source_t *src, ka_blob_txn_t *t, const s_desc_t *d, int depth,
-                   s_result_t *res)
+static int s_stage(s_source_t *src, ka_blob_txn_t *t, const s_desc_t *d, int depth, s_result_t *res)
 {
     int rc = s_get(src, t, d, true);
     if (rc < 0)
@@ -598,16 +595,15 @@ static int s_import_docker_one(const char *dir, json_t *item, ka_blob_txn_t *t, 
     base = base ? base + 1 : cfg_rel;
     if (strlen(base) >= 64 && strspn(base, "0123456789abcdef") == 64 &&
         strncmp(base, ka_digest_hex(cfg_digest), 64) != 0)
-        return ka_img_fail(-EBADMSG, "docker archive config %s hashes to %s", cfg_rel,
-                           cfg_digest);
+        return ka_img_fail(-EBADMSG, "docker archive config %s hashes to %s", cfg_rel, cfg_digest);
     json_t *cfg = NULL;
     rc = s_load_json(t, cfg_digest, &cfg);
     if (rc < 0)
         return rc;
     json_t *diff_ids = json_object_get(json_object_get(cfg, "rootfs"), "diff_ids");
-    json_t *man = json_pack("{s:i, s:s, s:{s:s, s:s, s:I}, s:[]}", "schemaVersion", 2,
-                            "mediaType", S_MT_OCI_MAN, "config", "mediaType", S_MT_OCI_CONFIG,
-                            "digest", cfg_digest, "size", (json_int_t)0, "layers");
+    json_t *man = json_pack("{s:i, s:s, s:{s:s, s:s, s:I}, s:[]}", "schemaVersion", 2, "mediaType",
+                            S_MT_OCI_MAN, "config", "mediaType", S_MT_OCI_CONFIG, "digest",
+                            cfg_digest, "size", (json_int_t)0, "layers");
     if (!man)
         rc = -ENOMEM;
     if (rc == 0 && json_array_size(diff_ids) != json_array_size(layers))
@@ -767,15 +763,14 @@ int ka_images_import(ka_images_t *self, const char *path, const char *name, char
         else if (s_exists(dir, "manifest.json"))
             rc = s_import_docker(dir, t, &res);
         else
-            rc = ka_img_fail(-EINVAL,
-                             "%s is neither an OCI image layout nor a docker-archive tarball",
-                             path);
+            rc = ka_img_fail(
+                -EINVAL, "%s is neither an OCI image layout nor a docker-archive tarball", path);
     }
     if (rc == 0)
         rc = s_commit(self, t, &res, name, ref_out);
     if (rc == 0)
-        krt_log(KRT_LOG_INFO, S_LOG, "imported", "path=%s images=%zu first=%s ms=%llu", path,
-                res.n, res.v[0].digest, (unsigned long long)(s_ms() - t0));
+        krt_log(KRT_LOG_INFO, S_LOG, "imported", "path=%s images=%zu first=%s ms=%llu", path, res.n,
+                res.v[0].digest, (unsigned long long)(s_ms() - t0));
     ka_blob_txn_destroy(&t);
     if (work)
         ka_fs_rmtree(work);
@@ -817,17 +812,16 @@ int ka_images_build(ka_images_t *self, const char *rootfs_dir, const char *name,
         rc = ka_blob_txn_add_writer(t, &w, NULL, -1, layer);
     }
     if (rc == 0) {
-        cfg = json_pack("{s:s, s:s, s:{}, s:{s:s, s:[s]}}", "architecture", s_arch(), "os",
-                        "linux", "config", "rootfs", "type", "layers", "diff_ids", layer);
+        cfg = json_pack("{s:s, s:s, s:{}, s:{s:s, s:[s]}}", "architecture", s_arch(), "os", "linux",
+                        "config", "rootfs", "type", "layers", "diff_ids", layer);
         cfg_body = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         rc = cfg_body ? ka_blob_txn_add_buf(t, cfg_body, strlen(cfg_body), NULL, cfgd) : -ENOMEM;
     }
     if (rc == 0) {
         man = json_pack("{s:i, s:s, s:{s:s, s:s, s:I}, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
-                        "mediaType", S_MT_OCI_MAN, "config", "mediaType", S_MT_OCI_CONFIG,
-                        "digest", cfgd, "size", (json_int_t)strlen(cfg_body), "layers",
-                        "mediaType", S_MT_OCI_TAR, "digest", layer, "size",
-                        (json_int_t)layer_size);
+                        "mediaType", S_MT_OCI_MAN, "config", "mediaType", S_MT_OCI_CONFIG, "digest",
+                        cfgd, "size", (json_int_t)strlen(cfg_body), "layers", "mediaType",
+                        S_MT_OCI_TAR, "digest", layer, "size", (json_int_t)layer_size);
         man_body = man ? json_dumps(man, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (!man_body)
             rc = -ENOMEM;
@@ -871,17 +865,18 @@ static int s_parse_pull_ref(const char *ref, char **reg, char **repo, char *dige
 {
     const char *at = strrchr(ref, '@');
     if (!at || !ka_digest_valid(at + 1))
-        return ka_img_fail(-EINVAL, "pull needs a reference pinned by digest "
-                                    "(HOST/REPO@sha256:<64 hex>), got '%s'",
+        return ka_img_fail(-EINVAL,
+                           "pull needs a reference pinned by digest "
+                           "(HOST/REPO@sha256:<64 hex>), got '%s'",
                            ref);
     snprintf(digest, KA_DIGEST_LEN, "%s", at + 1);
     char *left = strndup(ref, (size_t)(at - ref));
     if (!left)
         return -ENOMEM;
     char *slash = strchr(left, '/');
-    bool has_host = slash && (memchr(left, '.', (size_t)(slash - left)) ||
-                              memchr(left, ':', (size_t)(slash - left)) ||
-                              !strncmp(left, "localhost/", 10));
+    bool has_host =
+        slash && (memchr(left, '.', (size_t)(slash - left)) ||
+                  memchr(left, ':', (size_t)(slash - left)) || !strncmp(left, "localhost/", 10));
     const char *r = has_host ? slash + 1 : left;
     *reg = has_host ? strndup(left, (size_t)(slash - left)) : strdup("docker.io");
     char *rp = slash || has_host ? strdup(r) : ka_strfmt("library/%s", r);
@@ -907,8 +902,8 @@ static char *s_endpoint(ka_images_t *self, const char *reg)
             return strdup(self->mirror_url[i]);
     if (!strcmp(reg, "docker.io"))
         return strdup("https://registry-1.docker.io");
-    bool local = !strncmp(reg, "localhost", 9) || !strncmp(reg, "127.", 4) ||
-                 !strncmp(reg, "[::1]", 5);
+    bool local =
+        !strncmp(reg, "localhost", 9) || !strncmp(reg, "127.", 4) || !strncmp(reg, "[::1]", 5);
     return ka_strfmt("%s://%s", local ? "http" : "https", reg);
 }
 
@@ -1145,8 +1140,7 @@ int ka_images_rm(ka_images_t *self, const char *ref)
 /* ---- prepared root file systems ---------------------------------------------------------- */
 
 /* Unpacks layer digest into layers/<hex> once. *whiteouts tells if it holds whiteout files. */
-static int s_ensure_layer(ka_images_t *self, ka_blob_txn_t *t, const char *digest,
-                          bool *whiteouts)
+static int s_ensure_layer(ka_images_t *self, ka_blob_txn_t *t, const char *digest, bool *whiteouts)
 {
     const char *hex = ka_digest_hex(digest);
     char *final = ka_strfmt("%s/layers/%s", self->root, hex);
@@ -1230,8 +1224,8 @@ static int s_prepare(ka_images_t *self, ka_blob_txn_t *t, const char *digest, ch
         if (rc == 0)
             chmod(work, 0755);
         for (size_t i = 0; rc == 0 && i < m.n_layers; i++) {
-            char *ld = ka_strfmt("%s/layers/%s/rootfs", self->root,
-                                 ka_digest_hex(m.layers[i].digest));
+            char *ld =
+                ka_strfmt("%s/layers/%s/rootfs", self->root, ka_digest_hex(m.layers[i].digest));
             rc = ld ? ka_layer_apply(ld, work) : -ENOMEM;
             free(ld);
         }
@@ -1245,8 +1239,8 @@ static int s_prepare(ka_images_t *self, ka_blob_txn_t *t, const char *digest, ch
                 rc = ka_img_fail(-errno, "cannot store rootfs %s: %s", final, strerror(errno));
         }
         if (rc == 0)
-            krt_log(KRT_LOG_INFO, S_LOG, "rootfs_prepared", "digest=%s layers=%zu ms=%llu",
-                    digest, m.n_layers, (unsigned long long)(s_ms() - t0));
+            krt_log(KRT_LOG_INFO, S_LOG, "rootfs_prepared", "digest=%s layers=%zu ms=%llu", digest,
+                    m.n_layers, (unsigned long long)(s_ms() - t0));
         if (work)
             ka_fs_rmtree(work);
     }

@@ -42,10 +42,10 @@ typedef struct ka_images_opts {
 
 /* One stored image (ka_images_list). */
 typedef struct ka_image_info {
-    char *name;        /* name in the index, "" if imported without one */
-    char digest[72];   /* manifest digest "sha256:<hex>" */
-    uint64_t size;     /* manifest + config + layer bytes */
-    int layers;        /* number of layers */
+    char *name;      /* name in the index, "" if imported without one */
+    char digest[72]; /* manifest digest "sha256:<hex>" */
+    uint64_t size;   /* manifest + config + layer bytes */
+    int layers;      /* number of layers */
 } ka_image_info_t;
 
 /* Opens (creating if needed) the store. NULL on failure (see ka_images_last_error). */

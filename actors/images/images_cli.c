@@ -40,12 +40,12 @@ static int s_fail(const char *what, int rc)
 
 /* Parsed options shared by the subcommands. */
 typedef struct s_args {
-    const char *pos;     /* the one positional argument, or NULL */
-    const char *name;    /* --name */
-    const char *rootfs;  /* --rootfs */
+    const char *pos;    /* the one positional argument, or NULL */
+    const char *name;   /* --name */
+    const char *rootfs; /* --rootfs */
     const char *mirrors[S_MAX_MIRRORS];
     size_t n_mirrors;
-    int npos;            /* positional arguments seen */
+    int npos; /* positional arguments seen */
 } s_args_t;
 
 /* Returns 0, or 2 after printing a usage error. */
@@ -100,8 +100,7 @@ int ka_images_cli(const char *state_dir, int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    static const char *const cmds[] = {"import", "build", "list",  "rm",
-                                       "pull",   "rootfs", "verify"};
+    static const char *const cmds[] = {"import", "build", "list", "rm", "pull", "rootfs", "verify"};
     bool known = false;
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         known = known || !strcmp(cmd, cmds[i]);

@@ -13,9 +13,10 @@
 #include <stdint.h>
 
 /* "sha256:" + 64 lower-case hex + NUL */
-#define KA_DIGEST_LEN     72
-#define KA_DIGEST_PREFIX  "sha256:"
-#define KA_MAX_JSON_BYTES (4u << 20) /* manifests, configs and indexes larger than this are refused */
+#define KA_DIGEST_LEN    72
+#define KA_DIGEST_PREFIX "sha256:"
+#define KA_MAX_JSON_BYTES                                                                          \
+    (4u << 20) /* manifests, configs and indexes larger than this are refused */
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
@@ -105,10 +106,10 @@ void ka_blob_txn_destroy(ka_blob_txn_t **t_p);
 /* ---- layers ------------------------------------------------------------------------------ */
 
 typedef struct ka_layer_stats {
-    uint64_t entries;     /* tar entries seen */
-    uint64_t bytes;       /* file content bytes */
-    uint64_t skipped;     /* device nodes, sockets: neutralised (not created) */
-    bool has_whiteouts;   /* a .wh.* entry is present */
+    uint64_t entries;   /* tar entries seen */
+    uint64_t bytes;     /* file content bytes */
+    uint64_t skipped;   /* device nodes, sockets: neutralised (not created) */
+    bool has_whiteouts; /* a .wh.* entry is present */
 } ka_layer_stats_t;
 
 /*

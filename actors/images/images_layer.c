@@ -215,8 +215,7 @@ static int s_uncompressed_digest(const char *blob, char out[KA_DIGEST_LEN])
     }
     EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     if (archive_read_next_header(a, &e) != ARCHIVE_OK) {
-        rc = ka_img_fail(-EBADMSG, "cannot decompress layer %s: %s", blob,
-                         archive_error_string(a));
+        rc = ka_img_fail(-EBADMSG, "cannot decompress layer %s: %s", blob, archive_error_string(a));
     } else {
         static __thread char buf[S_BLOCK];
         for (;;) {
@@ -319,9 +318,9 @@ int ka_layer_check(const char *blob, const char *diff_id, ka_layer_stats_t *st)
         char d[KA_DIGEST_LEN];
         rc = s_uncompressed_digest(blob, d);
         if (rc == 0 && strcmp(d, diff_id) != 0)
-            rc = ka_img_fail(-EBADMSG,
-                             "layer %s: uncompressed content hashes to %s, config says %s", blob,
-                             d, diff_id);
+            rc =
+                ka_img_fail(-EBADMSG, "layer %s: uncompressed content hashes to %s, config says %s",
+                            blob, d, diff_id);
     }
     return rc;
 }
@@ -329,10 +328,10 @@ int ka_layer_check(const char *blob, const char *diff_id, ka_layer_stats_t *st)
 /* ---- unpacking --------------------------------------------------------------------------- */
 
 typedef struct s_unpack {
-    int root;         /* destination root fd */
-    char *cached;     /* parent path of the cached fd */
-    int cached_fd;    /* fd of the parent dir last used, or -1 */
-    bool can_chown;   /* false once chown failed with EPERM (rootless) */
+    int root;       /* destination root fd */
+    char *cached;   /* parent path of the cached fd */
+    int cached_fd;  /* fd of the parent dir last used, or -1 */
+    bool can_chown; /* false once chown failed with EPERM (rootless) */
 } s_unpack_t;
 
 /* Opens the directory rel (normalised, "" = root) below root, never following symlinks;
@@ -358,8 +357,7 @@ static int s_walk(int root, const char *rel, bool create)
         }
         if (rc == 0 && nfd < 0) {
             if (errno == ELOOP || errno == ENOTDIR)
-                rc = ka_img_fail(-EBADMSG, "layer writes through a symlink or file at %s",
-                                 rel);
+                rc = ka_img_fail(-EBADMSG, "layer writes through a symlink or file at %s", rel);
             else
                 rc = ka_img_fail(errno == ENOENT ? -EBADMSG : -errno, "open %s: %s", rel,
                                  strerror(errno));
@@ -411,9 +409,9 @@ static void s_owner(s_unpack_t *u, int fd, const char *leaf, struct archive_entr
 {
     if (!u->can_chown)
         return;
-    int r = leaf ? fchownat(fd, leaf, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e),
-                            flags)
-                 : fchown(fd, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e));
+    int r =
+        leaf ? fchownat(fd, leaf, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e), flags)
+             : fchown(fd, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e));
     if (r < 0 && errno == EPERM)
         u->can_chown = false;
 }
@@ -489,8 +487,8 @@ static int s_unpack_entry(s_unpack_t *u, struct archive *a, struct archive_entry
         if (tfd < 0)
             return ka_img_fail(-EBADMSG, "hard link target %s is missing or unsafe", hl);
         if (linkat(tfd, tleaf, pfd, leaf, 0) < 0)
-            rc = ka_img_fail(errno == ENOENT ? -EBADMSG : -errno,
-                             "cannot hard-link %s to %s: %s", leaf, hl, strerror(errno));
+            rc = ka_img_fail(errno == ENOENT ? -EBADMSG : -errno, "cannot hard-link %s to %s: %s",
+                             leaf, hl, strerror(errno));
         close(tfd);
         return rc;
     }
@@ -598,7 +596,7 @@ static int s_apply_dir(int lfd, int rfd, const char *where);
 /* Empties directory rfd (an opaque whiteout below). */
 static int s_empty_dir(int rfd)
 {
-    int fd = dup(rfd);
+    int fd = openat(rfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* own offset */
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0)
@@ -618,7 +616,7 @@ static int s_empty_dir(int rfd)
 /* One pass over a layer directory: whiteouts (whiteouts = true) or content. */
 static int s_apply_pass(int lfd, int rfd, const char *where, bool whiteouts)
 {
-    int fd = dup(lfd);
+    int fd = openat(lfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* own offset */
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0)
@@ -799,23 +797,27 @@ typedef struct s_link {
     char *path; /* first name of the inode in the tar (borrowed from the path list) */
 } s_link_t;
 
-static int s_tar_file(struct archive *a, const char *full, ka_layer_stats_t *st)
+/* Copies size bytes of full into the archive (exactly what the header announced). */
+static int s_tar_file(struct archive *a, const char *full, uint64_t size, ka_layer_stats_t *st)
 {
     int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return ka_img_fail(-errno, "open %s: %s", full, strerror(errno));
     static __thread char buf[S_BLOCK];
     int rc = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
+    for (uint64_t left = size; left > 0;) {
+        ssize_t n = read(fd, buf, left < sizeof buf ? (size_t)left : sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
             rc = ka_img_fail(-errno, "read %s: %s", full, strerror(errno));
             break;
         }
-        if (n == 0)
+        if (n == 0) {
+            rc = ka_img_fail(-EIO, "%s shrank while it was being read", full);
             break;
+        }
+        left -= (uint64_t)n;
         if (archive_write_data(a, buf, (size_t)n) != n) {
             rc = ka_img_fail(-EIO, "tar write %s: %s", full, archive_error_string(a));
             break;
@@ -913,7 +915,7 @@ int ka_tar_dir(const char *dir, ka_blob_writer_t *w, ka_layer_stats_t *st)
         if (archive_write_header(a, e) != ARCHIVE_OK)
             rc = ka_img_fail(-EIO, "tar header %s: %s", full, archive_error_string(a));
         else if (data)
-            rc = s_tar_file(a, full, st);
+            rc = s_tar_file(a, full, (uint64_t)sb.st_size, st);
         free(full);
     }
     if (rc == 0 && archive_write_close(a) != ARCHIVE_OK)

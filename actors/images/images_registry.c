@@ -14,9 +14,9 @@
 
 typedef struct s_sink {
     ka_blob_writer_t *w;
-    uint64_t max;  /* refuse bodies larger than this */
-    bool too_big;  /* the body passed max */
-    int err;       /* a write error */
+    uint64_t max; /* refuse bodies larger than this */
+    bool too_big; /* the body passed max */
+    int err;      /* a write error */
 } s_sink_t;
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;

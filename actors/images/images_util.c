@@ -292,8 +292,8 @@ int ka_fs_mkdtemp(const char *parent, const char *prefix, char **out)
     if (!p)
         return -ENOMEM;
     if (!mkdtemp(p)) {
-        int rc = ka_img_fail(-errno, "cannot create a directory in %s: %s", parent,
-                             strerror(errno));
+        int rc =
+            ka_img_fail(-errno, "cannot create a directory in %s: %s", parent, strerror(errno));
         free(p);
         return rc;
     }
@@ -304,11 +304,11 @@ int ka_fs_mkdtemp(const char *parent, const char *prefix, char **out)
 /* ---- blob writer ------------------------------------------------------------------------- */
 
 struct ka_blob_writer {
-    int fd;           /* -1 once finished */
-    char *path;       /* temp file; NULL once handed to a transaction */
-    EVP_MD_CTX *md;   /* running sha256 */
-    uint64_t size;    /* bytes written */
-    bool finished;    /* ka_blob_writer_finish ran */
+    int fd;         /* -1 once finished */
+    char *path;     /* temp file; NULL once handed to a transaction */
+    EVP_MD_CTX *md; /* running sha256 */
+    uint64_t size;  /* bytes written */
+    bool finished;  /* ka_blob_writer_finish ran */
     char digest[KA_DIGEST_LEN];
 };
 
@@ -442,8 +442,7 @@ int ka_blob_txn_add_writer(ka_blob_txn_t *t, ka_blob_writer_t **w_p, const char 
     if (rc < 0)
         goto out;
     if (expect && strcmp(expect, d) != 0) {
-        rc = ka_img_fail(-EBADMSG, "digest mismatch: expected %s, content hashes to %s", expect,
-                         d);
+        rc = ka_img_fail(-EBADMSG, "digest mismatch: expected %s, content hashes to %s", expect, d);
         goto out;
     }
     if (expect_size >= 0 && (uint64_t)expect_size != w->size) {
