@@ -19,7 +19,8 @@
  * (krt_mesh_monitor_node).
  *
  * Lifecycle: new -> start -> connect... -> stop -> destroy. Stop the mesh before destroying
- * its system (the I/O thread delivers into it). Every mesh of a process shares one ZeroMQ
+ * its system (the I/O thread delivers into it), and destroy the mesh only once its system has
+ * stopped (a runtime thread may still be inside a send). Every mesh of a process shares one ZeroMQ
  * context (so inproc:// endpoints reach each other); the context and its threads go away
  * with the last mesh.
  */
