@@ -14,6 +14,7 @@
 
 #include "pgconn.h"
 #include "schema.h"
+#include "store_sql.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
@@ -506,6 +507,55 @@ static void test_unreachable_server(void **unused)
     ka_pgconn_destroy(&c);
 }
 
+/* Every statement of the store prepares against the migrated schema (setup would fail and
+ * back off otherwise), and the create/delete/replay sequence keeps the receipt. */
+static void test_store_statements_and_tombstone(void **unused)
+{
+    states_t sts = {0};
+    ka_pgconn_t *c =
+        ka_pgconn_new("", NULL, &(ka_pgconn_hooks_t){.user = &sts, .state = s_on_state});
+    assert_non_null(c);
+    size_t n = 0;
+    assert_non_null(ka_store_sql(&n));
+    assert_true(n >= 20);
+    assert_int_equal(ka_store_sql_register(c), 0);
+    assert_int_equal(ka_pgconn_start(c), 0);
+    s_wait_ready(c);
+    assert_int_equal(sts.backoffs, 0);
+    int done = 0;
+    rec_t r = {.done = &done};
+    const char *cp[8] = {"frank", "tomb-1", "box", "default", "python", "", "node-1", "60000"};
+    ka_pg_stmt_t create[2] = {{"sb_ins", 8, cp}, {"sb_receipt", 2, cp}};
+    assert_int_equal(ka_pgconn_submit(c, create, 2, 0, s_on_done, &r), 0);
+    s_drive1(c, &done, 1, 10000);
+    assert_int_equal(r.err, 0);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", r.value);
+    assert_int_equal(strlen(id), 36);
+    const char *dp[2] = {id, "frank"};
+    ka_pg_stmt_t del[2] = {{"sb_delete", 2, dp}, {"sb_tombstone", 1, dp}};
+    assert_int_equal(ka_pgconn_submit(c, del, 2, 0, s_on_done, &r), 0);
+    s_drive1(c, &done, 2, 10000);
+    assert_int_equal(r.err, 0);
+    /* replay after delete: nothing inserted, the receipt returns the tombstoned sandbox */
+    memset(r.value, 0, sizeof(r.value));
+    assert_int_equal(ka_pgconn_submit(c, create, 2, 0, s_on_done, &r), 0);
+    s_drive1(c, &done, 3, 10000);
+    assert_int_equal(r.err, 0);
+    assert_string_equal(r.value, "");
+    assert_string_equal(r.value2, id);
+    PGconn *a = s_admin();
+    char q[256];
+    snprintf(
+        q, sizeof(q),
+        "SELECT count(*) FROM ka_sandboxes s JOIN ka_tombstones t ON t.sandbox_id = s.id"
+        " WHERE s.id = '%s' AND s.state = 'RUNTIME_STATE_DELETED' AND s.deleted_at IS NOT NULL",
+        id);
+    assert_int_equal(s_count(a, q), 1);
+    PQfinish(a);
+    ka_pgconn_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_idempotent_create_100_duplicates),
         cmocka_unit_test(test_serialization_failures_are_retried),
         cmocka_unit_test(test_listen_notify),
+        cmocka_unit_test(test_store_statements_and_tombstone),
         cmocka_unit_test(test_connection_loss_fails_inflight_then_recovers),
         cmocka_unit_test(test_unreachable_server),
     };

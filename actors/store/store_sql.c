@@ -1,0 +1,127 @@
+/* ka_store_sql: see store_sql.h. */
+#include "store_sql.h"
+
+#define S_MS(col) "(extract(epoch FROM " col ") * 1000)::int8"
+
+/* Sandbox columns in ka_store_sandbox_t order (s_row_sandbox). */
+#define S_SB_COLS                                                                                  \
+    "id::text, creator, request_id, name, template_namespace, template_name, revision, state,"     \
+    " operation, failure_reason, failure_message, node, " S_MS("created_at") ", " S_MS(            \
+        "updated_at") ", " S_MS("expires_at") ", coalesce(" S_MS("deleted_at") ", 0)"
+
+#define S_TP_COLS                                                                                  \
+    "namespace, name, uid::text, deleted, generation, observed_generation, desired_revision,"      \
+    " latest_revision, " S_MS("created_at") ", " S_MS("updated_at") ", spec::text, status::text"
+
+#define S_RV_COLS                                                                                  \
+    "hash, namespace, name, generation, state, reason, message, " S_MS("created_at") ", " S_MS(    \
+        "updated_at") ", spec::text"
+
+#define S_NODE_COLS                                                                                \
+    "id, name, endpoint, pools, capacity, " S_MS("started_at") ", " S_MS(                          \
+        "heartbeat_at") ", " S_MS("lease_expires_at")
+
+static const ka_store_sql_t s_statements[] = {
+    {"sb_ins", 8,
+     "INSERT INTO ka_sandboxes (creator, request_id, name, template_namespace, template_name,"
+     " revision, node, expires_at) VALUES ($1, $2, $3, $4, $5, CASE WHEN $6 = '' THEN coalesce("
+     "(SELECT latest_revision FROM ka_templates WHERE namespace = $4 AND name = $5), '')"
+     " ELSE $6 END, $7, now() + $8::int8 * interval '1 millisecond')"
+     " ON CONFLICT ON CONSTRAINT ka_sandboxes_receipt DO NOTHING RETURNING " S_SB_COLS},
+    {"sb_receipt", 2,
+     "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE creator = $1 AND request_id = $2"},
+    {"sb_get", 2,
+     "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE id = $1::uuid AND ($2 = '' OR creator = $2)"},
+    {"sb_list", 6,
+     "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE ($1 = '' OR creator = $1)"
+     " AND ($2 = '' OR template_namespace = $2) AND ($3 = '' OR template_name = $3)"
+     " AND ($4::bool OR deleted_at IS NULL) ORDER BY created_at, id LIMIT $5::int OFFSET $6::int"},
+    {"sb_update", 7,
+     "UPDATE ka_sandboxes SET state = coalesce($2, state), operation = coalesce($3, operation),"
+     " failure_reason = coalesce($4, failure_reason),"
+     " failure_message = coalesce($5, failure_message), node = coalesce($6, node),"
+     " updated_at = now() WHERE id = $1::uuid AND deleted_at IS NULL"
+     " AND ($7::text IS NULL OR state = $7) RETURNING " S_SB_COLS},
+    {"sb_delete", 2,
+     "UPDATE ka_sandboxes SET state = 'RUNTIME_STATE_DELETED', operation = "
+     "'RUNTIME_OPERATION_NONE',"
+     " deleted_at = coalesce(deleted_at, now()), updated_at = now()"
+     " WHERE id = $1::uuid AND ($2 = '' OR creator = $2) RETURNING " S_SB_COLS},
+    {"sb_tombstone", 1,
+     "INSERT INTO ka_tombstones (sandbox_id, creator, request_id, deleted_at)"
+     " SELECT id, creator, request_id, deleted_at FROM ka_sandboxes"
+     " WHERE id = $1::uuid AND deleted_at IS NOT NULL ON CONFLICT DO NOTHING"},
+    {"sb_expiry", 3,
+     "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE deleted_at IS NULL AND"
+     " (CASE WHEN $1::bool THEN expires_at <= now() ELSE expires_at > now() END)"
+     " ORDER BY expires_at, id LIMIT $2::int OFFSET $3::int"},
+    {"tp_put", 3,
+     "INSERT INTO ka_templates AS t (namespace, name, spec) VALUES ($1, $2, $3::jsonb)"
+     " ON CONFLICT (namespace, name) DO UPDATE SET spec = EXCLUDED.spec,"
+     " generation = CASE WHEN t.deleted OR t.spec <> EXCLUDED.spec THEN t.generation + 1"
+     " ELSE t.generation END,"
+     " uid = CASE WHEN t.deleted THEN gen_random_uuid() ELSE t.uid END,"
+     " deleted = false, updated_at = now() RETURNING " S_TP_COLS},
+    {"tp_status", 6,
+     "UPDATE ka_templates SET status = $3::jsonb, observed_generation = $4::int8,"
+     " desired_revision = $5, latest_revision = CASE WHEN $6 = '' THEN latest_revision ELSE $6 END,"
+     " updated_at = now() WHERE namespace = $1 AND name = $2 RETURNING " S_TP_COLS},
+    {"tp_get", 3,
+     "SELECT " S_TP_COLS " FROM ka_templates WHERE namespace = $1 AND name = $2"
+     " AND ($3::bool OR NOT deleted)"},
+    {"tp_list", 4,
+     "SELECT " S_TP_COLS " FROM ka_templates WHERE ($1 = '' OR namespace = $1)"
+     " AND ($2::bool OR NOT deleted) ORDER BY namespace, name LIMIT $3::int OFFSET $4::int"},
+    {"tp_delete", 2,
+     "UPDATE ka_templates SET deleted = true, updated_at = now()"
+     " WHERE namespace = $1 AND name = $2 RETURNING " S_TP_COLS},
+    {"rv_ins", 8,
+     "INSERT INTO ka_template_revisions (hash, namespace, name, generation, state, reason,"
+     " message, spec) VALUES ($1, $2, $3, $4::int8, $5, $6, $7, $8::jsonb)"
+     " ON CONFLICT (hash) DO NOTHING"},
+    {"rv_get", 1, "SELECT " S_RV_COLS " FROM ka_template_revisions WHERE hash = $1"},
+    {"rv_state", 4,
+     "UPDATE ka_template_revisions SET state = $2, reason = $3, message = $4, updated_at = now()"
+     " WHERE hash = $1"},
+    {"rv_latest", 1,
+     "UPDATE ka_templates t SET latest_revision = r.hash, updated_at = now()"
+     " FROM ka_template_revisions r WHERE r.hash = $1 AND r.state = 'PREPARED'"
+     " AND t.namespace = r.namespace AND t.name = r.name"},
+    {"pool_put", 3,
+     "INSERT INTO ka_pools AS p (name, sandbox_class, capacity) VALUES ($1, $2, $3::int)"
+     " ON CONFLICT (name) DO UPDATE SET sandbox_class = EXCLUDED.sandbox_class,"
+     " capacity = EXCLUDED.capacity, updated_at = now()"
+     " RETURNING name, sandbox_class, capacity, " S_MS("updated_at")},
+    {"pool_list", 0,
+     "SELECT name, sandbox_class, capacity, " S_MS("updated_at") " FROM ka_pools ORDER BY name"},
+    {"node_put", 6,
+     "INSERT INTO ka_nodes AS n (id, name, endpoint, pools, capacity, lease_expires_at)"
+     " VALUES ($1, $2, $3, $4, $5::int, now() + $6::int8 * interval '1 millisecond')"
+     " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, endpoint = EXCLUDED.endpoint,"
+     " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, started_at = now(),"
+     " heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at"
+     " RETURNING " S_NODE_COLS},
+    {"node_hb", 2,
+     "UPDATE ka_nodes SET heartbeat_at = now(),"
+     " lease_expires_at = now() + $2::int8 * interval '1 millisecond'"
+     " WHERE id = $1 RETURNING " S_NODE_COLS},
+    {"node_list", 0, "SELECT " S_NODE_COLS " FROM ka_nodes ORDER BY id"},
+};
+
+const ka_store_sql_t *ka_store_sql(size_t *n)
+{
+    if (n)
+        *n = sizeof(s_statements) / sizeof(s_statements[0]);
+    return s_statements;
+}
+
+int ka_store_sql_register(ka_pgconn_t *eng)
+{
+    for (size_t i = 0; i < sizeof(s_statements) / sizeof(s_statements[0]); i++) {
+        const ka_store_sql_t *s = &s_statements[i];
+        int rc = ka_pgconn_prepare(eng, s->name, s->sql, s->nparams);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
