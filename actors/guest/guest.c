@@ -1,0 +1,1110 @@
+/*
+ * kagent-sandbox-guest: the agent that runs as PID 1 inside a sandbox.
+ *
+ * One thread, one poll loop over: the channel to the node (guest_proto.h framing), a signalfd
+ * (SIGCHLD for reaping, SIGTERM/SIGINT to stop, others forwarded to the process groups), the
+ * stdout/stderr pipes of running processes and their stdin pipes when input is pending.
+ * Process output is spooled to files under the log dir (capped per stream) and streamed from
+ * any offset. Files are read and written relative to the workspace; paths that resolve
+ * outside it (.., absolute symlinks, magic links) are refused with openat2(RESOLVE_BENEATH).
+ *
+ * Statically linked, no NSS calls (no getpwnam etc.): uids are numbers.
+ */
+#include "guest_files.h"
+#include "guest_proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define S_OUTBUF_HIGH (8u << 20) /* stop pumping streams above this many queued bytes */
+
+typedef struct s_proc {
+    uint64_t id;
+    pid_t pid;
+    int state; /* KA_GP_STATE_* */
+    int exit_code;
+    char **argv; /* NULL-terminated, owned */
+    uint64_t started_ms, finished_ms;
+    uint64_t deadline; /* monotonic ms; 0 = none (or already fired) */
+    int pipe_fd[2];    /* read ends of stdout/stderr, -1 once closed */
+    int spool_fd[2];
+    uint64_t spooled[2];
+    int in_fd; /* stdin write end, -1 if none or closed */
+    char *in_pend;
+    size_t in_len;
+    bool in_close; /* close stdin once in_pend is written */
+    struct s_proc *next;
+} s_proc_t;
+
+typedef struct s_stream {
+    uint64_t req;
+    s_proc_t *p;
+    uint64_t off[2];
+    bool follow;
+    struct s_stream *next;
+} s_stream_t;
+
+static struct {
+    int ch;      /* channel to the node */
+    uint8_t *in; /* bytes received, not yet a full frame */
+    size_t in_len, in_cap;
+    msgpack_sbuffer out; /* frames queued for the node */
+    size_t out_off;      /* first unsent byte of out */
+    msgpack_packer pk;   /* packs into out */
+    int sfd;             /* signalfd */
+    s_proc_t *procs;
+    s_stream_t *streams;
+    uint64_t next_id;
+    int running;
+    int max_procs;
+    uint64_t timeout_ms;
+    uint64_t spool_cap;
+    const char *workspace, *logdir;
+    int ws_fd;
+    bool drop; /* we are root: children switch to uid */
+    uid_t uid;
+    bool pid1;
+} G;
+
+/* --- small utilities ------------------------------------------------------------------------ */
+
+static uint64_t s_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t s_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* One JSON line on stderr. msg must not need escaping beyond what we do here. */
+static void s_log(const char *level, const char *event, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    for (char *c = msg; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+            *c = '\'';
+    fprintf(stderr, "{\"ts\":%llu,\"level\":\"%s\",\"event\":\"%s\",\"msg\":\"%s\"}\n",
+            (unsigned long long)s_wall_ms(), level, event, msg);
+}
+
+static void s_key(const char *k)
+{
+    ka_gp_pack_cstr(&G.pk, k);
+}
+
+static size_t s_begin(uint64_t id, uint32_t nkeys)
+{
+    size_t off = ka_gp_frame_begin(&G.out);
+    msgpack_pack_map(&G.pk, nkeys + 1);
+    s_key("id");
+    msgpack_pack_uint64(&G.pk, id);
+    return off;
+}
+
+static void s_end(size_t off)
+{
+    ka_gp_frame_end(&G.out, off);
+}
+
+static void s_reply_err(uint64_t id, int err, const char *msg)
+{
+    size_t off = s_begin(id, 3);
+    s_key("err");
+    msgpack_pack_int64(&G.pk, err);
+    s_key("msg");
+    ka_gp_pack_cstr(&G.pk, msg);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+static void s_reply_end(uint64_t id)
+{
+    size_t off = s_begin(id, 1);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+static void s_pack_process(const s_proc_t *p)
+{
+    msgpack_pack_map(&G.pk, 7);
+    s_key("proc");
+    msgpack_pack_uint64(&G.pk, p->id);
+    s_key("argv");
+    size_t n = 0;
+    while (p->argv[n])
+        n++;
+    msgpack_pack_array(&G.pk, n);
+    for (size_t i = 0; i < n; i++)
+        ka_gp_pack_cstr(&G.pk, p->argv[i]);
+    s_key("pid");
+    msgpack_pack_int64(&G.pk, p->pid);
+    s_key("state");
+    msgpack_pack_uint32(&G.pk, (uint32_t)p->state);
+    s_key("exit_code");
+    msgpack_pack_int64(&G.pk, p->exit_code);
+    s_key("started_ms");
+    msgpack_pack_uint64(&G.pk, p->started_ms);
+    s_key("finished_ms");
+    msgpack_pack_uint64(&G.pk, p->finished_ms);
+}
+
+static void s_reply_process(uint64_t id, const s_proc_t *p)
+{
+    size_t off = s_begin(id, 2);
+    s_key("process");
+    s_pack_process(p);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+static s_proc_t *s_find(const msgpack_object *req)
+{
+    uint64_t id;
+    if (!ka_gp_get_u64(req, "proc", &id))
+        return NULL;
+    for (s_proc_t *p = G.procs; p; p = p->next)
+        if (p->id == id)
+            return p;
+    return NULL;
+}
+
+static size_t s_queued(void)
+{
+    return G.out.size - G.out_off;
+}
+
+/* --- output streams ------------------------------------------------------------------------- */
+
+static bool s_proc_done(const s_proc_t *p)
+{
+    return p->state == KA_GP_STATE_EXITED && p->pipe_fd[0] < 0 && p->pipe_fd[1] < 0;
+}
+
+/* Sends what s can send now; true when s is finished (its end frame queued). */
+static bool s_stream_pump(s_stream_t *s)
+{
+    static const char *names[2] = {"stdout", "stderr"};
+    static char chunk[KA_GP_CHUNK];
+    s_proc_t *p = s->p;
+    for (int k = 0; k < 2; k++) {
+        while (s->off[k] < p->spooled[k]) {
+            if (s_queued() > S_OUTBUF_HIGH)
+                return false; /* resumed after the channel drains */
+            size_t want = p->spooled[k] - s->off[k];
+            if (want > sizeof(chunk))
+                want = sizeof(chunk);
+            ssize_t n = pread(p->spool_fd[k], chunk, want, (off_t)s->off[k]);
+            if (n <= 0)
+                break;
+            size_t off = s_begin(s->req, 2);
+            s_key(names[k]);
+            ka_gp_pack_bytes(&G.pk, chunk, (size_t)n, true);
+            s_key("offset");
+            msgpack_pack_uint64(&G.pk, s->off[k]);
+            s_end(off);
+            s->off[k] += (uint64_t)n;
+        }
+    }
+    bool done = s_proc_done(p);
+    if (s->follow && !done)
+        return false;
+    size_t off = s_begin(s->req, done ? 2 : 1);
+    if (done) {
+        s_key("exit");
+        s_pack_process(p);
+    }
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+    return true;
+}
+
+static void s_pump_all(void)
+{
+    s_stream_t **pp = &G.streams;
+    while (*pp) {
+        s_stream_t *s = *pp;
+        if (s_stream_pump(s)) {
+            *pp = s->next;
+            free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+/* --- processes ------------------------------------------------------------------------------ */
+
+/* Reads what a stdout/stderr pipe has; spools up to the cap, discards the rest. */
+static void s_pipe_read(s_proc_t *p, int k)
+{
+    char buf[65536];
+    while (p->pipe_fd[k] >= 0) {
+        ssize_t n = read(p->pipe_fd[k], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            close(p->pipe_fd[k]);
+            p->pipe_fd[k] = -1;
+            return;
+        }
+        size_t keep = (size_t)n;
+        if (p->spooled[k] + keep > G.spool_cap)
+            keep = G.spool_cap > p->spooled[k] ? (size_t)(G.spool_cap - p->spooled[k]) : 0;
+        if (keep > 0) {
+            ssize_t w = pwrite(p->spool_fd[k], buf, keep, (off_t)p->spooled[k]);
+            if (w > 0)
+                p->spooled[k] += (uint64_t)w;
+        }
+    }
+}
+
+static void s_stdin_close(s_proc_t *p)
+{
+    if (p->in_fd >= 0)
+        close(p->in_fd);
+    p->in_fd = -1;
+    free(p->in_pend);
+    p->in_pend = NULL;
+    p->in_len = 0;
+}
+
+static void s_stdin_flush(s_proc_t *p)
+{
+    while (p->in_fd >= 0 && p->in_len > 0) {
+        ssize_t n = write(p->in_fd, p->in_pend, p->in_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0) { /* EPIPE: the reader is gone */
+            s_stdin_close(p);
+            return;
+        }
+        memmove(p->in_pend, p->in_pend + n, p->in_len - (size_t)n);
+        p->in_len -= (size_t)n;
+    }
+    if (p->in_fd >= 0 && p->in_len == 0 && p->in_close)
+        s_stdin_close(p);
+}
+
+static void s_proc_exited(s_proc_t *p, int status)
+{
+    p->exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    p->state = KA_GP_STATE_EXITED;
+    p->finished_ms = s_wall_ms();
+    p->deadline = 0;
+    G.running--;
+    /* What the process wrote before it exited is in the pipes: take it, then close them so a
+     * background grandchild holding them open cannot keep the stream alive. */
+    for (int k = 0; k < 2; k++) {
+        s_pipe_read(p, k);
+        if (p->pipe_fd[k] >= 0)
+            close(p->pipe_fd[k]);
+        p->pipe_fd[k] = -1;
+    }
+    s_stdin_close(p);
+}
+
+static void s_reap(void)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (s_proc_t *p = G.procs; p; p = p->next) {
+            if (p->pid == pid && p->state == KA_GP_STATE_RUNNING) {
+                s_proc_exited(p, status);
+                break;
+            }
+        }
+    }
+}
+
+static void s_signal_all(int sig)
+{
+    for (s_proc_t *p = G.procs; p; p = p->next)
+        if (p->state == KA_GP_STATE_RUNNING)
+            kill(-p->pid, sig);
+}
+
+/* Builds the child's environment: ours, overlaid with the request's map. */
+static char **s_build_env(const msgpack_object *env)
+{
+    size_t n = 0, extra = 0;
+    while (environ[n])
+        n++;
+    if (env && env->type == MSGPACK_OBJECT_MAP)
+        extra = env->via.map.size;
+    char **out = calloc(n + extra + 1, sizeof(char *));
+    if (!out)
+        return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        out[m++] = strdup(environ[i]);
+    for (size_t i = 0; i < extra; i++) {
+        const msgpack_object *k = &env->via.map.ptr[i].key, *v = &env->via.map.ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR || !k->via.str.size ||
+            memchr(k->via.str.ptr, '=', k->via.str.size))
+            continue;
+        char *kv = NULL;
+        if (asprintf(&kv, "%.*s=%.*s", (int)k->via.str.size, k->via.str.ptr, (int)v->via.str.size,
+                     v->via.str.ptr) < 0)
+            continue;
+        size_t kl = k->via.str.size + 1;
+        size_t j = 0;
+        for (; j < m; j++)
+            if (out[j] && strncmp(out[j], kv, kl) == 0)
+                break;
+        if (j < m) {
+            free(out[j]);
+            out[j] = kv;
+        } else {
+            out[m++] = kv;
+        }
+    }
+    return out;
+}
+
+static void s_strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static char **s_argv_copy(const msgpack_object *a)
+{
+    if (!a || a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size == 0)
+        return NULL;
+    char **v = calloc(a->via.array.size + 1, sizeof(char *));
+    if (!v)
+        return NULL;
+    for (uint32_t i = 0; i < a->via.array.size; i++) {
+        const msgpack_object *s = &a->via.array.ptr[i];
+        if (s->type != MSGPACK_OBJECT_STR || memchr(s->via.str.ptr, 0, s->via.str.size)) {
+            s_strv_free(v);
+            return NULL;
+        }
+        v[i] = strndup(s->via.str.ptr, s->via.str.size);
+    }
+    return v;
+}
+
+/* In the forked child: set up fds, identity and cwd, then exec. Reports errno on errfd. */
+static void s_child(char **argv, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
+                    int errfd)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setpgid(0, 0);
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) { /* the guest is protected from the OOM killer; its children are not */
+        (void)!write(fd, "0", 1);
+        close(fd);
+    }
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+        goto fail;
+    if (G.drop) {
+        if (setgroups(0, NULL) < 0 && errno != EPERM)
+            goto fail;
+        if (setresgid(G.uid, G.uid, G.uid) < 0 || setresuid(G.uid, G.uid, G.uid) < 0)
+            goto fail;
+    }
+    if (chdir(cwd) < 0)
+        goto fail;
+    environ = envp;
+    execvp(argv[0], argv);
+fail:;
+    int e = errno;
+    (void)!write(errfd, &e, sizeof(e));
+    _exit(127);
+}
+
+static int s_spool_open(uint64_t id, const char *ext)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%llu.%s", G.logdir, (unsigned long long)id, ext);
+    return open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+}
+
+static void s_proc_free(s_proc_t *p)
+{
+    for (int k = 0; k < 2; k++) {
+        if (p->pipe_fd[k] >= 0)
+            close(p->pipe_fd[k]);
+        if (p->spool_fd[k] >= 0)
+            close(p->spool_fd[k]);
+    }
+    s_stdin_close(p);
+    s_strv_free(p->argv);
+    free(p);
+}
+
+static void s_op_start(uint64_t id, const msgpack_object *req)
+{
+    if (G.running >= G.max_procs) {
+        s_reply_err(id, -EAGAIN, "too many running processes");
+        return;
+    }
+    s_proc_t *p = calloc(1, sizeof(*p));
+    char **envp = NULL;
+    char *cwd = NULL;
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, ep[2] = {-1, -1};
+    int rc = -ENOMEM;
+    const char *why = "out of memory";
+    if (!p)
+        goto fail;
+    p->pipe_fd[0] = p->pipe_fd[1] = p->spool_fd[0] = p->spool_fd[1] = p->in_fd = -1;
+    p->argv = s_argv_copy(ka_gp_get(req, "argv"));
+    if (!p->argv) {
+        rc = -EINVAL;
+        why = "argv must be a non-empty array of strings";
+        goto fail;
+    }
+    const char *c;
+    size_t cn;
+    if (ka_gp_get_bytes(req, "cwd", &c, &cn) && cn > 0) {
+        if (c[0] == '/')
+            cwd = strndup(c, cn);
+        else if (asprintf(&cwd, "%s/%.*s", G.workspace, (int)cn, c) < 0)
+            cwd = NULL;
+    } else {
+        cwd = strdup(G.workspace);
+    }
+    envp = s_build_env(ka_gp_get(req, "env"));
+    if (!cwd || !envp)
+        goto fail;
+    bool want_in = false;
+    ka_gp_get_bool(req, "stdin", &want_in);
+    uint64_t tmo = 0;
+    ka_gp_get_u64(req, "timeout_ms", &tmo);
+    if (tmo == 0)
+        tmo = G.timeout_ms;
+
+    p->id = ++G.next_id;
+    why = "cannot create pipes or spool files";
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0)
+        goto fail_errno;
+    if (want_in) {
+        if (pipe2(in, O_CLOEXEC) < 0)
+            goto fail_errno;
+    } else {
+        in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (in[0] < 0)
+            goto fail_errno;
+    }
+    p->spool_fd[0] = s_spool_open(p->id, "stdout");
+    p->spool_fd[1] = s_spool_open(p->id, "stderr");
+    if (p->spool_fd[0] < 0 || p->spool_fd[1] < 0)
+        goto fail_errno;
+
+    pid_t pid = fork();
+    if (pid < 0)
+        goto fail_errno;
+    if (pid == 0)
+        s_child(p->argv, envp, cwd, in[0], out[1], err[1], ep[1]);
+    close(ep[1]);
+    ep[1] = -1;
+    int e = 0;
+    ssize_t n;
+    do
+        n = read(ep[0], &e, sizeof(e));
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof(e)) { /* exec failed: the child exits 127 */
+        waitpid(pid, NULL, 0);
+        rc = -e;
+        why = e == ENOENT ? "no such program" : "cannot start the program";
+        goto fail;
+    }
+    p->pid = pid;
+    p->state = KA_GP_STATE_RUNNING;
+    p->started_ms = s_wall_ms();
+    p->deadline = s_mono_ms() + tmo;
+    p->pipe_fd[0] = out[0];
+    p->pipe_fd[1] = err[0];
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    if (want_in) {
+        p->in_fd = in[1];
+        fcntl(in[1], F_SETFL, O_NONBLOCK);
+    }
+    close(out[1]);
+    close(err[1]);
+    close(in[0]);
+    close(ep[0]);
+    s_strv_free(envp);
+    free(cwd);
+    p->next = G.procs;
+    G.procs = p;
+    G.running++;
+    s_reply_process(id, p);
+    return;
+
+fail_errno:
+    rc = -errno;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0)
+            close(out[i]);
+        if (err[i] >= 0)
+            close(err[i]);
+        if (in[i] >= 0)
+            close(in[i]);
+        if (ep[i] >= 0)
+            close(ep[i]);
+    }
+    if (p)
+        s_proc_free(p);
+    s_strv_free(envp);
+    free(cwd);
+    s_reply_err(id, rc, why);
+}
+
+static void s_op_get(uint64_t id, const msgpack_object *req)
+{
+    s_proc_t *p = s_find(req);
+    if (!p)
+        s_reply_err(id, -ENOENT, "no such process");
+    else
+        s_reply_process(id, p);
+}
+
+static void s_op_signal(uint64_t id, const msgpack_object *req)
+{
+    s_proc_t *p = s_find(req);
+    int64_t sig = 0;
+    if (!p) {
+        s_reply_err(id, -ENOENT, "no such process");
+        return;
+    }
+    if (!ka_gp_get_i64(req, "signal", &sig) || sig < 1 || sig > 64) {
+        s_reply_err(id, -EINVAL, "bad signal");
+        return;
+    }
+    if (p->state == KA_GP_STATE_RUNNING)
+        kill(-p->pid, (int)sig);
+    s_reply_process(id, p);
+}
+
+static void s_op_input(uint64_t id, const msgpack_object *req)
+{
+    s_proc_t *p = s_find(req);
+    const char *d = NULL;
+    size_t n = 0;
+    bool cl = false;
+    if (!p) {
+        s_reply_err(id, -ENOENT, "no such process");
+        return;
+    }
+    if (p->in_fd < 0 || p->in_close) {
+        s_reply_err(id, -EPIPE, "stdin is not open");
+        return;
+    }
+    ka_gp_get_bytes(req, "data", &d, &n);
+    ka_gp_get_bool(req, "close", &cl);
+    if (n > 0) {
+        char *nb = realloc(p->in_pend, p->in_len + n);
+        if (!nb) {
+            s_reply_err(id, -ENOMEM, "out of memory");
+            return;
+        }
+        memcpy(nb + p->in_len, d, n);
+        p->in_pend = nb;
+        p->in_len += n;
+    }
+    p->in_close = cl;
+    s_stdin_flush(p);
+    size_t off = s_begin(id, 2);
+    s_key("written");
+    msgpack_pack_uint64(&G.pk, n);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+static void s_op_output(uint64_t id, const msgpack_object *req)
+{
+    s_proc_t *p = s_find(req);
+    if (!p) {
+        s_reply_err(id, -ENOENT, "no such process");
+        return;
+    }
+    s_stream_t *s = calloc(1, sizeof(*s));
+    if (!s) {
+        s_reply_err(id, -ENOMEM, "out of memory");
+        return;
+    }
+    s->req = id;
+    s->p = p;
+    ka_gp_get_u64(req, "stdout_offset", &s->off[0]);
+    ka_gp_get_u64(req, "stderr_offset", &s->off[1]);
+    ka_gp_get_bool(req, "follow", &s->follow);
+    if (s_stream_pump(s)) {
+        free(s);
+        return;
+    }
+    s->next = G.streams;
+    G.streams = s;
+}
+
+static void s_op_cancel(uint64_t id, const msgpack_object *req)
+{
+    uint64_t target = 0;
+    ka_gp_get_u64(req, "target", &target);
+    for (s_stream_t **pp = &G.streams; *pp; pp = &(*pp)->next) {
+        if ((*pp)->req == target) {
+            s_stream_t *s = *pp;
+            *pp = s->next;
+            s_reply_end(s->req);
+            free(s);
+            break;
+        }
+    }
+    s_reply_end(id);
+}
+
+static void s_op_read(uint64_t id, const msgpack_object *req)
+{
+    const char *path;
+    size_t pn;
+    uint64_t mode = 0;
+    if (!ka_gp_get_bytes(req, "path", &path, &pn)) {
+        s_reply_err(id, -EINVAL, "path is required");
+        return;
+    }
+    ka_gp_get_u64(req, "mode", &mode);
+    char *data = NULL;
+    size_t len = 0;
+    int rc = ka_gf_read(G.ws_fd, path, pn, (unsigned)mode, KA_GP_FILE_CAP, &data, &len);
+    if (rc < 0) {
+        s_reply_err(id, rc, ka_gf_strerror(rc));
+        return;
+    }
+    for (size_t off = 0; off < len; off += KA_GP_CHUNK) {
+        size_t n = len - off < KA_GP_CHUNK ? len - off : KA_GP_CHUNK;
+        size_t fo = s_begin(id, 1);
+        s_key("chunk");
+        ka_gp_pack_bytes(&G.pk, data + off, n, true);
+        s_end(fo);
+    }
+    free(data);
+    size_t fo = s_begin(id, 2);
+    s_key("size");
+    msgpack_pack_uint64(&G.pk, len);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(fo);
+}
+
+static void s_op_write(uint64_t id, const msgpack_object *req)
+{
+    const char *path, *data = "";
+    size_t pn, dn = 0;
+    uint64_t mode = 0, seek = 0;
+    if (!ka_gp_get_bytes(req, "path", &path, &pn)) {
+        s_reply_err(id, -EINVAL, "path is required");
+        return;
+    }
+    ka_gp_get_bytes(req, "data", &data, &dn);
+    ka_gp_get_u64(req, "mode", &mode);
+    ka_gp_get_u64(req, "seek_offset", &seek);
+    if (dn > KA_GP_FILE_CAP) {
+        s_reply_err(id, -EFBIG, ka_gf_strerror(-EFBIG));
+        return;
+    }
+    int rc = ka_gf_write(G.ws_fd, path, pn, (unsigned)mode, seek, data, dn);
+    if (rc < 0) {
+        s_reply_err(id, rc, ka_gf_strerror(rc));
+        return;
+    }
+    size_t off = s_begin(id, 2);
+    s_key("written");
+    msgpack_pack_uint64(&G.pk, dn);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+static void s_dispatch(const uint8_t *body, size_t len)
+{
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    if (msgpack_unpack_next(&up, (const char *)body, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+        up.data.type != MSGPACK_OBJECT_MAP) {
+        s_log("warn", "bad_frame", "len=%zu", len);
+        msgpack_unpacked_destroy(&up);
+        return;
+    }
+    const msgpack_object *req = &up.data;
+    uint64_t id = 0;
+    const char *op;
+    size_t on;
+    ka_gp_get_u64(req, "id", &id);
+    if (!ka_gp_get_bytes(req, "op", &op, &on)) {
+        s_reply_err(id, -EINVAL, "op is required");
+    } else {
+        static const struct {
+            const char *name;
+            void (*fn)(uint64_t, const msgpack_object *);
+        } ops[] = {{"start", s_op_start}, {"get", s_op_get},       {"signal", s_op_signal},
+                   {"input", s_op_input}, {"output", s_op_output}, {"read", s_op_read},
+                   {"write", s_op_write}, {"cancel", s_op_cancel}};
+        bool found = false;
+        if (on == 4 && memcmp(op, "ping", 4) == 0) {
+            s_reply_end(id);
+            found = true;
+        }
+        for (size_t i = 0; !found && i < sizeof(ops) / sizeof(ops[0]); i++) {
+            if (strlen(ops[i].name) == on && memcmp(ops[i].name, op, on) == 0) {
+                ops[i].fn(id, req);
+                found = true;
+            }
+        }
+        if (!found)
+            s_reply_err(id, -EOPNOTSUPP, "unknown op");
+    }
+    msgpack_unpacked_destroy(&up);
+}
+
+/* --- channel -------------------------------------------------------------------------------- */
+
+/* Reads from the channel and dispatches complete frames. -1 when the node is gone. */
+static int s_channel_read(void)
+{
+    if (G.in_cap - G.in_len < 65536) {
+        size_t cap = G.in_cap ? G.in_cap * 2 : 131072;
+        uint8_t *n = realloc(G.in, cap);
+        if (!n)
+            return -1;
+        G.in = n;
+        G.in_cap = cap;
+    }
+    ssize_t n = read(G.ch, G.in + G.in_len, G.in_cap - G.in_len);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return 0;
+    if (n <= 0)
+        return -1;
+    G.in_len += (size_t)n;
+    size_t pos = 0;
+    for (;;) {
+        const uint8_t *body;
+        size_t blen;
+        long used = ka_gp_frame_next(G.in + pos, G.in_len - pos, KA_GP_MAX_FRAME, &body, &blen);
+        if (used < 0)
+            return -1;
+        if (used == 0)
+            break;
+        s_dispatch(body, blen);
+        pos += (size_t)used;
+    }
+    memmove(G.in, G.in + pos, G.in_len - pos);
+    G.in_len -= pos;
+    return 0;
+}
+
+static int s_channel_flush(void)
+{
+    while (G.out_off < G.out.size) {
+        ssize_t n = write(G.ch, G.out.data + G.out_off, G.out.size - G.out_off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n < 0)
+            return -1;
+        G.out_off += (size_t)n;
+    }
+    if (G.out_off == G.out.size) {
+        G.out.size = 0;
+        G.out_off = 0;
+    }
+    return 0;
+}
+
+/* --- main loop ------------------------------------------------------------------------------ */
+
+static void s_shutdown(int code)
+{
+    s_signal_all(SIGTERM);
+    uint64_t until = s_mono_ms() + 2000;
+    while (G.running > 0 && s_mono_ms() < until) {
+        usleep(10000);
+        s_reap();
+    }
+    s_signal_all(SIGKILL);
+    s_log("info", "guest_stop", "code=%d", code);
+    exit(code);
+}
+
+static void s_on_signal(void)
+{
+    struct signalfd_siginfo si;
+    while (read(G.sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD)
+            continue;
+        /* As PID 1, only signals from outside the sandbox (pid 0 here) count: processes in
+         * the sandbox cannot stop the guest. */
+        if (G.pid1 && si.ssi_pid != 0)
+            continue;
+        if (sig == SIGTERM || sig == SIGINT)
+            s_shutdown(0);
+        s_signal_all(sig);
+    }
+    s_reap();
+}
+
+static int s_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
+        return -1;
+    strcpy(a.sun_path, path);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void s_usage(void)
+{
+    fprintf(stderr, "usage: kagent-sandbox-guest [--fd N | --socket PATH] [--workspace DIR]\n"
+                    "  [--log-dir DIR] [--max-procs N] [--timeout-ms N] [--spool-cap BYTES]\n"
+                    "  [--uid N]\n");
+}
+
+static int s_parse(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"fd", required_argument, 0, 'f'},        {"socket", required_argument, 0, 's'},
+        {"workspace", required_argument, 0, 'w'}, {"log-dir", required_argument, 0, 'l'},
+        {"max-procs", required_argument, 0, 'm'}, {"timeout-ms", required_argument, 0, 't'},
+        {"spool-cap", required_argument, 0, 'c'}, {"uid", required_argument, 0, 'u'},
+        {"version", no_argument, 0, 'v'},         {0, 0, 0, 0}};
+    G.ch = KA_GP_CHANNEL_FD;
+    G.workspace = KA_GP_WORKSPACE;
+    G.logdir = KA_GP_LOG_DIR;
+    G.max_procs = KA_GP_MAX_PROCS;
+    G.timeout_ms = KA_GP_TIMEOUT_MS;
+    G.spool_cap = KA_GP_SPOOL_CAP;
+    G.uid = KA_GP_UID;
+    const char *sock = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            G.ch = atoi(optarg);
+            break;
+        case 's':
+            sock = optarg;
+            break;
+        case 'w':
+            G.workspace = optarg;
+            break;
+        case 'l':
+            G.logdir = optarg;
+            break;
+        case 'm':
+            G.max_procs = atoi(optarg);
+            break;
+        case 't':
+            G.timeout_ms = strtoull(optarg, NULL, 10);
+            break;
+        case 'c':
+            G.spool_cap = strtoull(optarg, NULL, 10);
+            break;
+        case 'u':
+            G.uid = (uid_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'v':
+            printf("kagent-sandbox-guest protocol %d\n", KA_GP_VERSION);
+            exit(0);
+        default:
+            s_usage();
+            return -1;
+        }
+    }
+    if (sock && (G.ch = s_connect(sock)) < 0) {
+        s_log("error", "connect_failed", "socket=%s errno=%d", sock, errno);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_setup(void)
+{
+    G.pid1 = getpid() == 1;
+    G.drop = geteuid() == 0;
+    prctl(PR_SET_DUMPABLE, 0); /* processes of the same uid cannot ptrace the guest */
+    if (!G.pid1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+    signal(SIGPIPE, SIG_IGN);
+    if (!getenv("PATH"))
+        setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+    if (!getenv("HOME"))
+        setenv("HOME", G.workspace, 1);
+    mkdir(G.workspace, 0755);
+    mkdir(G.logdir, 0750);
+    G.ws_fd = open(G.workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (G.ws_fd < 0) {
+        s_log("error", "workspace", "path=%s errno=%d", G.workspace, errno);
+        return -1;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaddset(&set, sigs[i]);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    G.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (G.sfd < 0)
+        return -1;
+    fcntl(G.ch, F_SETFD, FD_CLOEXEC);
+    fcntl(G.ch, F_SETFL, fcntl(G.ch, F_GETFL) | O_NONBLOCK);
+    msgpack_sbuffer_init(&G.out);
+    msgpack_packer_init(&G.pk, &G.out, msgpack_sbuffer_write);
+    return 0;
+}
+
+static void s_ready(void)
+{
+    size_t off = s_begin(0, 3);
+    s_key("ev");
+    ka_gp_pack_cstr(&G.pk, "ready");
+    s_key("version");
+    msgpack_pack_uint32(&G.pk, KA_GP_VERSION);
+    s_key("pid");
+    msgpack_pack_int64(&G.pk, getpid());
+    s_end(off);
+}
+
+static int s_poll_timeout(void)
+{
+    uint64_t now = s_mono_ms(), next = 0;
+    for (s_proc_t *p = G.procs; p; p = p->next) {
+        if (p->state != KA_GP_STATE_RUNNING || !p->deadline)
+            continue;
+        if (p->deadline <= now) { /* timeout: the whole process group goes */
+            kill(-p->pid, SIGKILL);
+            p->deadline = 0;
+            continue;
+        }
+        if (!next || p->deadline < next)
+            next = p->deadline;
+    }
+    if (!next)
+        return -1;
+    return (int)(next - now);
+}
+
+int main(int argc, char **argv)
+{
+    if (s_parse(argc, argv) < 0 || s_setup() < 0)
+        return 2;
+    s_ready();
+    s_log("info", "guest_ready", "pid=%d pid1=%d workspace=%s", getpid(), G.pid1, G.workspace);
+    struct pollfd *pfd = NULL;
+    s_proc_t **owner = NULL;
+    int *kind = NULL;
+    size_t cap = 0;
+    for (;;) {
+        size_t need = 2 + (size_t)G.max_procs * 3 + 16;
+        for (s_proc_t *p = G.procs; p; p = p->next)
+            need += 3;
+        if (need > cap) {
+            cap = need * 2;
+            pfd = realloc(pfd, cap * sizeof(*pfd));
+            owner = realloc(owner, cap * sizeof(*owner));
+            kind = realloc(kind, cap * sizeof(*kind));
+            if (!pfd || !owner || !kind)
+                return 3;
+        }
+        size_t n = 0;
+        pfd[n] = (struct pollfd){.fd = G.ch, .events = POLLIN};
+        if (s_queued() > 0)
+            pfd[n].events |= POLLOUT;
+        n++;
+        pfd[n++] = (struct pollfd){.fd = G.sfd, .events = POLLIN};
+        for (s_proc_t *p = G.procs; p; p = p->next) {
+            for (int k = 0; k < 2; k++) {
+                if (p->pipe_fd[k] >= 0) {
+                    owner[n] = p;
+                    kind[n] = k;
+                    pfd[n++] = (struct pollfd){.fd = p->pipe_fd[k], .events = POLLIN};
+                }
+            }
+            if (p->in_fd >= 0 && p->in_len > 0) {
+                owner[n] = p;
+                kind[n] = 2;
+                pfd[n++] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
+            }
+        }
+        int rc = poll(pfd, n, s_poll_timeout());
+        if (rc < 0 && errno != EINTR)
+            return 4;
+        if (rc <= 0)
+            continue;
+        if (pfd[1].revents)
+            s_on_signal();
+        for (size_t i = 2; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            s_proc_t *p = owner[i];
+            if (kind[i] == 2)
+                s_stdin_flush(p);
+            else if (p->pipe_fd[kind[i]] == pfd[i].fd)
+                s_pipe_read(p, kind[i]);
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (s_channel_read() < 0) {
+                s_log("info", "node_gone", "stopping");
+                s_shutdown(0);
+            }
+        }
+        s_pump_all();
+        if (s_channel_flush() < 0)
+            s_shutdown(0);
+        if (s_queued() < S_OUTBUF_HIGH / 2)
+            s_pump_all();
+    }
+}

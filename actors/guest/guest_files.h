@@ -1,0 +1,32 @@
+/*
+ * guest_files: the guest's file API, confined to a workspace directory.
+ *
+ * Paths are relative to the workspace (an absolute path is accepted only if it starts with
+ * KA_GP_WORKSPACE "/"). Resolution uses openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) from
+ * the workspace fd, so "..", absolute symlinks and symlinks that lead out are refused
+ * (-EACCES) whatever the path looks like. Parents are created component by component, never
+ * following a symlink.
+ */
+#ifndef KA_GUEST_FILES_H
+#define KA_GUEST_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Reads path into a malloc'd buffer (*data, caller frees; NULL when empty).
+ * A missing file with mode != 0 is created empty (with its parents) and reads as empty.
+ * Errors: -ENOENT, -EACCES (escape), -EISDIR / -EINVAL (not a regular file), -EFBIG (> cap).
+ */
+int ka_gf_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_t cap, char **data,
+               size_t *len);
+/*
+ * Writes len bytes at seek (0 = truncate first), creating the file (mode, default 0644) and
+ * its parents. A non-zero mode is applied to an existing file too.
+ */
+int ka_gf_write(int ws_fd, const char *path, size_t pathlen, unsigned mode, uint64_t seek,
+                const void *data, size_t len);
+/* A short static message for a ka_gf_* error. */
+const char *ka_gf_strerror(int err);
+
+#endif

@@ -1,0 +1,108 @@
+/*
+ * guest_proto: the wire protocol between a node and its sandbox guest (kagent-sandbox-guest).
+ *
+ * Shared by the guest (linked statically) and the node side (actors/substrate/guestconn).
+ *
+ * Transport: a unix stream socket. The node hands the guest one end at start (inherited as fd
+ * KA_GP_CHANNEL_FD); the guest can also connect to a socket path bind-mounted into the sandbox
+ * (--socket). Never the network.
+ *
+ * Framing: 4-byte big-endian length, then that many bytes holding one msgpack map. Frames
+ * larger than KA_GP_MAX_FRAME are a protocol error (the connection is dropped).
+ *
+ * Requests (node -> guest) are maps with "op" (str) and "id" (uint, chosen by the node, echoed
+ * in every reply frame). Replies (guest -> node) are maps with "id" and:
+ *   - "err" (negative errno-style int) and "msg" (str) on failure, with "end": true;
+ *   - otherwise op-specific keys; the last frame of a reply carries "end": true.
+ * Frame with "id" 0 and "ev": "ready" is the guest's first frame (keys "version", "pid").
+ *
+ * Ops and their keys:
+ *   "ping"   -> {"end"}
+ *   "start"  argv [str], cwd str?, env {str:str}?, stdin bool?, timeout_ms uint?
+ *            -> {"process": P, "end"}   errors: -EAGAIN (10 running), -ENOENT (no program),
+ *               -EINVAL (bad argv/cwd)
+ *   "get"    proc uint -> {"process": P, "end"}          -ENOENT: no such process
+ *   "signal" proc uint, signal int -> {"process": P, "end"}   (to the process group)
+ *   "input"  proc uint, data bin?, close bool? -> {"written": uint, "end"}
+ *            -EPIPE if the process was started without stdin or its stdin is closed
+ *   "output" proc uint, stdout_offset uint?, stderr_offset uint?, follow bool?
+ *            -> frames {"stdout"|"stderr": bin, "offset": uint} ..., then
+ *               {"exit": P?, "end"}; with follow the stream ends only once the process has
+ *               exited (and carries "exit"); without it, when what is spooled has been sent.
+ *   "read"   path str, mode uint? -> frames {"chunk": bin} ..., then {"size": uint, "end"}
+ *            -ENOENT (missing and mode 0), -EFBIG (> 64 MiB), -EACCES (escape)
+ *   "write"  path str, mode uint?, seek_offset uint?, data bin -> {"written": uint, "end"}
+ *            seek_offset 0 truncates; > 0 writes at the offset and keeps the rest.
+ *   "cancel" target uint (id of an "output" stream) -> {"end"} (the cancelled stream gets its
+ *            own {"end"} first)
+ *
+ * P, a process: {"proc": uint, "argv": [str], "pid": int, "state": uint (KA_GP_STATE_*),
+ *                "exit_code": int, "started_ms": uint, "finished_ms": uint} (unix ms; 0 = not
+ *                yet). exit_code is 128+signal for a signal death.
+ */
+#ifndef KA_GUEST_PROTO_H
+#define KA_GUEST_PROTO_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KA_GP_VERSION    1
+#define KA_GP_CHANNEL_FD 3                 /* the inherited channel in the guest */
+#define KA_GP_MAX_FRAME  ((65u << 20))     /* 64 MiB file + headroom */
+#define KA_GP_FILE_CAP   (64u << 20)       /* file read/write transfer cap */
+#define KA_GP_CHUNK      (256u << 10)      /* bytes per output / read chunk frame */
+#define KA_GP_MAX_PROCS  10                /* concurrent running processes (default) */
+#define KA_GP_TIMEOUT_MS (3600u * 1000u)   /* default process timeout */
+#define KA_GP_SPOOL_CAP  (10u << 20)       /* bytes spooled per stream (default) */
+#define KA_GP_UID        65532             /* uid/gid user processes run as */
+#define KA_GP_WORKSPACE  "/data/workspace" /* default cwd, root of the file API */
+#define KA_GP_LOG_DIR    "/data/guest-logs"
+#define KA_GP_GUEST_PATH "/run/kagent/guest"
+
+enum { KA_GP_STATE_RUNNING = 1, KA_GP_STATE_EXITED = 2 };
+
+/* A decoded process record (strings borrowed from the frame it came from). */
+typedef struct ka_gp_process {
+    uint64_t proc;
+    int64_t pid;
+    uint32_t state; /* KA_GP_STATE_* */
+    int64_t exit_code;
+    uint64_t started_ms;
+    uint64_t finished_ms;
+} ka_gp_process_t;
+
+/* --- framing ------------------------------------------------------------------------------ */
+
+/* Starts a frame in sb (appends a 4-byte length placeholder); returns the frame's offset. */
+size_t ka_gp_frame_begin(msgpack_sbuffer *sb);
+/* Patches the length of the frame started at off. */
+void ka_gp_frame_end(msgpack_sbuffer *sb, size_t off);
+/*
+ * Looks for one complete frame at buf[0..len). Returns the bytes it spans (header included)
+ * and sets *body and *blen, 0 if more bytes are needed, or -EMSGSIZE if it announces more than
+ * max bytes.
+ */
+long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t **body,
+                      size_t *blen);
+
+/* --- reading maps ------------------------------------------------------------------------- */
+
+/* The value under key in map m, or NULL (also if m is not a map). Borrowed. */
+const msgpack_object *ka_gp_get(const msgpack_object *m, const char *key);
+/* Typed getters: true and *out set if key exists with a compatible type. */
+bool ka_gp_get_u64(const msgpack_object *m, const char *key, uint64_t *out);
+bool ka_gp_get_i64(const msgpack_object *m, const char *key, int64_t *out);
+bool ka_gp_get_bool(const msgpack_object *m, const char *key, bool *out);
+/* str or bin; *p borrowed from the frame. */
+bool ka_gp_get_bytes(const msgpack_object *m, const char *key, const char **p, size_t *n);
+/* Decodes a process map P. 0 or -EBADMSG. */
+int ka_gp_process_decode(const msgpack_object *m, ka_gp_process_t *out);
+
+/* --- writing maps ------------------------------------------------------------------------- */
+
+void ka_gp_pack_cstr(msgpack_packer *pk, const char *s);
+void ka_gp_pack_bytes(msgpack_packer *pk, const void *p, size_t n, bool bin);
+
+#endif /* KA_GUEST_PROTO_H */

@@ -1,0 +1,41 @@
+/* ka_driver: dispatch through the class vtable (see ka_driver.h). */
+#include "ka_driver.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+int ka_driver_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
+{
+    if (!d || !spec || !out)
+        return -EINVAL;
+    return d->ops->start(d, spec, out);
+}
+
+int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb)
+{
+    if (!d || !sb || !*sb)
+        return 0;
+    return d->ops->stop(d, sb);
+}
+
+int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
+{
+    if (!d || !sb || !out)
+        return -EINVAL;
+    return d->ops->stats(d, sb, out);
+}
+
+int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb)
+{
+    if (!d || !sb)
+        return -EINVAL;
+    return d->ops->channel(d, sb);
+}
+
+void ka_driver_destroy(ka_driver_t **d_p)
+{
+    if (!d_p || !*d_p)
+        return;
+    (*d_p)->ops->destroy(*d_p);
+    *d_p = NULL;
+}

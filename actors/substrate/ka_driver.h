@@ -1,0 +1,73 @@
+/*
+ * ka_driver: the isolation driver interface. A sandbox class (today `namespaces`, later
+ * perhaps `microvm`) is a driver behind this vtable; the substrate actor only sees this.
+ *
+ * A driver starts sandboxes (a rootfs from read-only image layers, a durable /data, the guest
+ * as PID 1 with a channel to the node), stops them leaving nothing behind, reports their
+ * resource use, and hands out the exec channel: a connected unix stream socket that speaks
+ * guest_proto.h.
+ *
+ * Calls are blocking (a start is a few ms of syscalls); from an actor, run them as a krt job.
+ * One driver may be used from several threads for different sandboxes; one sandbox from one
+ * thread at a time.
+ */
+#ifndef KA_DRIVER_H
+#define KA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ka_driver ka_driver_t;
+typedef struct ka_sandbox ka_sandbox_t; /* defined by each driver class */
+
+/* What to start. Everything is borrowed for the duration of the start call. */
+typedef struct ka_sandbox_spec {
+    const char *id;               /* unique per state dir: [A-Za-z0-9._-], <= 64 chars */
+    const char *const *lowerdirs; /* read-only image layers, top first (overlay lowerdir order) */
+    size_t n_lower;
+    const char *hostname; /* NULL: "sandbox" */
+    int ready_timeout_ms; /* how long to wait for the guest's ready frame; 0: 5000 */
+} ka_sandbox_spec_t;
+
+typedef struct ka_sandbox_stats {
+    uint64_t mem_bytes;  /* memory charged now */
+    uint64_t mem_limit;  /* memory limit */
+    uint64_t cpu_ns;     /* cpu time used (0 when the host cannot say) */
+    uint64_t pids;       /* tasks in the sandbox now */
+    uint64_t pids_limit; /* pids limit */
+    uint64_t oom_kills;  /* processes killed by the memory limit (0 when unknown) */
+    int guest_pid;       /* the guest (sandbox PID 1) as the host sees it */
+} ka_sandbox_stats_t;
+
+typedef struct ka_driver_ops {
+    const char *name; /* class name: "namespaces" */
+    /* Starts a sandbox and waits for its guest to say ready. 0 and *out, or a negative errno;
+     * on failure nothing is left behind. */
+    int (*start)(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t **out);
+    /* Kills everything in the sandbox and removes its mounts, cgroups and directories.
+     * Frees the sandbox and NULLs *sb (even on error). */
+    int (*stop)(ka_driver_t *d, ka_sandbox_t **sb);
+    int (*stats)(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+    /* The exec channel (borrowed fd, valid until stop). */
+    int (*channel)(ka_driver_t *d, ka_sandbox_t *sb);
+    /* Frees the driver (sandboxes still running are stopped first). */
+    void (*destroy)(ka_driver_t *d);
+} ka_driver_ops_t;
+
+/* Every driver struct starts with this header. */
+struct ka_driver {
+    const ka_driver_ops_t *ops;
+};
+
+static inline const char *ka_driver_name(const ka_driver_t *d)
+{
+    return d->ops->name;
+}
+int ka_driver_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t **out);
+int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb);
+int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
+/* Idempotent; NULLs *d_p. */
+void ka_driver_destroy(ka_driver_t **d_p);
+
+#endif

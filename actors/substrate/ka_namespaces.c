@@ -1,0 +1,896 @@
+/* ka_namespaces: the `namespaces` sandbox class (see ka_namespaces.h). */
+#include "ka_namespaces.h"
+#include "guest_proto.h"
+#include "ka_cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT                 (1 << 0)
+#define SECBIT_NOROOT_LOCKED          (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED       (1 << 5)
+#endif
+
+#define S_PATH        512 /* mount points in the child */
+#define S_SDIR        400 /* the state dir */
+#define S_DIR         470 /* a sandbox's dir */
+#define S_CDIR        480 /* the child's root and data */
+#define S_SANDBOX_UID KA_GP_UID
+
+typedef struct s_driver {
+    ka_driver_t base;
+    char state_dir[S_SDIR];
+    char guest_path[S_PATH];
+    char cgroup_name[64];
+    ka_cgroup_limits_t lim;
+    uint32_t uid;
+    uint64_t tmp_bytes;
+    char **guest_args;
+    struct sock_fprog filter; /* exported once; the child only installs it */
+} s_driver_t;
+
+struct ka_sandbox {
+    char id[65];
+    char dir[S_DIR];
+    pid_t pid;   /* the guest, in the host's PID namespace */
+    int pidfd;   /* of the guest */
+    int channel; /* node end of the guest channel */
+    ka_cgroup_t *cg;
+};
+
+/* Everything the child needs, prepared by the parent: the child only makes syscalls. */
+typedef struct s_child {
+    const s_driver_t *d;
+    int sync_fd, channel_fd, log_fd;
+    int cg_fds[KA_CGROUP_MAX_DIRS];
+    int n_cg;
+    const char *hostname;
+    char root[S_CDIR], data[S_CDIR], overlay_opts[4096], tmp_opts[64];
+    char mp_data[S_PATH], mp_run[S_PATH], mp_kagent[S_PATH], mp_guest[S_PATH];
+    char mp_proc[S_PATH], mp_dev[S_PATH], mp_tmp[S_PATH];
+    char *argv[32];
+} s_child_t;
+
+/* Steps the child reports on failure (for the log). */
+enum {
+    S_STEP_CGROUP = 1,
+    S_STEP_CGROUPNS,
+    S_STEP_PRIVATE,
+    S_STEP_OVERLAY,
+    S_STEP_MKDIR,
+    S_STEP_DATA,
+    S_STEP_GUEST,
+    S_STEP_PROC,
+    S_STEP_DEV,
+    S_STEP_TMP,
+    S_STEP_UTS,
+    S_STEP_NET,
+    S_STEP_PIVOT,
+    S_STEP_USERNS,
+    S_STEP_CREDS,
+    S_STEP_FDS,
+    S_STEP_SECCOMP,
+    S_STEP_EXEC
+};
+
+typedef struct s_report {
+    char tag; /* 'U': map my ids, 'E': failed */
+    int step;
+    int err;
+} s_report_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Child side (runs in the clone: syscalls only, no allocation)                               */
+
+__attribute__((noreturn)) static void s_fail(const s_child_t *c, int step)
+{
+    s_report_t r = {.tag = 'E', .step = step, .err = errno};
+    (void)!write(c->sync_fd, &r, sizeof(r));
+    _exit(127);
+}
+
+static int s_mknod_dev(const char *dev, const char *name, unsigned maj, unsigned min)
+{
+    char p[S_PATH + 16];
+    size_t n = strlen(dev);
+    memcpy(p, dev, n);
+    p[n] = '/';
+    strcpy(p + n + 1, name);
+    return mknod(p, S_IFCHR | 0666, makedev(maj, min));
+}
+
+static int s_at(const char *dir, const char *name, char *out)
+{
+    size_t n = strlen(dir), m = strlen(name);
+    if (n + m + 2 > S_PATH + 16)
+        return -1;
+    memcpy(out, dir, n);
+    out[n] = '/';
+    memcpy(out + n + 1, name, m + 1);
+    return 0;
+}
+
+static void s_child_dev(const s_child_t *c)
+{
+    const char *dev = c->mp_dev;
+    char p[S_PATH + 16];
+    if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536") < 0)
+        s_fail(c, S_STEP_DEV);
+    static const struct {
+        const char *name;
+        unsigned maj, min;
+    } nodes[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
+                 {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+        if (s_mknod_dev(dev, nodes[i].name, nodes[i].maj, nodes[i].min) < 0)
+            s_fail(c, S_STEP_DEV);
+    s_at(dev, "pts", p);
+    if (mkdir(p, 0755) < 0 || mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
+                                    "newinstance,ptmxmode=0666,mode=620") < 0)
+        s_fail(c, S_STEP_DEV);
+    s_at(dev, "shm", p);
+    if (mkdir(p, 01777) < 0 ||
+        mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, c->tmp_opts) < 0)
+        s_fail(c, S_STEP_DEV);
+    static const char *const links[][2] = {{"ptmx", "pts/ptmx"},
+                                           {"fd", "/proc/self/fd"},
+                                           {"stdin", "/proc/self/fd/0"},
+                                           {"stdout", "/proc/self/fd/1"},
+                                           {"stderr", "/proc/self/fd/2"}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        s_at(dev, links[i][0], p);
+        if (symlink(links[i][1], p) < 0)
+            s_fail(c, S_STEP_DEV);
+    }
+}
+
+static void s_child_lo_up(const s_child_t *c)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    strcpy(ifr.ifr_name, "lo");
+    if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+        s_fail(c, S_STEP_NET);
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+        s_fail(c, S_STEP_NET);
+    close(fd);
+}
+
+/* Mount namespace: overlay root, /data, guest, /proc, /dev, /tmp; then pivot into it. */
+static void s_child_mounts(const s_child_t *c)
+{
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        s_fail(c, S_STEP_PRIVATE);
+    if (mount("overlay", c->root, "overlay", MS_NOSUID | MS_NODEV, c->overlay_opts) < 0)
+        s_fail(c, S_STEP_OVERLAY);
+    const char *dirs[] = {c->mp_data, c->mp_run, c->mp_kagent, c->mp_proc, c->mp_dev, c->mp_tmp};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST)
+            s_fail(c, S_STEP_MKDIR);
+    int fd = open(c->mp_guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0555);
+    if (fd < 0)
+        s_fail(c, S_STEP_MKDIR);
+    close(fd);
+    if (mount(c->data, c->mp_data, NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, c->mp_data, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL) < 0)
+        s_fail(c, S_STEP_DATA);
+    if (mount(c->d->guest_path, c->mp_guest, NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, c->mp_guest, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              NULL) < 0)
+        s_fail(c, S_STEP_GUEST);
+    if (mount("proc", c->mp_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        s_fail(c, S_STEP_PROC);
+    s_child_dev(c);
+    if (mount("tmpfs", c->mp_tmp, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_opts) < 0)
+        s_fail(c, S_STEP_TMP);
+    if (chdir(c->root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+        umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+        s_fail(c, S_STEP_PIVOT);
+}
+
+/* User namespace, identity 65532, no capabilities. */
+static void s_child_creds(const s_child_t *c)
+{
+    if (setgroups(0, NULL) < 0)
+        s_fail(c, S_STEP_CREDS);
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) { /* the guest survives a memory bomb; the guest resets its children to 0 */
+        (void)!write(fd, "-999", 4);
+        close(fd);
+    }
+    if (unshare(CLONE_NEWUSER) < 0)
+        s_fail(c, S_STEP_USERNS);
+    s_report_t r = {.tag = 'U'};
+    char ack;
+    if (write(c->sync_fd, &r, sizeof(r)) != (ssize_t)sizeof(r) || read(c->sync_fd, &ack, 1) != 1)
+        _exit(126);
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            s_fail(c, S_STEP_CREDS);
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 ||
+        prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
+                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) < 0)
+        s_fail(c, S_STEP_CREDS);
+    if (setresgid(S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0 ||
+        setresuid(S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0)
+        s_fail(c, S_STEP_CREDS);
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(SYS_capset, &h, data) < 0)
+        s_fail(c, S_STEP_CREDS);
+}
+
+__attribute__((noreturn)) static void s_child_main(const s_child_t *c)
+{
+    umask(0);
+    for (int i = 0; i < c->n_cg; i++) /* join the sandbox's cgroups, before the cgroup ns */
+        if (write(c->cg_fds[i], "0", 1) != 1)
+            s_fail(c, S_STEP_CGROUP);
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        s_fail(c, S_STEP_CGROUPNS);
+    s_child_mounts(c);
+    const char *hn = c->hostname ? c->hostname : "sandbox";
+    if (sethostname(hn, strlen(hn)) < 0)
+        s_fail(c, S_STEP_UTS);
+    s_child_lo_up(c);
+    s_child_creds(c);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        s_fail(c, S_STEP_CREDS);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(c->log_fd, 2) < 0 ||
+        dup2(c->channel_fd, KA_GP_CHANNEL_FD) < 0)
+        s_fail(c, S_STEP_FDS);
+    /* nothing of the node's may leak into the sandbox: every other fd closes at exec */
+    if (syscall(SYS_close_range, KA_GP_CHANNEL_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        s_fail(c, S_STEP_FDS);
+    char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "HOME=" KA_GP_WORKSPACE, "LANG=C.UTF-8", NULL};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &c->d->filter) < 0)
+        s_fail(c, S_STEP_SECCOMP);
+    execve(KA_GP_GUEST_PATH, c->argv, envp);
+    s_fail(c, S_STEP_EXEC);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Parent side                                                                                */
+
+static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag == FTW_DP || flag == FTW_D)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+static int s_rm_rf(const char *dir)
+{
+    if (nftw(dir, s_rm_cb, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 && errno != ENOENT)
+        return -errno;
+    if (access(dir, F_OK) == 0)
+        return -ENOTEMPTY;
+    return 0;
+}
+
+static int s_write_file(const char *path, const char *s)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, s, strlen(s));
+    int rc = n == (ssize_t)strlen(s) ? 0 : (n < 0 ? -errno : -EIO);
+    close(fd);
+    return rc;
+}
+
+static int s_maps(const s_driver_t *d, pid_t pid)
+{
+    char path[64], map[64];
+    snprintf(map, sizeof(map), "%d %u 1\n", S_SANDBOX_UID, d->uid);
+    snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
+    int rc = s_write_file(path, map);
+    snprintf(path, sizeof(path), "/proc/%d/setgroups", pid);
+    if (rc == 0)
+        rc = s_write_file(path, "deny");
+    snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
+    if (rc == 0)
+        rc = s_write_file(path, map);
+    return rc;
+}
+
+static bool s_valid_id(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > 64 || id[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = id[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
+static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
+{
+    static const char *const sub[] = {"upper", "work", "root", "data"};
+    char p[S_PATH + 32];
+    if (mkdir(sb->dir, 0700) < 0)
+        return -errno;
+    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", sb->dir, sub[i]);
+        if (mkdir(p, 0755) < 0)
+            return -errno;
+    }
+    static const char *const owned[] = {"data/workspace", "data/guest-logs"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(p, sizeof(p), "%s/%s", sb->dir, owned[i]);
+        if (mkdir(p, i == 0 ? 0755 : 0750) < 0 || chown(p, d->uid, d->uid) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* Records the cgroups first, so a crash after this point is cleaned at the next start. */
+static int s_record(const ka_sandbox_t *sb)
+{
+    const char *dirs[KA_CGROUP_MAX_DIRS];
+    size_t n = ka_cgroup_dirs(sb->cg, dirs);
+    char p[S_PATH + 32];
+    snprintf(p, sizeof(p), "%s/cgroups", sb->dir);
+    FILE *f = fopen(p, "we");
+    if (!f)
+        return -errno;
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s\n", dirs[i]);
+    return fclose(f) == 0 ? 0 : -errno;
+}
+
+static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *sb,
+                           s_child_t *c)
+{
+    c->d = d;
+    c->hostname = spec->hostname;
+    snprintf(c->root, sizeof(c->root), "%s/root", sb->dir);
+    snprintf(c->data, sizeof(c->data), "%s/data", sb->dir);
+    snprintf(c->mp_data, S_PATH, "%s/data", c->root);
+    snprintf(c->mp_run, S_PATH, "%s/run", c->root);
+    snprintf(c->mp_kagent, S_PATH, "%s/run/kagent", c->root);
+    snprintf(c->mp_guest, S_PATH, "%s/run/kagent/guest", c->root);
+    snprintf(c->mp_proc, S_PATH, "%s/proc", c->root);
+    snprintf(c->mp_dev, S_PATH, "%s/dev", c->root);
+    snprintf(c->mp_tmp, S_PATH, "%s/tmp", c->root);
+    snprintf(c->tmp_opts, sizeof(c->tmp_opts), "mode=1777,size=%llu",
+             (unsigned long long)d->tmp_bytes);
+    size_t o = (size_t)snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=");
+    for (size_t i = 0; i < spec->n_lower; i++) {
+        if (strchr(spec->lowerdirs[i], ',') || strchr(spec->lowerdirs[i], ':'))
+            return -EINVAL;
+        o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o, "%s%s",
+                              i ? ":" : "", spec->lowerdirs[i]);
+        if (o >= sizeof(c->overlay_opts))
+            return -E2BIG;
+    }
+    o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
+                          ",upperdir=%s/upper,workdir=%s/work,volatile", sb->dir, sb->dir);
+    if (o >= sizeof(c->overlay_opts))
+        return -E2BIG;
+    size_t a = 0;
+    c->argv[a++] = "kagent-sandbox-guest";
+    for (size_t i = 0; d->guest_args && d->guest_args[i] && a < 30; i++)
+        c->argv[a++] = d->guest_args[i];
+    c->argv[a] = NULL;
+    return 0;
+}
+
+/* Waits up to ms for one frame on fd and checks it is the guest's ready event. */
+static int s_wait_ready(int fd, int ms)
+{
+    uint8_t buf[512];
+    size_t len = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        const uint8_t *body;
+        size_t blen;
+        long used = ka_gp_frame_next(buf, len, sizeof(buf) - 4, &body, &blen);
+        if (used < 0)
+            return -EPROTO;
+        if (used > 0) {
+            msgpack_unpacked up;
+            msgpack_unpacked_init(&up);
+            size_t off = 0;
+            const char *ev;
+            size_t evn;
+            int rc = -EPROTO;
+            if (msgpack_unpack_next(&up, (const char *)body, blen, &off) ==
+                    MSGPACK_UNPACK_SUCCESS &&
+                ka_gp_get_bytes(&up.data, "ev", &ev, &evn) && evn == 5 &&
+                memcmp(ev, "ready", 5) == 0)
+                rc = 0;
+            msgpack_unpacked_destroy(&up);
+            return rc;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long el = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (el >= ms)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(ms - el));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue;
+        /* read only up to the end of the first frame: what follows belongs to the client */
+        size_t want = len < 4 ? 4 - len : 0;
+        if (len >= 4) {
+            size_t n =
+                ((size_t)buf[0] << 24) | ((size_t)buf[1] << 16) | ((size_t)buf[2] << 8) | buf[3];
+            if (n > sizeof(buf) - 4)
+                return -EPROTO;
+            want = n + 4 - len;
+        }
+        ssize_t n = read(fd, buf + len, want);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -ECONNRESET;
+        len += (size_t)n;
+    }
+}
+
+static void s_sandbox_free(ka_sandbox_t *sb)
+{
+    if (sb->channel >= 0)
+        close(sb->channel);
+    if (sb->pidfd >= 0)
+        close(sb->pidfd);
+    free(sb);
+}
+
+/* Kills the guest (and with it the PID namespace) and waits for it. */
+static void s_kill_wait(ka_sandbox_t *sb)
+{
+    if (sb->pidfd < 0)
+        return;
+    syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    siginfo_t si;
+    while (waitid((idtype_t)P_PIDFD, (id_t)sb->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+        ;
+}
+
+static int s_teardown(ka_sandbox_t *sb)
+{
+    s_kill_wait(sb);
+    int rc = ka_cgroup_remove(&sb->cg);
+    int r2 = s_rm_rf(sb->dir);
+    return rc < 0 ? rc : r2;
+}
+
+static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    if (!s_valid_id(spec->id) || spec->n_lower == 0 || !spec->lowerdirs)
+        return -EINVAL;
+    ka_sandbox_t *sb = calloc(1, sizeof(*sb));
+    s_child_t *c = calloc(1, sizeof(*c));
+    int rc = -ENOMEM, ch[2] = {-1, -1}, sy[2] = {-1, -1};
+    if (!sb || !c)
+        goto fail_free;
+    sb->pidfd = sb->channel = -1;
+    c->log_fd = -1;
+    snprintf(sb->id, sizeof(sb->id), "%s", spec->id);
+    snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, spec->id);
+    rc = s_mkdirs(d, sb);
+    if (rc == -EEXIST)
+        goto fail_free; /* someone else's sandbox: do not touch it */
+    if (rc < 0)
+        goto fail;
+    sb->cg = ka_cgroup_new(d->cgroup_name, sb->id, &d->lim, &rc);
+    if (!sb->cg)
+        goto fail;
+    rc = s_record(sb);
+    if (rc < 0)
+        goto fail;
+    rc = s_prepare_child(d, spec, sb, c);
+    if (rc < 0)
+        goto fail;
+    char logp[S_PATH + 16];
+    snprintf(logp, sizeof(logp), "%s/guest.log", sb->dir);
+    c->log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (c->log_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch) < 0 ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sy) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    c->channel_fd = ch[1];
+    c->sync_fd = sy[1];
+    rc = ka_cgroup_procs_fds(sb->cg, c->cg_fds);
+    if (rc < 0)
+        goto fail;
+    c->n_cg = rc;
+
+    struct clone_args ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags =
+        CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
+    ca.pidfd = (uint64_t)(uintptr_t)&sb->pidfd;
+    ca.exit_signal = SIGCHLD;
+    long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid == 0)
+        s_child_main(c);
+    int clone_errno = errno;
+    for (int i = 0; i < c->n_cg; i++)
+        close(c->cg_fds[i]);
+    close(ch[1]);
+    close(sy[1]);
+    ch[1] = sy[1] = -1;
+    if (pid < 0) {
+        rc = -clone_errno;
+        goto fail;
+    }
+    sb->pid = (pid_t)pid;
+
+    /* The child asks for its id maps once in its user namespace, then execs the guest: EOF on
+     * the sync socket (CLOEXEC) means the exec happened. */
+    s_report_t r;
+    ssize_t n = read(sy[0], &r, sizeof(r));
+    if (n == (ssize_t)sizeof(r) && r.tag == 'U') {
+        rc = s_maps(d, sb->pid);
+        if (rc < 0)
+            goto fail;
+        if (write(sy[0], "G", 1) != 1) {
+            rc = -EPIPE;
+            goto fail;
+        }
+        n = read(sy[0], &r, sizeof(r));
+    }
+    if (n != 0) {
+        rc = n == (ssize_t)sizeof(r) && r.tag == 'E' ? -r.err : -EPROTO;
+        if (rc == 0)
+            rc = -EPROTO;
+        dprintf(c->log_fd, "{\"event\":\"sandbox_setup_failed\",\"step\":%d,\"errno\":%d}\n",
+                n == (ssize_t)sizeof(r) ? r.step : -1, n == (ssize_t)sizeof(r) ? r.err : 0);
+        goto fail;
+    }
+    sb->channel = ch[0];
+    ch[0] = -1;
+    rc = s_wait_ready(sb->channel, spec->ready_timeout_ms > 0 ? spec->ready_timeout_ms : 5000);
+    if (rc < 0)
+        goto fail;
+    close(sy[0]);
+    close(c->log_fd);
+    free(c);
+    *out = sb;
+    return 0;
+
+fail:
+    s_teardown(sb);
+fail_free:
+    for (int i = 0; i < 2; i++) {
+        if (ch[i] >= 0)
+            close(ch[i]);
+        if (sy[i] >= 0)
+            close(sy[i]);
+    }
+    if (c && c->log_fd >= 0)
+        close(c->log_fd);
+    free(c);
+    if (sb)
+        s_sandbox_free(sb);
+    return rc;
+}
+
+static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
+{
+    (void)base;
+    ka_sandbox_t *sb = *sb_p;
+    *sb_p = NULL;
+    int rc = s_teardown(sb);
+    s_sandbox_free(sb);
+    return rc;
+}
+
+static int s_stats(ka_driver_t *base, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
+{
+    (void)base;
+    memset(out, 0, sizeof(*out));
+    out->guest_pid = sb->pid;
+    return ka_cgroup_stats(sb->cg, out);
+}
+
+static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    return sb->channel;
+}
+
+static void s_destroy(ka_driver_t *base)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    ka_cgroup_remove_parent(d->cgroup_name);
+    free(d->filter.filter);
+    if (d->guest_args) {
+        for (size_t i = 0; d->guest_args[i]; i++)
+            free(d->guest_args[i]);
+        free(d->guest_args);
+    }
+    free(d);
+}
+
+static const ka_driver_ops_t s_ops = {
+    .name = "namespaces",
+    .start = s_start,
+    .stop = s_stop,
+    .stats = s_stats,
+    .channel = s_channel,
+    .destroy = s_destroy,
+};
+
+const char *ka_namespaces_dir(const ka_sandbox_t *sb)
+{
+    return sb->dir;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Seccomp: deny what a sandbox never needs (Docker's default profile in spirit)              */
+
+static int s_filter_build(struct sock_fprog *out)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return -ENOMEM;
+    static const char *const deny[] = {"mount",
+                                       "umount2",
+                                       "pivot_root",
+                                       "chroot",
+                                       "swapon",
+                                       "swapoff",
+                                       "reboot",
+                                       "kexec_load",
+                                       "kexec_file_load",
+                                       "init_module",
+                                       "finit_module",
+                                       "delete_module",
+                                       "bpf",
+                                       "perf_event_open",
+                                       "keyctl",
+                                       "add_key",
+                                       "request_key",
+                                       "setns",
+                                       "acct",
+                                       "settimeofday",
+                                       "clock_settime",
+                                       "clock_adjtime",
+                                       "adjtimex",
+                                       "iopl",
+                                       "ioperm",
+                                       "open_by_handle_at",
+                                       "name_to_handle_at",
+                                       "userfaultfd",
+                                       "lookup_dcookie",
+                                       "quotactl",
+                                       "quotactl_fd",
+                                       "syslog",
+                                       "uselib",
+                                       "vhangup",
+                                       "fsopen",
+                                       "fsconfig",
+                                       "fsmount",
+                                       "fspick",
+                                       "move_mount",
+                                       "open_tree",
+                                       "mount_setattr",
+                                       "io_uring_setup",
+                                       "io_uring_enter",
+                                       "io_uring_register",
+                                       "fanotify_init",
+                                       "move_pages",
+                                       "nfsservctl",
+                                       "get_kernel_syms",
+                                       "query_module",
+                                       "create_module",
+                                       "sysfs",
+                                       "_sysctl",
+                                       "ustat",
+                                       "kcmp",
+                                       "process_madvise"};
+    int rc = 0;
+    const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+    for (size_t i = 0; i < sizeof(deny) / sizeof(deny[0]) && rc == 0; i++) {
+        int nr = seccomp_syscall_resolve_name(deny[i]);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* not on this architecture */
+        rc = seccomp_rule_add(ctx, eperm, nr, 0);
+    }
+    /* new namespaces: unshare and clone with any CLONE_NEW* flag; clone3 hides its flags in
+     * memory, so it reports ENOSYS and libc falls back to clone */
+    static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWCGROUP, CLONE_NEWUTS,
+                                        CLONE_NEWIPC, CLONE_NEWUSER,   CLONE_NEWPID,
+                                        CLONE_NEWNET, 0x00000080ULL /* CLONE_NEWTIME */};
+    for (size_t i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]) && rc == 0; i++) {
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(unshare), 1,
+                              SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+        if (rc == 0 && ns_flags[i] != 0x80)
+            rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1,
+                                  SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+    }
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    /* sockets: unix, inet, inet6 and netlink route only; no raw or packet sockets */
+    for (int fam = 0; fam <= 16 && rc == 0; fam++) {
+        if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK)
+            continue;
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, fam));
+    }
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, 16));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+                              SCMP_A2(SCMP_CMP_NE, 0 /* NETLINK_ROUTE */));
+    static const int inet[] = {AF_INET, AF_INET6};
+    for (size_t i = 0; i < 2 && rc == 0; i++) {
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, inet[i]),
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW));
+        if (rc == 0)
+            rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, inet[i]),
+                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_PACKET));
+    }
+    /* terminal injection */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+    /* export once: the sandbox child installs the raw program without allocating */
+    int mfd = -1;
+    if (rc == 0) {
+        mfd = memfd_create("kagent-seccomp", MFD_CLOEXEC);
+        rc = mfd < 0 ? -errno : seccomp_export_bpf(ctx, mfd);
+    }
+    if (rc == 0) {
+        off_t size = lseek(mfd, 0, SEEK_END);
+        out->filter = malloc((size_t)size);
+        out->len = (unsigned short)((size_t)size / sizeof(struct sock_filter));
+        if (!out->filter || pread(mfd, out->filter, (size_t)size, 0) != size)
+            rc = -EIO;
+    }
+    if (mfd >= 0)
+        close(mfd);
+    seccomp_release(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Creation and crash cleanup                                                                 */
+
+static void s_cleanup_leftovers(const s_driver_t *d)
+{
+    DIR *dir = opendir(d->state_dir);
+    if (!dir)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[S_PATH + 300];
+        snprintf(p, sizeof(p), "%s/%s/cgroups", d->state_dir, e->d_name);
+        FILE *f = fopen(p, "re");
+        if (f) {
+            char line[1024];
+            while (fgets(line, sizeof(line), f)) {
+                line[strcspn(line, "\n")] = 0;
+                if (strncmp(line, "/sys/fs/cgroup/", 15) == 0 && !strstr(line, ".."))
+                    ka_cgroup_remove_dir(line);
+            }
+            fclose(f);
+        }
+        snprintf(p, sizeof(p), "%s/%s", d->state_dir, e->d_name);
+        s_rm_rf(p);
+    }
+    closedir(dir);
+}
+
+ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
+{
+    int rc = -EINVAL;
+    s_driver_t *d = NULL;
+    struct stat st;
+    if (!opts || !opts->state_dir || !opts->guest_path || opts->state_dir[0] != '/' ||
+        opts->guest_path[0] != '/' || strlen(opts->state_dir) >= S_SDIR ||
+        strlen(opts->guest_path) >= S_PATH)
+        goto fail;
+    if (geteuid() != 0) {
+        rc = -EPERM;
+        goto fail;
+    }
+    if (stat(opts->guest_path, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = -ENOENT;
+        goto fail;
+    }
+    d = calloc(1, sizeof(*d));
+    rc = -ENOMEM;
+    if (!d)
+        goto fail;
+    d->base.ops = &s_ops;
+    snprintf(d->state_dir, sizeof(d->state_dir), "%s", opts->state_dir);
+    snprintf(d->guest_path, sizeof(d->guest_path), "%s", opts->guest_path);
+    snprintf(d->cgroup_name, sizeof(d->cgroup_name), "%s",
+             opts->cgroup_name ? opts->cgroup_name : "kagent");
+    d->lim.mem_bytes = opts->mem_bytes;
+    d->lim.cpu_millis = opts->cpu_millis;
+    d->lim.pids_max = opts->pids_max;
+    d->uid = opts->uid ? opts->uid : S_SANDBOX_UID;
+    d->tmp_bytes = opts->tmp_bytes ? opts->tmp_bytes : (64u << 20);
+    size_t na = 0;
+    while (opts->guest_args && opts->guest_args[na])
+        na++;
+    if (na > 28) {
+        rc = -E2BIG;
+        goto fail;
+    }
+    d->guest_args = calloc(na + 1, sizeof(char *));
+    if (!d->guest_args)
+        goto fail;
+    for (size_t i = 0; i < na; i++)
+        if (!(d->guest_args[i] = strdup(opts->guest_args[i])))
+            goto fail;
+    if (mkdir(d->state_dir, 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto fail;
+    }
+    rc = s_filter_build(&d->filter);
+    if (rc < 0)
+        goto fail;
+    s_cleanup_leftovers(d);
+    return &d->base;
+fail:
+    if (d)
+        s_destroy(&d->base);
+    if (err)
+        *err = rc;
+    return NULL;
+}
