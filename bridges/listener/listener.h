@@ -1,0 +1,64 @@
+/* kb_listener: one TCP port for gRPC (HTTP/2) and HTTP/1.1.
+ *
+ * A thread accepts connections and peeks (MSG_PEEK, nothing is consumed) at the first bytes of
+ * each: the HTTP/2 client preface "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" hands the socket to
+ * on_grpc, anything else to on_http. Slow clients never block the accept loop: undecided
+ * connections wait in a poll set and are closed when they send nothing decisive within
+ * peek_timeout_ms. The listener knows neither gRPC nor libmicrohttpd; the caller wires them in
+ * (kb_grpc_server_add_fd, kb_http_add_connection).
+ */
+#ifndef KB_LISTENER_H
+#define KB_LISTENER_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KB_LISTENER_DEFAULT_PORT       8083
+#define KB_LISTENER_DEFAULT_PEEK_MS    5000
+#define KB_LISTENER_DEFAULT_MAX_PEEKING 1024
+
+/* Takes ownership of fd (a connected, non-blocking socket whose bytes are all still unread).
+ * Runs on the listener thread: must not block. */
+typedef void (*kb_listener_fd_fn)(int fd, const struct sockaddr *peer, socklen_t peer_len,
+                                  void *arg);
+
+typedef struct {
+    const char *host;         /* address to bind; NULL = "127.0.0.1" */
+    int port;                 /* 0 = an ephemeral port (see kb_listener_port) */
+    int peek_timeout_ms;      /* 0 = KB_LISTENER_DEFAULT_PEEK_MS */
+    int max_peeking;          /* undecided connections kept at once; 0 = default */
+    kb_listener_fd_fn on_grpc; /* HTTP/2 preface seen */
+    kb_listener_fd_fn on_http; /* anything else */
+    void *arg;                /* passed to both */
+} kb_listener_options_t;
+
+/* Counters since start. */
+typedef struct {
+    uint64_t accepted, to_grpc, to_http, timed_out, closed_early, refused;
+} kb_listener_stats_t;
+
+typedef struct kb_listener kb_listener_t;
+
+/* Binds, listens and starts the accept thread. NULL on failure with *err set: -EADDRINUSE
+ * (port taken; logged with the address), -EINVAL (bad host or options), -errno otherwise. */
+kb_listener_t *kb_listener_new(const kb_listener_options_t *opts, int *err);
+/* The bound port. */
+int kb_listener_port(const kb_listener_t *l);
+/* Snapshot of the counters. */
+void kb_listener_stats(kb_listener_t *l, kb_listener_stats_t *out);
+/* Stops the thread, closes the listening socket and every undecided connection. Connections
+ * already handed over are not touched. Idempotent. */
+void kb_listener_destroy(kb_listener_t **l_p);
+
+/* Classifies the first bytes of a connection: 1 = HTTP/2 preface, 0 = something else,
+ * -EAGAIN = a prefix of the preface (need more bytes). */
+int kb_listener_classify(const void *bytes, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
