@@ -1,0 +1,384 @@
+/*
+ * Operator commands (kagent.runtime.v1.RuntimeService): `image import|list|rm` and
+ * `runtime tree|nodes|pools|stats`.
+ */
+#include "cli_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kagent/runtime/v1/runtime.pb-c.h"
+
+#define S_SVC "/kagent.runtime.v1.RuntimeService/"
+
+/* One unary call; on failure prints "<what>: <cause>" and returns NULL. */
+static ProtobufCMessage *s_call(kb_cli_t *cli, const char *method, const ProtobufCMessage *req,
+                                const ProtobufCMessageDescriptor *rd, const char *what)
+{
+    kb_rpc_t *rpc = kb_cli_rpc(cli);
+    if (!rpc)
+        return NULL;
+    ProtobufCMessage *resp = NULL;
+    kb_rpc_status_t st;
+    if (kb_rpc_unary(rpc, method, NULL, req, rd, &resp, &st) != 0) {
+        char cause[KB_RPC_MSG_CAP + 64];
+        kb_cli_cause(&st, cause, sizeof cause);
+        kb_cli_fail(cli, "%s: %s", what, cause);
+        return NULL;
+    }
+    return resp;
+}
+
+static void s_print_images(kb_cli_t *cli, Kagent__Runtime__V1__Image *const *imgs, size_t n)
+{
+    kb_table_t *t = kb_table_new(4);
+    if (!t)
+        return;
+    const char *hdr[] = {"REFERENCE", "DIGEST", "SIZE", "CREATED"};
+    kb_table_add(t, hdr);
+    for (size_t i = 0; i < n; i++) {
+        char size[32], created[48];
+        snprintf(size, sizeof size, "%lld", (long long)imgs[i]->size);
+        kb_fmt_time((const ProtobufCMessage *)imgs[i]->created_at, created, sizeof created);
+        const char *row[] = {imgs[i]->reference, imgs[i]->digest, size, created};
+        kb_table_add(t, row);
+    }
+    kb_table_print(t, cli->out);
+    kb_table_destroy(&t);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* image import: streams the tarball in KB_CHUNK chunks (images are not held to 64 MiB). */
+
+static int s_run_image_import(kb_cli_t *cli, const kb_args_t *a)
+{
+    const char *path = a->pos[0];
+    int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kb_cli_fail(cli, "open %s: %s", path, strerror(errno));
+    struct stat sb;
+    uint64_t total = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+    kb_rpc_t *rpc = kb_cli_rpc(cli);
+    uint8_t *buf = malloc(KB_CHUNK);
+    if (!rpc || !buf) {
+        free(buf);
+        close(fd);
+        return rpc ? kb_cli_fail(cli, "out of memory") : KB_EXIT_ERROR;
+    }
+    kb_rpc_status_t st;
+    char cause[KB_RPC_MSG_CAP + 64] = "";
+    kb_rpc_call_t *call = kb_rpc_client_stream(rpc, S_SVC "ImportImage", NULL, &st);
+    bool first = true, failed = call == NULL;
+    uint64_t sent = 0;
+    while (!failed) {
+        ssize_t n = read(fd, buf, KB_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(cause, sizeof cause, "read %s: %s", path, strerror(errno));
+            failed = true;
+            break;
+        }
+        if (n == 0 && !first)
+            break;
+        Kagent__Runtime__V1__ImportImageRequest req =
+            KAGENT__RUNTIME__V1__IMPORT_IMAGE_REQUEST__INIT;
+        if (first) {
+            req.name = (char *)kb_args_str(a, "name");
+            req.format = (char *)kb_args_str(a, "format");
+        }
+        req.chunk.data = buf;
+        req.chunk.len = (size_t)n;
+        if (kb_rpc_call_write(call, &req.base) != 0) {
+            failed = true;
+            break;
+        }
+        first = false;
+        sent += (uint64_t)n;
+        kb_cli_progress(cli, "import", sent, total, false);
+        if (n == 0)
+            break;
+    }
+    kb_cli_progress(cli, "import", sent, total, true);
+    ProtobufCMessage *resp = NULL;
+    if (call && !cause[0] &&
+        kb_rpc_call_finish(call, &kagent__runtime__v1__import_image_response__descriptor, &resp,
+                           &st) != 0)
+        failed = true;
+    kb_rpc_call_destroy(&call);
+    free(buf);
+    close(fd);
+    if (failed) {
+        if (!cause[0])
+            kb_cli_cause(&st, cause, sizeof cause);
+        return kb_cli_fail(cli, "import image %s: %s", path, cause);
+    }
+    int rc = KB_EXIT_OK;
+    Kagent__Runtime__V1__ImportImageResponse *r = (Kagent__Runtime__V1__ImportImageResponse *)resp;
+    if (cli->json)
+        rc = kb_cli_print(cli, resp);
+    else if (r->image)
+        s_print_images(cli, &r->image, 1);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_image_list(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__ListImagesRequest req = KAGENT__RUNTIME__V1__LIST_IMAGES_REQUEST__INIT;
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "ListImages", &req.base,
+               &kagent__runtime__v1__list_images_response__descriptor, "list images");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    Kagent__Runtime__V1__ListImagesResponse *r = (Kagent__Runtime__V1__ListImagesResponse *)resp;
+    if (cli->json)
+        rc = kb_cli_print(cli, resp);
+    else
+        s_print_images(cli, r->images, r->n_images);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_image_rm(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__RemoveImageRequest req = KAGENT__RUNTIME__V1__REMOVE_IMAGE_REQUEST__INIT;
+    req.reference = (char *)a->pos[0];
+    char what[300];
+    snprintf(what, sizeof what, "remove image %s", a->pos[0]);
+    ProtobufCMessage *resp = s_call(cli, S_SVC "RemoveImage", &req.base,
+                                    &kagent__runtime__v1__remove_image_response__descriptor, what);
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    if (cli->json)
+        rc = kb_cli_print(cli, resp);
+    else
+        fprintf(cli->out, "Removed %s\n", a->pos[0]);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static const kb_flag_t s_import_flags[] = {
+    {"name", 0, KB_F_STRING, NULL, "name to give the image", "string"},
+    {"format", 0, KB_F_STRING, NULL, "oci-archive or docker-archive (default: detect)", "string"},
+    {0},
+};
+
+static const kb_cmd_t s_cmd_image_import = {
+    .name = "import",
+    .use = "import FILE|-",
+    .short_help = "Import an image tarball to the node",
+    .flags = s_import_flags,
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_image_import,
+};
+static const kb_cmd_t s_cmd_image_list = {
+    .name = "list",
+    .use = "list",
+    .short_help = "List the node's images",
+    .min_args = 0,
+    .max_args = 0,
+    .run = s_run_image_list,
+};
+static const kb_cmd_t s_cmd_image_rm = {
+    .name = "rm",
+    .use = "rm REFERENCE",
+    .short_help = "Remove an image",
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_image_rm,
+};
+static const kb_cmd_t *const s_image_subs[] = {&s_cmd_image_import, &s_cmd_image_list,
+                                               &s_cmd_image_rm, NULL};
+
+const kb_cmd_t kb_cmd_image = {
+    .name = "image",
+    .use = "image [command]",
+    .short_help = "Manage the node's image store",
+    .subs = s_image_subs,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+
+static int s_run_tree(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__GetActorTreeRequest req =
+        KAGENT__RUNTIME__V1__GET_ACTOR_TREE_REQUEST__INIT;
+    req.root = (char *)kb_args_str(a, "root");
+    req.node_id = (int32_t)kb_args_int(a, "node");
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "GetActorTree", &req.base,
+               &kagent__runtime__v1__get_actor_tree_response__descriptor, "get actor tree");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    const char *text = ((Kagent__Runtime__V1__GetActorTreeResponse *)resp)->json;
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
+    if (j) {
+        kb_out_json(cli->out, j); /* the tree is JSON already: pretty-print it either way */
+        json_decref(j);
+    } else {
+        fprintf(cli->out, "%s\n", text);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_nodes(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__ListNodesRequest req = KAGENT__RUNTIME__V1__LIST_NODES_REQUEST__INIT;
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "ListNodes", &req.base,
+               &kagent__runtime__v1__list_nodes_response__descriptor, "list nodes");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    if (cli->json) {
+        rc = kb_cli_print(cli, resp);
+    } else {
+        Kagent__Runtime__V1__ListNodesResponse *r = (Kagent__Runtime__V1__ListNodesResponse *)resp;
+        kb_table_t *t = kb_table_new(6);
+        const char *hdr[] = {"ID", "NAME", "ENDPOINT", "ALIVE", "LAST HEARTBEAT", "POOLS"};
+        if (t)
+            kb_table_add(t, hdr);
+        for (size_t i = 0; t && i < r->n_nodes; i++) {
+            const Kagent__Runtime__V1__Node *nd = r->nodes[i];
+            char id[16], hb[48], pools[512] = "";
+            snprintf(id, sizeof id, "%d", (int)nd->id);
+            kb_fmt_time((const ProtobufCMessage *)nd->last_heartbeat, hb, sizeof hb);
+            for (size_t k = 0; k < nd->n_pools; k++) {
+                size_t l = strlen(pools);
+                snprintf(pools + l, sizeof pools - l, "%s%s", k ? "," : "", nd->pools[k]);
+            }
+            const char *row[] = {id, nd->name, nd->endpoint, nd->alive ? "true" : "false",
+                                 hb, pools};
+            kb_table_add(t, row);
+        }
+        if (t)
+            kb_table_print(t, cli->out);
+        kb_table_destroy(&t);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_pools(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__ListPoolsRequest req = KAGENT__RUNTIME__V1__LIST_POOLS_REQUEST__INIT;
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "ListPools", &req.base,
+               &kagent__runtime__v1__list_pools_response__descriptor, "list pools");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    if (cli->json) {
+        rc = kb_cli_print(cli, resp);
+    } else {
+        Kagent__Runtime__V1__ListPoolsResponse *r = (Kagent__Runtime__V1__ListPoolsResponse *)resp;
+        kb_table_t *t = kb_table_new(4);
+        const char *hdr[] = {"NAME", "CLASS", "CAPACITY", "IN USE"};
+        if (t)
+            kb_table_add(t, hdr);
+        for (size_t i = 0; t && i < r->n_pools; i++) {
+            char cap[24], use[24];
+            snprintf(cap, sizeof cap, "%lld", (long long)r->pools[i]->capacity);
+            snprintf(use, sizeof use, "%lld", (long long)r->pools[i]->in_use);
+            const char *row[] = {r->pools[i]->name, r->pools[i]->sandbox_class, cap, use};
+            kb_table_add(t, row);
+        }
+        if (t)
+            kb_table_print(t, cli->out);
+        kb_table_destroy(&t);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_stats(kb_cli_t *cli, const kb_args_t *a)
+{
+    Kagent__Runtime__V1__GetStatsRequest req = KAGENT__RUNTIME__V1__GET_STATS_REQUEST__INIT;
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "GetStats", &req.base,
+               &kagent__runtime__v1__get_stats_response__descriptor, "get stats");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    if (cli->json) {
+        rc = kb_cli_print(cli, resp);
+    } else {
+        /* One line per counter, in declaration order, zeros included. */
+        const ProtobufCMessageDescriptor *d = resp->descriptor;
+        kb_table_t *t = kb_table_new(2);
+        for (unsigned i = 0; t && i < d->n_fields; i++) {
+            char v[32];
+            snprintf(v, sizeof v, "%llu",
+                     (unsigned long long)*(const uint64_t *)((const uint8_t *)resp +
+                                                             d->fields[i].offset));
+            const char *row[] = {d->fields[i].name, v};
+            kb_table_add(t, row);
+        }
+        if (t)
+            kb_table_print(t, cli->out);
+        kb_table_destroy(&t);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static const kb_flag_t s_tree_flags[] = {
+    {"root", 0, KB_F_STRING, NULL, "actor path or name to start from (default: the whole node)",
+     "string"},
+    {"node", 0, KB_F_INT, "0", "node id (0 = the node answering)", "int32"},
+    {0},
+};
+
+static const kb_cmd_t s_cmd_tree = {
+    .name = "tree",
+    .use = "tree",
+    .short_help = "Show the actor tree (JSON)",
+    .flags = s_tree_flags,
+    .min_args = 0,
+    .max_args = 0,
+    .run = s_run_tree,
+};
+static const kb_cmd_t s_cmd_nodes = {
+    .name = "nodes",
+    .use = "nodes",
+    .short_help = "List the nodes",
+    .min_args = 0,
+    .max_args = 0,
+    .run = s_run_nodes,
+};
+static const kb_cmd_t s_cmd_pools = {
+    .name = "pools",
+    .use = "pools",
+    .short_help = "List the worker pools",
+    .min_args = 0,
+    .max_args = 0,
+    .run = s_run_pools,
+};
+static const kb_cmd_t s_cmd_stats = {
+    .name = "stats",
+    .use = "stats",
+    .short_help = "Show runtime statistics",
+    .min_args = 0,
+    .max_args = 0,
+    .run = s_run_stats,
+};
+static const kb_cmd_t *const s_runtime_subs[] = {&s_cmd_tree, &s_cmd_nodes, &s_cmd_pools,
+                                                 &s_cmd_stats, NULL};
+
+const kb_cmd_t kb_cmd_runtime = {
+    .name = "runtime",
+    .use = "runtime [command]",
+    .short_help = "Inspect the runtime: actor tree, nodes, pools, statistics",
+    .subs = s_runtime_subs,
+};
