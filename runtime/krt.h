@@ -66,12 +66,15 @@ typedef struct krt_ctx krt_ctx_t;       /* an actor's view of the runtime during
 
 /* Message types below KRT_MSG_USER are the runtime's own. */
 enum {
-    KRT_MSG_EXIT = 1,     /* a linked actor stopped (only if trapping exits); body krt_exit_t */
-    KRT_MSG_DOWN,         /* a monitored actor stopped; body krt_down_t */
-    KRT_MSG_CALL_TIMEOUT, /* a krt_request got no reply in time; msg->ref is the request's */
-    KRT_MSG_FD_READY,     /* a watched fd is ready; body krt_fd_event_t */
-    KRT_MSG_JOB_DONE,     /* a krt_job_submit job returned; body krt_job_done_t */
-    KRT_MSG_STOP,         /* polite stop request (supervisor shutdown); default: exit */
+    KRT_MSG_EXIT = 1,        /* a linked actor stopped (only if trapping exits); body krt_exit_t */
+    KRT_MSG_DOWN,            /* a monitored actor stopped; body krt_down_t */
+    KRT_MSG_CALL_TIMEOUT,    /* a krt_request got no reply in time; msg->ref is the request's */
+    KRT_MSG_FD_READY,        /* a watched fd is ready; body krt_fd_event_t */
+    KRT_MSG_JOB_DONE,        /* a krt_job_submit job returned; body krt_job_done_t */
+    KRT_MSG_STOP,            /* polite stop request (supervisor shutdown): the handler sees it, then
+                                the actor exits with KRT_EXIT_SHUTDOWN unless it called krt_exit */
+    KRT_MSG_SUP_START_CHILD, /* request to a supervisor: body krt_child_spec_t; the reply (same
+                                type) carries a krt_sup_started_t */
     KRT_MSG_USER = 256
 };
 
@@ -189,7 +192,7 @@ int krt_spawn(krt_ctx_t *ctx, const krt_behaviour_t *b, void *arg, const krt_spa
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len);
 /* Sends a pointer without copying (local addresses only). Ownership moves to the message:
  * if the receiver does not krt_msg_take() it, free_fn(ptr) runs after its handler (or when the
- * message is dropped because the receiver is gone). */
+ * message is dropped because the receiver is gone). ptr is consumed even when this fails. */
 int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *));
 /* Takes ownership of a pointer body during the handler; the runtime will not free it. */
 void *krt_msg_take(krt_ctx_t *ctx, const krt_msg_t *msg);
@@ -201,6 +204,10 @@ int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, 
                 int timeout_ms, uint64_t *ref);
 /* Replies to msg (a request, or a krt_call) with a copy of body. */
 int krt_reply(krt_ctx_t *ctx, const krt_msg_t *msg, uint32_t type, const void *body, size_t len);
+/* Deferred reply: answers a request after its handler returned, given the request's msg->from
+ * and msg->ref (saved by the replier). Works for krt_call requests too (from = KRT_ADDR_NONE). */
+int krt_reply_to(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, const void *body,
+                 size_t len);
 
 /* Links are bidirectional: when one side stops abnormally, the other is killed with the same
  * reason unless it traps exits (then it receives KRT_MSG_EXIT). Linking to a dead actor
@@ -215,8 +222,12 @@ void krt_demonitor(krt_ctx_t *ctx, uint64_t ref);
 
 /* Stops this actor with reason once the current handler returns. */
 void krt_exit(krt_ctx_t *ctx, int reason);
-/* Asks another actor to stop with reason (KRT_EXIT_KILLED cannot be trapped). */
+/* Asks another actor to stop with reason (KRT_EXIT_KILLED cannot be trapped). An actor that
+ * traps exits receives other reasons as KRT_MSG_EXIT; one that does not stops, even with
+ * KRT_EXIT_NORMAL. */
 int krt_kill(krt_ctx_t *ctx, krt_addr_t who, int reason);
+/* The same from outside any actor (the EXIT message's who is KRT_ADDR_NONE). */
+int krt_system_kill(krt_system_t *sys, krt_addr_t who, int reason);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Timers: a hierarchical timing wheel per scheduler, 1 ms tick. Timer entries live inside the
@@ -225,7 +236,7 @@ int krt_kill(krt_ctx_t *ctx, krt_addr_t who, int reason);
  * (the runtime does it for armed timers it knows of).                                          */
 
 typedef struct krt_timer {
-    uint64_t opaque_[5]; /* runtime-private; zero-initialised (state is zeroed) = idle */
+    uint64_t opaque_[8]; /* runtime-private; zero-initialised (state is zeroed) = idle */
 } krt_timer_t;
 
 /* (Re)arms t: after delay_ms the owning actor receives a message of `type` (body empty, ref =
@@ -287,6 +298,13 @@ typedef struct krt_sup_spec {
     size_t n_children;
 } krt_sup_spec_t;
 
+/* The supervisor behaviour, for nesting: a child spec {behaviour = &krt_supervisor_behaviour,
+ * arg = (const krt_sup_spec_t *)...} (that spec must outlive the child; it is copied at each
+ * start). A supervisor traps exits; KRT_MSG_STOP or an exit signal from a non-child stops its
+ * children in reverse order, then itself. After too many restarts it stops its children and
+ * exits with KRT_EXIT_ERROR. */
+extern const krt_behaviour_t krt_supervisor_behaviour;
+
 /* Spawns a supervisor (spec copied). From an actor (ctx) or from outside (ctx NULL, sys). */
 int krt_supervisor_spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_sup_spec_t *spec,
                          const krt_spawn_opts_t *opts, krt_addr_t *out);
@@ -294,7 +312,13 @@ int krt_supervisor_spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_sup_spec_t
  * *out receives the child's address. Blocking form for non-actor threads only. */
 int krt_supervisor_start_child(krt_system_t *sys, krt_addr_t sup, const krt_child_spec_t *spec,
                                krt_addr_t *out);
-/* Current address of a supervisor's child by name (changes after restarts). */
+typedef struct krt_sup_started {
+    int err;         /* 0 or a krt error */
+    krt_addr_t addr; /* the new child */
+} krt_sup_started_t;
+
+/* Current address of a supervisor's child by name (changes after restarts); KRT_ADDR_NONE if
+ * it is not running. Safe from any thread. */
 krt_addr_t krt_supervisor_child(krt_system_t *sys, krt_addr_t sup, const char *name);
 
 /* ------------------------------------------------------------------------------------------ */

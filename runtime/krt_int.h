@@ -1,0 +1,305 @@
+/*
+ * krt private header: the structures shared by the runtime's source files. Nothing outside
+ * runtime/ includes it (tests may, to reach internals).
+ *
+ * Memory model in one paragraph: an actor is one malloc block (struct + state). Its address
+ * names a slot (index + generation); senders pin the slot with a reference count while they push
+ * into the mailbox, so an actor is freed only once it is marked dead and no sender holds it.
+ * Mailboxes are Vyukov intrusive MPSC queues; `sched` (0 idle, 1 queued or running) decides who
+ * enqueues an actor on a run queue. Only the scheduler running an actor touches its
+ * non-atomic fields, except the tree links, which are guarded by the system's tree lock.
+ */
+#ifndef KRT_INT_H
+#define KRT_INT_H
+
+#include "krt.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Addresses and slots                                                                        */
+
+#define KRT_LOCAL_MASK ((UINT64_C(1) << 48) - 1)
+#define KRT_SLOT_BITS  24
+#define KRT_SLOT_MASK  ((UINT64_C(1) << KRT_SLOT_BITS) - 1)
+#define KRT_GEN_MAX    ((UINT64_C(1) << 24) - 1)
+#define KRT_CHUNK_BITS 16
+#define KRT_CHUNK_SIZE (1u << KRT_CHUNK_BITS)
+#define KRT_NCHUNKS    (1u << (KRT_SLOT_BITS - KRT_CHUNK_BITS))
+#define KRT_SLOT_ALIVE (UINT64_C(1) << 31)
+#define KRT_SLOT_REFS  (KRT_SLOT_ALIVE - 1)
+
+typedef struct krt_actor krt_actor_t;
+typedef struct krt_sched krt_sched_t;
+
+/* word: generation << 32 | ALIVE | sender references. */
+typedef struct krt_slot {
+    _Atomic uint64_t word;
+    krt_actor_t *_Atomic actor;
+} krt_slot_t;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Message nodes                                                                              */
+
+enum {
+    KRT_NK_USER,      /* an application message */
+    KRT_NK_REPLY,     /* a reply to a krt_request: dropped if the request timed out */
+    KRT_NK_INIT,      /* first message: runs init; msg.body is the spawn arg */
+    KRT_NK_TIMER,     /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
+    KRT_NK_LINK,      /* from wants a link */
+    KRT_NK_UNLINK,    /* from drops its link */
+    KRT_NK_MONITOR,   /* from monitors us with msg.ref */
+    KRT_NK_DEMONITOR, /* from drops monitor msg.ref */
+    KRT_NK_EXIT,      /* krt_kill from `from`, reason aux */
+    KRT_NK_LINKEXIT,  /* linked actor `from` stopped with reason aux */
+    KRT_NK_DOWN       /* a monitored actor stopped; body krt_down_t */
+};
+enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4 };
+
+typedef struct krt_mlink {
+    struct krt_mlink *_Atomic next;
+} krt_mlink_t;
+
+typedef struct krt_node {
+    krt_mlink_t link; /* must stay first */
+    krt_msg_t msg;
+    void (*free_fn)(void *);
+    uint16_t kind;
+    uint16_t flags;
+    uint32_t aux;
+    _Alignas(8) unsigned char data[];
+} krt_node_t;
+
+#define KRT_NODE_SIZE  128
+#define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
+#define KRT_POOL_BATCH 256
+
+/* Call refs (krt_call from outside any actor) have the top bit set. */
+#define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Timers                                                                                     */
+
+typedef struct krt_tlist {
+    struct krt_tlist *next, *prev;
+} krt_tlist_t;
+
+enum { KRT_TS_IDLE = 0, KRT_TS_ARMED = 1, KRT_TS_FIRED = 2, KRT_TS_MASK = 3 };
+enum { KRT_TF_REQ = 4, KRT_TF_HEAP = 8, KRT_TF_CALL = 16 };
+
+/* The runtime's view of a krt_timer_t. */
+typedef struct krt_tmr {
+    krt_tlist_t link; /* wheel bucket; must stay first */
+    uint64_t expires; /* absolute ms */
+    krt_actor_t *owner;
+    uint64_t ref;
+    uint32_t type;
+    uint16_t seq;  /* bumped on every arm/cancel: a fired message with an old seq is stale */
+    uint8_t state; /* KRT_TS_* | KRT_TF_* */
+    uint8_t wheel; /* scheduler index whose wheel holds it */
+    struct krt_tmr *anext, *aprev; /* owner's list of timers not idle */
+} krt_tmr_t;
+
+_Static_assert(sizeof(krt_tmr_t) <= sizeof(krt_timer_t), "krt_timer_t too small");
+
+#define KRT_WHEEL_BITS   6
+#define KRT_WHEEL_SLOTS  (1u << KRT_WHEEL_BITS)
+#define KRT_WHEEL_LEVELS 6
+
+typedef struct krt_wheel {
+    pthread_mutex_t lock;
+    uint64_t now;   /* last processed tick */
+    uint64_t count; /* timers in the wheel */
+    krt_tlist_t slots[KRT_WHEEL_LEVELS][KRT_WHEEL_SLOTS];
+} krt_wheel_t;
+
+typedef void (*krt_fire_fn)(void *user, krt_tmr_t *t);
+
+void krt__wheel_init(krt_wheel_t *w, uint64_t now);
+void krt__wheel_fini(krt_wheel_t *w);
+/* The three below need w->lock held. */
+void krt__wheel_add(krt_wheel_t *w, krt_tmr_t *t);
+void krt__wheel_del(krt_wheel_t *w, krt_tmr_t *t);
+/* Processes every tick up to now; each expired timer is unlinked, then passed to fire. */
+void krt__wheel_advance(krt_wheel_t *w, uint64_t now, krt_fire_fn fire, void *user);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Actors                                                                                     */
+
+enum {
+    KRT_AF_TRAP = 1,
+    KRT_AF_EXITING = 2,
+    KRT_AF_INITED = 4,
+    KRT_AF_SUPERVISOR = 8,
+    KRT_AF_ROOT = 16,
+    KRT_AF_STOPMSG = 32 /* handling KRT_MSG_STOP: exit afterwards */
+};
+enum { KRT_AAF_SHUTDOWN = 1, KRT_AAF_REGISTERED = 2 };
+enum { KRT_SIG_KILL = 1, KRT_SIG_SHUTDOWN = 2, KRT_SIG_POKE = 4 };
+enum { KRT_REL_LINK = 1, KRT_REL_MON_OUT, KRT_REL_MON_IN };
+
+typedef struct krt_rel {
+    krt_addr_t peer;
+    uint64_t ref;
+    int kind;
+} krt_rel_t;
+
+typedef struct krt_pending {
+    struct krt_pending *next;
+    krt_tmr_t timer; /* ref = the request's ref; armed only with a timeout */
+} krt_pending_t;
+
+/* Rarely used per-actor data, allocated on first use. */
+typedef struct krt_ext {
+    krt_rel_t *rels;
+    uint32_t n_rels, cap_rels;
+    krt_pending_t *pending;
+    krt_tmr_t *timers; /* timers not idle */
+} krt_ext_t;
+
+struct krt_actor {
+    krt_mlink_t *_Atomic mb_head; /* producers */
+    _Atomic uint32_t sched;       /* 0 idle, 1 queued/running/dead, 2 inspected */
+    _Atomic uint32_t pushed;      /* messages pushed (for mailbox depth) */
+    krt_mlink_t *mb_tail;         /* consumer */
+    krt_mlink_t mb_stub;
+    _Atomic uint32_t sig;    /* KRT_SIG_* out-of-band signals */
+    _Atomic int sig_reason;  /* reason for KRT_SIG_KILL */
+    _Atomic uint32_t aflags; /* KRT_AAF_* */
+    _Atomic uint32_t popped; /* messages popped (owner writes) */
+    uint32_t flags;          /* KRT_AF_*, owner only */
+    int exit_reason;
+    krt_actor_t *run_next; /* run queue link */
+    krt_addr_t addr;
+    const krt_behaviour_t *b;
+    krt_actor_t *parent, *first_child, *next_sib, *prev_sib; /* tree_lock */
+    uint32_t n_children;                                     /* tree_lock */
+    uint32_t restarts;
+    krt_ext_t *ext;
+    char *name;
+    _Atomic uint64_t handled;
+    _Alignas(16) unsigned char state[];
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Schedulers and the system                                                                  */
+
+struct krt_ctx {
+    krt_system_t *sys;
+    krt_sched_t *sched;
+    krt_actor_t *actor;
+    krt_node_t *node; /* message being handled, NULL in init/terminate */
+};
+
+struct krt_sched {
+    krt_system_t *sys;
+    int idx;
+    pthread_t thread;
+    pthread_mutex_t rq_lock;
+    krt_actor_t *rq_head, *rq_tail;
+    _Atomic uint32_t rq_len;
+    _Atomic uint32_t parked;
+    _Atomic uint32_t wake; /* futex word */
+    krt_wheel_t wheel;
+    krt_ctx_t ctx;
+    uint64_t next_ref;
+    krt_mlink_t *pool; /* free message nodes */
+    uint32_t pool_n;
+    uint32_t *free_slots;
+    uint32_t n_free_slots, cap_free_slots;
+    uint32_t fresh_next, fresh_end;
+    _Atomic uint64_t handled, spawned, exited, bytes;
+    char pad_[64];
+};
+
+typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
+typedef struct krt_reg krt_reg_t;
+
+struct krt_system {
+    uint16_t node_id;
+    char *name;
+    int n_sched;
+    int n_jobs;
+    uint32_t budget;
+    krt_sched_t *scheds;
+    krt_slot_t *_Atomic chunks[KRT_NCHUNKS];
+    _Atomic uint32_t next_slot;
+    pthread_mutex_t slot_lock; /* gfree */
+    uint32_t *gfree;
+    uint32_t n_gfree, cap_gfree;
+    pthread_mutex_t tree_lock;
+    krt_actor_t *root;
+    _Atomic int started, stopping, quit, stopped;
+    _Atomic uint32_t n_parked;
+    _Atomic uint32_t rr;
+    _Atomic int64_t live;
+    _Atomic uint64_t ext_spawned, ext_refs;
+    pthread_mutex_t pool_lock;
+    krt_mlink_t **batches;
+    uint32_t n_batches, cap_batches;
+    pthread_mutex_t transport_lock;
+    krt_transport_t transport;
+    _Atomic int has_transport;
+    pthread_mutex_t wait_lock;
+    pthread_cond_t wait_cond;
+    struct krt_waiter *waiters;
+    krt_io_t *io;
+    krt_reg_t *reg;
+};
+
+/* Thread-local: the scheduler this thread runs, or NULL. */
+krt_sched_t *krt__self_sched(krt_system_t *sys);
+
+/* Core internals used by the other runtime files. */
+krt_node_t *krt__node_new(krt_sched_t *s, size_t len);
+void krt__node_free(krt_sched_t *s, krt_node_t *n);
+/* Pushes n to the actor at `to` (local or remote); consumes n in every case. */
+int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
+int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                   uint16_t kind, const void *body, size_t len);
+/* Pushes to an actor known to be alive (timer fire under the wheel lock). */
+void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n);
+/* Pins the actor at addr (NULL if gone); release with krt__release. */
+krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr);
+void krt__release(krt_system_t *sys, krt_addr_t addr);
+krt_ext_t *krt__ext(krt_actor_t *a);
+uint64_t krt__new_ref(krt_ctx_t *ctx);
+/* arg_free (optional) releases arg after init ran, or if the actor never ran it. */
+int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void *arg,
+               void (*arg_free)(void *), const krt_spawn_opts_t *opts, uint32_t restarts,
+               uint32_t flags, krt_addr_t *out);
+bool krt__stopping(krt_ctx_t *ctx);
+
+/* Timers (krt_timer.c). */
+void krt__timers_fire(krt_sched_t *s, uint64_t now);
+void krt__timers_cancel_all(krt_system_t *sys, krt_actor_t *a);
+/* Handles a KRT_NK_TIMER node; returns true and fills out if it must be delivered. */
+bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out);
+void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms);
+bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t);
+void krt__pending_expired(krt_actor_t *a, krt_tmr_t *t);
+bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap);
+int krt_reg_insert(krt_system_t *sys, const char *name, krt_addr_t who, krt_actor_t *a);
+void krt__wheel_free_heap(krt_wheel_t *w);
+
+/* I/O (krt_io.c). */
+krt_io_t *krt__io_new(krt_system_t *sys);
+int krt__io_start(krt_io_t *io);
+void krt__io_stop(krt_io_t *io);
+void krt__io_destroy(krt_io_t **io_p);
+/* Completes a krt_call / krt_call_async with a reply; false if it is gone (timed out). */
+bool krt__call_complete(krt_system_t *sys, uint64_t ref, krt_addr_t from, uint32_t type,
+                        const void *body, size_t len);
+/* Fails a call whose request was dropped (target gone). */
+void krt__call_fail(krt_system_t *sys, uint64_t ref, int err);
+
+/* Registry (krt_reg.c). */
+krt_reg_t *krt__reg_new(void);
+void krt__reg_destroy(krt_reg_t **reg_p);
+void krt__reg_release(krt_system_t *sys, krt_addr_t who);
+
+/* Introspection helpers (krt_info.c). */
+size_t krt__actor_bytes(const krt_actor_t *a);
+
+#endif /* KRT_INT_H */

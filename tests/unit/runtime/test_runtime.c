@@ -1,0 +1,804 @@
+/*
+ * Unit tests for the runtime core: spawn/send/call, links and monitors (including targets that
+ * are already dead), request timeouts and late replies, registry, pointer messages, jobs and fd
+ * readiness, tree dump, and shutdown with live actors and full mailboxes.
+ */
+#include "rt_test.h"
+
+#include <unistd.h>
+
+enum {
+    T_ECHO = KRT_MSG_USER,
+    T_INC,
+    T_GET,
+    T_EXIT_WITH,
+    T_ASK,
+    T_ANSWER,
+    T_NOW,
+    T_PTR,
+    T_PING,
+};
+
+enum {
+    EV_DOWN = 1,
+    EV_EXIT,
+    EV_TERM,
+    EV_TIMEOUT,
+    EV_ANSWER,
+    EV_OTHER,
+    EV_JOB,
+    EV_FD,
+    EV_PTR,
+    EV_INIT
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Behaviours                                                                                 */
+
+static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == T_ECHO || msg->type == T_PING)
+        krt_reply(ctx, msg, msg->type, msg->body, msg->len);
+    else if (msg->type == T_EXIT_WITH)
+        krt_exit(ctx, *(const int *)msg->body);
+}
+static const krt_behaviour_t echo_b = {.kind = "echo", .handle = echo_handle};
+
+typedef struct {
+    long n;
+} counter_t;
+static void counter_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    counter_t *c = state;
+    if (msg->type == T_INC)
+        c->n++;
+    else if (msg->type == T_GET)
+        krt_reply(ctx, msg, T_GET, &c->n, sizeof c->n);
+}
+static void counter_describe(const void *state, char *out, size_t cap)
+{
+    snprintf(out, cap, "{\"n\":%ld}", ((const counter_t *)state)->n);
+}
+static const krt_behaviour_t counter_b = {.kind = "counter",
+                                          .state_size = sizeof(counter_t),
+                                          .handle = counter_handle,
+                                          .describe = counter_describe};
+
+enum { W_MON, W_LINK, W_LINK_TRAP };
+typedef struct {
+    krt_addr_t target;
+    int mode;
+} watch_arg_t;
+typedef struct {
+    krt_addr_t target;
+    uint64_t ref;
+} watch_t;
+static int watch_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    watch_t *w = state;
+    const watch_arg_t *a = arg;
+    w->target = a->target;
+    if (a->mode == W_MON) {
+        w->ref = krt_monitor(ctx, a->target);
+    } else {
+        krt_trap_exit(ctx, a->mode == W_LINK_TRAP);
+        krt_link(ctx, a->target);
+    }
+    return 0;
+}
+static void watch_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    watch_t *w = state;
+    if (msg->type == KRT_MSG_DOWN) {
+        const krt_down_t *d = msg->body;
+        rt_ev(EV_DOWN, d->reason, d->who == w->target, d->ref == w->ref);
+    } else if (msg->type == KRT_MSG_EXIT) {
+        const krt_exit_t *e = msg->body;
+        rt_ev(EV_EXIT, e->reason, e->who == w->target, 0);
+    } else if (msg->type == T_EXIT_WITH) {
+        krt_exit(ctx, *(const int *)msg->body);
+    }
+}
+static void watch_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    rt_ev(EV_TERM, reason, 0, 0);
+}
+static const krt_behaviour_t watch_b = {.kind = "watch",
+                                        .state_size = sizeof(watch_t),
+                                        .init = watch_init,
+                                        .handle = watch_handle,
+                                        .terminate = watch_terminate};
+
+/* Keeps one request and answers it only when told (T_NOW). */
+typedef struct {
+    krt_addr_t from;
+    uint64_t ref;
+} silent_t;
+static void silent_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    silent_t *s = state;
+    if (msg->type == T_ASK) {
+        s->from = msg->from;
+        s->ref = msg->ref;
+    } else if (msg->type == T_PING) {
+        krt_reply(ctx, msg, T_PING, NULL, 0);
+    } else if (msg->type == T_NOW) {
+        int v = 42;
+        krt_reply_to(ctx, s->from, s->ref, T_ANSWER, &v, sizeof v);
+    }
+}
+static const krt_behaviour_t silent_b = {
+    .kind = "silent", .state_size = sizeof(silent_t), .handle = silent_handle};
+
+typedef struct {
+    krt_addr_t target;
+    int timeout_ms;
+} req_arg_t;
+typedef struct {
+    uint64_t ref;
+} req_t;
+static int req_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    const req_arg_t *a = arg;
+    req_t *r = state;
+    return krt_request(ctx, a->target, T_ASK, NULL, 0, a->timeout_ms, &r->ref) ? 99 : 0;
+}
+static void req_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    req_t *r = state;
+    if (msg->type == KRT_MSG_CALL_TIMEOUT)
+        rt_ev(EV_TIMEOUT, msg->ref == r->ref, 0, 0);
+    else if (msg->type == T_ANSWER)
+        rt_ev(EV_ANSWER, msg->ref == r->ref, *(const int *)msg->body, 0);
+    else if (msg->type == T_PING)
+        krt_reply(ctx, msg, T_PING, NULL, 0);
+    else
+        rt_ev(EV_OTHER, msg->type, 0, 0);
+}
+static const krt_behaviour_t req_b = {
+    .kind = "req", .state_size = sizeof(req_t), .init = req_init, .handle = req_handle};
+
+static void ping_sync(krt_system_t *sys, krt_addr_t a)
+{
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, a, T_PING, NULL, 0, 5000, &r), 0);
+    krt_reply_free(&r);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tests                                                                                      */
+
+static void test_call_and_count(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t echo, counter;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &echo), 0);
+    assert_int_equal(krt_system_spawn(sys, &counter_b, NULL, NULL, &counter), 0);
+    assert_int_equal(krt_addr_node(echo), 1);
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, echo, T_ECHO, "hello", 6, 5000, &r), 0);
+    assert_int_equal(r.type, T_ECHO);
+    assert_int_equal(r.len, 6);
+    assert_string_equal(r.body, "hello");
+    krt_reply_free(&r);
+    /* a body larger than the inline size */
+    char big[4000];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(krt_call(sys, echo, T_ECHO, big, sizeof big, 5000, &r), 0);
+    assert_int_equal(r.len, sizeof big);
+    assert_memory_equal(r.body, big, sizeof big);
+    krt_reply_free(&r);
+    for (int i = 0; i < 20000; i++)
+        assert_int_equal(krt_system_send(sys, counter, T_INC, NULL, 0), 0);
+    assert_int_equal(krt_call(sys, counter, T_GET, NULL, 0, 5000, &r), 0);
+    assert_int_equal(*(long *)r.body, 20000);
+    krt_reply_free(&r);
+    /* a stopped actor: sends and calls fail, its address is never reused */
+    int reason = 7;
+    assert_int_equal(krt_system_send(sys, echo, T_EXIT_WITH, &reason, sizeof reason), 0);
+    krt_stats_t st;
+    for (int i = 0; i < 500; i++) {
+        krt_system_stats(sys, &st);
+        if (st.actors_live == 1)
+            break;
+        rt_sleep_ms(2);
+    }
+    assert_int_equal(st.actors_live, 1);
+    assert_int_equal(krt_call(sys, echo, T_ECHO, "x", 1, 1000, &r), KRT_ENOACTOR);
+    assert_int_equal(krt_system_send(sys, echo, T_ECHO, "x", 1), KRT_ENOACTOR);
+    krt_addr_t again;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &again), 0);
+    assert_true(again != echo);
+    assert_int_equal(krt_system_send(sys, echo, T_ECHO, "x", 1), KRT_ENOACTOR);
+    assert_true(st.messages >= 20000);
+    assert_int_equal(krt_call(sys, KRT_ADDR_NONE, T_ECHO, NULL, 0, 100, &r), KRT_ENOACTOR);
+    krt_system_destroy(&sys);
+    assert_null(sys);
+    krt_system_destroy(&sys);
+}
+
+static void test_wait_reason(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t a;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &a), 0);
+    assert_int_equal(krt_system_wait(sys, a, 50), KRT_ETIMEDOUT);
+    int reason = 12;
+    assert_int_equal(krt_system_send(sys, a, T_EXIT_WITH, &reason, sizeof reason), 0);
+    int got = krt_system_wait(sys, a, 5000);
+    assert_true(got == 12 || got == KRT_ENOACTOR);
+    assert_int_equal(krt_system_wait(sys, a, 10), KRT_ENOACTOR);
+    krt_system_destroy(&sys);
+}
+
+static void test_monitor_and_link_dead_target(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t dead;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &dead), 0);
+    krt_system_kill(sys, dead, KRT_EXIT_KILLED);
+    while (krt_system_send(sys, dead, T_PING, NULL, 0) == 0)
+        rt_sleep_ms(1);
+
+    static watch_arg_t mon, trap, plain;
+    mon = (watch_arg_t){dead, W_MON};
+    trap = (watch_arg_t){dead, W_LINK_TRAP};
+    plain = (watch_arg_t){dead, W_LINK};
+    krt_addr_t w1, w2, w3;
+    rt_ev_t ev;
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &mon, NULL, &w1), 0);
+    assert_true(rt_wait(EV_DOWN, 5000, &ev));
+    assert_int_equal(ev.a, KRT_EXIT_NOPROC);
+    assert_int_equal(ev.b, 1);
+    assert_int_equal(ev.c, 1);
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &trap, NULL, &w2), 0);
+    assert_true(rt_wait(EV_EXIT, 5000, &ev));
+    assert_int_equal(ev.a, KRT_EXIT_NOPROC);
+    assert_int_equal(ev.b, 1);
+    /* not trapping: linking to a dead actor kills the linker with NOPROC */
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &plain, NULL, &w3), 0);
+    assert_true(rt_wait(EV_TERM, 5000, &ev));
+    assert_int_equal(ev.a, KRT_EXIT_NOPROC);
+    assert_int_equal(rt_count(EV_TERM), 0);
+    krt_system_destroy(&sys);
+    /* shutdown terminated the two live watchers */
+    assert_int_equal(rt_count(EV_TERM), 2);
+}
+
+static void test_monitor_and_link_live_target(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t t1, t2, t3;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &t1), 0);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &t2), 0);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &t3), 0);
+    static watch_arg_t mon, trap, plain;
+    mon = (watch_arg_t){t1, W_MON};
+    trap = (watch_arg_t){t2, W_LINK_TRAP};
+    plain = (watch_arg_t){t3, W_LINK};
+    krt_addr_t w1, w2, w3;
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &mon, NULL, &w1), 0);
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &trap, NULL, &w2), 0);
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &plain, NULL, &w3), 0);
+    /* make sure the links/monitors are established (the watchers ran init) */
+    ping_sync(sys, t1);
+    rt_sleep_ms(20);
+    int r9 = 9, rn = KRT_EXIT_NORMAL;
+    rt_ev_t ev;
+    krt_system_send(sys, t1, T_EXIT_WITH, &r9, sizeof r9);
+    assert_true(rt_wait(EV_DOWN, 5000, &ev));
+    assert_int_equal(ev.a, 9);
+    assert_int_equal(ev.b, 1);
+    assert_int_equal(ev.c, 1);
+    krt_system_send(sys, t2, T_EXIT_WITH, &r9, sizeof r9);
+    assert_true(rt_wait(EV_EXIT, 5000, &ev));
+    assert_int_equal(ev.a, 9);
+    assert_int_equal(ev.b, 1);
+    /* a normal exit does not kill a linked actor; an abnormal one does */
+    krt_system_send(sys, t3, T_EXIT_WITH, &rn, sizeof rn);
+    rt_sleep_ms(50);
+    assert_int_equal(rt_count(EV_TERM), 0);
+    krt_addr_t t4;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &t4), 0);
+    static watch_arg_t plain2;
+    plain2 = (watch_arg_t){t4, W_LINK};
+    krt_addr_t w4;
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &plain2, NULL, &w4), 0);
+    rt_sleep_ms(20);
+    krt_system_send(sys, t4, T_EXIT_WITH, &r9, sizeof r9);
+    assert_true(rt_wait(EV_TERM, 5000, &ev));
+    assert_int_equal(ev.a, 9);
+    /* and the link is bidirectional: killing the watcher kills its target */
+    krt_addr_t t5, w5;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &t5), 0);
+    static watch_arg_t plain3;
+    plain3 = (watch_arg_t){t5, W_LINK};
+    assert_int_equal(krt_system_spawn(sys, &watch_b, &plain3, NULL, &w5), 0);
+    rt_sleep_ms(20);
+    int r11 = 11;
+    krt_system_send(sys, w5, T_EXIT_WITH, &r11, sizeof r11);
+    assert_true(rt_wait(EV_TERM, 5000, &ev));
+    assert_int_equal(ev.a, 11);
+    for (int i = 0; i < 500 && krt_system_send(sys, t5, T_PING, NULL, 0) == 0; i++)
+        rt_sleep_ms(2);
+    assert_int_equal(krt_system_send(sys, t5, T_PING, NULL, 0), KRT_ENOACTOR);
+    krt_system_destroy(&sys);
+}
+
+static void test_request_timeout_and_late_reply(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t silent, req;
+    assert_int_equal(krt_system_spawn(sys, &silent_b, NULL, NULL, &silent), 0);
+    static req_arg_t ra;
+    ra = (req_arg_t){silent, 30};
+    assert_int_equal(krt_system_spawn(sys, &req_b, &ra, NULL, &req), 0);
+    rt_ev_t ev;
+    uint64_t t0 = krt_now_ms();
+    assert_true(rt_wait(EV_TIMEOUT, 5000, &ev));
+    assert_true(krt_now_ms() - t0 >= 25);
+    assert_int_equal(ev.a, 1);
+    /* the late reply is dropped */
+    krt_system_send(sys, silent, T_NOW, NULL, 0);
+    ping_sync(sys, silent);
+    ping_sync(sys, req);
+    assert_int_equal(rt_count(EV_ANSWER), 0);
+    assert_int_equal(rt_count(EV_OTHER), 0);
+    /* an answered request never times out */
+    static req_arg_t rb;
+    krt_addr_t silent2, req2;
+    assert_int_equal(krt_system_spawn(sys, &silent_b, NULL, NULL, &silent2), 0);
+    rb = (req_arg_t){silent2, 100};
+    assert_int_equal(krt_system_spawn(sys, &req_b, &rb, NULL, &req2), 0);
+    rt_sleep_ms(10);
+    krt_system_send(sys, silent2, T_NOW, NULL, 0);
+    assert_true(rt_wait(EV_ANSWER, 5000, &ev));
+    assert_int_equal(ev.a, 1);
+    assert_int_equal(ev.b, 42);
+    rt_sleep_ms(200);
+    assert_int_equal(rt_count(EV_TIMEOUT), 0);
+    /* a request to a dead actor fails at once (init returns 99) */
+    static req_arg_t rc;
+    rc = (req_arg_t){silent + 1000, 100};
+    krt_addr_t req3;
+    assert_int_equal(krt_system_spawn(sys, &req_b, &rc, NULL, &req3), 0);
+    rt_sleep_ms(20);
+    assert_int_equal(krt_system_send(sys, req3, T_PING, NULL, 0), KRT_ENOACTOR);
+    krt_system_destroy(&sys);
+}
+
+static void test_call_timeout_and_async(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t silent, echo;
+    assert_int_equal(krt_system_spawn(sys, &silent_b, NULL, NULL, &silent), 0);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &echo), 0);
+    krt_reply_t r;
+    uint64_t t0 = krt_now_ms();
+    assert_int_equal(krt_call(sys, silent, T_ASK, NULL, 0, 50, &r), KRT_ETIMEDOUT);
+    assert_true(krt_now_ms() - t0 >= 45);
+    /* deferred reply to the timed-out call is harmless */
+    krt_system_send(sys, silent, T_NOW, NULL, 0);
+    assert_int_equal(krt_call(sys, echo, T_ECHO, "z", 2, 5000, &r), 0);
+    krt_reply_free(&r);
+    krt_system_destroy(&sys);
+}
+
+typedef struct {
+    int err;
+    uint32_t len;
+    char body[16];
+} async_res_t;
+static void async_cb(void *user, int err, const krt_msg_t *reply)
+{
+    async_res_t *res = user;
+    res->err = err;
+    if (reply) {
+        res->len = reply->len;
+        memcpy(res->body, reply->body, reply->len < 16 ? reply->len : 16);
+    }
+    rt_ev(EV_ANSWER, err, 0, 0);
+}
+
+static void test_call_async(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t silent, echo;
+    assert_int_equal(krt_system_spawn(sys, &silent_b, NULL, NULL, &silent), 0);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &echo), 0);
+    static async_res_t a1, a2;
+    rt_ev_t ev;
+    assert_int_equal(krt_call_async(sys, echo, T_ECHO, "abc", 4, 1000, async_cb, &a1), 0);
+    assert_true(rt_wait(EV_ANSWER, 5000, &ev));
+    assert_int_equal(a1.err, 0);
+    assert_string_equal(a1.body, "abc");
+    assert_int_equal(krt_call_async(sys, silent, T_ASK, NULL, 0, 30, async_cb, &a2), 0);
+    assert_true(rt_wait(EV_ANSWER, 5000, &ev));
+    assert_int_equal(a2.err, KRT_ETIMEDOUT);
+    krt_system_send(sys, silent, T_NOW, NULL, 0); /* late: no second callback */
+    rt_sleep_ms(30);
+    assert_int_equal(rt_count(EV_ANSWER), 0);
+    /* failing to start: no callback */
+    assert_int_equal(krt_call_async(sys, silent + 12345, T_ASK, NULL, 0, 30, async_cb, &a2),
+                     KRT_ENOACTOR);
+    /* deferred reply via krt_reply_to for krt_call */
+    assert_int_equal(krt_call_async(sys, silent, T_ASK, NULL, 0, 5000, async_cb, &a2), 0);
+    krt_system_send(sys, silent, T_NOW, NULL, 0);
+    assert_true(rt_wait(EV_ANSWER, 5000, &ev));
+    assert_int_equal(a2.err, 0);
+    assert_int_equal(*(int *)a2.body, 42);
+    krt_system_destroy(&sys);
+}
+
+static void test_registry(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t a, b;
+    krt_spawn_opts_t o = {.name = "alpha", .register_name = true};
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, &o, &a), 0);
+    assert_int_equal(krt_whereis(sys, "alpha"), a);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, &o, &b), KRT_EEXIST);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &b), 0);
+    assert_int_equal(krt_register(sys, "alpha", b), KRT_EEXIST);
+    assert_int_equal(krt_register(sys, "beta", b), 0);
+    assert_int_equal(krt_register(sys, "beta2", b), 0);
+    assert_int_equal(krt_whereis(sys, "beta"), b);
+    assert_int_equal(krt_unregister(sys, "beta2"), 0);
+    assert_int_equal(krt_unregister(sys, "beta2"), KRT_ENOACTOR);
+    assert_int_equal(krt_whereis(sys, "nope"), KRT_ADDR_NONE);
+    /* a remote address can be registered */
+    krt_addr_t remote = ((krt_addr_t)7 << 48) | 99;
+    assert_int_equal(krt_register(sys, "far", remote), 0);
+    assert_int_equal(krt_whereis(sys, "far"), remote);
+    /* names go away with their actor */
+    int r = 0;
+    krt_system_send(sys, b, T_EXIT_WITH, &r, sizeof r);
+    for (int i = 0; i < 500 && krt_whereis(sys, "beta") != KRT_ADDR_NONE; i++)
+        rt_sleep_ms(2);
+    assert_int_equal(krt_whereis(sys, "beta"), KRT_ADDR_NONE);
+    assert_int_equal(krt_register(sys, "gamma", b), KRT_ENOACTOR);
+    assert_int_equal(krt_whereis(sys, "alpha"), a);
+    /* many names */
+    char name[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        assert_int_equal(krt_register(sys, name, a), 0);
+    }
+    assert_int_equal(krt_whereis(sys, "n999"), a);
+    krt_system_destroy(&sys);
+}
+
+/* Pointer messages: taken bodies are not freed, others are freed once. */
+static _Atomic int freed_count;
+static void counting_free(void *p)
+{
+    freed_count++;
+    free(p);
+}
+static void taker_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == T_PTR && *(const int *)msg->body % 2 == 0) {
+        int *p = krt_msg_take(ctx, msg);
+        rt_ev(EV_PTR, *p, 0, 0);
+        free(p);
+    } else if (msg->type == T_PING) {
+        krt_reply(ctx, msg, T_PING, NULL, 0);
+    }
+}
+static const krt_behaviour_t taker_b = {.kind = "taker", .handle = taker_handle};
+
+typedef struct {
+    krt_addr_t to;
+    int n;
+} sender_arg_t;
+static int sender_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    const sender_arg_t *a = arg;
+    for (int i = 0; i < a->n; i++) {
+        int *p = malloc(sizeof *p);
+        *p = i;
+        krt_send_ptr(ctx, a->to, T_PTR, p, counting_free);
+    }
+    return 0;
+}
+static void noop_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+}
+static const krt_behaviour_t sender_b = {
+    .kind = "sender", .init = sender_init, .handle = noop_handle};
+
+static void test_send_ptr(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    freed_count = 0;
+    krt_addr_t taker, sender;
+    assert_int_equal(krt_system_spawn(sys, &taker_b, NULL, NULL, &taker), 0);
+    static sender_arg_t sa;
+    sa = (sender_arg_t){taker, 100};
+    assert_int_equal(krt_system_spawn(sys, &sender_b, &sa, NULL, &sender), 0);
+    for (int i = 0; i < 50; i++)
+        assert_true(rt_wait(EV_PTR, 5000, NULL));
+    ping_sync(sys, taker);
+    assert_int_equal(freed_count, 50);
+    /* to a dead actor: freed at once */
+    static sender_arg_t sb;
+    sb = (sender_arg_t){taker + 999, 10};
+    assert_int_equal(krt_system_spawn(sys, &sender_b, &sb, NULL, &sender), 0);
+    for (int i = 0; i < 500 && freed_count < 60; i++)
+        rt_sleep_ms(2);
+    assert_int_equal(freed_count, 60);
+    krt_system_destroy(&sys);
+}
+
+/* Jobs and fd readiness. */
+static int job_fn(void *arg)
+{
+    rt_sleep_ms(5);
+    return (int)(intptr_t)arg * 2;
+}
+typedef struct {
+    uint64_t ref;
+    int fd;
+} io_t;
+static int io_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    io_t *s = state;
+    s->fd = (int)(intptr_t)arg;
+    assert_int_equal(krt_job_submit(ctx, job_fn, (void *)(intptr_t)21, &s->ref), 0);
+    return krt_fd_watch(ctx, s->fd, KRT_FD_READ, 77);
+}
+static void io_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    io_t *s = state;
+    if (msg->type == KRT_MSG_JOB_DONE) {
+        const krt_job_done_t *d = msg->body;
+        rt_ev(EV_JOB, d->result, msg->ref == s->ref, (intptr_t)d->arg);
+    } else if (msg->type == KRT_MSG_FD_READY) {
+        const krt_fd_event_t *e = msg->body;
+        char buf[16];
+        ssize_t n = read(e->fd, buf, sizeof buf);
+        rt_ev(EV_FD, e->fd == s->fd, (int64_t)e->tag, n);
+        krt_fd_watch(ctx, s->fd, KRT_FD_READ, 78);
+    }
+}
+static void io_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    krt_fd_unwatch(ctx, ((io_t *)state)->fd);
+}
+static const krt_behaviour_t io_b = {.kind = "io",
+                                     .state_size = sizeof(io_t),
+                                     .init = io_init,
+                                     .handle = io_handle,
+                                     .terminate = io_terminate};
+
+static void test_jobs_and_fds(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    krt_addr_t io;
+    assert_int_equal(krt_system_spawn(sys, &io_b, (void *)(intptr_t)p[0], NULL, &io), 0);
+    rt_ev_t ev;
+    assert_true(rt_wait(EV_JOB, 5000, &ev));
+    assert_int_equal(ev.a, 42);
+    assert_int_equal(ev.b, 1);
+    assert_int_equal(ev.c, 21);
+    rt_sleep_ms(20);
+    assert_int_equal(rt_count(EV_FD), 0); /* nothing to read yet */
+    assert_int_equal(write(p[1], "abc", 3), 3);
+    assert_true(rt_wait(EV_FD, 5000, &ev));
+    assert_int_equal(ev.a, 1);
+    assert_int_equal(ev.b, 77);
+    assert_int_equal(ev.c, 3);
+    assert_int_equal(write(p[1], "de", 2), 2);
+    assert_true(rt_wait(EV_FD, 5000, &ev));
+    assert_int_equal(ev.b, 78);
+    assert_int_equal(ev.c, 2);
+    krt_system_destroy(&sys);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* Tree dump. */
+static void test_tree_json(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_child_spec_t kids[] = {
+        {"count-a", &counter_b, NULL, KRT_PERMANENT},
+        {"echo-b", &echo_b, NULL, KRT_PERMANENT},
+    };
+    krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, 3, 1000, kids, 2};
+    krt_spawn_opts_t o = {.name = "top"};
+    krt_addr_t sup;
+    assert_int_equal(krt_supervisor_spawn(sys, NULL, &spec, &o, &sup), 0);
+    krt_addr_t ca = KRT_ADDR_NONE;
+    for (int i = 0; i < 500 && ca == KRT_ADDR_NONE; i++) {
+        ca = krt_supervisor_child(sys, sup, "count-a");
+        rt_sleep_ms(1);
+    }
+    assert_true(ca != KRT_ADDR_NONE);
+    for (int i = 0; i < 5; i++)
+        krt_system_send(sys, ca, T_INC, NULL, 0);
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, ca, T_GET, NULL, 0, 5000, &r), 0);
+    krt_reply_free(&r);
+    char *json = krt_tree_json(sys, KRT_ADDR_NONE);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"kind\":\"supervisor\""));
+    assert_non_null(strstr(json, "\"path\":\"node-1/top\""));
+    assert_non_null(strstr(json, "\"path\":\"node-1/top/count-a\""));
+    assert_non_null(strstr(json, "\"state\":{\"n\":5}"));
+    assert_non_null(strstr(json, "\"strategy\":\"one_for_one\""));
+    assert_non_null(strstr(json, "\"handled\":"));
+    assert_non_null(strstr(json, "\"mailbox\":0"));
+    /* oldest child first */
+    assert_true(strstr(json, "count-a") < strstr(json, "echo-b"));
+    free(json);
+    json = krt_tree_json(sys, ca);
+    assert_non_null(json);
+    assert_int_equal(json[0], '[');
+    assert_non_null(strstr(json, "\"path\":\"node-1/top/count-a\""));
+    assert_null(strstr(json, "supervisor"));
+    free(json);
+    json = krt_tree_json(sys, ca + 5555);
+    assert_string_equal(json, "[]");
+    free(json);
+    krt_system_destroy(&sys);
+}
+
+/* Shutdown: live actors with full mailboxes, trees stopped children first. */
+static _Atomic int term_count;
+static int64_t term_seq[64];
+typedef struct {
+    int id;
+    int parent;
+    int depth;
+} tree_arg_t;
+static tree_arg_t tree_args[64];
+static const krt_behaviour_t tree_b;
+static int tree_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    const tree_arg_t *a = arg;
+    *(int *)state = a->id;
+    rt_ev(EV_INIT, a->id, 0, 0);
+    if (a->depth < 2) {
+        for (int k = 0; k < 3; k++) {
+            int id = a->id * 3 + k + 1;
+            tree_args[id] = (tree_arg_t){id, a->id, a->depth + 1};
+            krt_spawn(ctx, &tree_b, &tree_args[id], NULL, NULL);
+        }
+    }
+    return 0;
+}
+static void tree_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    term_seq[*(int *)state] = rt_seq();
+    term_count++;
+}
+static const krt_behaviour_t tree_b = {.kind = "tree",
+                                       .state_size = sizeof(int),
+                                       .init = tree_init,
+                                       .handle = noop_handle,
+                                       .terminate = tree_terminate};
+
+static void slow_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == T_PTR)
+        rt_sleep_ms(1);
+}
+static const krt_behaviour_t slow_b = {.kind = "slow", .handle = slow_handle};
+
+static void test_shutdown_full_mailboxes(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    freed_count = 0;
+    term_count = 0;
+    tree_args[0] = (tree_arg_t){0, -1, 0};
+    assert_int_equal(krt_system_spawn(sys, &tree_b, &tree_args[0], NULL, NULL), 0);
+    krt_addr_t slow[20];
+    int sent = 0;
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(krt_system_spawn(sys, &slow_b, NULL, NULL, &slow[i]), 0);
+    }
+    /* pointer bodies from outside go through an actor: use a sender per slow actor */
+    static sender_arg_t sa[20];
+    for (int i = 0; i < 20; i++) {
+        sa[i] = (sender_arg_t){slow[i], 500};
+        assert_int_equal(krt_system_spawn(sys, &sender_b, &sa[i], NULL, NULL), 0);
+        sent += 500;
+    }
+    for (int i = 0; i < 13; i++)
+        assert_true(rt_wait(EV_INIT, 5000, NULL));
+    for (int i = 0; i < 500; i++) {
+        krt_stats_t st;
+        krt_system_stats(sys, &st);
+        if (st.actors_live >= 13 + 40)
+            break;
+        rt_sleep_ms(1);
+    }
+    rt_sleep_ms(20);
+    uint64_t t0 = krt_now_ms();
+    krt_system_stop(sys);
+    assert_true(krt_now_ms() - t0 < 3000); /* did not work through 10,000 ms of messages */
+    assert_int_equal(term_count, 13);
+    for (int id = 1; id < 13; id++)
+        assert_true(term_seq[id] < term_seq[tree_args[id].parent]);
+    /* every pointer body was freed exactly once (handled ones after the handler) */
+    assert_int_equal(freed_count, sent);
+    krt_stats_t st;
+    krt_system_stats(sys, &st);
+    assert_int_equal(st.actors_live, 0);
+    /* after stop: spawning fails */
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, NULL), KRT_ESHUTDOWN);
+    krt_system_destroy(&sys);
+}
+
+static void test_destroy_never_started(void **unused)
+{
+    krt_config_t cfg = {.schedulers = 2};
+    krt_system_t *sys = krt_system_new(&cfg);
+    assert_non_null(sys);
+    freed_count = 0;
+    krt_addr_t a;
+    assert_int_equal(krt_system_spawn(sys, &counter_b, NULL, NULL, &a), 0);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(krt_system_send(sys, a, T_INC, NULL, 0), 0);
+    krt_system_destroy(&sys);
+    assert_null(sys);
+}
+
+/* Transport hook: sends to other nodes go through it; deliver injects. */
+static int tp_sends;
+static krt_addr_t tp_to;
+static int tp_send(void *self, krt_addr_t to, const krt_msg_t *msg)
+{
+    tp_sends++;
+    tp_to = to;
+    return msg->len == 3 ? 0 : KRT_EMSGSIZE;
+}
+
+static void test_transport(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t remote = ((krt_addr_t)2 << 48) | 12345;
+    assert_int_equal(krt_system_send(sys, remote, T_ECHO, "abc", 3), KRT_EREMOTE);
+    krt_transport_t t = {tp_send, NULL};
+    krt_system_set_transport(sys, &t);
+    assert_int_equal(krt_system_send(sys, remote, T_ECHO, "abc", 3), 0);
+    assert_int_equal(tp_sends, 1);
+    assert_int_equal(tp_to, remote);
+    assert_int_equal(krt_system_send(sys, remote, T_ECHO, "ab", 2), KRT_EMSGSIZE);
+    krt_addr_t counter;
+    assert_int_equal(krt_system_spawn(sys, &counter_b, NULL, NULL, &counter), 0);
+    krt_msg_t m = {T_INC, 0, remote, 0, NULL};
+    assert_int_equal(krt_system_deliver(sys, counter, &m), 0);
+    assert_int_equal(krt_system_deliver(sys, counter, &m), 0);
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, counter, T_GET, NULL, 0, 5000, &r), 0);
+    assert_int_equal(*(long *)r.body, 2);
+    krt_reply_free(&r);
+    assert_int_equal(krt_system_node_id(sys), 1);
+    assert_string_equal(krt_strerror(KRT_ENOACTOR), "no such actor");
+    krt_system_destroy(&sys);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_call_and_count),
+        cmocka_unit_test(test_wait_reason),
+        cmocka_unit_test(test_monitor_and_link_dead_target),
+        cmocka_unit_test(test_monitor_and_link_live_target),
+        cmocka_unit_test(test_request_timeout_and_late_reply),
+        cmocka_unit_test(test_call_timeout_and_async),
+        cmocka_unit_test(test_call_async),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_send_ptr),
+        cmocka_unit_test(test_jobs_and_fds),
+        cmocka_unit_test(test_tree_json),
+        cmocka_unit_test(test_shutdown_full_mailboxes),
+        cmocka_unit_test(test_destroy_never_started),
+        cmocka_unit_test(test_transport),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
