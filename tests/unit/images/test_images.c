@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "images.h"
+#include "images_actor.h"
 #include "images_cli.h"
 #include "images_int.h"
 #include "krt.h"
@@ -818,6 +819,84 @@ static void test_cli_exit_codes(void **unused)
     free(empty), free(state), free(tmp);
 }
 
+static ka_images_reply_t s_call(krt_system_t *sys, krt_addr_t a, uint32_t type, const char *arg,
+                                const char *name)
+{
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.arg, sizeof req.arg, "%s", arg);
+    snprintf(req.name, sizeof req.name, "%s", name ? name : "");
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, a, type, &req, sizeof req, 30000, &r), 0);
+    assert_int_equal(r.type, type);
+    assert_int_equal(r.len, sizeof(ka_images_reply_t));
+    ka_images_reply_t out;
+    memcpy(&out, r.body, sizeof out);
+    krt_reply_free(&r);
+    return out;
+}
+
+/* The actor serves the library through jobs: build, resolve, prepare, verify, rm, errors. */
+static void test_actor(void **unused)
+{
+    char *tmp = s_mktemp();
+    char *state = ka_strfmt("%s/state", tmp);
+    char *src = s_busybox_rootfs(tmp);
+    char *np = ka_strfmt("%s/null", src);
+    assert_int_equal(unlink(np), 0);
+    free(np);
+    krt_config_t cfg = {.schedulers = 2, .job_threads = 2, .name = "node-test"};
+    krt_system_t *sys = krt_system_new(&cfg);
+    assert_non_null(sys);
+    assert_int_equal(krt_system_start(sys), 0);
+    ka_images_actor_args_t args = {.state_dir = state};
+    krt_spawn_opts_t so = {.name = KA_IMAGES_NAME, .register_name = true};
+    krt_addr_t a = KRT_ADDR_NONE;
+    assert_int_equal(krt_system_spawn(sys, &ka_images_behaviour, &args, &so, &a), 0);
+    assert_int_equal(krt_whereis(sys, KA_IMAGES_NAME), a);
+
+    ka_images_reply_t r = s_call(sys, a, KA_IMAGES_BUILD, src, "actor/bb");
+    assert_int_equal(r.err, 0);
+    assert_memory_equal(r.ref, "actor/bb@sha256:", 16);
+    assert_string_equal(r.digest, strchr(r.ref, '@') + 1);
+    char digest[72];
+    memcpy(digest, r.digest, sizeof digest);
+
+    r = s_call(sys, a, KA_IMAGES_RESOLVE, "actor/bb", NULL);
+    assert_int_equal(r.err, 0);
+    assert_string_equal(r.digest, digest);
+    r = s_call(sys, a, KA_IMAGES_PREPARE, digest, NULL);
+    assert_int_equal(r.err, 0);
+    assert_true(s_exists(r.path, "bin/busybox"));
+    r = s_call(sys, a, KA_IMAGES_VERIFY, "actor/bb", NULL);
+    assert_int_equal(r.err, 0);
+    r = s_call(sys, a, KA_IMAGES_PREPARE, "missing/image", NULL);
+    assert_int_equal(r.err, -ENOENT);
+    assert_non_null(strstr(r.message, "not in the store"));
+    r = s_call(sys, a, KA_IMAGES_PULL, "example.com/x:latest", NULL);
+    assert_int_equal(r.err, -EINVAL);
+    r = s_call(sys, a, KA_IMAGES_RM, "actor/bb", NULL);
+    assert_int_equal(r.err, 0);
+    r = s_call(sys, a, KA_IMAGES_RESOLVE, digest, NULL);
+    assert_int_equal(r.err, -ENOENT);
+
+    /* malformed bodies are refused without a job */
+    krt_reply_t raw;
+    assert_int_equal(krt_call(sys, a, KA_IMAGES_RESOLVE, "x", 1, 5000, &raw), 0);
+    assert_int_equal(((ka_images_reply_t *)raw.body)->err, -EINVAL);
+    krt_reply_free(&raw);
+
+    /* stopping with a job in flight leaks nothing (ASan checks) */
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.arg, sizeof req.arg, "%s", src);
+    assert_int_equal(krt_system_send(sys, a, KA_IMAGES_BUILD, &req, sizeof req), 0);
+    krt_system_stop(sys);
+    krt_system_destroy(&sys);
+    assert_int_equal(ka_fs_rmtree(tmp), 0);
+    free(src), free(state), free(tmp);
+}
+
 int main(void)
 {
     krt_log_configure(KRT_LOG_WARN, false, NULL);
@@ -829,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_rm_keeps_shared),
         cmocka_unit_test(test_concurrent_rootfs),
         cmocka_unit_test(test_cli_exit_codes),
+        cmocka_unit_test(test_actor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
