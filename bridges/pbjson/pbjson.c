@@ -543,23 +543,23 @@ static size_t s_elem_size(const ProtobufCFieldDescriptor *f)
 /* True if the singular element at p holds its proto3 default. */
 static bool s_is_default(const ProtobufCFieldDescriptor *f, const void *p)
 {
-    switch (s_elem_size(f)) {
-    case 4:
-        return *(const uint32_t *)p == 0;
-    case 8:
-        return *(const uint64_t *)p == 0;
-    default:
-        break;
-    }
-    if (f->type == PROTOBUF_C_TYPE_STRING) {
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
         const char *s = *(const char *const *)p;
         return !s || !*s;
     }
-    if (f->type == PROTOBUF_C_TYPE_BYTES)
+    case PROTOBUF_C_TYPE_BYTES:
         return ((const ProtobufCBinaryData *)p)->len == 0;
-    if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+    case PROTOBUF_C_TYPE_MESSAGE:
         return *(const void *const *)p == NULL;
-    return false;
+    case PROTOBUF_C_TYPE_FLOAT:
+        return *(const float *)p == 0 && !signbit(*(const float *)p);
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return *(const double *)p == 0 && !signbit(*(const double *)p);
+    default:
+        break;
+    }
+    return s_elem_size(f) == 4 ? *(const uint32_t *)p == 0 : *(const uint64_t *)p == 0;
 }
 
 static json_t *s_map_to_json(const ProtobufCFieldDescriptor *f, const ProtobufCMessage *msg,
@@ -696,8 +696,12 @@ static int s_fail(s_parse_t *ps, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    /* Deep paths keep their tail so the reason always fits. */
+    size_t plen = strlen(ps->path);
+    const char *path = plen > 80 ? ps->path + plen - 80 : ps->path;
     if (ps->err && ps->cap)
-        snprintf(ps->err, ps->cap, "%s%s%s", ps->path, ps->path[0] ? ": " : "", what);
+        snprintf(ps->err, ps->cap, "%s%s%s%s", plen > 80 ? "..." : "", path,
+                 ps->path[0] ? ": " : "", what);
     return -EINVAL;
 }
 
