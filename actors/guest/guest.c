@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -434,6 +435,10 @@ static void s_child(char **argv, char **envp, const char *cwd, int in_fd, int ou
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     setpgid(0, 0);
+    if (G.drop) { /* back to root's file identity until the real switch below */
+        setfsuid(0);
+        setfsgid(0);
+    }
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) { /* the guest is protected from the OOM killer; its children are not */
         (void)!write(fd, "0", 1);
@@ -981,10 +986,16 @@ static int s_setup(void)
     signal(SIGPIPE, SIG_IGN);
     if (!getenv("PATH"))
         setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    if (!getenv("HOME"))
-        setenv("HOME", G.workspace, 1);
+    setenv("HOME", G.workspace, 1); /* the user's home is the workspace */
     mkdir(G.workspace, 0755);
     mkdir(G.logdir, 0750);
+    if (G.drop) {
+        /* file operations and spools act as the user, like the processes do */
+        if (chown(G.logdir, G.uid, G.uid) < 0)
+            s_log("warn", "chown_log_dir", "errno=%d", errno);
+        setfsgid(G.uid);
+        setfsuid(G.uid);
+    }
     G.ws_fd = open(G.workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (G.ws_fd < 0) {
         s_log("error", "workspace", "path=%s errno=%d", G.workspace, errno);

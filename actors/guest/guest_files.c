@@ -57,7 +57,7 @@ static char *s_rel(const char *path, size_t n, int *err)
 static int s_openat2(int dir, const char *rel, int flags, unsigned mode, uint64_t resolve)
 {
     struct open_how how = {
-        .flags = (uint64_t)(flags | O_CLOEXEC | O_NOCTTY),
+        .flags = (uint64_t)(flags | O_CLOEXEC | ((flags & O_PATH) ? 0 : O_NOCTTY)),
         .mode = (flags & O_CREAT) ? (mode & 07777) : 0,
         .resolve = resolve,
     };

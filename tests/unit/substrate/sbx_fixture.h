@@ -28,13 +28,14 @@ static inline int sbx_make_rootfs(const char *root)
         return -1;
     static char cmd[4096];
     snprintf(cmd, sizeof(cmd),
-             "set -e; test -x /bin/busybox; mkdir -p '%s/bin' '%s/etc' '%s/usr/bin' '%s/sbin'; "
+             "set -e; test -x /bin/busybox; mkdir -p '%s/bin' '%s/etc' '%s/usr/bin' '%s/sbin' "
+             "'%s/dev' '%s/proc' '%s/tmp'; "
              "cp /bin/busybox '%s/bin/busybox'; cd '%s/bin'; "
              "for a in $(/bin/busybox --list); do [ \"$a\" = busybox ] || ln -sf busybox \"$a\"; "
              "done; echo 'root:x:0:0:root:/root:/bin/sh' > '%s/etc/passwd'; "
              "echo 'sandbox:x:65532:65532::/data/workspace:/bin/sh' >> '%s/etc/passwd'; "
              "echo 'image-layer-secret' > '%s/etc/layer-file'",
-             root, root, root, root, root, root, root, root, root);
+             root, root, root, root, root, root, root, root, root, root, root, root);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot build the busybox rootfs in %s (is busybox-static installed?)\n",
                 root);
