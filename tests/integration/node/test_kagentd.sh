@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# kagentd as a user meets it: --help, --version, config errors naming key and line,
+# --check-config / --print-config, and a node that starts and stops cleanly on SIGTERM and SIGINT.
+set -euo pipefail
+kagentd=${KAGENT_BUILD_DIR:?}/actors/node/kagentd
+src=${KAGENT_SOURCE_DIR:?}
+work=$(mktemp -d /tmp/kagentd-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+digest=sha256:$(printf '%064d' 7)
+
+# --help / --version / bad flag
+"$kagentd" --help | grep -q -- '--config FILE' || fail "--help lacks --config"
+"$kagentd" --version | grep -qE '^kagentd [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+set +e; "$kagentd" --bogus 2>"$work/err"; rc=$?; set -e
+[ $rc = 2 ] || fail "unknown flag exits $rc, want 2"
+
+# the example config, with a digest, is valid as shipped
+sed "s|    digest: \"\"|    digest: \"$digest\"|; s|stateDir: /var/lib/kagent|stateDir: $work/state|" \
+  "$src/deploy/kagentd.example.yaml" > "$work/good.yaml"
+"$kagentd" --config "$work/good.yaml" --check-config | grep -q valid || fail "example config refused"
+"$kagentd" --config "$work/good.yaml" --print-config | grep -q "digest: \"$digest\"" || fail "--print-config"
+
+# a misspelt key and a wrong type are refused with key and line
+printf 'sandbox:\n  guestImage:\n    digest: %s\nlisten:\n  prot: 80\n' "$digest" > "$work/typo.yaml"
+set +e; "$kagentd" --config "$work/typo.yaml" --check-config 2>"$work/err"; rc=$?; set -e
+[ $rc = 1 ] || fail "misspelt key exits $rc"
+grep -q "typo.yaml:5: listen.prot: unknown key" "$work/err" || fail "typo message: $(cat "$work/err")"
+printf 'sandbox:\n  guestImage:\n    digest: %s\n  memory: plenty\n' "$digest" > "$work/type.yaml"
+set +e; "$kagentd" --config "$work/type.yaml" 2>"$work/err"; rc=$?; set -e
+[ $rc = 1 ] || fail "wrong type exits $rc"
+grep -q "type.yaml:4: sandbox.memory: expected a size" "$work/err" || fail "type message: $(cat "$work/err")"
+set +e; "$kagentd" --config "$work/missing.yaml" 2>"$work/err"; rc=$?; set -e
+[ $rc = 1 ] && grep -q "missing.yaml: No such file" "$work/err" || fail "missing file: $(cat "$work/err")"
+
+# start, see it running, stop with each signal: exit 0, "stopped" logged, no child left
+for sig in TERM INT; do
+  "$kagentd" --config "$work/good.yaml" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 100); do grep -q 'event=started' "$work/log" && break; sleep 0.1; done
+  grep -q 'event=started' "$work/log" || { cat "$work/log"; fail "node did not start"; }
+  kill -$sig $pid
+  set +e; wait $pid; rc=$?; set -e
+  [ $rc = 0 ] || { cat "$work/log"; fail "SIG$sig: exit $rc"; }
+  grep -q 'event=stopped' "$work/log" || fail "SIG$sig: no stopped line"
+  [ -z "$(pgrep -P $pid || true)" ] || fail "SIG$sig: children left"
+done
+echo "PASS kagentd"
