@@ -54,6 +54,14 @@ static int s_add(krt_sup_t *sup, const krt_child_spec_t *cs)
     for (size_t i = 0; i < sup->n; i++)
         if (!sup->ch[i].removed && strcmp(sup->ch[i].name, cs->name) == 0)
             return KRT_EEXIST;
+    s_child_t c = {0};
+    if (!(c.name = strdup(cs->name)))
+        return KRT_ENOMEM;
+    c.b = cs->behaviour;
+    c.arg = cs->arg;
+    c.restart = cs->restart;
+    int rc = 0;
+    pthread_mutex_lock(&sup->lock); /* krt_supervisor_child reads ch from other threads */
     if (sup->n == sup->cap) {
         size_t cap = sup->cap ? sup->cap * 2 : 4;
         s_child_t *ch = realloc(sup->ch, cap * sizeof *ch);
@@ -62,20 +70,17 @@ static int s_add(krt_sup_t *sup, const krt_child_spec_t *cs)
             sup->ch = ch;
         if (st)
             sup->stop = st;
-        if (!ch || !st)
-            return KRT_ENOMEM;
-        sup->cap = cap;
+        if (ch && st)
+            sup->cap = cap;
+        else
+            rc = KRT_ENOMEM;
     }
-    s_child_t c = {0};
-    if (!(c.name = strdup(cs->name)))
-        return KRT_ENOMEM;
-    c.b = cs->behaviour;
-    c.arg = cs->arg;
-    c.restart = cs->restart;
-    pthread_mutex_lock(&sup->lock);
-    sup->ch[sup->n++] = c;
+    if (rc == 0)
+        sup->ch[sup->n++] = c;
     pthread_mutex_unlock(&sup->lock);
-    return 0;
+    if (rc)
+        free(c.name);
+    return rc;
 }
 
 static void s_set_addr(krt_sup_t *sup, s_child_t *c, krt_addr_t addr)
@@ -453,7 +458,7 @@ krt_addr_t krt_supervisor_child(krt_system_t *sys, krt_addr_t sup_addr, const ch
     if (!a)
         return KRT_ADDR_NONE;
     krt_addr_t who = KRT_ADDR_NONE;
-    if (a->b == &krt_supervisor_behaviour && (a->flags & KRT_AF_INITED)) {
+    if (a->b == &krt_supervisor_behaviour) { /* zeroed state: a valid, empty table */
         krt_sup_t *sup = (krt_sup_t *)a->state;
         pthread_mutex_lock(&sup->lock);
         for (size_t i = 0; i < sup->n; i++)

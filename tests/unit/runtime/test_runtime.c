@@ -245,7 +245,7 @@ static void test_monitor_and_link_dead_target(void **unused)
     trap = (watch_arg_t){dead, W_LINK_TRAP};
     plain = (watch_arg_t){dead, W_LINK};
     krt_addr_t w1, w2, w3;
-    rt_ev_t ev;
+    rt_ev_t ev = {0};
     assert_int_equal(krt_system_spawn(sys, &watch_b, &mon, NULL, &w1), 0);
     assert_true(rt_wait(EV_DOWN, 5000, &ev));
     assert_int_equal(ev.a, KRT_EXIT_NOPROC);
@@ -284,7 +284,7 @@ static void test_monitor_and_link_live_target(void **unused)
     ping_sync(sys, t1);
     rt_sleep_ms(20);
     int r9 = 9, rn = KRT_EXIT_NORMAL;
-    rt_ev_t ev;
+    rt_ev_t ev = {0};
     krt_system_send(sys, t1, T_EXIT_WITH, &r9, sizeof r9);
     assert_true(rt_wait(EV_DOWN, 5000, &ev));
     assert_int_equal(ev.a, 9);
@@ -333,7 +333,7 @@ static void test_request_timeout_and_late_reply(void **unused)
     static req_arg_t ra;
     ra = (req_arg_t){silent, 30};
     assert_int_equal(krt_system_spawn(sys, &req_b, &ra, NULL, &req), 0);
-    rt_ev_t ev;
+    rt_ev_t ev = {0};
     uint64_t t0 = krt_now_ms();
     assert_true(rt_wait(EV_TIMEOUT, 5000, &ev));
     assert_true(krt_now_ms() - t0 >= 25);
@@ -407,7 +407,7 @@ static void test_call_async(void **unused)
     assert_int_equal(krt_system_spawn(sys, &silent_b, NULL, NULL, &silent), 0);
     assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &echo), 0);
     static async_res_t a1, a2;
-    rt_ev_t ev;
+    rt_ev_t ev = {0};
     assert_int_equal(krt_call_async(sys, echo, T_ECHO, "abc", 4, 1000, async_cb, &a1), 0);
     assert_true(rt_wait(EV_ANSWER, 5000, &ev));
     assert_int_equal(a1.err, 0);
@@ -578,7 +578,7 @@ static void test_jobs_and_fds(void **unused)
     assert_int_equal(pipe(p), 0);
     krt_addr_t io;
     assert_int_equal(krt_system_spawn(sys, &io_b, (void *)(intptr_t)p[0], NULL, &io), 0);
-    rt_ev_t ev;
+    rt_ev_t ev = {0};
     assert_true(rt_wait(EV_JOB, 5000, &ev));
     assert_int_equal(ev.a, 42);
     assert_int_equal(ev.b, 1);
