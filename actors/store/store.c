@@ -1050,8 +1050,8 @@ static int s_migrate_start(s_store_t *self, krt_ctx_t *ctx)
         return -ENOMEM;
     }
     atomic_init(&job->refs, 2);
-    uint64_t ref;
-    int rc = krt_job_submit(ctx, s_migrate_job, job, &ref);
+    /* matched by arg on JOB_DONE, so no ref is needed */
+    int rc = krt_job_submit(ctx, s_migrate_job, job, NULL);
     if (rc) {
         free(job->conninfo);
         free(job);

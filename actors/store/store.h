@@ -229,11 +229,10 @@ typedef struct ka_store_sandbox_update {
  * ka_store_blob_next. */
 typedef struct ka_store_blob {
     ka_store_status_t status;
-    uint32_t count; /* records */
-    uint32_t bytes; /* bytes of data */
-    int32_t more;   /* lists: another page exists */
-    uint32_t pad_;
-    unsigned char data[];
+    uint32_t count;                   /* records */
+    uint32_t bytes;                   /* bytes of data */
+    int32_t more;                     /* lists: another page exists */
+    _Alignas(8) unsigned char data[]; /* records, each starting 8-byte aligned */
 } ka_store_blob_t;
 
 /* Returns the record after prev (NULL: the first), or NULL at the end. len is the reply's

@@ -1,0 +1,536 @@
+/*
+ * Tests for the store actor (actors/store/store.c) on the real runtime and a real PostgreSQL
+ * (run through tests/with-pg). Requests come from this (non-actor) thread with krt_call and
+ * krt_call_async, as a bridge would send them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "krt.h"
+#include "schema.h"
+#include "store.h"
+
+static krt_system_t *s_sys;
+static krt_addr_t s_store;
+static ka_store_args_t s_args = {.conninfo = ""};
+
+static int s_setup(void **state)
+{
+    s_sys = krt_system_new(&(krt_config_t){.schedulers = 2, .name = "node-1"});
+    if (!s_sys || krt_system_start(s_sys) != 0)
+        return -1;
+    if (krt_system_spawn(s_sys, &ka_store_behaviour, &s_args,
+                         &(krt_spawn_opts_t){.name = "store", .register_name = true},
+                         &s_store) != 0)
+        return -1;
+    return 0;
+}
+
+static int s_teardown(void **state)
+{
+    krt_system_destroy(&s_sys);
+    return 0;
+}
+
+/* Blocking call; returns the reply body (caller frees with krt_reply_free). */
+static void s_call(uint32_t type, const void *body, size_t len, krt_reply_t *rep)
+{
+    int rc = krt_call(s_sys, s_store, type, body, len, 15000, rep);
+    if (rc)
+        fail_msg("krt_call type %u: %s", type, krt_strerror(rc));
+    assert_int_equal(rep->type, type);
+    assert_true(rep->len >= sizeof(ka_store_status_t));
+}
+
+static int s_create(const char *creator, const char *req, ka_store_sandbox_reply_t *out)
+{
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "%s", creator);
+    snprintf(c.request_id, sizeof(c.request_id), "%s", req);
+    snprintf(c.name, sizeof(c.name), "box-%s", req);
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
+    snprintf(c.template_name, sizeof(c.template_name), "python");
+    c.ttl_ms = 3600000;
+    krt_reply_t rep;
+    s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
+    assert_int_equal(rep.len, sizeof(*out));
+    memcpy(out, rep.body, sizeof(*out));
+    krt_reply_free(&rep);
+    return out->status.err;
+}
+
+static void test_sandbox_lifecycle(void **unused)
+{
+    ka_store_sandbox_reply_t a, b;
+    assert_int_equal(s_create("alice", "life-1", &a), 0);
+    assert_int_equal(a.created, 1);
+    assert_int_equal(strlen(a.sandbox.id), 36);
+    assert_int_equal(a.sandbox.state, KA_STATE_CREATING);
+    assert_int_equal(a.sandbox.operation, KA_OP_CREATE);
+    assert_true(a.sandbox.expires_ms - a.sandbox.created_ms == 3600000);
+    /* duplicate: same record, not created */
+    assert_int_equal(s_create("alice", "life-1", &b), 0);
+    assert_int_equal(b.created, 0);
+    assert_string_equal(a.sandbox.id, b.sandbox.id);
+
+    /* get: owner only */
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof(k));
+    snprintf(k.id, sizeof(k.id), "%s", a.sandbox.id);
+    snprintf(k.creator, sizeof(k.creator), "mallory");
+    krt_reply_t rep;
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+    snprintf(k.creator, sizeof(k.creator), "alice");
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    assert_int_equal(((ka_store_sandbox_reply_t *)rep.body)->status.err, 0);
+    assert_string_equal(((ka_store_sandbox_reply_t *)rep.body)->sandbox.name, "box-life-1");
+    krt_reply_free(&rep);
+
+    /* update with compare-and-set */
+    ka_store_sandbox_update_t u;
+    memset(&u, 0, sizeof(u));
+    snprintf(u.id, sizeof(u.id), "%s", a.sandbox.id);
+    u.set = KA_SB_SET_STATE | KA_SB_SET_OPERATION | KA_SB_SET_NODE;
+    u.expect_state = KA_STATE_CREATING;
+    u.state = KA_STATE_READY;
+    u.operation = KA_OP_NONE;
+    snprintf(u.node, sizeof(u.node), "node-1");
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    ka_store_sandbox_reply_t *ur = rep.body;
+    assert_int_equal(ur->status.err, 0);
+    assert_int_equal(ur->sandbox.state, KA_STATE_READY);
+    assert_string_equal(ur->sandbox.node, "node-1");
+    krt_reply_free(&rep);
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep); /* expects CREATING: stale now */
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ESTALE);
+    krt_reply_free(&rep);
+
+    /* list by creator */
+    ka_store_sandbox_reply_t c2;
+    assert_int_equal(s_create("alice", "life-2", &c2), 0);
+    ka_store_sandbox_query_t q;
+    memset(&q, 0, sizeof(q));
+    snprintf(q.creator, sizeof(q.creator), "alice");
+    q.limit = 1;
+    s_call(KA_STORE_SANDBOX_LIST, &q, sizeof(q), &rep);
+    ka_store_sandbox_list_t *l = rep.body;
+    assert_int_equal(l->status.err, 0);
+    assert_int_equal(l->count, 1);
+    assert_int_equal(l->more, 1);
+    assert_string_equal(l->items[0].id, a.sandbox.id);
+    krt_reply_free(&rep);
+
+    /* delete, then a replayed create returns the tombstone */
+    s_call(KA_STORE_SANDBOX_DELETE, &k, sizeof(k), &rep);
+    ka_store_sandbox_reply_t *dr = rep.body;
+    assert_int_equal(dr->status.err, 0);
+    assert_int_equal(dr->sandbox.state, KA_STATE_DELETED);
+    assert_true(dr->sandbox.deleted_ms > 0);
+    krt_reply_free(&rep);
+    assert_int_equal(s_create("alice", "life-1", &b), 0);
+    assert_int_equal(b.created, 0);
+    assert_string_equal(b.sandbox.id, a.sandbox.id);
+    assert_int_equal(b.sandbox.state, KA_STATE_DELETED);
+    /* a deleted sandbox cannot be updated back to life */
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ESTALE);
+    krt_reply_free(&rep);
+    /* the list hides it unless asked */
+    q.limit = 10;
+    s_call(KA_STORE_SANDBOX_LIST, &q, sizeof(q), &rep);
+    assert_int_equal(((ka_store_sandbox_list_t *)rep.body)->count, 1);
+    krt_reply_free(&rep);
+
+    /* bad input changes nothing */
+    ka_store_sandbox_create_t bad;
+    memset(&bad, 0, sizeof(bad));
+    s_call(KA_STORE_SANDBOX_CREATE, &bad, sizeof(bad), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_SANDBOX_CREATE, &bad, 3, &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    krt_reply_free(&rep);
+    snprintf(k.id, sizeof(k.id), "not-a-uuid");
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+}
+
+static void test_expiry_lists(void **unused)
+{
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "ttl");
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
+    snprintf(c.template_name, sizeof(c.template_name), "python");
+    krt_reply_t rep;
+    snprintf(c.request_id, sizeof(c.request_id), "short");
+    c.ttl_ms = 1;
+    s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
+    char short_id[KA_STORE_ID_LEN];
+    snprintf(short_id, sizeof(short_id), "%s", ((ka_store_sandbox_reply_t *)rep.body)->sandbox.id);
+    krt_reply_free(&rep);
+    usleep(20000);
+    ka_store_expiry_query_t q = {.expired = 1};
+    s_call(KA_STORE_SANDBOX_EXPIRY, &q, sizeof(q), &rep);
+    ka_store_sandbox_list_t *l = rep.body;
+    bool found = false;
+    for (uint32_t i = 0; i < l->count; i++)
+        found |= strcmp(l->items[i].id, short_id) == 0;
+    assert_true(found);
+    krt_reply_free(&rep);
+    q.expired = 0;
+    s_call(KA_STORE_SANDBOX_EXPIRY, &q, sizeof(q), &rep);
+    l = rep.body;
+    for (uint32_t i = 0; i < l->count; i++) {
+        assert_string_not_equal(l->items[i].id, short_id);
+        assert_int_equal(l->items[i].deleted_ms, 0);
+    }
+    krt_reply_free(&rep);
+}
+
+typedef struct dup_ctx {
+    _Atomic int done;
+    _Atomic int created;
+    _Atomic int errors;
+    char ids[100][KA_STORE_ID_LEN];
+} dup_ctx_t;
+
+static dup_ctx_t s_dup;
+
+static void s_dup_done(void *user, int err, const krt_msg_t *reply)
+{
+    intptr_t i = (intptr_t)user;
+    if (err || !reply || reply->len != sizeof(ka_store_sandbox_reply_t)) {
+        atomic_fetch_add(&s_dup.errors, 1);
+    } else {
+        const ka_store_sandbox_reply_t *r = reply->body;
+        if (r->status.err)
+            atomic_fetch_add(&s_dup.errors, 1);
+        if (r->created)
+            atomic_fetch_add(&s_dup.created, 1);
+        snprintf(s_dup.ids[i], KA_STORE_ID_LEN, "%s", r->sandbox.id);
+    }
+    atomic_fetch_add(&s_dup.done, 1);
+}
+
+/* 100 concurrent duplicate creates through the actor: one row, one id for everyone. */
+static void test_idempotent_create_100_concurrent(void **unused)
+{
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "bob");
+    snprintf(c.request_id, sizeof(c.request_id), "dup-actor");
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
+    snprintf(c.template_name, sizeof(c.template_name), "python");
+    c.ttl_ms = 60000;
+    for (intptr_t i = 0; i < 100; i++)
+        assert_int_equal(krt_call_async(s_sys, s_store, KA_STORE_SANDBOX_CREATE, &c, sizeof(c),
+                                        15000, s_dup_done, (void *)i),
+                         0);
+    for (int t = 0; t < 1500 && atomic_load(&s_dup.done) < 100; t++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&s_dup.done), 100);
+    assert_int_equal(atomic_load(&s_dup.errors), 0);
+    assert_int_equal(atomic_load(&s_dup.created), 1);
+    for (int i = 1; i < 100; i++)
+        assert_string_equal(s_dup.ids[i], s_dup.ids[0]);
+    ka_store_sandbox_query_t q;
+    memset(&q, 0, sizeof(q));
+    snprintf(q.creator, sizeof(q.creator), "bob");
+    q.include_deleted = 1;
+    krt_reply_t rep;
+    s_call(KA_STORE_SANDBOX_LIST, &q, sizeof(q), &rep);
+    assert_int_equal(((ka_store_sandbox_list_t *)rep.body)->count, 1);
+    krt_reply_free(&rep);
+}
+
+static void s_put_template(const char *ns, const char *name, const char *spec, krt_reply_t *rep)
+{
+    size_t n = strlen(spec);
+    size_t len = sizeof(ka_store_template_put_t) + n + 1;
+    ka_store_template_put_t *t = calloc(1, len);
+    snprintf(t->namespace_, sizeof(t->namespace_), "%s", ns);
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->spec_len = (uint32_t)n;
+    memcpy(t->spec, spec, n + 1);
+    s_call(KA_STORE_TEMPLATE_PUT, t, len, rep);
+    free(t);
+}
+
+static const ka_store_template_t *s_first_template(const krt_reply_t *rep)
+{
+    const ka_store_blob_t *b = rep->body;
+    assert_int_equal(b->status.err, 0);
+    assert_int_equal(b->count, 1);
+    const ka_store_template_t *t = ka_store_blob_next(b, rep->len, NULL);
+    assert_non_null(t);
+    assert_null(ka_store_blob_next(b, rep->len, t));
+    return t;
+}
+
+/* Templates, revisions (PREPARED pins the latest), and a create pinning it. */
+static void test_templates_and_revisions(void **unused)
+{
+    krt_reply_t rep;
+    s_put_template("team", "py", "{\"workload\": {\"image\": \"x@sha256:aa\"}}", &rep);
+    const ka_store_template_t *t = s_first_template(&rep);
+    assert_int_equal(t->generation, 1);
+    assert_string_equal(ka_store_template_spec(t), "{\"workload\": {\"image\": \"x@sha256:aa\"}}");
+    assert_string_equal(ka_store_template_status(t), "{}");
+    char uid[KA_STORE_ID_LEN];
+    snprintf(uid, sizeof(uid), "%s", t->uid);
+    krt_reply_free(&rep);
+    /* same spec: same generation; new spec: bumped */
+    s_put_template("team", "py", "{\"workload\": {\"image\": \"x@sha256:aa\"}}", &rep);
+    assert_int_equal(s_first_template(&rep)->generation, 1);
+    krt_reply_free(&rep);
+    s_put_template("team", "py", "{\"workload\": {\"image\": \"x@sha256:bb\"}}", &rep);
+    assert_int_equal(s_first_template(&rep)->generation, 2);
+    krt_reply_free(&rep);
+    s_put_template("team", "py", "not json", &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    krt_reply_free(&rep);
+
+    /* a revision, then PREPARED makes it the template's latest */
+    const char *spec = "{\"image\": \"x@sha256:bb\"}";
+    size_t len = sizeof(ka_store_revision_put_t) + strlen(spec) + 1;
+    ka_store_revision_put_t *rv = calloc(1, len);
+    snprintf(rv->hash, sizeof(rv->hash), "%064d", 42);
+    snprintf(rv->namespace_, sizeof(rv->namespace_), "team");
+    snprintf(rv->name, sizeof(rv->name), "py");
+    rv->generation = 2;
+    rv->state = KA_REV_PREPARING;
+    snprintf(rv->reason, sizeof(rv->reason), "Preparing");
+    rv->spec_len = (uint32_t)strlen(spec);
+    memcpy(rv->spec, spec, strlen(spec) + 1);
+    s_call(KA_STORE_REVISION_PUT, rv, len, &rep);
+    const ka_store_blob_t *b = rep.body;
+    assert_int_equal(b->status.err, 0);
+    const ka_store_revision_t *r = ka_store_blob_next(b, rep.len, NULL);
+    assert_non_null(r);
+    assert_int_equal(r->state, KA_REV_PREPARING);
+    assert_string_equal(r->spec, spec);
+    krt_reply_free(&rep);
+    ka_store_revision_state_t rs;
+    memset(&rs, 0, sizeof(rs));
+    snprintf(rs.hash, sizeof(rs.hash), "%s", rv->hash);
+    rs.state = KA_REV_PREPARED;
+    snprintf(rs.reason, sizeof(rs.reason), "Prepared");
+    s_call(KA_STORE_REVISION_STATE, &rs, sizeof(rs), &rep);
+    r = ka_store_blob_next(rep.body, rep.len, NULL);
+    assert_non_null(r);
+    assert_int_equal(r->state, KA_REV_PREPARED);
+    krt_reply_free(&rep);
+    ka_store_template_key_t key;
+    memset(&key, 0, sizeof(key));
+    snprintf(key.namespace_, sizeof(key.namespace_), "team");
+    snprintf(key.name, sizeof(key.name), "py");
+    s_call(KA_STORE_TEMPLATE_GET, &key, sizeof(key), &rep);
+    assert_string_equal(s_first_template(&rep)->latest_revision, rv->hash);
+    krt_reply_free(&rep);
+
+    /* a create with no explicit revision pins the latest prepared one */
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "carol");
+    snprintf(c.request_id, sizeof(c.request_id), "pin-1");
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "team");
+    snprintf(c.template_name, sizeof(c.template_name), "py");
+    c.ttl_ms = 1000;
+    s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
+    assert_string_equal(((ka_store_sandbox_reply_t *)rep.body)->sandbox.revision, rv->hash);
+    krt_reply_free(&rep);
+    free(rv);
+
+    /* status, list, delete and recreate (new uid) */
+    const char *status = "{\"conditions\": [{\"type\": \"Ready\", \"status\": \"True\"}]}";
+    len = sizeof(ka_store_template_status_t) + strlen(status) + 1;
+    ka_store_template_status_t *ts = calloc(1, len);
+    snprintf(ts->namespace_, sizeof(ts->namespace_), "team");
+    snprintf(ts->name, sizeof(ts->name), "py");
+    ts->observed_generation = 2;
+    ts->status_len = (uint32_t)strlen(status);
+    memcpy(ts->status, status, strlen(status) + 1);
+    s_call(KA_STORE_TEMPLATE_STATUS, ts, len, &rep);
+    t = s_first_template(&rep);
+    assert_int_equal(t->observed_generation, 2);
+    assert_non_null(strstr(ka_store_template_status(t), "Ready"));
+    krt_reply_free(&rep);
+    free(ts);
+    ka_store_template_key_t lk;
+    memset(&lk, 0, sizeof(lk));
+    s_call(KA_STORE_TEMPLATE_LIST, &lk, sizeof(lk), &rep);
+    assert_true(((ka_store_blob_t *)rep.body)->count >= 1);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_TEMPLATE_DELETE, &key, sizeof(key), &rep);
+    assert_int_equal(s_first_template(&rep)->deleted, 1);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_TEMPLATE_GET, &key, sizeof(key), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+    s_put_template("team", "py", "{\"workload\": {\"image\": \"x@sha256:bb\"}}", &rep);
+    t = s_first_template(&rep);
+    assert_int_equal(t->generation, 3);
+    assert_string_not_equal(t->uid, uid);
+    krt_reply_free(&rep);
+}
+
+static void test_pools_and_nodes(void **unused)
+{
+    krt_reply_t rep;
+    ka_store_pool_t p;
+    memset(&p, 0, sizeof(p));
+    snprintf(p.name, sizeof(p.name), "gpu");
+    snprintf(p.sandbox_class, sizeof(p.sandbox_class), "namespaces");
+    p.capacity = 8;
+    s_call(KA_STORE_POOL_PUT, &p, sizeof(p), &rep);
+    assert_int_equal(((ka_store_pool_list_t *)rep.body)->items[0].capacity, 8);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_POOL_LIST, NULL, 0, &rep);
+    assert_int_equal(((ka_store_pool_list_t *)rep.body)->count, 2); /* + kagent-default */
+    krt_reply_free(&rep);
+    ka_store_node_t n;
+    memset(&n, 0, sizeof(n));
+    snprintf(n.id, sizeof(n.id), "node-1");
+    snprintf(n.name, sizeof(n.name), "node-1");
+    snprintf(n.endpoint, sizeof(n.endpoint), "tcp://10.0.0.1:7000");
+    snprintf(n.pools, sizeof(n.pools), "kagent-default,gpu");
+    n.lease_ms = 10000;
+    s_call(KA_STORE_NODE_PUT, &n, sizeof(n), &rep);
+    ka_store_node_list_t *nl = rep.body;
+    assert_int_equal(nl->status.err, 0);
+    int64_t lease1 = nl->items[0].lease_expires_ms;
+    krt_reply_free(&rep);
+    usleep(5000);
+    ka_store_node_heartbeat_t hb = {.lease_ms = 20000};
+    snprintf(hb.id, sizeof(hb.id), "node-1");
+    s_call(KA_STORE_NODE_HEARTBEAT, &hb, sizeof(hb), &rep);
+    assert_true(((ka_store_node_list_t *)rep.body)->items[0].lease_expires_ms > lease1);
+    krt_reply_free(&rep);
+    snprintf(hb.id, sizeof(hb.id), "ghost");
+    s_call(KA_STORE_NODE_HEARTBEAT, &hb, sizeof(hb), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_NODE_LIST, NULL, 0, &rep);
+    assert_int_equal(((ka_store_node_list_t *)rep.body)->count, 1);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_INFO, NULL, 0, &rep);
+    ka_store_info_t *info = rep.body;
+    assert_int_equal(info->conn_state, KA_PG_READY);
+    assert_int_equal(info->schema_version, KA_SCHEMA_VERSION);
+    assert_true(info->stats.requests > 0);
+    krt_reply_free(&rep);
+}
+
+/* A subscriber actor counting change events. */
+static _Atomic int s_events;
+static char s_last_event[512];
+
+static void s_sub_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == KA_STORE_EVENT && msg->len == sizeof(ka_store_event_t)) {
+        const ka_store_event_t *ev = msg->body;
+        if (strcmp(ev->channel, "ka_sandbox") == 0) {
+            snprintf(s_last_event, sizeof(s_last_event), "%s", ev->payload);
+            atomic_fetch_add(&s_events, 1);
+        }
+    }
+}
+
+static const krt_behaviour_t s_sub_behaviour = {.kind = "sub", .handle = s_sub_handle};
+
+static void test_change_events(void **unused)
+{
+    krt_addr_t sub;
+    assert_int_equal(krt_system_spawn(s_sys, &s_sub_behaviour, NULL, NULL, &sub), 0);
+    ka_store_subscribe_t s = {.who = sub};
+    krt_reply_t rep;
+    s_call(KA_STORE_SUBSCRIBE, &s, sizeof(s), &rep);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, 0);
+    krt_reply_free(&rep);
+    ka_store_sandbox_reply_t a;
+    assert_int_equal(s_create("erin", "ev-1", &a), 0);
+    ka_store_sandbox_update_t u;
+    memset(&u, 0, sizeof(u));
+    snprintf(u.id, sizeof(u.id), "%s", a.sandbox.id);
+    u.set = KA_SB_SET_STATE;
+    u.expect_state = -1;
+    u.state = KA_STATE_FAILED;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    krt_reply_free(&rep);
+    for (int i = 0; i < 500 && atomic_load(&s_events) == 0; i++)
+        usleep(10000);
+    assert_true(atomic_load(&s_events) >= 1);
+    char want[256];
+    snprintf(want, sizeof(want), "%s RUNTIME_STATE_FAILED RUNTIME_OPERATION_CREATE", a.sandbox.id);
+    assert_string_equal(s_last_event, want);
+}
+
+/* A database with a newer schema: the store refuses to run (exits with a clear reason). */
+static void test_refuses_newer_schema(void **unused)
+{
+    PGconn *a = PQconnectdb("");
+    assert_int_equal(PQstatus(a), CONNECTION_OK);
+    PQclear(PQexec(a, "DROP DATABASE IF EXISTS ka_test_newer"));
+    PQclear(PQexec(a, "CREATE DATABASE ka_test_newer"));
+    PGconn *n = PQconnectdb("dbname=ka_test_newer");
+    assert_int_equal(PQstatus(n), CONNECTION_OK);
+    PGresult *r = PQexec(n, "CREATE TABLE ka_schema_version (version int PRIMARY KEY,"
+                            " applied_at timestamptz, binary_version text);"
+                            "INSERT INTO ka_schema_version VALUES (999, now(), 'future')");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(n);
+    static ka_store_args_t args = {.conninfo = "dbname=ka_test_newer"};
+    krt_addr_t st;
+    assert_int_equal(krt_system_spawn(s_sys, &ka_store_behaviour, &args, NULL, &st), 0);
+    assert_int_equal(krt_system_wait(s_sys, st, 15000), KA_STORE_EXIT_SCHEMA_NEWER);
+    PQclear(PQexec(a, "DROP DATABASE ka_test_newer"));
+    PQfinish(a);
+}
+
+/* No database there: requests fail fast with UNAVAILABLE instead of hanging. */
+static void test_unreachable_database_fails_fast(void **unused)
+{
+    static ka_store_args_t args = {.conninfo = "host=/nonexistent-kagent port=1",
+                                   .opts = {.backoff_min_ms = 20, .backoff_max_ms = 50}};
+    krt_addr_t st;
+    assert_int_equal(krt_system_spawn(s_sys, &ka_store_behaviour, &args, NULL, &st), 0);
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof(k));
+    snprintf(k.id, sizeof(k.id), "00000000-0000-0000-0000-000000000000");
+    for (int i = 0; i < 3; i++) {
+        krt_reply_t rep;
+        uint64_t t0 = krt_now_ms();
+        assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
+        assert_true(krt_now_ms() - t0 < 3000);
+        assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EUNAVAIL);
+        krt_reply_free(&rep);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sandbox_lifecycle),
+        cmocka_unit_test(test_expiry_lists),
+        cmocka_unit_test(test_idempotent_create_100_concurrent),
+        cmocka_unit_test(test_templates_and_revisions),
+        cmocka_unit_test(test_pools_and_nodes),
+        cmocka_unit_test(test_change_events),
+        cmocka_unit_test(test_refuses_newer_schema),
+        cmocka_unit_test(test_unreachable_database_fails_fast),
+    };
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
+}
