@@ -561,8 +561,8 @@ int kb_grpc_reflection_register(kb_grpc_reflection_t *r, kb_grpc_server_t *srv)
         &grpc__reflection__v1alpha__server_reflection_request__descriptor;
     /* v1 and v1alpha messages are identical on the wire: one implementation serves both. */
     kb_grpc_method_t m[2] = {
-        {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", KB_GRPC_BIDI_STREAM,
-         req, s_on_start, s_on_message, s_on_end, r},
+        {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", KB_GRPC_BIDI_STREAM, req,
+         s_on_start, s_on_message, s_on_end, r},
         {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", KB_GRPC_BIDI_STREAM, req,
          s_on_start, s_on_message, s_on_end, r},
     };

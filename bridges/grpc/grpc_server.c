@@ -59,6 +59,8 @@ struct kb_grpc_call {
     bool pending_finish;          /* finish requested while a send was in flight */
     bool end_delivered;           /* on_end was called */
     bool live;                    /* counted in calls_started */
+    kb_grpc_call_t *eos_next;     /* in srv->eos_head while an end of stream is held back */
+    int64_t eos_at_ms;            /* when the end of stream arrived */
     kb_grpc_code_t fin_code;
     char *fin_msg;
     kb_grpc_sent_fn sent_cb;
@@ -84,11 +86,23 @@ struct kb_grpc_server {
     bool shutting_down;
     bool shutdown_done;
     uint64_t started_n, completed_n, cancelled_n, unimpl_n, bad_n;
+    kb_grpc_call_t *eos_head; /* held-back ends of client streams (server thread only) */
 };
+
+/* A client's cancellation surfaces first as a clean end of stream (RECV_MESSAGE succeeds with
+ * no message) and only then through RECV_CLOSE_ON_SERVER. An end of stream is therefore held
+ * back this long, so that an upload the client cancelled is not mistaken for a complete one. */
+#define S_EOS_GRACE_MS 30
 
 static void s_on_call_cancel(kb_grpc_call_t *c);
 
 /* ---------- helpers ---------- */
+
+static int64_t s_now_ms(void)
+{
+    gpr_timespec t = gpr_now(GPR_CLOCK_MONOTONIC);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 static int s_method_cmp(const void *a, const void *b)
 {
@@ -600,16 +614,22 @@ static void s_on_recv(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
         else
             s_server_fail(c, KB_GRPC_CANCELLED, "call cancelled before the request arrived");
     } else if (!buf) {
-        if (streaming)
-            s_deliver_end(c, 0);
-        else
+        if (streaming) {
+            /* hold it back (see S_EOS_GRACE_MS); the list keeps a reference */
+            pthread_mutex_lock(&c->mu);
+            c->refs++;
+            pthread_mutex_unlock(&c->mu);
+            c->eos_at_ms = s_now_ms();
+            c->eos_next = srv->eos_head;
+            srv->eos_head = c;
+        } else
             s_server_fail(c, KB_GRPC_INVALID_ARGUMENT, "request message missing");
     } else {
         ProtobufCMessage *msg = s_decode(buf, m->request);
         if (!msg) {
             char text[256];
-            snprintf(text, sizeof text, "cannot decode request as %s (%zu bytes)",
-                     m->request->name, grpc_byte_buffer_length(buf));
+            snprintf(text, sizeof text, "cannot decode request as %s (%zu bytes)", m->request->name,
+                     grpc_byte_buffer_length(buf));
             krt_log(KRT_LOG_INFO, LOG_PATH, "bad_request", "method=%s type=%s", m->path,
                     m->request->name);
             s_count(srv, &srv->bad_n);
@@ -695,6 +715,29 @@ static void s_on_close(kb_grpc_call_t *c, bool ok)
     s_unref(c);
 }
 
+/* Delivers held-back ends of stream: -ECANCELED as soon as the call is known cancelled, 0 once
+ * the grace period passed. Returns the milliseconds until the next one is due (or 100). */
+static int64_t s_flush_eos(kb_grpc_server_t *srv)
+{
+    int64_t now = s_now_ms(), next = 100;
+    kb_grpc_call_t **pp = &srv->eos_head;
+    while (*pp) {
+        kb_grpc_call_t *c = *pp;
+        bool cancelled = kb_grpc_call_is_cancelled(c);
+        int64_t due = c->eos_at_ms + S_EOS_GRACE_MS - now;
+        if (!cancelled && due > 0) {
+            if (due < next)
+                next = due;
+            pp = &c->eos_next;
+            continue;
+        }
+        *pp = c->eos_next;
+        s_deliver_end(c, cancelled ? -ECANCELED : 0);
+        s_unref(c);
+    }
+    return next;
+}
+
 static uint64_t s_live(kb_grpc_server_t *srv)
 {
     pthread_mutex_lock(&srv->mu);
@@ -708,9 +751,10 @@ static void *s_thread(void *arg)
     kb_grpc_server_t *srv = arg;
     int64_t waited_ms = 0;
     bool cq_shut = false;
+    int64_t wait_ms = 100;
     for (;;) {
-        gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                       gpr_time_from_millis(100, GPR_TIMESPAN));
+        gpr_timespec dl =
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(srv->cq, dl, NULL);
         if (ev.type == GRPC_OP_COMPLETE) {
             s_tag_t *t = ev.tag;
@@ -739,6 +783,7 @@ static void *s_thread(void *arg)
         } else if (ev.type == GRPC_QUEUE_SHUTDOWN) {
             break;
         }
+        wait_ms = srv->eos_head ? s_flush_eos(srv) : 100;
         pthread_mutex_lock(&srv->mu);
         bool stop = srv->shutdown_done;
         pthread_mutex_unlock(&srv->mu);
@@ -901,8 +946,8 @@ void kb_grpc_server_destroy(kb_grpc_server_t **srv_p)
         bool shut = false;
         for (;;) {
             grpc_event ev = grpc_completion_queue_next(
-                srv->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(100, GPR_TIMESPAN)),
+                srv->cq,
+                gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
                 NULL);
             if (ev.type == GRPC_QUEUE_SHUTDOWN)
                 break;

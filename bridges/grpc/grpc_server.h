@@ -74,7 +74,10 @@ typedef void (*kb_grpc_message_fn)(kb_grpc_call_t *call, ProtobufCMessage *msg, 
 /* Client-streaming: the stream ended. status 0: the client half-closed normally;
  * -ECANCELED: the client went away or the deadline passed; -EBADMSG: a message could not be
  * decoded (the server already answered INVALID_ARGUMENT). Called at most once, never after
- * the handler completed the call. The handler must still complete the call. */
+ * the handler completed the call. The handler must still complete the call. A client's
+ * cancellation looks like a clean end of stream to gRPC core until its close arrives; the end
+ * is held back ~30 ms to tell them apart, and a cancellation later than that still fires the
+ * on_cancel callback. */
 typedef void (*kb_grpc_end_fn)(kb_grpc_call_t *call, int status, void *user);
 /* A stream send finished: status 0 when the message was handed to the transport, -ECANCELED
  * when the client went away. */
@@ -94,9 +97,10 @@ typedef struct {
 } kb_grpc_method_t;
 
 typedef struct {
-    const char *listen_addr; /* "host:port" to bind, or NULL (fds come from kb_grpc_server_add_fd) */
-    size_t max_recv_bytes;   /* per received message; 0 = KB_GRPC_DEFAULT_MAX_RECV */
-    size_t max_send_bytes;   /* per sent message; 0 = KB_GRPC_DEFAULT_MAX_SEND */
+    const char
+        *listen_addr;      /* "host:port" to bind, or NULL (fds come from kb_grpc_server_add_fd) */
+    size_t max_recv_bytes; /* per received message; 0 = KB_GRPC_DEFAULT_MAX_RECV */
+    size_t max_send_bytes; /* per sent message; 0 = KB_GRPC_DEFAULT_MAX_SEND */
 } kb_grpc_options_t;
 
 /* Counters since start (monotonic, read without stopping the server). */

@@ -188,8 +188,8 @@ static int s_queue(kb_http_req_t *req, unsigned status, const char *content_type
     return ok == MHD_YES ? 0 : -EIO;
 }
 
-int kb_http_respond(kb_http_req_t *req, unsigned status, const char *content_type,
-                    const void *body, size_t len)
+int kb_http_respond(kb_http_req_t *req, unsigned status, const char *content_type, const void *body,
+                    size_t len)
 {
     if (req->responded)
         return -EALREADY;
@@ -278,9 +278,8 @@ int kb_http_respond_stream(kb_http_req_t *req, unsigned status, const char *cont
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->refs = 2;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
-                                                               s_stream_read, s,
-                                                               s_stream_response_freed);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16384, s_stream_read, s, s_stream_response_freed);
     if (!r) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
@@ -364,8 +363,8 @@ static void s_metrics(kb_http_req_t *req, void *arg)
     if (rc < 0)
         kb_http_respond(req, 500, "text/plain; charset=utf-8", "metrics unavailable\n", 20);
     else
-        kb_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8",
-                        b.data ? b.data : "", b.len);
+        kb_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "",
+                        b.len);
     free(b.data);
 }
 
@@ -513,8 +512,8 @@ kb_http_t *kb_http_new(const kb_http_options_t *opts)
     h->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_THREAD_PER_CONNECTION |
                                 MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
                             0, NULL, NULL, s_access, h, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned int)h->opts.connection_timeout_s,
-                            MHD_OPTION_NOTIFY_COMPLETED, s_completed, h, MHD_OPTION_END);
+                            (unsigned int)h->opts.connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                            s_completed, h, MHD_OPTION_END);
     if (!h->d) {
         krt_log(KRT_LOG_ERROR, LOG_PATH, "start_failed", "lib=libmicrohttpd");
         goto fail;

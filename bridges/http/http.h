@@ -39,7 +39,8 @@ typedef struct kb_http_stream kb_http_stream_t;
 typedef struct kb_http_buf kb_http_buf_t;
 
 /* Appends printf-formatted text to a metrics buffer. 0 or -ENOMEM. */
-int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Appends raw bytes. 0 or -ENOMEM. */
 int kb_http_buf_append(kb_http_buf_t *b, const void *data, size_t len);
 
@@ -85,8 +86,8 @@ const char *kb_http_req_body(const kb_http_req_t *req, size_t *len);
 /* Adds a response header for the coming respond call. 0 or -ENOMEM. */
 int kb_http_req_add_header(kb_http_req_t *req, const char *name, const char *value);
 /* Answers with a complete body (copied). content_type may be NULL. 0, -EALREADY, -ENOMEM. */
-int kb_http_respond(kb_http_req_t *req, unsigned status, const char *content_type,
-                    const void *body, size_t len);
+int kb_http_respond(kb_http_req_t *req, unsigned status, const char *content_type, const void *body,
+                    size_t len);
 /* Answers with a body streamed by chunked encoding. *out is the producer's handle: write with
  * kb_http_stream_write from any thread, end with kb_http_stream_close. 0, -EALREADY, -ENOMEM. */
 int kb_http_respond_stream(kb_http_req_t *req, unsigned status, const char *content_type,

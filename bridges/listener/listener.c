@@ -74,8 +74,8 @@ static void s_accept_all(kb_listener_t *l)
     for (;;) {
         s_pending_t p;
         p.peer_len = sizeof p.peer;
-        p.fd = accept4(l->lfd, (struct sockaddr *)&p.peer, &p.peer_len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+        p.fd =
+            accept4(l->lfd, (struct sockaddr *)&p.peer, &p.peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (p.fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;

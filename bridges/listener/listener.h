@@ -17,8 +17,8 @@
 extern "C" {
 #endif
 
-#define KB_LISTENER_DEFAULT_PORT       8083
-#define KB_LISTENER_DEFAULT_PEEK_MS    5000
+#define KB_LISTENER_DEFAULT_PORT        8083
+#define KB_LISTENER_DEFAULT_PEEK_MS     5000
 #define KB_LISTENER_DEFAULT_MAX_PEEKING 1024
 
 /* Takes ownership of fd (a connected, non-blocking socket whose bytes are all still unread).
@@ -27,13 +27,13 @@ typedef void (*kb_listener_fd_fn)(int fd, const struct sockaddr *peer, socklen_t
                                   void *arg);
 
 typedef struct {
-    const char *host;         /* address to bind; NULL = "127.0.0.1" */
-    int port;                 /* 0 = an ephemeral port (see kb_listener_port) */
-    int peek_timeout_ms;      /* 0 = KB_LISTENER_DEFAULT_PEEK_MS */
-    int max_peeking;          /* undecided connections kept at once; 0 = default */
+    const char *host;          /* address to bind; NULL = "127.0.0.1" */
+    int port;                  /* 0 = an ephemeral port (see kb_listener_port) */
+    int peek_timeout_ms;       /* 0 = KB_LISTENER_DEFAULT_PEEK_MS */
+    int max_peeking;           /* undecided connections kept at once; 0 = default */
     kb_listener_fd_fn on_grpc; /* HTTP/2 preface seen */
     kb_listener_fd_fn on_http; /* anything else */
-    void *arg;                /* passed to both */
+    void *arg;                 /* passed to both */
 } kb_listener_options_t;
 
 /* Counters since start. */

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# gRPC bridge integration test: kb_test_server (listener + gRPC + reflection + HTTP on ONE port)
+# against real clients: Debian's python3-grpcio (/usr/bin/python3), npm's @grpc/grpc-js, curl.
+# usage: run.sh KB_TEST_SERVER KBTEST_PROTOSET
+# Fails loudly when a client or tool is missing; leaves no process or file behind.
+set -euo pipefail
+server_bin=$1
+protoset=$2
+here=$(cd "$(dirname "$0")" && pwd)
+src=${KAGENT_SOURCE_DIR:-$(cd "$here/../../.." && pwd)}
+build=${KAGENT_BUILD_DIR:?KAGENT_BUILD_DIR must be set (ctest sets it)}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+for tool in protoc /usr/bin/grpc_python_plugin /usr/bin/python3 node npm curl; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (deploy/install-deps.sh)"
+done
+/usr/bin/python3 -c 'import grpc' || fail "python3-grpcio is not installed"
+
+work=$(mktemp -d /tmp/kb-grpc-it.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- Python stubs, generated now with protoc + grpc_python_plugin ---
+mkdir -p "$work/py/grpc_reflection_v1alpha" "$work/py/grpc_reflection_v1" "$work/protos"
+cp "$here/kbtest.proto" "$work/protos/"
+cp "$src/proto/grpc/reflection/v1alpha/reflection.proto" "$work/protos/ra.proto"
+cp "$src/proto/grpc/reflection/v1/reflection.proto" "$work/protos/r1.proto"
+mkdir -p "$work/protos/grpc_reflection_v1alpha" "$work/protos/grpc_reflection_v1"
+mv "$work/protos/ra.proto" "$work/protos/grpc_reflection_v1alpha/reflection.proto"
+mv "$work/protos/r1.proto" "$work/protos/grpc_reflection_v1/reflection.proto"
+(cd "$work/protos" && protoc -I. --python_out="$work/py" --grpc_out="$work/py" \
+  --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin kbtest.proto \
+  grpc_reflection_v1alpha/reflection.proto grpc_reflection_v1/reflection.proto) \
+  || fail "protoc could not generate the Python stubs"
+
+# --- npm clients, installed into the build tree from the committed lock file ---
+nodedir="$build/tests/integration/grpc/node"
+mkdir -p "$nodedir"
+if ! cmp -s "$here/package-lock.json" "$nodedir/package-lock.json" ||
+   [ ! -d "$nodedir/node_modules/@grpc/grpc-js" ]; then
+  cp "$here/package.json" "$here/package-lock.json" "$nodedir/"
+  (cd "$nodedir" && npm ci --no-audit --no-fund --loglevel=error) ||
+    fail "npm ci of @grpc/grpc-js failed (is the npm registry reachable?)"
+fi
+
+# --- start the server on an ephemeral port ---
+"$server_bin" --protoset "$protoset" >"$work/server.out" 2>"$work/server.err" &
+spid=$!
+pids+=("$spid")
+for _ in $(seq 100); do
+  grep -q '^PORT ' "$work/server.out" && break
+  kill -0 "$spid" 2>/dev/null || { cat "$work/server.err" >&2; fail "server died at start"; }
+  sleep 0.1
+done
+port=$(awk '/^PORT /{print $2}' "$work/server.out")
+[ -n "$port" ] || fail "server did not report its port"
+echo "server on port $port"
+
+# --- a second server on the same port must refuse to start ---
+set +e
+"$server_bin" --port "$port" >"$work/second.out" 2>"$work/second.err"
+rc=$?
+set -e
+[ "$rc" = 3 ] || fail "second server on port $port exited $rc, want 3 (bind failure)"
+grep -q "Address already in use" "$work/second.err" || { cat "$work/second.err" >&2; fail "no clear bind error"; }
+echo "ok   second server on the same port refused: $(grep -o 'cannot listen.*' "$work/second.err")"
+
+# --- HTTP/1.1 on the same port ---
+body=$(curl -sS --max-time 5 "http://127.0.0.1:$port/healthz")
+[ "$body" = "ok" ] || fail "/healthz said '$body'"
+echo "ok   /healthz 200 ok"
+code=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
+[ "$code" = 200 ] || fail "/readyz $code"
+echo "ok   /readyz 200"
+code=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/nope")
+[ "$code" = 404 ] || fail "/nope $code, want 404"
+echo "ok   unknown path 404"
+hdrs=$(curl -sS --max-time 5 -o /dev/null -D - -X POST "http://127.0.0.1:$port/metrics")
+echo "$hdrs" | grep -q '^HTTP/1.1 405' || fail "POST /metrics: $hdrs"
+echo "$hdrs" | grep -qi '^allow: GET, HEAD' || fail "405 without Allow: $hdrs"
+echo "ok   wrong method 405 with Allow"
+
+# --- the clients ---
+/usr/bin/python3 "$here/client_test.py" "$port" "$work/py" || fail "python client checks"
+NODE_PATH="$nodedir/node_modules" node "$here/client_test.js" "$port" "$here" || fail "node client checks"
+
+# --- metrics after the traffic ---
+metrics=$(curl -sS --max-time 5 "http://127.0.0.1:$port/metrics")
+echo "$metrics" | grep -q '^# TYPE kagent_grpc_calls_started_total counter' || fail "metrics: $metrics"
+started=$(echo "$metrics" | awk '/^kagent_grpc_calls_started_total /{print $2}')
+[ "${started:-0}" -gt 200 ] || fail "kagent_grpc_calls_started_total=$started, want > 200"
+echo "$metrics" | grep -q 'kagent_listener_connections_total{protocol="http"}' || fail "metrics: $metrics"
+echo "ok   /metrics Prometheus text, $started gRPC calls counted"
+
+# --- clean shutdown (under ASan, leaks make this exit non-zero) ---
+kill -TERM "$spid"
+set +e
+wait "$spid"
+rc=$?
+set -e
+pids=()
+[ "$rc" = 0 ] || { tail -30 "$work/server.err" >&2; fail "server exited $rc after SIGTERM"; }
+echo "ok   server shut down cleanly"
+echo "PASS grpc_bridge"
