@@ -1066,6 +1066,26 @@ static void s_sweep(const char *dir, json_t *keep)
     closedir(d);
 }
 
+/* Removes temp files and directories a crashed process left in tmp/ (older than a day: a
+ * live import or preparation never takes that long). */
+static void s_sweep_stale_tmp(ka_images_t *self)
+{
+    char *p = ka_strfmt("%s/tmp", self->root);
+    DIR *d = p ? opendir(p) : NULL;
+    free(p);
+    if (!d)
+        return;
+    time_t cutoff = time(NULL) - 24 * 3600;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            st.st_mtime < cutoff)
+            ka_fs_rmtree_at(dirfd(d), de->d_name);
+    }
+    closedir(d);
+}
+
 /* Deletes blobs, layer caches and prepared rootfs no index entry reaches. Caller holds LOCK_EX. */
 static int s_gc(ka_images_t *self, json_t *idx)
 {
@@ -1099,6 +1119,7 @@ static int s_gc(ka_images_t *self, json_t *idx)
     }
     json_decref(keep);
     ka_blob_txn_destroy(&t);
+    s_sweep_stale_tmp(self);
     return 0;
 }
 

@@ -842,7 +842,8 @@ int ka_tar_dir(const char *dir, ka_blob_writer_t *w, ka_layer_stats_t *st)
     int rc = (!e || !a) ? -ENOMEM : s_collect(dir, "", &paths);
     if (rc < 0)
         goto out;
-    qsort(paths.v, paths.n, sizeof *paths.v, s_cmp);
+    if (paths.n)
+        qsort(paths.v, paths.n, sizeof *paths.v, s_cmp);
     archive_write_set_format_pax_restricted(a);
     archive_write_add_filter_none(a);
     if (archive_write_open(a, w, NULL, s_tar_write, NULL) != ARCHIVE_OK) {
