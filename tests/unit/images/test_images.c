@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "images.h"
@@ -701,8 +702,19 @@ static void test_rm_keeps_shared(void **unused)
     assert_int_equal(ka_images_rootfs(img, "renamed/two", &r2), 0);
     assert_true(s_exists(r1, "one") && s_exists(r1, "base") && !s_exists(r1, "two"));
     assert_true(s_exists(r2, "two") && s_exists(r2, "base") && !s_exists(r2, "one"));
+    /* leftovers of a crashed import: a day-old one is swept by rm, a fresh one is kept */
+    char *stale = ka_strfmt("%s/images/tmp/blob.stale", state);
+    char *fresh = ka_strfmt("%s/images/tmp/blob.fresh", state);
+    s_write(stale, "x", 1);
+    s_write(fresh, "y", 1);
+    struct timespec old[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, stale, old, 0), 0);
     char *ref = ka_strfmt("one@%s", m1);
     assert_int_equal(ka_images_rm(img, ref), 0);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(fresh, F_OK), 0);
+    assert_int_equal(unlink(fresh), 0);
+    free(stale), free(fresh);
     assert_false(s_exists(r1, ""));
     assert_true(s_exists(r2, "base"));
     assert_int_equal(ka_images_verify(img, "renamed/two"), 0);
