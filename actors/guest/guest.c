@@ -329,6 +329,10 @@ static void s_proc_exited(s_proc_t *p, int status)
     p->finished_ms = s_wall_ms();
     p->deadline = 0;
     G.running--;
+    /* The process is its whole group: what it left running in the background goes with it, so
+     * the process limit and timeouts cannot be dodged with `&`. (The group id cannot have been
+     * reused: members keep it alive.) */
+    kill(-p->pid, SIGKILL);
     /* What the process wrote before it exited is in the pipes: take it, then close them so a
      * background grandchild holding them open cannot keep the stream alive. */
     for (int k = 0; k < 2; k++) {

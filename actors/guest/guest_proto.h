@@ -39,6 +39,9 @@
  * P, a process: {"proc": uint, "argv": [str], "pid": int, "state": uint (KA_GP_STATE_*),
  *                "exit_code": int, "started_ms": uint, "finished_ms": uint} (unix ms; 0 = not
  *                yet). exit_code is 128+signal for a signal death.
+ *
+ * A process is its process group: signals and the timeout go to the group, and when the
+ * process itself exits, whatever it left running in its group is killed.
  */
 #ifndef KA_GUEST_PROTO_H
 #define KA_GUEST_PROTO_H
