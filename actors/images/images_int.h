@@ -81,8 +81,9 @@ typedef struct ka_blob_txn ka_blob_txn_t;
 
 /* root is the store root (<state>/images), which holds blobs/sha256 and tmp. */
 ka_blob_txn_t *ka_blob_txn_new(const char *root);
-/* Copies src into a temp blob, hashing it. expect (may be NULL) must match the digest and
- * expect_size (-1 = any) the size, else -EBADMSG. digest_out (may be NULL) receives it. */
+/* Copies src (not a symlink) into a temp blob, hashing it. expect (may be NULL) must match the
+ * digest and expect_size (-1 = any) the size, else -EBADMSG. digest_out (may be NULL) receives it.
+ */
 int ka_blob_txn_add_file(ka_blob_txn_t *t, const char *src, const char *expect, int64_t expect_size,
                          char *digest_out);
 /* Same for a buffer. */

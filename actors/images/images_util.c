@@ -476,7 +476,7 @@ out:
 int ka_blob_txn_add_file(ka_blob_txn_t *t, const char *src, const char *expect, int64_t expect_size,
                          char *digest_out)
 {
-    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    int fd = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC); /* no symlinked blobs */
     if (fd < 0)
         return ka_img_fail(-errno, "cannot open %s: %s", src, strerror(errno));
     ka_blob_writer_t *w = ka_blob_txn_writer(t);
