@@ -594,8 +594,7 @@ static int s_run(kb_cli_t *cli, int argc, char **argv)
                 rest[nrest++] = argv[++i];
             continue;
         }
-        if (descending && cmd == &s_cmd_root && nrest == 0 && strcmp(w, "help") == 0 &&
-            !help_word) {
+        if (descending && cmd == &s_cmd_root && !help_word && strcmp(w, "help") == 0) {
             help_word = true;
             continue;
         }
