@@ -18,13 +18,72 @@
 #include <time.h>
 #include <sys/wait.h>
 
-static char s_tmp[128], s_ws[160], s_logs[160];
+static char s_tmp[128], s_ws[600], s_logs[160] __attribute__((unused));
+static const char *s_ws_in = s_ws; /* the workspace as the user's processes see it */
 
 typedef struct guest {
     pid_t pid;
     ka_guestconn_t *gc;
+    ka_driver_t *d;
+    ka_sandbox_t *sb;
 } guest_t;
 
+#ifdef SBX_IN_SANDBOX
+/* The same tests through a real sandbox: the guest is PID 1 of a `namespaces` sandbox. */
+static void s_spawn(guest_t *g, const char *extra)
+{
+    char state[200], rootfs[200];
+    snprintf(state, sizeof(state), "%s/state", s_tmp);
+    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", s_tmp);
+    const char *args[] = {extra, NULL};
+    ka_ns_opts_t o = {.state_dir = state,
+                      .guest_path = SBX_GUEST_PATH,
+                      .mem_bytes = 512u << 20,
+                      .pids_max = 128,
+                      .cgroup_name = "kagent-guest-it",
+                      .guest_args = extra ? args : NULL};
+    memset(g, 0, sizeof(*g));
+    g->d = ka_namespaces_new(&o, NULL);
+    assert_non_null(g->d);
+    const char *lower[] = {rootfs};
+    ka_sandbox_spec_t spec = {.id = "guest-it", .lowerdirs = lower, .n_lower = 1};
+    assert_int_equal(ka_driver_start(g->d, &spec, &g->sb), 0);
+    g->gc = ka_guestconn_new(ka_driver_channel(g->d, g->sb), false);
+    assert_non_null(g->gc);
+    snprintf(s_ws, sizeof(s_ws), "%s/data/workspace", ka_namespaces_dir(g->sb));
+    s_ws_in = KA_GP_WORKSPACE;
+}
+
+static void s_stop(guest_t *g)
+{
+    ka_guestconn_destroy(&g->gc);
+    assert_int_equal(ka_driver_stop(g->d, &g->sb), 0);
+    ka_driver_destroy(&g->d);
+}
+
+static bool s_pid_gone(guest_t *g, pid_t pid)
+{
+    char script[200];
+    snprintf(script, sizeof(script),
+             "test -e /proc/%d || exit 0; grep -q '^State:.*Z' /proc/%d/status", (int)pid,
+             (int)pid);
+    sbx_out_t o;
+    int rc = sbx_sh(g->gc, script, &o);
+    sbx_out_free(&o);
+    return rc == 0;
+}
+
+static int s_setup(void **unused)
+{
+    (void)unused;
+    snprintf(s_tmp, sizeof(s_tmp), "/tmp/ka-guest-it-XXXXXX");
+    if (!mkdtemp(s_tmp) || chmod(s_tmp, 0755) < 0)
+        return -1;
+    char rootfs[200];
+    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", s_tmp);
+    return sbx_make_rootfs(rootfs);
+}
+#else
 static void s_spawn(guest_t *g, const char *extra)
 {
     int sv[2];
@@ -61,6 +120,19 @@ static void s_stop(guest_t *g)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+static bool s_pid_gone(guest_t *g, pid_t pid)
+{
+    (void)g;
+    char path[64], st[256] = "";
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *sf = fopen(path, "r");
+    if (!sf)
+        return true;
+    bool zombie = fgets(st, sizeof(st), sf) && strstr(st, ") Z ");
+    fclose(sf);
+    return zombie;
+}
+
 static int s_setup(void **unused)
 {
     (void)unused;
@@ -73,6 +145,8 @@ static int s_setup(void **unused)
         return -1;
     return 0;
 }
+
+#endif
 
 static int s_teardown(void **unused)
 {
@@ -129,8 +203,8 @@ static void test_exec_echo_and_exit_codes(void **unused)
     sbx_out_free(&o);
     /* user processes run as 65532 with the workspace as cwd and HOME */
     assert_int_equal(sbx_sh(g.gc, "id -u; id -g; pwd; echo $HOME", &o), 0);
-    char want[400];
-    snprintf(want, sizeof(want), "65532\n65532\n%s\n%s\n", s_ws, s_ws);
+    char want[1400];
+    snprintf(want, sizeof(want), "65532\n65532\n%s\n%s\n", s_ws_in, s_ws_in);
     assert_string_equal(o.out, want);
     sbx_out_free(&o);
     /* a missing program is an error, not a process */
@@ -150,7 +224,7 @@ static void test_env_cwd(void **unused)
     (void)unused;
     guest_t g;
     s_spawn(&g, NULL);
-    char sub[300];
+    char sub[700];
     snprintf(sub, sizeof(sub), "%s/sub", s_ws);
     assert_int_equal(mkdir(sub, 0755), 0);
     const char *argv[] = {"/bin/sh", "-c", "echo $FOO:$BAR; pwd", NULL};
@@ -159,8 +233,8 @@ static void test_env_cwd(void **unused)
     uint64_t proc = s_start(&g, &st);
     sbx_out_t o;
     assert_int_equal(s_follow(&g, proc, 0, 0, &o), 0);
-    char want[400];
-    snprintf(want, sizeof(want), "one:two=2\n%s\n", sub);
+    char want[1400];
+    snprintf(want, sizeof(want), "one:two=2\n%s/sub\n", s_ws_in);
     assert_string_equal(o.out, want);
     sbx_out_free(&o);
     rmdir(sub);
@@ -205,16 +279,7 @@ static void test_signal_to_group(void **unused)
     /* the background sleep got the signal too (it may linger as a zombie for a moment) */
     int gone = 0;
     for (int i = 0; i < 200 && !gone; i++) {
-        char path[64], st2[256] = "";
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)bg);
-        FILE *sf = fopen(path, "r");
-        if (!sf)
-            gone = 1;
-        else {
-            if (fgets(st2, sizeof(st2), sf) && strstr(st2, ") Z "))
-                gone = 1;
-            fclose(sf);
-        }
+        gone = s_pid_gone(&g, bg);
         if (!gone)
             usleep(10000);
     }
@@ -433,7 +498,7 @@ static void test_files(void **unused)
     sbx_out_free(&o);
     /* the file is the user's, with the mode asked for */
     assert_int_equal(s_write(&g, "script.sh", 0750, 0, "#!/bin/sh\necho ran\n", 19), 0);
-    char p[300];
+    char p[700];
     struct stat st;
     snprintf(p, sizeof(p), "%s/script.sh", s_ws);
     assert_int_equal(stat(p, &st), 0);

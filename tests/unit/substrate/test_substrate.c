@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "ka_cgroup.h"
 #include "sbx_fixture.h"
 
 #include <dirent.h>
@@ -32,9 +33,15 @@ static int s_setup(void **unused)
     return sbx_make_rootfs(s_rootfs);
 }
 
+static ka_driver_t *s_driver(void);
+
 static int s_teardown(void **unused)
 {
     (void)unused;
+    /* a driver over the same state dir cleans what a failed test left; destroy drops the
+     * parent cgroups */
+    ka_driver_t *d = s_driver();
+    ka_driver_destroy(&d);
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s_tmp);
     return system(cmd) == 0 ? 0 : -1;
@@ -120,10 +127,172 @@ static void test_start_exec_stop(void **unused)
     assert_null(d);
 }
 
+static void test_bad_specs(void **unused)
+{
+    (void)unused;
+    ka_driver_t *d = s_driver();
+    const char *lower[] = {s_rootfs};
+    const char *ids[] = {"", "../x", "a/b", ".hidden", "x y"};
+    ka_sandbox_t *sb = NULL;
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        ka_sandbox_spec_t spec = {.id = ids[i], .lowerdirs = lower, .n_lower = 1};
+        assert_int_equal(ka_driver_start(d, &spec, &sb), -EINVAL);
+        assert_null(sb);
+    }
+    ka_sandbox_spec_t none = {.id = "nolayers", .lowerdirs = lower, .n_lower = 0};
+    assert_int_equal(ka_driver_start(d, &none, &sb), -EINVAL);
+    /* a layer that does not exist: the start fails and leaves nothing */
+    const char *bad[] = {"/nonexistent/layer"};
+    ka_sandbox_spec_t missing = {.id = "badlayer", .lowerdirs = bad, .n_lower = 1};
+    assert_true(ka_driver_start(d, &missing, &sb) < 0);
+    assert_null(sb);
+    char p[400];
+    snprintf(p, sizeof(p), "%s/badlayer", s_state);
+    assert_int_equal(access(p, F_OK), -1);
+    /* the same id twice: the second start is refused and does not harm the first */
+    ka_sandbox_t *first = s_start(d, "twice");
+    ka_sandbox_spec_t again = {.id = "twice", .lowerdirs = lower, .n_lower = 1};
+    assert_int_equal(ka_driver_start(d, &again, &sb), -EEXIST);
+    ka_guestconn_t *gc = ka_guestconn_new(ka_driver_channel(d, first), false);
+    sbx_out_t o;
+    assert_int_equal(sbx_sh(gc, "echo still-here", &o), 0);
+    assert_string_equal(o.out, "still-here\n");
+    sbx_out_free(&o);
+    ka_guestconn_destroy(&gc);
+    assert_int_equal(ka_driver_stop(d, &first), 0);
+    ka_driver_destroy(&d);
+}
+
+static bool s_cgroup_exists(const char *id)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd),
+             "find /sys/fs/cgroup -maxdepth 5 -type d -path '*/%s/%s' | grep -q .", s_cgname, id);
+    return system(cmd) == 0;
+}
+
+static void test_crash_cleanup(void **unused)
+{
+    (void)unused;
+    /* a "node" that starts a sandbox and dies without stopping it */
+    pid_t node = fork();
+    assert_true(node >= 0);
+    if (node == 0) {
+        ka_ns_opts_t o = {.state_dir = s_state,
+                          .guest_path = SBX_GUEST_PATH,
+                          .pids_max = 64,
+                          .cgroup_name = s_cgname};
+        ka_driver_t *d = ka_namespaces_new(&o, NULL);
+        const char *lower[] = {s_rootfs};
+        ka_sandbox_spec_t spec = {.id = "crashed", .lowerdirs = lower, .n_lower = 1};
+        ka_sandbox_t *sb = NULL;
+        if (!d || ka_driver_start(d, &spec, &sb) < 0)
+            _exit(1);
+        raise(SIGKILL);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(node, &st, 0), node);
+    assert_true(WIFSIGNALED(st));
+    char p[400];
+    snprintf(p, sizeof(p), "%s/crashed", s_state);
+    assert_int_equal(access(p, F_OK), 0); /* left behind */
+    assert_true(s_cgroup_exists("crashed"));
+    /* the next node start cleans it */
+    ka_driver_t *d = s_driver();
+    assert_int_equal(access(p, F_OK), -1);
+    assert_false(s_cgroup_exists("crashed"));
+    ka_driver_destroy(&d);
+}
+
+/* --- resource accounting ------------------------------------------------------------------ */
+
+static long s_count_cmd(const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    long n = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &n) != 1)
+            n = -1;
+        pclose(f);
+    }
+    return n;
+}
+
+typedef struct counts {
+    long mounts, cgroups, children, dirs, fds;
+} counts_t;
+
+static void s_counts(counts_t *c)
+{
+    char cmd[400];
+    c->mounts = s_count_cmd("wc -l < /proc/self/mountinfo");
+    snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' | wc -l",
+             s_cgname);
+    c->cgroups = s_count_cmd(cmd);
+    snprintf(cmd, sizeof(cmd), "awk '$4 == %d' /proc/[0-9]*/stat 2>/dev/null | wc -l",
+             (int)getpid());
+    c->children = s_count_cmd(cmd);
+    snprintf(cmd, sizeof(cmd), "find '%s' | wc -l", s_state);
+    c->dirs = s_count_cmd(cmd);
+    c->fds = s_count_cmd("ls /proc/self/fd | wc -l"); /* the shell's: inherited from us */
+    assert_true(c->mounts > 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
+}
+
+static void test_accounting_100_cycles(void **unused)
+{
+    (void)unused;
+    counts_t before, mid, after;
+    s_counts(&before);
+    ka_driver_t *d = s_driver();
+    const char *lower[] = {s_rootfs};
+    /* one warm-up cycle creates the driver's parent cgroups, which live as long as it does */
+    ka_sandbox_spec_t warm = {.id = "warm", .lowerdirs = lower, .n_lower = 1};
+    ka_sandbox_t *wsb = NULL;
+    assert_int_equal(ka_driver_start(d, &warm, &wsb), 0);
+    assert_int_equal(ka_driver_stop(d, &wsb), 0);
+    s_counts(&mid);
+    /* the parents: memory, cpu, pids, cpuacct on v1; one dir on v2 */
+    assert_int_equal(mid.cgroups, before.cgroups + (ka_cgroup_is_v2() ? 1 : 4));
+    for (int i = 0; i < 100; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "cycle-%d", i);
+        ka_sandbox_spec_t spec = {.id = id, .lowerdirs = lower, .n_lower = 1};
+        ka_sandbox_t *sb = NULL;
+        assert_int_equal(ka_driver_start(d, &spec, &sb), 0);
+        if (i % 10 == 0) { /* sometimes with a process running at stop */
+            ka_guestconn_t *gc = ka_guestconn_new(ka_driver_channel(d, sb), false);
+            const char *argv[] = {"/bin/sleep", "60", NULL};
+            ka_gp_start_t st = {.argv = argv};
+            uint64_t rid;
+            assert_int_equal(ka_guestconn_start(gc, &st, &rid), 0);
+            assert_int_equal(ka_guestconn_call(gc, rid, 5000, NULL, NULL, NULL), 0);
+            ka_guestconn_destroy(&gc);
+        }
+        assert_int_equal(ka_driver_stop(d, &sb), 0);
+    }
+    counts_t end;
+    s_counts(&end);
+    assert_int_equal(end.mounts, mid.mounts);
+    assert_int_equal(end.cgroups, mid.cgroups);
+    assert_int_equal(end.children, mid.children);
+    assert_int_equal(end.dirs, mid.dirs);
+    assert_int_equal(end.fds, mid.fds);
+    ka_driver_destroy(&d);
+    s_counts(&after);
+    assert_int_equal(after.mounts, before.mounts);
+    assert_int_equal(after.cgroups, before.cgroups);
+    assert_int_equal(after.children, before.children);
+    assert_int_equal(after.dirs, before.dirs);
+    assert_int_equal(after.fds, before.fds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_start_exec_stop),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_crash_cleanup),
+        cmocka_unit_test(test_accounting_100_cycles),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
