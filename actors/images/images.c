@@ -269,6 +269,7 @@ typedef struct s_desc {
 } s_desc_t;
 
 typedef struct s_manifest {
+    char digest[KA_DIGEST_LEN]; /* the manifest itself (the platform one, if loaded via an index) */
     char media[96];
     s_desc_t config;
     s_desc_t *layers;
@@ -368,15 +369,32 @@ static int s_manifest_parse(json_t *j, s_manifest_t *m)
     return 0;
 }
 
-/* Parses the stored manifest of digest. */
+/* Parses the stored manifest of digest; an image index is followed to its platform manifest
+ * (m->digest says which). */
 static int s_manifest_load(ka_blob_txn_t *t, const char *digest, s_manifest_t *m)
 {
-    json_t *j = NULL;
-    int rc = s_load_json(t, digest, &j);
-    if (rc == 0)
-        rc = s_manifest_parse(j, m);
-    json_decref(j);
-    return rc;
+    char cur[KA_DIGEST_LEN];
+    snprintf(cur, sizeof cur, "%s", digest);
+    for (int depth = 0;; depth++) {
+        json_t *j = NULL;
+        int rc = s_load_json(t, cur, &j);
+        if (rc < 0)
+            return rc;
+        if (!json_object_get(j, "manifests")) {
+            rc = s_manifest_parse(j, m);
+            json_decref(j);
+            if (rc == 0)
+                memcpy(m->digest, cur, KA_DIGEST_LEN);
+            return rc;
+        }
+        s_desc_t sub;
+        rc = depth > 1 ? ka_img_fail(-EBADMSG, "image indexes nested too deep")
+                       : s_pick_platform(j, &sub);
+        json_decref(j);
+        if (rc < 0)
+            return rc;
+        memcpy(cur, sub.digest, KA_DIGEST_LEN);
+    }
 }
 
 /* ---- staging images into a transaction ---------------------------------------------------- */
@@ -426,7 +444,8 @@ static int s_check_layer(ka_blob_txn_t *t, const char *digest, const char *diff_
 
 /*
  * Stages the image whose manifest (or index) descriptor is d: manifest, config and layers, all
- * verified. res->digest receives the manifest digest (the platform one for an index).
+ * verified. res->digest receives d's digest: an index is kept as it was pinned, with its
+ * platform manifest (the only one staged) behind it.
  */
 static int s_stage(s_source_t *src, ka_blob_txn_t *t, const s_desc_t *d, int depth, s_result_t *res)
 {
@@ -441,8 +460,18 @@ static int s_stage(s_source_t *src, ka_blob_txn_t *t, const s_desc_t *d, int dep
         s_desc_t sub;
         rc = depth > 1 ? ka_img_fail(-EBADMSG, "image indexes nested too deep")
                        : s_pick_platform(j, &sub);
+        const char *media = json_string_value(json_object_get(j, "mediaType"));
+        char imedia[96];
+        snprintf(imedia, sizeof imedia, "%s", media ? media : S_MT_OCI_INDEX);
         json_decref(j);
-        return rc < 0 ? rc : s_stage(src, t, &sub, depth + 1, res);
+        if (rc == 0)
+            rc = s_stage(src, t, &sub, depth + 1, res);
+        if (rc == 0) {
+            memcpy(res->digest, d->digest, KA_DIGEST_LEN);
+            res->size = d->size;
+            snprintf(res->media, sizeof res->media, "%s", imedia);
+        }
+        return rc;
     }
     s_manifest_t m;
     rc = s_manifest_parse(j, &m);
@@ -927,7 +956,7 @@ int ka_images_pull(ka_images_t *self, const char *ref, char **ref_out)
         rc = s_stage(&src, t, &d, 0, r);
     }
     if (rc == 0) {
-        /* the index names the digest that was asked for (an index resolves to its platform) */
+        /* the index names the digest that was asked for (an image index, or a manifest) */
         char *p = ka_blob_txn_path(t, r->digest);
         uint64_t sz = 0;
         char dd[KA_DIGEST_LEN];
@@ -1037,6 +1066,8 @@ int ka_images_verify(ka_images_t *self, const char *ref)
     rc = s_verify_blob(t, digest);
     if (rc == 0)
         rc = s_manifest_load(t, digest, &m);
+    if (rc == 0 && strcmp(m.digest, digest) != 0)
+        rc = s_verify_blob(t, m.digest); /* the platform manifest behind an index */
     if (rc == 0)
         rc = s_verify_blob(t, m.config.digest);
     for (size_t i = 0; rc == 0 && i < m.n_layers; i++)
@@ -1104,6 +1135,7 @@ static int s_gc(ka_images_t *self, json_t *idx)
         s_manifest_t m;
         json_object_set_new(keep, d, json_true());
         if (ka_digest_valid(d) && s_manifest_load(t, d, &m) == 0) {
+            json_object_set_new(keep, m.digest, json_true());
             json_object_set_new(keep, m.config.digest, json_true());
             for (size_t k = 0; k < m.n_layers; k++)
                 json_object_set_new(keep, m.layers[k].digest, json_true());

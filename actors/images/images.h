@@ -14,6 +14,8 @@
  *
  * Image references: "NAME@sha256:<hex>" (the digest decides), "sha256:<hex>", or a NAME that
  * is in the index. A registry pull takes "HOST[:PORT]/REPO@sha256:<hex>" (tags are refused).
+ * A digest may name an image index (multi-platform): it is kept as pinned, and its
+ * linux/<this arch> manifest (the only one fetched) is what is verified and prepared.
  *
  * Every function returns 0 or a negative errno-style code; on failure ka_images_last_error()
  * gives a one-line message for the calling thread. The functions block (disk, network): in an

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -831,6 +832,78 @@ static void test_cli_exit_codes(void **unused)
     free(empty), free(state), free(tmp);
 }
 
+/* This machine's OCI architecture name. */
+static const char *s_arch(void)
+{
+    struct utsname u;
+    assert_int_equal(uname(&u), 0);
+    return !strcmp(u.machine, "aarch64") ? "arm64" : "amd64";
+}
+
+/* An image index (multi-platform) is kept under its own digest; its platform manifest is what
+ * gets prepared, verified and collected. */
+static void test_image_index(void **unused)
+{
+    char *tmp = s_mktemp();
+    char *state = ka_strfmt("%s/state", tmp);
+    char *dir = ka_strfmt("%s/layout", tmp);
+    const tent_t f[] = {{'f', "hello", "world", 0}};
+    const layer_t l = {"gzip", f, 1};
+    char md[KA_DIGEST_LEN], xd[KA_DIGEST_LEN];
+    s_layout(dir, "ignored", &l, 1, NULL, md);
+    char *mp = ka_strfmt("%s/blobs/sha256/%s", dir, ka_digest_hex(md));
+    struct stat st;
+    assert_int_equal(stat(mp, &st), 0);
+    char idx[1024];
+    snprintf(idx, sizeof idx,
+             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+             "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+             "\"digest\":\"%s\",\"size\":%lld,\"platform\":{\"architecture\":\"s390x\","
+             "\"os\":\"linux\"}},{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+             "\"digest\":\"%s\",\"size\":%lld,\"platform\":{\"architecture\":\"%s\","
+             "\"os\":\"linux\"}}]}",
+             "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+             (long long)st.st_size, md, (long long)st.st_size, s_arch());
+    s_put_blob(dir, idx, strlen(idx), xd);
+    char top[1024];
+    snprintf(top, sizeof top,
+             "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/vnd.oci.image."
+             "index.v1+json\",\"digest\":\"%s\",\"size\":%zu,\"annotations\":{\"org."
+             "opencontainers.image.ref.name\":\"multiarch\"}}]}",
+             xd, strlen(idx));
+    char *ip = ka_strfmt("%s/index.json", dir);
+    s_write(ip, top, strlen(top));
+
+    ka_images_t *img = s_store(state);
+    char *ref = NULL, *root = NULL;
+    assert_int_equal(ka_images_import(img, dir, NULL, &ref), 0);
+    char *want = ka_strfmt("multiarch@%s", xd);
+    assert_string_equal(ref, want); /* pinned as the index */
+    char digest[72];
+    assert_int_equal(ka_images_resolve(img, xd, digest), 0);
+    assert_string_equal(digest, xd);
+    assert_int_equal(ka_images_rootfs(img, want, &root), 0);
+    char *hello = s_file(root, "hello");
+    assert_string_equal(hello, "world");
+    assert_int_equal(ka_images_verify(img, "multiarch"), 0);
+    ka_image_info_t *v = NULL;
+    size_t n = 0;
+    assert_int_equal(ka_images_list(img, &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].layers, 1);
+    ka_images_list_free(v, n);
+    /* the platform manifest survives garbage collection while the index is held */
+    assert_int_equal(ka_images_rm(img, "nothing-else"), -ENOENT);
+    char *kept = ka_strfmt("%s/images/blobs/sha256/%s", state, ka_digest_hex(md));
+    assert_int_equal(access(kept, F_OK), 0);
+    assert_int_equal(ka_images_rm(img, xd), 0);
+    assert_int_equal(access(kept, F_OK), -1);
+    ka_images_destroy(&img);
+    assert_int_equal(ka_fs_rmtree(tmp), 0);
+    free(kept), free(hello), free(want), free(ref), free(root), free(ip), free(mp), free(dir);
+    free(state), free(tmp);
+}
+
 static ka_images_reply_t s_call(krt_system_t *sys, krt_addr_t a, uint32_t type, const char *arg,
                                 const char *name)
 {
@@ -919,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_unpack_never_follows_symlinks),
         cmocka_unit_test(test_rm_keeps_shared),
         cmocka_unit_test(test_concurrent_rootfs),
+        cmocka_unit_test(test_image_index),
         cmocka_unit_test(test_cli_exit_codes),
         cmocka_unit_test(test_actor),
     };
