@@ -246,7 +246,8 @@ static void s_fake_write_file(grpc_call *c, fake_call_t *rec)
             s_fake.upload_paths_after_first++;
         }
         s_fake.upload = realloc(s_fake.upload, s_fake.upload_len + r->chunk.len + 1);
-        memcpy(s_fake.upload + s_fake.upload_len, r->chunk.data, r->chunk.len);
+        if (r->chunk.len)
+            memcpy(s_fake.upload + s_fake.upload_len, r->chunk.data, r->chunk.len);
         s_fake.upload_len += r->chunk.len;
         s_fake.upload_msgs++;
         if (rec && !rec->req) {
@@ -1026,6 +1027,52 @@ static void test_wait_interrupted_by_timeout(void **state)
              "ended before the process exited\n");
 }
 
+static void *s_interrupt_later(void *arg)
+{
+    usleep(300 * 1000);
+    kb_rpc_interrupt(); /* what the SIGINT handler does */
+    return NULL;
+}
+
+static void test_exec_interrupted_by_ctrl_c(void **state)
+{
+    s_fake.stream_hang = true;
+    pthread_t t;
+    pthread_create(&t, NULL, s_interrupt_later, NULL);
+    s_expect(s_run("sandbox", "exec", SB_ID, "--", "sleep", "100", NULL), 1, NULL,
+             "Error: wait interrupted; sandbox " SB_ID " process proc-1 (stdout offset 0, stderr "
+             "offset 0); use sandbox wait to continue: rpc error: code = Canceled desc = "
+             "interrupted\n");
+    pthread_join(t, NULL);
+    assert_true(s_last.secs < 5.0);
+    assert_int_equal(s_calls(), 2); /* start + stream; no kill */
+}
+
+/* Client-observed exec round trip (start + follow to exit) against the fake, in-process:
+ * prints p50/p99 and checks a loose bound so a stall (e.g. falling back to polling) fails. */
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_exec_round_trip_latency(void **state)
+{
+    enum { N = 200 };
+    double t[N];
+    for (int i = 0; i < N; i++) {
+        s_fake_reset();
+        s_run("sandbox", "exec", SB_ID, "-o", "json", "--", "true", NULL);
+        assert_int_equal(s_last.rc, 0);
+        t[i] = s_last.secs * 1000.0;
+    }
+    qsort(t, N, sizeof t[0], s_cmp_double);
+    printf("exec round trip (in-process CLI + fake server, new channel per run): p50 %.2f ms, "
+           "p99 %.2f ms over %d runs\n",
+           t[N / 2], t[N * 99 / 100], N);
+    assert_true(t[N / 2] < 250.0);
+}
+
 static void test_process_and_kill(void **state)
 {
     s_expect(s_run("sandbox", "process", SB_ID, "proc-1", NULL), 0,
@@ -1227,6 +1274,8 @@ int main(void)
         cmocka_unit_test_setup(test_json_output_shape, s_setup),
         cmocka_unit_test_setup(test_exec_follows_stream_to_exit_code, s_setup),
         cmocka_unit_test_setup(test_wait_interrupted_by_timeout, s_setup),
+        cmocka_unit_test_setup(test_exec_interrupted_by_ctrl_c, s_setup),
+        cmocka_unit_test_setup(test_exec_round_trip_latency, s_setup),
         cmocka_unit_test_setup(test_process_and_kill, s_setup),
         cmocka_unit_test_setup(test_upload, s_setup),
         cmocka_unit_test_setup(test_download, s_setup),
