@@ -6,7 +6,8 @@
 #  - a corrupted and a truncated docker-archive are refused, the store unchanged;
 #  - pull by digest from Debian's docker-registry on loopback (directly and through a mirror
 #    map); a wrong digest and a tag-only reference are refused, the store unchanged;
-#  - deploy/build-guest-image.sh is deterministic and puts the guest at /run/kagent/guest.
+#  - deploy/build-guest-image.sh is deterministic and puts the guest at /run/kagent/guest;
+#  - a prepared rootfs works as an overlayfs lower layer and is never written through.
 set -euo pipefail
 
 build=${KAGENT_BUILD_DIR:?KAGENT_BUILD_DIR must be set}
@@ -21,7 +22,9 @@ done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ka-images-it.XXXXXX")
 reg_pid=
+merged=
 cleanup() {
+  if [ -n "$merged" ]; then umount "$merged" 2>/dev/null || true; fi
   if [ -n "$reg_pid" ]; then kill "$reg_pid" 2>/dev/null || true; wait "$reg_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
@@ -62,6 +65,21 @@ ref=$(img "$s1" build --rootfs "$work/rfs" --name test/busybox 2>/dev/null)
 digest=${ref#*@}
 check_rootfs "$s1" "$ref"
 echo "ok build $ref"
+
+# --- the prepared rootfs is a working overlayfs lower layer, and stays untouched
+lower=$(img "$s1" rootfs "$ref" 2>/dev/null)
+mkdir -p "$work/ovl/upper" "$work/ovl/work" "$work/ovl/merged"
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$work/ovl/upper,workdir=$work/ovl/work" \
+  "$work/ovl/merged" || fail "overlay mount over $lower"
+merged=$work/ovl/merged
+chroot "$merged" /bin/sh -c 'echo changed >/etc/passwd && echo new >/tmp/new && rm /bin/echo' \
+  || fail "cannot write in the overlay"
+umount "$merged"
+merged=
+cmp -s "$lower/etc/passwd" "$work/rfs/etc/passwd" && [ ! -e "$lower/tmp/new" ] && [ -L "$lower/bin/echo" ] \
+  || fail "writes through the overlay reached the image's rootfs"
+img "$s1" verify "$ref" >/dev/null 2>&1 || fail "verify after overlay use"
+echo "ok overlay lower $lower"
 
 # --- skopeo reads our store and writes every format we import
 store=oci:$s1/images:test/busybox
