@@ -31,13 +31,29 @@
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
+/* Every temp dir made, removed by the group teardown even when a test failed half-way. */
+static char *s_made[32];
+static size_t s_n_made;
+
 static char *s_mktemp(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char *p = ka_strfmt("%s/ka-images-test.XXXXXX", base);
     assert_non_null(p);
     assert_non_null(mkdtemp(p));
+    assert_true(s_n_made < sizeof s_made / sizeof *s_made);
+    s_made[s_n_made++] = strdup(p);
     return p;
+}
+
+static int s_teardown(void **unused)
+{
+    for (size_t i = 0; i < s_n_made; i++) {
+        ka_fs_rmtree(s_made[i]);
+        free(s_made[i]);
+    }
+    s_n_made = 0;
+    return 0;
 }
 
 static ka_images_t *s_store(const char *state)
@@ -996,5 +1012,5 @@ int main(void)
         cmocka_unit_test(test_cli_exit_codes),
         cmocka_unit_test(test_actor),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, s_teardown);
 }
