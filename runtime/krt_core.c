@@ -79,6 +79,15 @@ krt_sched_t *krt__self_sched(krt_system_t *sys)
 /* ---------------------------------------------------------------------------------------- */
 /* Message nodes: per-scheduler free lists, batches exchanged through the system.            */
 
+static void s_free_chain(krt_mlink_t *l)
+{
+    while (l) {
+        krt_mlink_t *next = atomic_load_explicit(&l->next, memory_order_relaxed);
+        free(l);
+        l = next;
+    }
+}
+
 static bool s_pool_refill(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
@@ -104,6 +113,11 @@ static void s_pool_spill(krt_sched_t *s)
     atomic_store_explicit(&last->next, NULL, memory_order_relaxed);
     s->pool_n -= KRT_POOL_BATCH;
     pthread_mutex_lock(&sys->pool_lock);
+    if (sys->n_batches >= KRT_POOL_MAX_BATCHES) {
+        pthread_mutex_unlock(&sys->pool_lock);
+        s_free_chain(batch);
+        return;
+    }
     if (sys->n_batches == sys->cap_batches) {
         uint32_t cap = sys->cap_batches ? sys->cap_batches * 2 : 16;
         krt_mlink_t **nb = realloc(sys->batches, cap * sizeof *nb);
@@ -163,15 +177,6 @@ void krt__node_free(krt_sched_t *s, krt_node_t *n)
     s->pool = &n->link;
     if (++s->pool_n >= 2 * KRT_POOL_BATCH)
         s_pool_spill(s);
-}
-
-static void s_free_chain(krt_mlink_t *l)
-{
-    while (l) {
-        krt_mlink_t *next = atomic_load_explicit(&l->next, memory_order_relaxed);
-        free(l);
-        l = next;
-    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -438,6 +443,13 @@ static void s_wake_one(krt_system_t *sys, krt_sched_t *except)
     }
 }
 
+/* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
+static void s_share_work(krt_system_t *sys, krt_sched_t *me)
+{
+    if (atomic_load(&sys->n_parked) && atomic_load_explicit(&me->rq_len, memory_order_relaxed))
+        s_wake_one(sys, me);
+}
+
 /* Puts a (whose sched flag the caller just set to 1) on a run queue. */
 static void s_schedule(krt_system_t *sys, krt_actor_t *a)
 {
@@ -538,7 +550,10 @@ int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t t
 {
     if (len && !body)
         return KRT_EINVAL;
-    krt_node_t *n = krt__node_new(krt__self_sched(sys), len);
+    krt_sched_t *me = krt__self_sched(sys);
+    if (me && ++me->turn_sends == 64)
+        s_share_work(sys, me);
+    krt_node_t *n = krt__node_new(me, len);
     if (!n)
         return KRT_ENOMEM;
     n->kind = kind;
@@ -714,10 +729,7 @@ krt_system_t *krt_ctx_system(krt_ctx_t *ctx)
 
 krt_addr_t krt_parent(krt_ctx_t *ctx)
 {
-    pthread_mutex_lock(&ctx->sys->tree_lock);
-    krt_addr_t p = ctx->actor->parent ? ctx->actor->parent->addr : KRT_ADDR_NONE;
-    pthread_mutex_unlock(&ctx->sys->tree_lock);
-    return p;
+    return ctx->actor->spawner;
 }
 
 uint64_t krt__new_ref(krt_ctx_t *ctx)
@@ -938,13 +950,39 @@ static void s_tree_remove(krt_actor_t *a)
     a->parent = a->next_sib = a->prev_sib = NULL;
 }
 
-static void s_actor_free(krt_actor_t *a)
+/* Actor blocks: per-scheduler free lists by 16-byte size class, else calloc/free. */
+static size_t s_actor_size(const krt_behaviour_t *b)
+{
+    return sizeof(krt_actor_t) + ((b->state_size + 15) & ~(size_t)15);
+}
+
+static krt_actor_t *s_actor_alloc(krt_sched_t *s, size_t size)
+{
+    size_t c = size / 16;
+    if (s && c < KRT_ACACHE_CLASSES && s->acache[c]) {
+        void *blk = s->acache[c];
+        memcpy(&s->acache[c], blk, sizeof(void *));
+        s->acache_n[c]--;
+        memset(blk, 0, size);
+        return blk;
+    }
+    return calloc(1, size);
+}
+
+static void s_actor_free(krt_sched_t *s, krt_actor_t *a)
 {
     if (a->ext) {
         free(a->ext->rels);
         free(a->ext);
     }
     free(a->name);
+    size_t c = s_actor_size(a->b) / 16;
+    if (s && c < KRT_ACACHE_CLASSES && s->acache_n[c] < KRT_ACACHE_MAX) {
+        memcpy((void *)a, &s->acache[c], sizeof(void *));
+        s->acache[c] = a;
+        s->acache_n[c]++;
+        return;
+    }
     free(a);
 }
 
@@ -957,8 +995,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     if (atomic_load(&sys->stopping))
         return KRT_ESHUTDOWN;
     krt_sched_t *s = ctx ? ctx->sched : krt__self_sched(sys);
-    size_t state = (b->state_size + 15) & ~(size_t)15;
-    krt_actor_t *a = calloc(1, sizeof *a + state);
+    krt_actor_t *a = s_actor_alloc(s, s_actor_size(b));
     krt_node_t *init = krt__node_new(s, 0);
     uint32_t idx = 0;
     int rc = KRT_ENOMEM;
@@ -974,6 +1011,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
         gen = 1;
     a->addr = ((uint64_t)sys->node_id << 48) | (gen << KRT_SLOT_BITS) | idx;
     a->b = b;
+    a->spawner = ctx ? ctx->actor->addr : KRT_ADDR_NONE;
     a->flags = flags;
     a->restarts = restarts;
     s_mb_init(a);
@@ -1019,7 +1057,6 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     s_tree_insert(ctx ? ctx->actor : sys->root, a);
     atomic_store_explicit(&slot->actor, a, memory_order_relaxed);
     atomic_store_explicit(&slot->word, (gen << 32) | KRT_SLOT_ALIVE, memory_order_release);
-    atomic_fetch_add(&sys->live, 1);
     pthread_mutex_unlock(&sys->tree_lock);
     if (s)
         atomic_store_explicit(&s->spawned,
@@ -1052,8 +1089,10 @@ fail:
         krt__node_free(s, init);
     if (arg_free)
         arg_free(arg); /* the init node was never queued */
-    if (a)
-        s_actor_free(a);
+    if (a) {
+        a->b = b;
+        s_actor_free(s, a);
+    }
     return rc;
 }
 
@@ -1206,6 +1245,7 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
     krt_system_t *sys = s->sys;
     s->ctx.actor = a;
     s->ctx.node = NULL;
+    s->turn_sends = 0;
     uint32_t n = 0;
     while (n < sys->budget) {
         if (atomic_load_explicit(&a->sig, memory_order_relaxed)) {
@@ -1373,33 +1413,38 @@ static void s_cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
     }
     pthread_mutex_unlock(&sys->tree_lock);
     s_drain(sys, s, a);
-    pthread_mutex_lock(&sys->wait_lock);
-    bool woke = false;
-    for (krt_waiter_t *w = sys->waiters; w; w = w->next) {
-        if (w->who == a->addr) {
-            w->reason = reason;
-            w->done = true;
-            woke = true;
+    if (atomic_load(&sys->n_waiters)) {
+        pthread_mutex_lock(&sys->wait_lock);
+        bool woke = false;
+        for (krt_waiter_t *w = sys->waiters; w; w = w->next) {
+            if (w->who == a->addr) {
+                w->reason = reason;
+                w->done = true;
+                woke = true;
+            }
         }
+        if (woke)
+            pthread_cond_broadcast(&sys->wait_cond);
+        pthread_mutex_unlock(&sys->wait_lock);
     }
-    if (woke)
-        pthread_cond_broadcast(&sys->wait_cond);
-    pthread_mutex_unlock(&sys->wait_lock);
     if (s)
         atomic_store_explicit(&s->exited,
                               atomic_load_explicit(&s->exited, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+                              memory_order_release);
     s_slot_free(sys, s, (uint32_t)(a->addr & KRT_SLOT_MASK));
-    s_actor_free(a);
-    atomic_fetch_sub(&sys->live, 1);
+    s_actor_free(s, a);
+    if (!s)
+        atomic_fetch_add(&sys->ext_exited, 1);
 }
 
 int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms)
 {
     krt_waiter_t w = {NULL, who, 0, false};
     pthread_mutex_lock(&sys->wait_lock);
+    atomic_fetch_add(&sys->n_waiters, 1);
     krt_actor_t *a = krt__acquire(sys, who);
     if (!a) {
+        atomic_fetch_sub(&sys->n_waiters, 1);
         pthread_mutex_unlock(&sys->wait_lock);
         return KRT_ENOACTOR;
     }
@@ -1428,12 +1473,24 @@ int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms)
             break;
         }
     }
+    atomic_fetch_sub(&sys->n_waiters, 1);
     pthread_mutex_unlock(&sys->wait_lock);
     return w.done ? w.reason : KRT_ETIMEDOUT;
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* System lifecycle                                                                           */
+
+/* Live actors: spawned minus stopped, summed over schedulers (transiently off by in-flight). */
+static int64_t s_live(krt_system_t *sys)
+{
+    int64_t n = (int64_t)atomic_load(&sys->ext_spawned) - (int64_t)atomic_load(&sys->ext_exited);
+    for (int i = 0; i < sys->n_sched; i++) {
+        n += (int64_t)atomic_load_explicit(&sys->scheds[i].spawned, memory_order_acquire);
+        n -= (int64_t)atomic_load_explicit(&sys->scheds[i].exited, memory_order_acquire);
+    }
+    return n;
+}
 
 krt_system_t *krt_system_new(const krt_config_t *cfg)
 {
@@ -1528,13 +1585,12 @@ void krt_system_stop(krt_system_t *sys)
     pthread_mutex_unlock(&sys->tree_lock);
     if (atomic_load(&sys->started)) {
         uint64_t deadline = krt_now_ms() + KRT_STOP_WAIT_MS;
-        while (atomic_load(&sys->live) > 0 && krt_now_ms() < deadline) {
+        while (s_live(sys) > 0 && krt_now_ms() < deadline) {
             struct timespec ts = {0, 1000000L};
             nanosleep(&ts, NULL);
         }
-        if (atomic_load(&sys->live) > 0)
-            krt_log(KRT_LOG_WARN, sys->name, "stop_timeout", "live=%lld",
-                    (long long)atomic_load(&sys->live));
+        if (s_live(sys) > 0)
+            krt_log(KRT_LOG_WARN, sys->name, "stop_timeout", "live=%lld", (long long)s_live(sys));
         atomic_store(&sys->quit, 1);
         for (int i = 0; i < sys->n_sched; i++) {
             atomic_store(&sys->scheds[i].wake, 1);
@@ -1562,6 +1618,13 @@ void krt_system_destroy(krt_system_t **sys_p)
         krt__wheel_free_heap(&s->wheel);
         krt__wheel_fini(&s->wheel);
         s_free_chain(s->pool);
+        for (int c = 0; c < KRT_ACACHE_CLASSES; c++) {
+            while (s->acache[c]) {
+                void *blk = s->acache[c];
+                memcpy(&s->acache[c], blk, sizeof(void *));
+                free(blk);
+            }
+        }
         free(s->free_slots);
         pthread_mutex_destroy(&s->rq_lock);
     }
@@ -1593,7 +1656,7 @@ void krt_system_stats(krt_system_t *sys, krt_stats_t *out)
         out->messages += atomic_load_explicit(&s->handled, memory_order_relaxed);
         out->timers_armed += __atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED);
     }
-    int64_t live = atomic_load(&sys->live);
+    int64_t live = s_live(sys);
     out->actors_live = live > 0 ? (uint64_t)live : 0;
     out->actors_spawned = spawned;
     out->bytes_live = out->actors_live * (sizeof(krt_actor_t) + sizeof(krt_slot_t));

@@ -172,6 +172,7 @@ struct krt_actor {
     int exit_reason;
     krt_actor_t *run_next; /* run queue link */
     krt_addr_t addr;
+    krt_addr_t spawner; /* krt_parent: who spawned it (NONE from outside) */
     const krt_behaviour_t *b;
     krt_actor_t *parent, *first_child, *next_sib, *prev_sib; /* tree_lock */
     uint32_t n_children;                                     /* tree_lock */
@@ -184,6 +185,10 @@ struct krt_actor {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
+
+#define KRT_ACACHE_CLASSES 64 /* actor blocks up to 1 KiB are cached per scheduler */
+#define KRT_ACACHE_MAX     2048
+#define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
 
 struct krt_ctx {
     krt_system_t *sys;
@@ -209,6 +214,9 @@ struct krt_sched {
     uint32_t *free_slots;
     uint32_t n_free_slots, cap_free_slots;
     uint32_t fresh_next, fresh_end;
+    void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
+    uint32_t acache_n[KRT_ACACHE_CLASSES];
+    uint32_t turn_sends; /* sends during the current turn (wake policy) */
     _Atomic uint64_t handled, spawned, exited, bytes;
     char pad_[64];
 };
@@ -233,8 +241,8 @@ struct krt_system {
     _Atomic int started, stopping, quit, stopped;
     _Atomic uint32_t n_parked;
     _Atomic uint32_t rr;
-    _Atomic int64_t live;
-    _Atomic uint64_t ext_spawned, ext_refs;
+    _Atomic uint64_t ext_spawned, ext_exited;
+    _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
     krt_mlink_t **batches;
     uint32_t n_batches, cap_batches;
