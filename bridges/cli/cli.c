@@ -29,7 +29,7 @@ static const kb_flag_t s_global_flags[] = {
     {"user-id", 0, KB_F_STRING, "admin@kagent.dev",
      "Caller identity used to select the server-side data partition", "string"},
     {"token", 0, KB_F_STRING, NULL, "bearer token (sent as authorization: Bearer TOKEN)", "string"},
-    {"verbose", 'v', KB_F_BOOL, NULL, "verbose output", NULL},
+    {"verbose", 'v', KB_F_BOOL, NULL, "verbose output (one line per gRPC call on stderr)", NULL},
     {"help", 'h', KB_F_BOOL, NULL, "help for this command", NULL},
     {0},
 };
@@ -442,6 +442,7 @@ kb_rpc_t *kb_cli_rpc(kb_cli_t *cli)
         .ca_file = cli->ca_file,
         .server_name = cli->server_name,
         .timeout_ms = cli->timeout_ns > 0 ? (cli->timeout_ns + 999999) / 1000000 : 0,
+        .trace = cli->verbose ? cli->err : NULL,
     };
     cli->rpc = kb_rpc_new(&o, err, sizeof err);
     if (!cli->rpc)

@@ -32,6 +32,7 @@ struct kb_rpc {
     char *user_id;
     char *auth;   /* "Bearer <token>" or NULL */
     char *target; /* host:port */
+    FILE *trace;  /* borrowed; NULL = no tracing */
 };
 
 struct kb_rpc_call {
@@ -48,7 +49,9 @@ struct kb_rpc_call {
     bool status_done;
     bool failed;      /* a batch failed: the call is over, the status says why */
     bool half_closed; /* SEND_CLOSE_FROM_CLIENT done (server streams: with the request) */
-    int tag_status;   /* tag storage: addresses only */
+    char method[128]; /* for tracing */
+    gpr_timespec started;
+    int tag_status; /* tag storage: addresses only */
     int tag_op;
 };
 
@@ -197,6 +200,7 @@ kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
     grpc_channel_credentials_release(creds);
     free(roots);
     self->cq = grpc_completion_queue_create_for_pluck(NULL);
+    self->trace = o->trace;
     if (o->timeout_ms > 0)
         self->deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                       gpr_time_from_millis(o->timeout_ms, GPR_TIMESPAN));
@@ -295,6 +299,8 @@ static kb_rpc_call_t *s_start(kb_rpc_t *rpc, const char *method, const char *san
     }
     c->rpc = rpc;
     c->details = grpc_empty_slice();
+    snprintf(c->method, sizeof c->method, "%s", method);
+    c->started = gpr_now(GPR_CLOCK_MONOTONIC);
     grpc_metadata_array_init(&c->initial_md);
     grpc_metadata_array_init(&c->trailing_md);
     if (rpc->user_id[0])
@@ -373,6 +379,11 @@ static int s_collect_status(kb_rpc_call_t *c, kb_rpc_status_t *st)
     else
         s_status(st, code, d ? d : "");
     gpr_free(d);
+    if (c->rpc->trace) {
+        gpr_timespec el = gpr_time_sub(gpr_now(GPR_CLOCK_MONOTONIC), c->started);
+        fprintf(c->rpc->trace, "grpc %s %s -> %s (%.1f ms)\n", c->rpc->target, c->method,
+                kb_rpc_code_name(code), (double)gpr_time_to_millis(el));
+    }
     return code == GRPC_STATUS_OK ? 0 : -EIO;
 }
 

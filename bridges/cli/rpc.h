@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -28,6 +29,7 @@ typedef struct kb_rpc_opts {
     const char *ca_file;     /* PEM roots for https; "" = system roots */
     const char *server_name; /* TLS server name override; "" = from the URL */
     int64_t timeout_ms;      /* whole-command budget from now; <= 0 = none */
+    FILE *trace;             /* non-NULL: one line per finished call (method, status, ms) */
 } kb_rpc_opts_t;
 
 /* The outcome of a call: a gRPC status code (0 = OK) and its message. */

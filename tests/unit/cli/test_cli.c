@@ -1224,7 +1224,8 @@ static void test_runtime_and_errors(void **state)
 {
     s_expect(s_run("runtime", "stats", NULL), 0, "actors_live     12\n", NULL);
     s_expect(&s_last, 0, "sandboxes_live  3\n", NULL);
-    s_expect(s_run("runtime", "stats", "-o", "json", NULL), 0, "\"actorsLive\": \"12\"", NULL);
+    s_expect(s_run("runtime", "stats", "-o", "json", "-v", NULL), 0, "\"actorsLive\": \"12\"",
+             "/kagent.runtime.v1.RuntimeService/GetStats -> OK (");
     s_expect(s_run("runtime", "nodes", NULL), 1, NULL,
              "Error: list nodes: rpc error: code = Unimplemented desc = no such method\n");
     /* An unreachable server is an Unavailable error, exit 1. */
