@@ -1117,15 +1117,15 @@ static void s_sweep_stale_tmp(ka_images_t *self)
     closedir(d);
 }
 
-/* Deletes blobs, layer caches and prepared rootfs no index entry reaches. Caller holds LOCK_EX. */
-static int s_gc(ka_images_t *self, json_t *idx)
+/* The digests (manifests, configs, layers) the index entries reach; NULL on failure. */
+static json_t *s_keep_set(ka_images_t *self, json_t *idx)
 {
     json_t *keep = json_object();
     ka_blob_txn_t *t = ka_blob_txn_new(self->root);
     if (!keep || !t) {
         json_decref(keep);
         ka_blob_txn_destroy(&t);
-        return -ENOMEM;
+        return NULL;
     }
     size_t i;
     json_t *e;
@@ -1142,6 +1142,90 @@ static int s_gc(ka_images_t *self, json_t *idx)
             s_manifest_free(&m);
         }
     }
+    ka_blob_txn_destroy(&t);
+    return keep;
+}
+
+/* Appends the mount tables of every mount namespace on the host (one read per namespace) to
+ * out: sandboxes mount their overlays in their own namespaces. */
+static void s_all_mounts(FILE *out)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    char seen[256][64];
+    size_t n_seen = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char path[64], ns[64] = "";
+        snprintf(path, sizeof path, "/proc/%.20s/ns/mnt", de->d_name);
+        ssize_t n = readlink(path, ns, sizeof ns - 1);
+        if (n <= 0)
+            continue;
+        ns[n] = '\0';
+        bool dup = false;
+        for (size_t i = 0; i < n_seen && !dup; i++)
+            dup = !strcmp(seen[i], ns);
+        if (dup)
+            continue;
+        if (n_seen < 256)
+            memcpy(seen[n_seen++], ns, sizeof ns);
+        snprintf(path, sizeof path, "/proc/%.20s/mountinfo", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char buf[8192];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+            fwrite(buf, 1, got, out);
+        fclose(f);
+    }
+    closedir(d);
+}
+
+/*
+ * -EBUSY if a layer cache or prepared rootfs that keep does not hold is mounted anywhere (an
+ * overlay lowerdir, or a bind mount of a file in it such as the guest binary).
+ */
+static int s_check_unused(ka_images_t *self, json_t *keep)
+{
+    char *mounts = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&mounts, &len);
+    if (!mf)
+        return -ENOMEM;
+    s_all_mounts(mf);
+    fclose(mf);
+    int rc = 0;
+    static const char *const dirs[] = {"layers", "rootfs"};
+    for (size_t k = 0; rc == 0 && k < 2; k++) {
+        char *p = ka_strfmt("%s/%s", self->root, dirs[k]);
+        DIR *d = p ? opendir(p) : NULL;
+        free(p);
+        struct dirent *de;
+        while (rc == 0 && d && (de = readdir(d)) != NULL) {
+            char key[sizeof de->d_name + 8], needle[sizeof de->d_name + 16];
+            snprintf(key, sizeof key, KA_DIGEST_PREFIX "%s", de->d_name);
+            if (de->d_name[0] == '.' || json_object_get(keep, key))
+                continue;
+            snprintf(needle, sizeof needle, "/%s/%s/", dirs[k], de->d_name);
+            if (mounts && strstr(mounts, needle))
+                rc = ka_img_fail(-EBUSY, "image is in use: %s/%s is mounted (a running sandbox?)",
+                                 dirs[k], de->d_name);
+        }
+        if (d)
+            closedir(d);
+    }
+    free(mounts);
+    return rc;
+}
+
+/* Deletes blobs, layer caches and prepared rootfs keep does not hold, and old temp leftovers.
+ * Caller holds LOCK_EX. */
+static void s_gc(ka_images_t *self, json_t *keep)
+{
     static const char *const dirs[] = {"blobs/sha256", "layers", "rootfs"};
     for (size_t k = 0; k < sizeof dirs / sizeof *dirs; k++) {
         char *p = ka_strfmt("%s/%s", self->root, dirs[k]);
@@ -1149,10 +1233,7 @@ static int s_gc(ka_images_t *self, json_t *idx)
             s_sweep(p, keep);
         free(p);
     }
-    json_decref(keep);
-    ka_blob_txn_destroy(&t);
     s_sweep_stale_tmp(self);
-    return 0;
 }
 
 int ka_images_rm(ka_images_t *self, const char *ref)
@@ -1179,10 +1260,17 @@ int ka_images_rm(ka_images_t *self, const char *ref)
             if (match)
                 json_array_remove(arr, i);
         }
-        rc = s_index_save(self, idx);
     }
+    json_t *keep = rc == 0 ? s_keep_set(self, idx) : NULL;
+    if (rc == 0 && !keep)
+        rc = -ENOMEM;
     if (rc == 0)
-        rc = s_gc(self, idx);
+        rc = s_check_unused(self, keep); /* nothing changes if a sandbox still uses it */
+    if (rc == 0)
+        rc = s_index_save(self, idx);
+    if (rc == 0)
+        s_gc(self, keep);
+    json_decref(keep);
     json_decref(idx);
     s_unlock(lk);
     if (rc == 0)

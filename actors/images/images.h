@@ -92,8 +92,9 @@ int ka_images_verify(ka_images_t *self, const char *ref);
 
 /*
  * Removes ref from the index (a NAME@digest or NAME removes that name, a bare digest every
- * name of it), then the blobs, layer caches and prepared rootfs no other image uses. The caller
- * must not remove an image whose rootfs is mounted by a running sandbox.
+ * name of it), then the blobs, layer caches and prepared rootfs no other image uses. Refused
+ * with -EBUSY, changing nothing, while a layer cache or rootfs it would delete is mounted in
+ * any mount namespace of the host (an overlay lowerdir or a bind mount from it).
  */
 int ka_images_rm(ka_images_t *self, const char *ref);
 

@@ -7,7 +7,8 @@
 #  - pull by digest from Debian's docker-registry on loopback (directly and through a mirror
 #    map); a wrong digest and a tag-only reference are refused, the store unchanged;
 #  - deploy/build-guest-image.sh is deterministic and puts the guest at /run/kagent/guest;
-#  - a prepared rootfs works as an overlayfs lower layer and is never written through.
+#  - a prepared rootfs works as an overlayfs lower layer and is never written through; rm refuses
+#    an image mounted in any mount namespace, and otherwise removes all it alone used.
 set -euo pipefail
 
 build=${KAGENT_BUILD_DIR:?KAGENT_BUILD_DIR must be set}
@@ -23,8 +24,10 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/ka-images-it.XXXXXX")
 reg_pid=
 merged=
+ns_pid=
 cleanup() {
   if [ -n "$merged" ]; then umount "$merged" 2>/dev/null || true; fi
+  if [ -n "$ns_pid" ]; then kill "$ns_pid" 2>/dev/null || true; wait "$ns_pid" 2>/dev/null || true; fi
   if [ -n "$reg_pid" ]; then kill "$reg_pid" 2>/dev/null || true; wait "$reg_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
@@ -74,8 +77,20 @@ mount -t overlay overlay -o "lowerdir=$lower,upperdir=$work/ovl/upper,workdir=$w
 merged=$work/ovl/merged
 chroot "$merged" /bin/sh -c 'echo changed >/etc/passwd && echo new >/tmp/new && rm /bin/echo' \
   || fail "cannot write in the overlay"
+refused "$s1" "in use" rm "$ref"
 umount "$merged"
 merged=
+# a mount in a sandbox's private mount namespace counts too
+command -v unshare >/dev/null || fail "unshare (util-linux) missing"
+unshare --mount --propagation private /bin/sh -c \
+  "mount -t overlay overlay -o lowerdir=$lower,upperdir=$work/ovl/upper,workdir=$work/ovl/work \
+   $work/ovl/merged && touch $work/ovl/ready && exec sleep 60" &
+ns_pid=$!
+for _ in $(seq 100); do [ -e "$work/ovl/ready" ] && break; sleep 0.05; done
+[ -e "$work/ovl/ready" ] || fail "overlay in a private namespace did not come up"
+grep -q "$work/ovl/merged" /proc/self/mountinfo && fail "the private mount leaked to the host"
+refused "$s1" "in use" rm "$ref"
+kill "$ns_pid"; wait "$ns_pid" 2>/dev/null || true
 cmp -s "$lower/etc/passwd" "$work/rfs/etc/passwd" && [ ! -e "$lower/tmp/new" ] && [ -L "$lower/bin/echo" ] \
   || fail "writes through the overlay reached the image's rootfs"
 img "$s1" verify "$ref" >/dev/null 2>&1 || fail "verify after overlay use"
@@ -179,4 +194,10 @@ gdir=$(img "$work/s4" rootfs "$g1" 2>/dev/null)
 rc=0; KAGENT_GUEST_BIN=/bin/ls "$src/deploy/build-guest-image.sh" "$build" "$work/s4" >/dev/null 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "a dynamic guest binary was accepted"
 echo "ok guest image $g1"
+
+# --- with nothing mounted, rm takes everything only that image used
+img "$s1" rm "$ref" >/dev/null 2>&1 || fail "rm $ref"
+[ -z "$(find "$s1/images/blobs/sha256" "$s1/images/layers" "$s1/images/rootfs" -mindepth 1)" ] \
+  || fail "rm left blobs or caches behind"
+echo "ok rm"
 echo "PASS"
