@@ -679,9 +679,11 @@ static int s_router_open(krt_mesh_t *m)
     if (!m->router)
         return -zmq_errno();
     int one = 1, hwm = 0;
+    /* No ZMQ_ROUTER_HANDOVER: a second connection claiming a connected node's routing id is
+     * refused rather than allowed to silently cut the live one. A restarted node's old
+     * connection closes with its process, so its reconnection is accepted. */
     int rc = s_sock_common(m, m->router);
-    if (!rc && (zmq_setsockopt(m->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one) ||
-                zmq_setsockopt(m->router, ZMQ_RCVHWM, &hwm, sizeof hwm)))
+    if (!rc && zmq_setsockopt(m->router, ZMQ_RCVHWM, &hwm, sizeof hwm))
         rc = -zmq_errno();
     if (!rc && m->curve &&
         (zmq_setsockopt(m->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||

@@ -15,7 +15,7 @@
 enum { T_PING = KRT_MSG_USER + 1, T_PONG, T_STREAM, T_DONE };
 
 #define CODEC_N    5000000
-#define PINGPONG_N 50000
+#define PINGPONG_N 20000
 #define STREAM_N   500000
 
 static double s_now(void)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "krt.h"
 
@@ -620,6 +621,84 @@ static void test_node_restart(void **unused)
     assert_int_equal(s_threads(), threads);
 }
 
+/* Hostile traffic on a node's ROUTER (raw ZeroMQ clients, not meshes): garbage, misaddressed
+ * and multipart frames are counted and dropped, a client without a mesh routing id is
+ * ignored, an impostor claiming a connected node's id is refused, and the mesh keeps
+ * working. */
+/* One request from a fresh requester on node 1 to echo on node 2, answered correctly. */
+static void s_request(pair_t *p, krt_addr_t echo)
+{
+    report_t r = {.body_len = 4, .result = 99, .target = echo};
+    krt_addr_t c = s_spawn(p->sys[0], &s_requester, &r);
+    s_wait(p->sys[0], c, &r);
+    assert_int_equal(atomic_load(&r.result), 0);
+}
+
+static void *s_raw_dealer(void *ctx, const char *endpoint, const uint8_t *id)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    assert_non_null(s);
+    int zero = 0;
+    if (id)
+        assert_int_equal(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, 3), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void test_hostile_frames(void **unused)
+{
+    int threads = s_threads();
+    pair_t p;
+    s_pair_up(&p, "ipc", 0);
+    krt_addr_t echo = s_spawn(p.sys[1], &s_echo, NULL);
+    s_request(&p, echo); /* node 1 is connected to node 2 from here on */
+    void *ctx = zmq_ctx_new();
+    assert_non_null(ctx);
+    const uint8_t id7[3] = {'K', 0, 7}, id1[3] = {'K', 0, 1};
+    void *raw = s_raw_dealer(ctx, krt_mesh_endpoint(p.mesh[1]), id7);
+    void *anon = s_raw_dealer(ctx, krt_mesh_endpoint(p.mesh[1]), NULL);
+    void *impostor = s_raw_dealer(ctx, krt_mesh_endpoint(p.mesh[1]), id1);
+
+    uint8_t buf[64];
+    size_t len;
+    krt_msg_t m = {.type = T_PING, .len = 1, .from = s_node_addr(1, 1), .body = "x"};
+    /* 1: garbage */
+    assert_int_equal(zmq_send(raw, "\xc1\x00garbage", 9, 0), 9);
+    /* 2: an envelope for another node */
+    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(5, 1), &m, &len), 0);
+    assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
+    /* 3: a two-part message */
+    assert_int_equal(zmq_send(raw, buf, len, ZMQ_SNDMORE), (int)len);
+    assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
+    /* 4: well-formed, for an actor that does not exist on node 2: undeliverable */
+    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
+    assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
+    /* 5: well-formed, from a client without a mesh routing id: malformed */
+    assert_int_equal(zmq_send(anon, buf, len, 0), (int)len);
+    /* never arrives: node 1 is connected under that id already */
+    assert_int_equal(zmq_send(impostor, buf, len, 0), (int)len);
+
+    krt_mesh_stats_t st = {0};
+    for (int i = 0; i < 1000 && (st.malformed < 4 || st.undeliverable < 1); i++) {
+        usleep(5000);
+        krt_mesh_stats(p.mesh[1], &st);
+    }
+    usleep(100000); /* room for anything else (the impostor's message) to arrive */
+    krt_mesh_stats(p.mesh[1], &st);
+    assert_int_equal(st.malformed, 4);
+    assert_int_equal(st.undeliverable, 1);
+    assert_int_equal(st.received, 1); /* the first request only */
+    zmq_close(raw);
+    zmq_close(anon);
+    zmq_close(impostor);
+    assert_int_equal(zmq_ctx_term(ctx), 0);
+
+    s_request(&p, echo); /* the mesh still works */
+    s_pair_down(&p);
+    assert_int_equal(s_threads(), threads);
+}
+
 int main(void)
 {
     krt_log_configure(KRT_LOG_WARN, false, NULL);
@@ -631,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_pingpong_inproc),
         cmocka_unit_test(test_pingpong_ipc),
         cmocka_unit_test(test_unknown_node),
+        cmocka_unit_test(test_hostile_frames),
         cmocka_unit_test(test_curve_wrong_key_times_out),
         cmocka_unit_test(test_node_down),
         cmocka_unit_test(test_node_restart),
