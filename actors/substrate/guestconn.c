@@ -17,7 +17,7 @@ struct ka_guestconn {
     size_t out_off;
     msgpack_packer pk;
     uint8_t *in;
-    size_t in_len, in_cap;
+    size_t in_off, in_len, in_cap; /* unparsed bytes are in[in_off .. in_len) */
 };
 
 struct ka_gp_frame {
@@ -251,7 +251,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
 {
     const uint8_t *body;
     size_t blen;
-    long used = ka_gp_frame_next(gc->in, gc->in_len, KA_GP_MAX_FRAME, &body, &blen);
+    long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_FRAME,
+                                 &body, &blen);
     if (used < 0)
         return -EPROTO;
     if (used == 0)
@@ -265,8 +266,9 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
         return -ENOMEM;
     }
     memcpy(f->body, body, blen);
-    memmove(gc->in, gc->in + used, gc->in_len - (size_t)used);
-    gc->in_len -= (size_t)used;
+    gc->in_off += (size_t)used;
+    if (gc->in_off == gc->in_len)
+        gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
     if (msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
@@ -291,6 +293,11 @@ int ka_guestconn_recv(ka_guestconn_t *gc, ka_gp_frame_t **out)
     if (rc != -EAGAIN)
         return rc;
     for (;;) {
+        if (gc->in_off > 0) { /* compact: only a partial frame is left */
+            memmove(gc->in, gc->in + gc->in_off, gc->in_len - gc->in_off);
+            gc->in_len -= gc->in_off;
+            gc->in_off = 0;
+        }
         if (gc->in_cap - gc->in_len < 65536) {
             size_t cap = gc->in_cap ? gc->in_cap * 2 : 262144;
             uint8_t *n = realloc(gc->in, cap);

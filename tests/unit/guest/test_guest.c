@@ -36,11 +36,13 @@ static void s_spawn(guest_t *g, const char *extra)
     snprintf(state, sizeof(state), "%s/state", s_tmp);
     snprintf(rootfs, sizeof(rootfs), "%s/rootfs", s_tmp);
     const char *args[] = {extra, NULL};
+    char cg[64];
+    snprintf(cg, sizeof(cg), "kagent-guest-it-%d", (int)getpid());
     ka_ns_opts_t o = {.state_dir = state,
                       .guest_path = SBX_GUEST_PATH,
                       .mem_bytes = 512u << 20,
                       .pids_max = 128,
-                      .cgroup_name = "kagent-guest-it",
+                      .cgroup_name = cg,
                       .guest_args = extra ? args : NULL};
     memset(g, 0, sizeof(*g));
     g->d = ka_namespaces_new(&o, NULL);
@@ -151,6 +153,15 @@ static int s_setup(void **unused)
 static int s_teardown(void **unused)
 {
     (void)unused;
+#ifdef SBX_IN_SANDBOX
+    /* whatever a failed test left running: a driver over the state dir cleans it */
+    char state[200], cg[64];
+    snprintf(state, sizeof(state), "%s/state", s_tmp);
+    snprintf(cg, sizeof(cg), "kagent-guest-it-%d", (int)getpid());
+    ka_ns_opts_t o = {.state_dir = state, .guest_path = SBX_GUEST_PATH, .cgroup_name = cg};
+    ka_driver_t *d = ka_namespaces_new(&o, NULL);
+    ka_driver_destroy(&d);
+#endif
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s_tmp);
     return system(cmd) == 0 ? 0 : -1;
@@ -454,7 +465,7 @@ static int s_read(guest_t *g, const char *path, uint32_t mode, sbx_out_t *o)
     uint64_t id;
     memset(o, 0, sizeof(*o));
     assert_int_equal(ka_guestconn_read(g->gc, path, mode, &id), 0);
-    return ka_guestconn_call(g->gc, id, 20000, sbx_out_cb, o, NULL);
+    return ka_guestconn_call(g->gc, id, 90000, sbx_out_cb, o, NULL);
 }
 
 static int s_write(guest_t *g, const char *path, uint32_t mode, uint64_t seek, const char *data,
@@ -464,7 +475,7 @@ static int s_write(guest_t *g, const char *path, uint32_t mode, uint64_t seek, c
     int rc = ka_guestconn_write(g->gc, path, mode, seek, data, len, &id);
     if (rc < 0)
         return rc;
-    return ka_guestconn_call(g->gc, id, 20000, NULL, NULL, NULL);
+    return ka_guestconn_call(g->gc, id, 90000, NULL, NULL, NULL);
 }
 
 static void test_files(void **unused)

@@ -10,6 +10,7 @@
 #include "ka_namespaces.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ static inline int sbx_make_rootfs(const char *root)
 typedef struct sbx_out {
     char *out, *err;
     size_t out_len, err_len;
+    size_t out_cap, err_cap;
 } sbx_out_t;
 
 static inline void sbx_out_cb(void *user, const char *key, const char *data, size_t len,
@@ -54,9 +56,17 @@ static inline void sbx_out_cb(void *user, const char *key, const char *data, siz
 {
     (void)offset;
     sbx_out_t *o = user;
-    char **buf = key[3] == 'e' ? &o->err : &o->out; /* "stderr" vs "stdout"/"chunk" */
-    size_t *n = key[3] == 'e' ? &o->err_len : &o->out_len;
-    *buf = realloc(*buf, *n + len + 1);
+    bool is_err = key[3] == 'e'; /* "stderr" vs "stdout"/"chunk" */
+    char **buf = is_err ? &o->err : &o->out;
+    size_t *n = is_err ? &o->err_len : &o->out_len;
+    size_t *cap = is_err ? &o->err_cap : &o->out_cap;
+    if (*n + len + 1 > *cap) { /* grow geometrically: 64 MiB arrive in 256 KiB chunks */
+        size_t c = *cap ? *cap : 4096;
+        while (c < *n + len + 1)
+            c *= 2;
+        *buf = realloc(*buf, c);
+        *cap = c;
+    }
     memcpy(*buf + *n, data, len);
     *n += len;
     (*buf)[*n] = 0;
