@@ -5,6 +5,7 @@
 #include "krt_int.h"
 
 #include <linux/futex.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -446,19 +447,38 @@ static void s_wake_one(krt_system_t *sys, krt_sched_t *except)
 /* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
 static void s_share_work(krt_system_t *sys, krt_sched_t *me)
 {
-    if (atomic_load(&sys->n_parked) && atomic_load_explicit(&me->rq_len, memory_order_relaxed))
+    if (!atomic_load(&sys->n_parked))
+        return;
+    if (me->next) {
+        s_rq_push(me, me->next);
+        me->next = NULL;
+    }
+    if (atomic_load_explicit(&me->rq_len, memory_order_relaxed))
         s_wake_one(sys, me);
 }
 
-/* Puts a (whose sched flag the caller just set to 1) on a run queue. */
-static void s_schedule(krt_system_t *sys, krt_actor_t *a)
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
+ * must start after those spawned before it. */
+static void s_schedule_x(krt_system_t *sys, krt_actor_t *a, bool fifo)
 {
     krt_sched_t *me = krt__self_sched(sys);
-    if (me) {
+    if (me && fifo) {
         s_rq_push(me, a);
         if (atomic_load(&sys->n_parked) &&
             atomic_load_explicit(&me->rq_len, memory_order_relaxed) > 1)
             s_wake_one(sys, me);
+        return;
+    }
+    if (me) {
+        /* LIFO slot: the actor just made runnable runs next on this thread (message locality,
+         * depth-first spawning); the one it displaces goes to the stealable queue. */
+        krt_actor_t *old = me->next;
+        me->next = a;
+        if (old) {
+            s_rq_push(me, old);
+            if (atomic_load(&sys->n_parked))
+                s_wake_one(sys, me);
+        }
         return;
     }
     krt_sched_t *s = &sys->scheds[atomic_fetch_add(&sys->rr, 1) % (uint32_t)sys->n_sched];
@@ -467,6 +487,11 @@ static void s_schedule(krt_system_t *sys, krt_actor_t *a)
         s_wake(s);
     else if (atomic_load(&sys->n_parked))
         s_wake_one(sys, s);
+}
+
+static void s_schedule(krt_system_t *sys, krt_actor_t *a)
+{
+    s_schedule_x(sys, a, false);
 }
 
 static bool s_any_work(krt_system_t *sys)
@@ -1065,7 +1090,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     else
         atomic_fetch_add(&sys->ext_spawned, 1);
     krt_addr_t addr = a->addr;
-    s_schedule(sys, a); /* a may run (and even stop) from here on */
+    s_schedule_x(sys, a, true); /* a may run (and even stop) from here on */
     if (out)
         *out = addr;
     return 0;
@@ -1322,7 +1347,18 @@ static void *s_sched_main(void *arg)
     s_tls = s;
     uint32_t turns = 0;
     while (!atomic_load_explicit(&sys->quit, memory_order_relaxed)) {
-        krt_actor_t *a = s_rq_pop(s);
+        krt_actor_t *a = s->next;
+        if (a && s->next_streak < sys->budget) {
+            s->next = NULL;
+            s->next_streak++;
+        } else {
+            if (a) { /* the LIFO slot had its share: let the queue run */
+                s->next = NULL;
+                s_rq_push(s, a);
+            }
+            s->next_streak = 0;
+            a = s_rq_pop(s);
+        }
         if (!a)
             a = s_steal(s);
         if (a) {
@@ -1332,7 +1368,7 @@ static void *s_sched_main(void *arg)
             continue;
         }
         s_timers(s);
-        bool work = false;
+        bool work = s->next != NULL;
         for (int i = 0; i < 200 && !work; i++) {
             s_relax();
             work = s_any_work(sys);
@@ -1503,6 +1539,9 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
     sys->n_sched = n < 1 ? 1 : n > 64 ? 64 : n;
     sys->n_jobs = c.job_threads > 0 ? c.job_threads : 2;
     sys->budget = c.turn_budget > 0 ? (uint32_t)c.turn_budget : 64;
+    /* Grow malloc heaps in big steps: millions of small actor blocks otherwise cost one
+     * mprotect/brk per few KiB (process-wide setting, harmless for other code). */
+    mallopt(M_TOP_PAD, 64 << 20);
     if (c.name) {
         sys->name = strdup(c.name);
     } else {

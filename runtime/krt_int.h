@@ -186,8 +186,8 @@ struct krt_actor {
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
 
-#define KRT_ACACHE_CLASSES 64 /* actor blocks up to 1 KiB are cached per scheduler */
-#define KRT_ACACHE_MAX     2048
+#define KRT_ACACHE_CLASSES   64 /* actor blocks up to 1 KiB are cached per scheduler */
+#define KRT_ACACHE_MAX       2048
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
 
 struct krt_ctx {
@@ -204,6 +204,8 @@ struct krt_sched {
     pthread_mutex_t rq_lock;
     krt_actor_t *rq_head, *rq_tail;
     _Atomic uint32_t rq_len;
+    krt_actor_t *next; /* LIFO slot, owner only */
+    uint32_t next_streak;
     _Atomic uint32_t parked;
     _Atomic uint32_t wake; /* futex word */
     krt_wheel_t wheel;

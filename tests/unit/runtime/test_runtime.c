@@ -499,6 +499,7 @@ static int sender_init(krt_ctx_t *ctx, void *state, void *arg)
         *p = i;
         krt_send_ptr(ctx, a->to, T_PTR, p, counting_free);
     }
+    rt_ev(EV_OTHER, a->n, 0, 0);
     return 0;
 }
 static void noop_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -709,6 +710,8 @@ static void test_shutdown_full_mailboxes(void **unused)
     }
     for (int i = 0; i < 13; i++)
         assert_true(rt_wait(EV_INIT, 5000, NULL));
+    for (int i = 0; i < 20; i++)
+        assert_true(rt_wait(EV_OTHER, 5000, NULL));
     for (int i = 0; i < 500; i++) {
         krt_stats_t st;
         krt_system_stats(sys, &st);
