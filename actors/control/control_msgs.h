@@ -1,0 +1,233 @@
+/*
+ * control_msgs: the messages between the control plane's actors (templates, sandboxes, one
+ * actor per sandbox) and the service layer that the bridges call.
+ *
+ * Every reply body starts with ka_status_t: a gRPC status code (ka_code_t) and a message the
+ * bridges pass to callers unchanged. Request bodies carry the caller's identity; ownership is
+ * checked by the actor that owns the record, never by a bridge.
+ */
+#ifndef KA_CONTROL_MSGS_H
+#define KA_CONTROL_MSGS_H
+
+#include <stdint.h>
+
+#include "krt.h"
+#include "store.h"
+
+/* gRPC status codes: both bridges map them directly (MCP turns non-OK into isError). */
+typedef enum {
+    KA_OK = 0,
+    KA_CANCELLED = 1,
+    KA_UNKNOWN = 2,
+    KA_INVALID_ARGUMENT = 3,
+    KA_DEADLINE_EXCEEDED = 4,
+    KA_NOT_FOUND = 5,
+    KA_ALREADY_EXISTS = 6,
+    KA_PERMISSION_DENIED = 7,
+    KA_RESOURCE_EXHAUSTED = 8,
+    KA_FAILED_PRECONDITION = 9,
+    KA_ABORTED = 10,
+    KA_OUT_OF_RANGE = 11,
+    KA_UNIMPLEMENTED = 12,
+    KA_INTERNAL = 13,
+    KA_UNAVAILABLE = 14,
+    KA_DATA_LOSS = 15,
+    KA_UNAUTHENTICATED = 16
+} ka_code_t;
+
+#define KA_MSG_LEN 512
+
+typedef struct ka_status {
+    int32_t code;             /* ka_code_t */
+    char message[KA_MSG_LEN]; /* "" when code is KA_OK */
+} ka_status_t;
+
+/* Registered names. */
+#define KA_TEMPLATES_NAME "templates"
+#define KA_SANDBOXES_NAME "sandboxes"
+
+/* Messages the reference names verbatim (reference section 3.6). */
+#define KA_MSG_NOT_READY      "Sandbox is not ready or has expired"
+#define KA_MSG_NOT_UUID       "Sandbox ID must be a UUID"
+#define KA_MSG_NO_RUNTIME     "Cannot resolve sandbox runtime"
+#define KA_MSG_FILE_TOO_LARGE "File exceeds 64 MiB transfer limit"
+#define KA_MSG_NOT_FOUND      "sandbox not found"
+
+enum {
+    KA_CTL_MSG_BASE = 0x4300,
+    /* templates actor */
+    KA_TPL_APPLY,   /* ka_tpl_apply_t (+ yaml) -> ka_tpl_reply_t (+ records) */
+    KA_TPL_GET,     /* ka_tpl_key_t -> ka_tpl_reply_t */
+    KA_TPL_LIST,    /* ka_tpl_key_t (namespace filter) -> ka_tpl_reply_t */
+    KA_TPL_DELETE,  /* ka_tpl_key_t -> ka_tpl_reply_t */
+    KA_TPL_RESOLVE, /* ka_tpl_key_t -> ka_tpl_resolved_t: what a new sandbox pins */
+    KA_TPL_RUNTIME, /* ka_tpl_runtime_req_t -> ka_tpl_resolved_t: a pinned revision's rootfs */
+    /* sandboxes manager, then forwarded to the sandbox's own actor */
+    KA_SBX_CREATE,       /* ka_sbx_create_t -> ka_sbx_reply_t */
+    KA_SBX_GET,          /* ka_sbx_key_t -> ka_sbx_reply_t */
+    KA_SBX_LIST,         /* ka_sbx_list_req_t -> ka_sbx_list_t */
+    KA_SBX_SUSPEND,      /* ka_sbx_key_t -> ka_sbx_reply_t */
+    KA_SBX_RESUME,       /* ka_sbx_key_t -> ka_sbx_reply_t */
+    KA_SBX_DELETE,       /* ka_sbx_key_t -> ka_sbx_reply_t */
+    KA_SBX_GUEST,        /* ka_guest_req_t (+ tail) -> frames: ka_guest_reply_t (+ tail) ... */
+    KA_SBX_COUNT,        /* empty -> ka_sbx_count_t (live sandboxes on this node) */
+    KA_SBX_GUEST_FRAME,  /* sandbox actor -> stream sink: ka_guest_reply_t (+ tail) */
+    KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
+    /* internal */
+    KA_SBX_FORWARD_, /* manager -> sandbox actor: ka_sbx_forward_t (+ original body) */
+    KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
+    KA_CTL_MSG_LAST_
+};
+
+/* ---- templates ---------------------------------------------------------------------------- */
+
+typedef struct ka_tpl_apply {
+    char default_namespace[KA_STORE_NS_LEN];
+    uint32_t yaml_len;
+    char yaml[]; /* yaml_len bytes then NUL */
+} ka_tpl_apply_t;
+
+typedef struct ka_tpl_key {
+    char namespace_[KA_STORE_NS_LEN];
+    char name[KA_STORE_TNAME_LEN];
+} ka_tpl_key_t;
+
+/* Reply: status, then count template records exactly as the store returns them
+ * (ka_store_template_t, iterate with ka_store_blob_next over `blob`). */
+typedef struct ka_tpl_reply {
+    ka_status_t status;
+    ka_store_blob_t blob; /* must be last: its data follows */
+} ka_tpl_reply_t;
+
+typedef struct ka_tpl_runtime_req {
+    char revision[KA_STORE_REV_LEN];
+} ka_tpl_runtime_req_t;
+
+typedef struct ka_tpl_resolved {
+    ka_status_t status;
+    char revision[KA_STORE_REV_LEN]; /* pinned revision hash */
+    char rootfs[1024];               /* the tools image rootfs: overlay lowerdir */
+    char snapshot_location[1024];    /* the template's spec.substrate.snapshotPolicy.location */
+    uint32_t n_env;                  /* env of the spec, "K=V\0" x n in env */
+    char env[8192];
+} ka_tpl_resolved_t;
+
+/* ---- sandboxes ---------------------------------------------------------------------------- */
+
+typedef struct ka_sbx_create {
+    char caller[KA_STORE_CREATOR_LEN];
+    char request_id[KA_STORE_REQID_LEN];
+    char name[KA_STORE_NAME_LEN];
+    char template_namespace[KA_STORE_NS_LEN];
+    char template_name[KA_STORE_TNAME_LEN];
+    int64_t ttl_ms; /* 0 = policy default */
+} ka_sbx_create_t;
+
+typedef struct ka_sbx_key {
+    char caller[KA_STORE_CREATOR_LEN];
+    char id[KA_STORE_ID_LEN];
+} ka_sbx_key_t;
+
+typedef struct ka_sbx_reply {
+    ka_status_t status;
+    ka_store_sandbox_t sandbox;
+} ka_sbx_reply_t;
+
+typedef struct ka_sbx_list_req {
+    char caller[KA_STORE_CREATOR_LEN];
+    char template_namespace[KA_STORE_NS_LEN]; /* "" = any */
+    char template_name[KA_STORE_TNAME_LEN];
+    int32_t limit;  /* 0..100, 0 = 100 */
+    int32_t offset; /* from the page token */
+} ka_sbx_list_req_t;
+
+typedef struct ka_sbx_list {
+    ka_status_t status;
+    uint32_t count;
+    int32_t more;
+    ka_store_sandbox_t items[];
+} ka_sbx_list_t;
+
+typedef struct ka_sbx_count {
+    ka_status_t status;
+    uint64_t live;
+} ka_sbx_count_t;
+
+/* ---- guest calls -------------------------------------------------------------------------- */
+
+enum {
+    KA_GUEST_START = 1, /* tail: argv strings, then env "K=V" strings (NUL-separated) */
+    KA_GUEST_GET,
+    KA_GUEST_SIGNAL,
+    KA_GUEST_INPUT,  /* tail: data */
+    KA_GUEST_OUTPUT, /* streams: frames with data, then a final frame */
+    KA_GUEST_READ,   /* streams: frames with data, then a final frame */
+    KA_GUEST_WRITE   /* tail: data */
+};
+
+typedef struct ka_guest_req {
+    char caller[KA_STORE_CREATOR_LEN];
+    char sandbox_id[KA_STORE_ID_LEN];
+    int32_t op;             /* KA_GUEST_* */
+    uint64_t proc;          /* GET SIGNAL INPUT OUTPUT */
+    int32_t signal;         /* SIGNAL */
+    int32_t stdin_open;     /* START */
+    int32_t close;          /* INPUT: close stdin after data */
+    int32_t follow;         /* OUTPUT */
+    uint64_t timeout_ms;    /* START: 0 = guest default */
+    uint64_t stdout_offset; /* OUTPUT */
+    uint64_t stderr_offset; /* OUTPUT */
+    uint64_t seek_offset;   /* WRITE */
+    uint32_t mode;          /* READ WRITE */
+    char cwd[1024];         /* START: "" = workspace */
+    char path[1024];        /* READ WRITE */
+    uint32_t n_argv, n_env; /* START: string counts in tail */
+    uint32_t tail_len;
+    char tail[];
+} ka_guest_req_t;
+
+/* A process as the guest reports it. */
+typedef struct ka_process_info {
+    uint64_t proc;
+    int64_t pid;
+    int32_t state; /* 1 running, 2 exited */
+    int32_t exit_code;
+    int64_t started_ms;
+    int64_t finished_ms;
+} ka_process_info_t;
+
+enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3 };
+
+/* One reply frame. Unary ops send one final frame; OUTPUT and READ send data frames
+ * (final = 0, stream and offset set, data in tail) and then one final frame (with the exit
+ * process for OUTPUT if it has exited). */
+typedef struct ka_guest_reply {
+    ka_status_t status;
+    int32_t final;
+    int32_t stream;  /* KA_STREAM_* for data frames */
+    uint64_t offset; /* byte offset of this data in its stream */
+    int32_t has_process;
+    ka_process_info_t process;
+    uint64_t written; /* INPUT WRITE: bytes written; READ final: file size */
+    uint32_t tail_len;
+    char tail[];
+} ka_guest_reply_t;
+
+/* ---- internal ----------------------------------------------------------------------------- */
+
+/* The manager hands a request to a sandbox actor with the original requester, so the sandbox
+ * actor answers it directly (krt_reply_to). */
+typedef struct ka_sbx_forward {
+    krt_addr_t from;
+    uint64_t ref;
+    uint32_t type; /* the original message type */
+    uint32_t len;
+    char body[];
+} ka_sbx_forward_t;
+
+typedef struct ka_sbx_recover {
+    int32_t expired;
+    int32_t offset;
+} ka_sbx_recover_t;
+
+#endif

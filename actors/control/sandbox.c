@@ -1,0 +1,982 @@
+/*
+ * ka_sandbox: one actor per live sandbox. Lifecycle FSM, TTL timer, owner checks, and the
+ * sandbox's guest connection (requests multiplexed by id, replies routed to their callers).
+ *
+ * A mutation persists its intent (state/operation) before it acts, does the blocking part
+ * (driver start/stop, snapshot copies) on a job thread, then persists the result and answers.
+ * While one runs, another mutation gets ABORTED, except delete, which waits for it and then
+ * supersedes it; TTL expiry is a delete without a caller.
+ */
+#include "sandboxes.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guestconn.h"
+#include "ka_namespaces.h"
+
+#define STORE_TIMEOUT_MS 30000
+#define RETRY_DELETE_MS  1000
+#define MSG_TTL          (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
+#define FILE_SCHEME      "file://"
+
+typedef enum { JOB_NONE, JOB_BOOT, JOB_STOP, JOB_SUSPEND, JOB_RESUME } s_job_kind_t;
+
+/* The blocking part of a mutation; only the job thread touches it until JOB_DONE. */
+typedef struct s_job {
+    s_job_kind_t kind;
+    ka_driver_t *driver;
+    char id[KA_STORE_ID_LEN];
+    char rootfs[1024];
+    char snapshot[PATH_MAX]; /* this sandbox's snapshot dir ("" if none) */
+    ka_sandbox_t *sb;        /* in: to stop; out: started */
+    char err[256];
+} s_job_t;
+
+/* A caller waiting for guest frames. ref != 0: one reply (krt_reply_to); 0: a stream whose
+ * frames go to `to` as KA_SBX_GUEST_FRAME messages. */
+typedef struct s_waiter s_waiter_t;
+struct s_waiter {
+    s_waiter_t *next;
+    uint64_t gid; /* guest request id */
+    krt_addr_t to;
+    uint64_t ref;
+    int op;
+};
+
+typedef enum { SS_IDLE, SS_INTENT, SS_RESULT, SS_TOMBSTONE } s_store_step_t;
+
+typedef struct {
+    ka_sandbox_args_t a; /* a.record is the live record */
+    ka_sandbox_t *compute;
+    ka_guestconn_t *gc;
+    bool watching;
+    krt_timer_t ttl;
+    s_waiter_t *waiters;
+    /* the running mutation */
+    uint32_t op_type; /* KA_SBX_* being served, 0 if none */
+    krt_addr_t op_from;
+    uint64_t op_ref;
+    bool op_answer; /* someone waits for the answer */
+    s_job_t *job;   /* in flight on a job thread */
+    uint64_t job_ref;
+    s_store_step_t store_step;
+    uint64_t store_ref;
+    uint64_t runtime_ref; /* resume: waiting for the pinned revision's runtime */
+    /* a delete that arrived during another mutation, or TTL expiry */
+    bool delete_pending;
+    krt_addr_t del_from;
+    uint64_t del_ref;
+    bool del_answer;
+} s_sbx_t;
+
+static void s_start_delete(krt_ctx_t *ctx, s_sbx_t *self);
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int64_t s_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void s_copy(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void s_reply_status(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
+                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void s_reply_status(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
+                           const char *fmt, ...)
+{
+    ka_sbx_reply_t r;
+    memset(&r, 0, sizeof r);
+    r.status.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r.status.message, sizeof r.status.message, fmt, ap);
+    va_end(ap);
+    if (type == KA_SBX_GUEST) { /* guest callers read a ka_guest_reply_t */
+        ka_guest_reply_t g;
+        memset(&g, 0, sizeof g);
+        g.status = r.status;
+        g.final = 1;
+        if (ref)
+            krt_reply_to(ctx, to, ref, type, &g, sizeof g);
+        else
+            krt_send(ctx, to, KA_SBX_GUEST_FRAME, &g, sizeof g);
+        return;
+    }
+    krt_reply_to(ctx, to, ref, type, &r, sizeof r);
+}
+
+static void s_reply_record(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_t ref,
+                           uint32_t type)
+{
+    ka_sbx_reply_t r;
+    memset(&r, 0, sizeof r);
+    r.sandbox = self->a.record;
+    krt_reply_to(ctx, to, ref, type, &r, sizeof r);
+}
+
+static int s_code_of_store(int err)
+{
+    switch (err) {
+    case 0:
+        return KA_OK;
+    case KA_STORE_ENOTFOUND:
+        return KA_NOT_FOUND;
+    case KA_STORE_ESTALE:
+    case KA_STORE_ECONFLICT:
+        return KA_ABORTED;
+    case KA_STORE_EUNAVAIL:
+        return KA_UNAVAILABLE;
+    default:
+        return KA_INTERNAL;
+    }
+}
+
+/* The directory a file:// snapshot location gives this sandbox, or "" for other schemes. */
+static int s_snapshot_dir(const s_sbx_t *self, const char *location, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (strncmp(location, FILE_SCHEME, strlen(FILE_SCHEME)) != 0)
+        return -EPROTONOSUPPORT;
+    const char *path = location + strlen(FILE_SCHEME);
+    if (path[0] != '/')
+        return -EINVAL;
+    int n = snprintf(out, cap, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/",
+                     self->a.record.id);
+    return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
+/* ---- blocking work (job threads) ---------------------------------------------------------- */
+
+/* Runs argv to completion (cp, rm); 0 or -EIO. */
+static int s_run(char *const argv[])
+{
+    pid_t pid;
+    extern char **environ;
+    if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+        return -errno;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+}
+
+static int s_mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    s_copy(tmp, sizeof tmp, path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0700) && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    return mkdir(tmp, 0700) && errno != EEXIST ? -errno : 0;
+}
+
+/* Copies the contents of src into dst (both directories), keeping owners and modes. */
+static int s_copy_tree(const char *src, const char *dst)
+{
+    char from[PATH_MAX + 3];
+    snprintf(from, sizeof from, "%s/.", src);
+    char *argv[] = {"cp", "-a", from, (char *)dst, NULL};
+    int rc = s_mkdirs(dst);
+    return rc ? rc : s_run(argv);
+}
+
+static int s_remove_tree(const char *path)
+{
+    char *argv[] = {"rm", "-rf", "--one-file-system", (char *)path, NULL};
+    return path[0] ? s_run(argv) : 0;
+}
+
+static int s_job_start(s_job_t *j)
+{
+    const char *lower[] = {j->rootfs};
+    ka_sandbox_spec_t spec = {.id = j->id, .lowerdirs = lower, .n_lower = 1};
+    int rc = ka_driver_start(j->driver, &spec, &j->sb);
+    if (rc)
+        snprintf(j->err, sizeof j->err, "starting the sandbox failed: %s", strerror(-rc));
+    return rc;
+}
+
+static int s_job_run(void *arg)
+{
+    s_job_t *j = arg;
+    char data[PATH_MAX];
+    int rc = 0;
+    switch (j->kind) {
+    case JOB_BOOT:
+        return s_job_start(j);
+    case JOB_RESUME:
+        if ((rc = s_job_start(j)))
+            return rc;
+        snprintf(data, sizeof data, "%s/data", ka_namespaces_dir(j->sb));
+        if ((rc = s_copy_tree(j->snapshot, data)))
+            snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed");
+        return rc;
+    case JOB_SUSPEND:
+        snprintf(data, sizeof data, "%s/data", ka_namespaces_dir(j->sb));
+        if ((rc = s_remove_tree(j->snapshot)) || (rc = s_copy_tree(data, j->snapshot))) {
+            snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed");
+            return rc;
+        }
+        return ka_driver_stop(j->driver, &j->sb);
+    case JOB_STOP:
+        if (j->sb)
+            rc = ka_driver_stop(j->driver, &j->sb);
+        s_remove_tree(j->snapshot);
+        return rc;
+    default:
+        return 0;
+    }
+}
+
+static int s_submit(krt_ctx_t *ctx, s_sbx_t *self, s_job_kind_t kind, const char *rootfs,
+                    const char *snapshot)
+{
+    s_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return -ENOMEM;
+    j->kind = kind;
+    j->driver = self->a.driver;
+    s_copy(j->id, sizeof j->id, self->a.record.id);
+    s_copy(j->rootfs, sizeof j->rootfs, rootfs);
+    s_copy(j->snapshot, sizeof j->snapshot, snapshot);
+    if (kind == JOB_SUSPEND || kind == JOB_STOP) { /* the job takes the compute */
+        ka_guestconn_destroy(&self->gc);
+        if (self->watching)
+            krt_fd_unwatch(ctx, ka_driver_channel(self->a.driver, self->compute));
+        self->watching = false;
+        j->sb = self->compute;
+        self->compute = NULL;
+    }
+    int rc = krt_job_submit(ctx, s_job_run, j, &self->job_ref);
+    if (rc) {
+        self->compute = j->sb;
+        free(j);
+        return rc;
+    }
+    self->job = j;
+    return 0;
+}
+
+/* ---- store writes --------------------------------------------------------------------------- */
+
+static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, int state, int op,
+                          const char *reason, const char *message)
+{
+    ka_store_sandbox_update_t u;
+    memset(&u, 0, sizeof u);
+    s_copy(u.id, sizeof u.id, self->a.record.id);
+    u.set = KA_SB_SET_STATE | KA_SB_SET_OPERATION | (reason ? KA_SB_SET_FAILURE : 0);
+    u.expect_state = -1;
+    u.state = state;
+    u.operation = op;
+    s_copy(u.failure_reason, sizeof u.failure_reason, reason);
+    s_copy(u.failure_message, sizeof u.failure_message, message);
+    self->store_step = step;
+    return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
+                       &self->store_ref);
+}
+
+static int s_store_tombstone(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof k);
+    s_copy(k.id, sizeof k.id, self->a.record.id);
+    self->store_step = SS_TOMBSTONE;
+    return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k, STORE_TIMEOUT_MS,
+                       &self->store_ref);
+}
+
+/* ---- the running mutation ------------------------------------------------------------------- */
+
+static void s_begin(s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref, bool answer)
+{
+    self->op_type = type;
+    self->op_from = from;
+    self->op_ref = ref;
+    self->op_answer = answer;
+}
+
+/* Ends the running mutation: answers its caller with the record (code OK) or an error, then
+ * starts a delete that was waiting. */
+static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
+{
+    if (self->op_answer) {
+        if (code == KA_OK)
+            s_reply_record(ctx, self, self->op_from, self->op_ref, self->op_type);
+        else
+            s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, code, "%s", message);
+    }
+    self->op_type = 0;
+    self->op_answer = false;
+    self->store_step = SS_IDLE;
+    if (self->delete_pending)
+        s_start_delete(ctx, self);
+}
+
+static void s_arm_ttl(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    int64_t left = self->a.record.expires_ms - s_wall_ms();
+    krt_timer_arm(ctx, &self->ttl, left > 0 ? (uint64_t)left : 0, MSG_TTL, 0);
+}
+
+/* ---- guest connection ----------------------------------------------------------------------- */
+
+static void s_watch(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    if (!self->gc || self->watching)
+        return;
+    uint32_t ev = KRT_FD_READ | (ka_guestconn_pending(self->gc) ? KRT_FD_WRITE : 0);
+    if (krt_fd_watch(ctx, ka_guestconn_fd(self->gc), ev, 1) == 0)
+        self->watching = true;
+}
+
+static void s_fail_waiters(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
+{
+    while (self->waiters) {
+        s_waiter_t *w = self->waiters;
+        self->waiters = w->next;
+        s_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, code, "%s", message);
+        free(w);
+    }
+}
+
+static int s_code_of_errno(int err)
+{
+    switch (err) {
+    case -ENOENT:
+        return KA_NOT_FOUND;
+    case -EAGAIN:
+    case -EFBIG:
+    case -ENOSPC:
+        return KA_RESOURCE_EXHAUSTED;
+    case -EINVAL:
+    case -ENAMETOOLONG:
+    case -EISDIR:
+    case -ENOTDIR:
+        return KA_INVALID_ARGUMENT;
+    case -EACCES:
+    case -EPERM:
+        return KA_PERMISSION_DENIED;
+    case -EPIPE:
+        return KA_FAILED_PRECONDITION;
+    case -ETIMEDOUT:
+        return KA_DEADLINE_EXCEEDED;
+    default:
+        return KA_INTERNAL;
+    }
+}
+
+static void s_process_info(const ka_gp_process_t *p, ka_process_info_t *out)
+{
+    out->proc = p->proc;
+    out->pid = p->pid;
+    out->state = (int32_t)p->state;
+    out->exit_code = (int32_t)p->exit_code;
+    out->started_ms = (int64_t)p->started_ms;
+    out->finished_ms = (int64_t)p->finished_ms;
+}
+
+static void s_send_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_guest_reply_t *r, size_t len)
+{
+    if (w->ref && r->final)
+        krt_reply_to(ctx, w->to, w->ref, KA_SBX_GUEST, r, len);
+    else if (!w->ref)
+        krt_send(ctx, w->to, KA_SBX_GUEST_FRAME, r, len);
+}
+
+/* Turns one guest frame into a data frame and/or a final frame for its waiter. Returns true
+ * when the waiter is done. */
+static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
+{
+    const msgpack_object *m = ka_gp_frame_map(f);
+    static const struct {
+        const char *key;
+        int stream;
+    } data_keys[] = {
+        {"stdout", KA_STREAM_STDOUT}, {"stderr", KA_STREAM_STDERR}, {"chunk", KA_STREAM_FILE}};
+    for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++) {
+        const char *p;
+        size_t n;
+        if (!ka_gp_get_bytes(m, data_keys[i].key, &p, &n))
+            continue;
+        ka_guest_reply_t *r = calloc(1, sizeof *r + n);
+        if (!r)
+            break;
+        r->stream = data_keys[i].stream;
+        ka_gp_get_u64(m, "offset", &r->offset);
+        r->tail_len = (uint32_t)n;
+        memcpy(r->tail, p, n);
+        s_send_frame(ctx, w, r, sizeof *r + n);
+        free(r);
+    }
+    if (!ka_gp_frame_is_end(f))
+        return false;
+    ka_guest_reply_t r;
+    memset(&r, 0, sizeof r);
+    r.final = 1;
+    int err = ka_gp_frame_err(f);
+    if (err) {
+        r.status.code = s_code_of_errno(err);
+        s_copy(r.status.message, sizeof r.status.message,
+               err == -EFBIG ? KA_MSG_FILE_TOO_LARGE : ka_gp_frame_msg(f));
+    }
+    ka_gp_process_t p;
+    const msgpack_object *exit_obj = ka_gp_get(m, "exit");
+    if (ka_gp_frame_process(f, &p) == 0 || (exit_obj && ka_gp_process_decode(exit_obj, &p) == 0)) {
+        r.has_process = 1;
+        s_process_info(&p, &r.process);
+    }
+    if (!ka_gp_get_u64(m, "written", &r.written))
+        ka_gp_get_u64(m, "size", &r.written);
+    s_send_frame(ctx, w, &r, sizeof r);
+    return true;
+}
+
+static void s_guest_lost(krt_ctx_t *ctx, s_sbx_t *self);
+
+/* Records a state change nobody asked for (guest lost, compute lost at node start). */
+static void s_mark(krt_ctx_t *ctx, s_sbx_t *self, int state, const char *reason,
+                   const char *message)
+{
+    self->a.record.state = state;
+    self->a.record.operation = KA_OP_NONE;
+    s_begin(self, 0, KRT_ADDR_NONE, 0, false);
+    if (s_store_update(ctx, self, SS_RESULT, state, KA_OP_NONE, reason, message))
+        self->store_step = SS_IDLE;
+}
+
+static void s_on_guest_io(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    self->watching = false;
+    if (!self->gc)
+        return;
+    int rc = ka_guestconn_flush(self->gc);
+    if (rc && rc != -EAGAIN) {
+        s_guest_lost(ctx, self);
+        return;
+    }
+    for (;;) {
+        ka_gp_frame_t *f = NULL;
+        rc = ka_guestconn_recv(self->gc, &f);
+        if (rc == -EAGAIN)
+            break;
+        if (rc) {
+            s_guest_lost(ctx, self);
+            return;
+        }
+        uint64_t id = ka_gp_frame_id(f);
+        for (s_waiter_t **pp = &self->waiters; *pp; pp = &(*pp)->next)
+            if ((*pp)->gid == id) {
+                s_waiter_t *w = *pp;
+                if (s_route_frame(ctx, w, f)) {
+                    *pp = w->next;
+                    free(w);
+                }
+                break;
+            }
+        ka_gp_frame_free(&f);
+    }
+    s_watch(ctx, self);
+}
+
+/* The guest is gone: every caller learns it, the sandbox is FAILED (its record says why). */
+static void s_guest_lost(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    krt_log_actor(ctx, KRT_LOG_WARN, "guest_lost", "sandbox=%s", self->a.record.id);
+    s_fail_waiters(ctx, self, KA_UNAVAILABLE, "the sandbox guest exited");
+    ka_guestconn_destroy(&self->gc);
+    self->watching = false;
+    if (self->op_type == 0 && !self->delete_pending)
+        s_mark(ctx, self, KA_STATE_FAILED, KA_FAIL_GUEST_EXITED,
+               "the sandbox guest exited; delete the sandbox and create a new one");
+}
+
+/* ---- guest requests ------------------------------------------------------------------------- */
+
+/* Appends tail strings (n of them, NUL-separated) to out[*k], up to cap; 0 or -EINVAL. */
+static int s_strings(const char **cur, const char *end, uint32_t n, const char **out, size_t *k,
+                     size_t cap)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const char *nul = memchr(*cur, '\0', (size_t)(end - *cur));
+        if (!nul || *k + 1 >= cap)
+            return -EINVAL;
+        out[(*k)++] = *cur;
+        *cur = nul + 1;
+    }
+    return 0;
+}
+
+static int s_guest_start(s_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
+{
+    enum { MAX_STRINGS = 4096 };
+    const char **argv = calloc(MAX_STRINGS, sizeof *argv);
+    const char **env = calloc(MAX_STRINGS, sizeof *env);
+    int rc = -ENOMEM;
+    if (argv && env) {
+        const char *cur = q->tail, *end = q->tail + q->tail_len;
+        size_t na = 0, ne = 0;
+        /* template env first; the request's entries override by coming later */
+        const char *tcur = self->a.runtime.env;
+        const char *tend = self->a.runtime.env + sizeof self->a.runtime.env;
+        rc = s_strings(&cur, end, q->n_argv, argv, &na, MAX_STRINGS);
+        if (!rc)
+            rc = s_strings(&tcur, tend, self->a.runtime.n_env, env, &ne, MAX_STRINGS);
+        if (!rc)
+            rc = s_strings(&cur, end, q->n_env, env, &ne, MAX_STRINGS);
+        if (!rc && na == 0)
+            rc = -EINVAL;
+        if (!rc) {
+            ka_gp_start_t st = {.argv = argv,
+                                .cwd = q->cwd[0] ? q->cwd : NULL,
+                                .env = env,
+                                .stdin_open = q->stdin_open != 0,
+                                .timeout_ms = q->timeout_ms};
+            rc = ka_guestconn_start(self->gc, &st, gid);
+        }
+    }
+    free(argv);
+    free(env);
+    return rc;
+}
+
+static int s_guest_send(s_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
+{
+    switch (q->op) {
+    case KA_GUEST_START:
+        return s_guest_start(self, q, gid);
+    case KA_GUEST_GET:
+        return ka_guestconn_get(self->gc, q->proc, gid);
+    case KA_GUEST_SIGNAL:
+        return ka_guestconn_signal(self->gc, q->proc, q->signal, gid);
+    case KA_GUEST_INPUT:
+        return ka_guestconn_input(self->gc, q->proc, q->tail, q->tail_len, q->close != 0, gid);
+    case KA_GUEST_OUTPUT:
+        return ka_guestconn_output(self->gc, q->proc, q->stdout_offset, q->stderr_offset,
+                                   q->follow != 0, gid);
+    case KA_GUEST_READ:
+        return ka_guestconn_read(self->gc, q->path, q->mode, gid);
+    case KA_GUEST_WRITE:
+        if (q->tail_len > KA_GP_FILE_CAP)
+            return -EFBIG;
+        return ka_guestconn_write(self->gc, q->path, q->mode, q->seek_offset, q->tail, q->tail_len,
+                                  gid);
+    default:
+        return -EINVAL;
+    }
+}
+
+static bool s_guest_req_ok(const void *body, size_t len)
+{
+    const ka_guest_req_t *q = body;
+    return len >= sizeof *q && len == sizeof *q + q->tail_len &&
+           memchr(q->caller, 0, sizeof q->caller) && memchr(q->cwd, 0, sizeof q->cwd) &&
+           memchr(q->path, 0, sizeof q->path);
+}
+
+static bool s_guest_ready(const s_sbx_t *self)
+{
+    return self->gc && self->a.record.state == KA_STATE_READY &&
+           self->a.record.operation == KA_OP_NONE && s_wall_ms() < self->a.record.expires_ms;
+}
+
+static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,
+                       const void *body, size_t len)
+{
+    if (!s_guest_req_ok(body, len)) {
+        s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_INVALID_ARGUMENT,
+                       "malformed guest request");
+        return;
+    }
+    const ka_guest_req_t *q = body;
+    if (strcmp(q->caller, self->a.record.creator) != 0) {
+        s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+        return;
+    }
+    if (!s_guest_ready(self)) {
+        s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        return;
+    }
+    s_waiter_t *w = calloc(1, sizeof *w);
+    int rc = w ? s_guest_send(self, q, &w->gid) : -ENOMEM;
+    if (rc) {
+        free(w);
+        s_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",
+                       rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
+        return;
+    }
+    w->to = from;
+    w->ref = ref;
+    w->op = q->op;
+    w->next = self->waiters;
+    self->waiters = w;
+    rc = ka_guestconn_flush(self->gc);
+    if (rc && rc != -EAGAIN) {
+        s_guest_lost(ctx, self);
+        return;
+    }
+    s_watch(ctx, self);
+}
+
+/* A stream's reader went away: cancel its guest streams, answer nothing more. */
+static void s_on_cancel(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from)
+{
+    for (s_waiter_t *w = self->waiters; w; w = w->next)
+        if (w->to == from && !w->ref && self->gc)
+            ka_guestconn_cancel(self->gc, w->gid, NULL);
+    if (self->gc) {
+        ka_guestconn_flush(self->gc);
+        s_watch(ctx, self);
+    }
+}
+
+/* ---- lifecycle requests -----------------------------------------------------------------------
+ */
+
+static void s_start_delete(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    s_begin(self, KA_SBX_DELETE, self->del_from, self->del_ref, self->del_answer);
+    self->delete_pending = false;
+    self->del_answer = false;
+    krt_timer_cancel(ctx, &self->ttl);
+    s_fail_waiters(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+    self->a.record.state = KA_STATE_DELETING;
+    self->a.record.operation = KA_OP_DELETE;
+    if (s_store_update(ctx, self, SS_INTENT, KA_STATE_DELETING, KA_OP_DELETE, NULL, NULL))
+        s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
+}
+
+static bool s_busy(const s_sbx_t *self)
+{
+    return self->op_type != 0 || self->store_step != SS_IDLE;
+}
+
+static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t from,
+                          uint64_t ref, const void *body, size_t len)
+{
+    const ka_sbx_key_t *k = body;
+    if (len != sizeof *k || !memchr(k->caller, 0, sizeof k->caller)) {
+        s_reply_status(ctx, from, ref, type, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (strcmp(k->caller, self->a.record.creator) != 0) {
+        s_reply_status(ctx, from, ref, type, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+        return;
+    }
+    if (type == KA_SBX_DELETE) {
+        if (self->delete_pending || self->op_type == KA_SBX_DELETE) {
+            s_reply_status(ctx, from, ref, type, KA_ABORTED, "a delete of this sandbox is running");
+            return;
+        }
+        self->delete_pending = true;
+        self->del_from = from;
+        self->del_ref = ref;
+        self->del_answer = true;
+        if (!s_busy(self))
+            s_start_delete(ctx, self);
+        return;
+    }
+    if (s_busy(self) || self->delete_pending) {
+        s_reply_status(ctx, from, ref, type, KA_ABORTED,
+                       "another lifecycle operation on this sandbox is running; retry later");
+        return;
+    }
+    const ka_store_sandbox_t *r = &self->a.record;
+    bool suspend = type == KA_SBX_SUSPEND;
+    int need = suspend ? KA_STATE_READY : KA_STATE_SUSPENDED;
+    if (r->state != need) {
+        s_reply_status(ctx, from, ref, type, KA_FAILED_PRECONDITION,
+                       "cannot %s a sandbox in state %s", suspend ? "suspend" : "resume",
+                       ka_state_name(r->state));
+        return;
+    }
+    char dir[PATH_MAX];
+    int rc = s_snapshot_dir(self, self->a.runtime.snapshot_location, dir, sizeof dir);
+    if (rc && self->a.runtime.snapshot_location[0]) {
+        s_reply_status(ctx, from, ref, type, KA_FAILED_PRECONDITION,
+                       "snapshot location \"%s\" is not supported yet: use a file:// location",
+                       self->a.runtime.snapshot_location);
+        return;
+    }
+    s_begin(self, type, from, ref, true);
+    if (!suspend && !self->a.runtime.rootfs[0]) { /* adopted at node start: fetch the runtime */
+        ka_tpl_runtime_req_t rr;
+        memset(&rr, 0, sizeof rr);
+        s_copy(rr.revision, sizeof rr.revision, r->revision);
+        if (krt_request(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr, STORE_TIMEOUT_MS,
+                        &self->runtime_ref))
+            s_finish(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        return;
+    }
+    self->a.record.operation = suspend ? KA_OP_SUSPEND : KA_OP_RESUME;
+    if (s_store_update(ctx, self, SS_INTENT, r->state, self->a.record.operation, NULL, NULL))
+        s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
+}
+
+static void s_on_runtime(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
+{
+    self->runtime_ref = 0;
+    const ka_tpl_resolved_t *res = msg->body;
+    if (msg->type == KRT_MSG_CALL_TIMEOUT || msg->len != sizeof *res || res->status.code) {
+        s_finish(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        return;
+    }
+    self->a.runtime = *res;
+    self->a.record.operation = KA_OP_RESUME;
+    if (s_store_update(ctx, self, SS_INTENT, self->a.record.state, KA_OP_RESUME, NULL, NULL))
+        s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
+}
+
+/* ---- results -------------------------------------------------------------------------------- */
+
+/* The intent is persisted: do the blocking part. */
+static void s_after_intent(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    char dir[PATH_MAX];
+    s_snapshot_dir(self, self->a.runtime.snapshot_location, dir, sizeof dir);
+    s_job_kind_t kind = self->op_type == KA_SBX_DELETE    ? JOB_STOP
+                        : self->op_type == KA_SBX_SUSPEND ? JOB_SUSPEND
+                                                          : JOB_RESUME;
+    if (s_submit(ctx, self, kind, self->a.runtime.rootfs, dir))
+        s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory");
+}
+
+static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
+{
+    self->store_ref = 0;
+    const ka_store_sandbox_reply_t *r = msg->body;
+    s_store_step_t step = self->store_step;
+    int err = msg->type == KRT_MSG_CALL_TIMEOUT      ? KA_STORE_EUNAVAIL
+              : msg->len < sizeof(ka_store_status_t) ? KA_STORE_EINVAL
+                                                     : r->status.err;
+    if (!err && msg->len == sizeof *r)
+        self->a.record = r->sandbox;
+    if (err) {
+        krt_log_actor(ctx, KRT_LOG_WARN, "store_write_failed", "sandbox=%s step=%d err=%d",
+                      self->a.record.id, step, err);
+        if (self->op_type == KA_SBX_DELETE && !self->op_answer) { /* expiry: try again soon */
+            self->op_type = 0;
+            self->store_step = SS_IDLE;
+            krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, MSG_TTL, 0);
+            return;
+        }
+        s_finish(ctx, self, s_code_of_store(err), "the sandbox store is unavailable; retry");
+        return;
+    }
+    switch (step) {
+    case SS_INTENT:
+        s_after_intent(ctx, self);
+        break;
+    case SS_RESULT:
+        s_finish(ctx, self, KA_OK, "");
+        break;
+    case SS_TOMBSTONE:
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
+        s_finish(ctx, self, KA_OK, "");
+        krt_exit(ctx, KRT_EXIT_NORMAL);
+        break;
+    default:
+        break;
+    }
+}
+
+static void s_adopt_compute(krt_ctx_t *ctx, s_sbx_t *self, ka_sandbox_t *sb)
+{
+    self->compute = sb;
+    self->gc = ka_guestconn_new(ka_driver_channel(self->a.driver, sb), false);
+    s_watch(ctx, self);
+}
+
+static void s_on_job_done(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
+{
+    const krt_job_done_t *d = msg->body;
+    s_job_t *j = d->arg;
+    int rc = d->result;
+    self->job = NULL;
+    s_job_kind_t kind = j->kind;
+    if (rc && j->sb) /* half-done: never leave compute that no record points at */
+        ka_driver_stop(j->driver, &j->sb);
+    if (!rc && (kind == JOB_BOOT || kind == JOB_RESUME))
+        s_adopt_compute(ctx, self, j->sb);
+    char err[sizeof j->err];
+    s_copy(err, sizeof err, j->err[0] ? j->err : strerror(rc < 0 ? -rc : EIO));
+    free(j);
+    krt_log_actor(ctx, rc ? KRT_LOG_WARN : KRT_LOG_DEBUG, "sandbox_job_done",
+                  "sandbox=%s job=%d rc=%d", self->a.record.id, kind, rc);
+    if (kind == JOB_STOP) { /* compute released (or already gone): tombstone */
+        if (s_store_tombstone(ctx, self))
+            s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
+        return;
+    }
+    const char *reason = kind == JOB_BOOT     ? KA_FAIL_START
+                         : kind == JOB_RESUME ? KA_FAIL_RESUME
+                                              : KA_FAIL_SUSPEND;
+    int state = rc ? KA_STATE_FAILED : kind == JOB_SUSPEND ? KA_STATE_SUSPENDED : KA_STATE_READY;
+    if (s_store_update(ctx, self, SS_RESULT, state, KA_OP_NONE, rc ? reason : NULL,
+                       rc ? err : NULL))
+        s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
+}
+
+/* ---- the actor --------------------------------------------------------------------------------
+ */
+
+static void s_dispatch(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref,
+                       const void *body, size_t len)
+{
+    switch (type) {
+    case KA_SBX_SUSPEND:
+    case KA_SBX_RESUME:
+    case KA_SBX_DELETE:
+        s_on_mutation(ctx, self, type, from, ref, body, len);
+        break;
+    case KA_SBX_GUEST:
+        s_on_guest(ctx, self, from, ref, body, len);
+        break;
+    case KA_SBX_GUEST_CANCEL:
+        s_on_cancel(ctx, self, from);
+        break;
+    case KA_SBX_GET:
+        s_reply_record(ctx, self, from, ref, type);
+        break;
+    default:
+        break;
+    }
+}
+
+static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    s_sbx_t *self = state;
+    if (msg->ref && msg->ref == self->store_ref) {
+        s_on_store_reply(ctx, self, msg);
+        return;
+    }
+    if (msg->ref && msg->ref == self->runtime_ref) {
+        s_on_runtime(ctx, self, msg);
+        return;
+    }
+    switch (msg->type) {
+    case KRT_MSG_JOB_DONE:
+        s_on_job_done(ctx, self, msg);
+        break;
+    case KRT_MSG_FD_READY:
+        s_on_guest_io(ctx, self);
+        break;
+    case MSG_TTL:
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);
+        if (!self->delete_pending && self->op_type != KA_SBX_DELETE) {
+            self->delete_pending = true;
+            self->del_answer = false;
+            if (!s_busy(self))
+                s_start_delete(ctx, self);
+        }
+        break;
+    case KA_SBX_FORWARD_: {
+        const ka_sbx_forward_t *f = msg->body;
+        if (msg->len >= sizeof *f && msg->len == sizeof *f + f->len)
+            s_dispatch(ctx, self, f->type, f->from, f->ref, f->body, f->len);
+        break;
+    }
+    default:
+        s_dispatch(ctx, self, msg->type, msg->from, msg->ref, msg->body, msg->len);
+    }
+}
+
+/* A record recovered at node start: nothing of its compute survived the node. */
+static void s_adopt(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    const ka_store_sandbox_t *r = &self->a.record;
+    if (r->state == KA_STATE_DELETING) { /* finish what was acknowledged */
+        self->delete_pending = true;
+        s_start_delete(ctx, self);
+    } else if (r->state == KA_STATE_SUSPENDED) {
+        if (r->operation != KA_OP_NONE) /* a resume was cut off: /data is still saved */
+            s_mark(ctx, self, KA_STATE_SUSPENDED, NULL, NULL);
+    } else if (r->state != KA_STATE_FAILED) {
+        s_mark(ctx, self, KA_STATE_FAILED, KA_FAIL_COMPUTE_LOST,
+               "the sandbox's compute was lost when its node restarted; delete it and create a new "
+               "one");
+    }
+}
+
+static int s_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    s_sbx_t *self = state;
+    if (!arg)
+        return KRT_EINVAL;
+    self->a = *(const ka_sandbox_args_t *)arg;
+    free(arg); /* malloc'd by the manager for this actor */
+    s_arm_ttl(ctx, self);
+    if (self->a.mode != KA_SBX_BOOT) {
+        s_adopt(ctx, self);
+        return 0;
+    }
+    s_begin(self, KA_SBX_CREATE, self->a.reply_to, self->a.reply_ref, true);
+    if (s_submit(ctx, self, JOB_BOOT, self->a.runtime.rootfs, "")) {
+        s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the sandbox: out of memory");
+        return KRT_ENOMEM;
+    }
+    return 0;
+}
+
+/* Runs when the actor stops for any reason: nothing may keep running for a record that no
+ * actor watches, so the compute is released here too (synchronously: a stop is milliseconds). */
+static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    s_sbx_t *self = state;
+    s_fail_waiters(ctx, self, KA_UNAVAILABLE, "the sandbox is shutting down");
+    if (self->op_answer)
+        s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, KA_UNAVAILABLE,
+                       "the node is shutting down; retry");
+    if (self->delete_pending && self->del_answer)
+        s_reply_status(ctx, self->del_from, self->del_ref, KA_SBX_DELETE, KA_UNAVAILABLE,
+                       "the node is shutting down; retry");
+    if (self->watching && self->gc)
+        krt_fd_unwatch(ctx, ka_guestconn_fd(self->gc));
+    ka_guestconn_destroy(&self->gc);
+    if (self->compute)
+        ka_driver_stop(self->a.driver, &self->compute);
+}
+
+static void s_describe(const void *state, char *out, size_t cap)
+{
+    const s_sbx_t *self = state;
+    size_t n = 0;
+    for (const s_waiter_t *w = self->waiters; w; w = w->next)
+        n++;
+    snprintf(out, cap,
+             "{\"id\":\"%s\",\"creator\":\"%s\",\"state\":\"%s\",\"operation\":\"%s\","
+             "\"expires_ms\":%lld,\"guest_calls\":%zu}",
+             self->a.record.id, self->a.record.creator, ka_state_name(self->a.record.state),
+             ka_op_name(self->a.record.operation), (long long)self->a.record.expires_ms, n);
+}
+
+const krt_behaviour_t ka_sandbox_behaviour = {
+    .kind = "sandbox",
+    .state_size = sizeof(s_sbx_t),
+    .init = s_init,
+    .handle = s_handle,
+    .terminate = s_terminate,
+    .describe = s_describe,
+};

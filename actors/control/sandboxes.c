@@ -1,0 +1,712 @@
+/*
+ * ka_sandboxes: the sandboxes manager. Creates (idempotent through the store), routes calls
+ * for live sandboxes to their actors, answers reads from the store, and recovers this node's
+ * live records at start.
+ */
+#include "sandboxes.h"
+
+#include <ctype.h>
+#include <czmq.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "template_doc.h"
+
+#define STORE_TIMEOUT_MS   30000
+#define RESOLVE_TIMEOUT_MS (15 * 60 * 1000)
+#define RECOVER_PAGE       100
+
+typedef enum {
+    ST_RESOLVE,   /* template resolved -> insert the record */
+    ST_INSERT,    /* record inserted (or found) -> spawn its actor, or answer */
+    ST_READ,      /* get / list from the store -> answer */
+    ST_NOT_LIVE,  /* a call for a sandbox with no actor here: the record decides */
+    ST_TOMBSTONE, /* delete of a record without compute -> answer */
+    ST_RECOVER    /* a page of live records at start */
+} s_step_t;
+
+typedef struct s_op s_op_t;
+struct s_op {
+    s_op_t *next;
+    uint64_t ref;
+    s_step_t step;
+    krt_addr_t from;
+    uint64_t from_ref;
+    uint32_t type;      /* the caller's request type */
+    ka_sbx_create_t cr; /* creates */
+    ka_tpl_resolved_t res;
+    void *body; /* a copy of the caller's body (not-live calls) */
+    size_t len;
+    int32_t expired; /* recovery: which list */
+    int32_t offset;
+};
+
+typedef struct {
+    ka_sandboxes_args_t a;
+    zhashx_t *live; /* id -> krt_addr_t* of the sandbox's actor */
+    s_op_t *ops;
+} s_mgr_t;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static void s_copy(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+int ka_check_uuid(const char *s)
+{
+    static const int dash[] = {8, 13, 18, 23};
+    if (!s || strlen(s) != 36)
+        return -EINVAL;
+    for (int i = 0, d = 0; i < 36; i++) {
+        if (d < 4 && i == dash[d]) {
+            if (s[i] != '-')
+                return -EINVAL;
+            d++;
+        } else if (!isxdigit((unsigned char)s[i])) {
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void s_op_free(s_op_t *op)
+{
+    if (op) {
+        free(op->body);
+        free(op);
+    }
+}
+
+static s_op_t *s_op_new(const krt_msg_t *msg)
+{
+    s_op_t *op = calloc(1, sizeof *op);
+    if (op) {
+        op->from = msg->from;
+        op->from_ref = msg->ref;
+        op->type = msg->type;
+    }
+    return op;
+}
+
+static s_op_t *s_op_take(s_mgr_t *self, uint64_t ref)
+{
+    for (s_op_t **pp = &self->ops; *pp; pp = &(*pp)->next)
+        if ((*pp)->ref == ref) {
+            s_op_t *op = *pp;
+            *pp = op->next;
+            return op;
+        }
+    return NULL;
+}
+
+/* Answers with an error status in the reply shape the caller's request type expects. */
+static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
+                   const char *fmt, ...)
+{
+    union {
+        ka_sbx_reply_t sbx;
+        ka_sbx_list_t list;
+        ka_guest_reply_t guest;
+    } r;
+    memset(&r, 0, sizeof r);
+    ka_status_t *st = &r.sbx.status;
+    st->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->message, sizeof st->message, fmt, ap);
+    va_end(ap);
+    size_t len = sizeof r.sbx;
+    if (type == KA_SBX_LIST)
+        len = sizeof r.list;
+    if (type == KA_SBX_GUEST) {
+        r.guest.final = 1;
+        len = sizeof r.guest;
+        if (!ref) { /* a stream reader */
+            krt_send(ctx, to, KA_SBX_GUEST_FRAME, &r, len);
+            return;
+        }
+    }
+    krt_reply_to(ctx, to, ref, type, &r, len);
+}
+
+static void s_fail_op(krt_ctx_t *ctx, s_op_t *op, int code, const char *message)
+{
+    s_fail(ctx, op->from, op->from_ref, op->type, code, "%s", message);
+    s_op_free(op);
+}
+
+static int s_code_of_store(int err)
+{
+    switch (err) {
+    case 0:
+        return KA_OK;
+    case KA_STORE_ENOTFOUND:
+        return KA_NOT_FOUND;
+    case KA_STORE_EINVAL:
+        return KA_INVALID_ARGUMENT;
+    case KA_STORE_ESTALE:
+    case KA_STORE_ECONFLICT:
+        return KA_ABORTED;
+    case KA_STORE_EUNAVAIL:
+        return KA_UNAVAILABLE;
+    default:
+        return KA_INTERNAL;
+    }
+}
+
+static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, s_step_t step, krt_addr_t to,
+                  uint32_t type, const void *body, size_t len, int timeout_ms)
+{
+    op->step = step;
+    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->ref)) {
+        s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service is not running; retry");
+        return;
+    }
+    op->next = self->ops;
+    self->ops = op;
+}
+
+static krt_addr_t s_live(s_mgr_t *self, const char *id)
+{
+    krt_addr_t *a = zhashx_lookup(self->live, id);
+    return a ? *a : KRT_ADDR_NONE;
+}
+
+static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
+{
+    krt_addr_t addr;
+    uint64_t mref;
+    /* linked: a sandbox actor never outlives its manager (a new manager would adopt the same
+     * record while the old actor still held its compute); monitored: DOWN keeps the map */
+    krt_spawn_opts_t opts = {
+        .name = args->record.id, .link = true, .monitor = true, .monitor_ref = &mref};
+    ka_sandbox_args_t *copy = malloc(sizeof *copy); /* init runs later: it takes this copy */
+    if (!copy)
+        return KRT_ENOMEM;
+    *copy = *args;
+    int rc = krt_spawn(ctx, &ka_sandbox_behaviour, copy, &opts, &addr);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    krt_addr_t *slot = malloc(sizeof *slot);
+    if (!slot)
+        return KRT_ENOMEM;
+    *slot = addr;
+    zhashx_update(self->live, args->record.id, slot);
+    return 0;
+}
+
+/* ---- create ------------------------------------------------------------------------------- */
+
+static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *why, size_t cap)
+{
+    if (!memchr(c->caller, 0, sizeof c->caller) ||
+        !memchr(c->request_id, 0, sizeof c->request_id) || !memchr(c->name, 0, sizeof c->name) ||
+        !memchr(c->template_namespace, 0, sizeof c->template_namespace) ||
+        !memchr(c->template_name, 0, sizeof c->template_name))
+        return snprintf(why, cap, "malformed create request"), KA_INVALID_ARGUMENT;
+    if (!c->caller[0])
+        return snprintf(why, cap, "creating a sandbox requires an authenticated owner"),
+               KA_UNAUTHENTICATED;
+    if (!c->request_id[0])
+        return snprintf(why, cap, "request_id must not be empty"), KA_INVALID_ARGUMENT;
+    if (ka_check_dns_label(c->template_namespace))
+        return snprintf(why, cap,
+                        "sandbox_template.namespace: must be a DNS label of 1-63 characters"),
+               KA_INVALID_ARGUMENT;
+    if (ka_check_dns_subdomain(c->template_name))
+        return snprintf(why, cap,
+                        "sandbox_template.name: must be a DNS subdomain of 1-253 characters"),
+               KA_INVALID_ARGUMENT;
+    if (c->ttl_ms != 0 && (c->ttl_ms < 1000 || c->ttl_ms > self->a.max_ttl_ms))
+        return snprintf(why, cap, "ttl must be between 1s and %llds",
+                        (long long)self->a.max_ttl_ms / 1000),
+               KA_INVALID_ARGUMENT;
+    return KA_OK;
+}
+
+static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
+{
+    s_op_t *op = s_op_new(msg);
+    if (!op)
+        return;
+    char why[KA_MSG_LEN];
+    if (msg->len != sizeof op->cr) {
+        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed create request");
+        return;
+    }
+    memcpy(&op->cr, msg->body, sizeof op->cr);
+    int code = s_check_create(self, &op->cr, why, sizeof why);
+    if (code) {
+        s_fail_op(ctx, op, code, why);
+        return;
+    }
+    ka_tpl_key_t k;
+    memset(&k, 0, sizeof k);
+    s_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
+    s_copy(k.name, sizeof k.name, op->cr.template_name);
+    s_ask(ctx, self, op, ST_RESOLVE, self->a.templates, KA_TPL_RESOLVE, &k, sizeof k,
+          RESOLVE_TIMEOUT_MS);
+}
+
+static void s_on_resolved(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_tpl_resolved_t *res = msg->body;
+    if (msg->len != sizeof *res) {
+        s_fail_op(ctx, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        return;
+    }
+    if (res->status.code) {
+        s_fail_op(ctx, op, res->status.code, res->status.message);
+        return;
+    }
+    op->res = *res;
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof c);
+    s_copy(c.creator, sizeof c.creator, op->cr.caller);
+    s_copy(c.request_id, sizeof c.request_id, op->cr.request_id);
+    s_copy(c.name, sizeof c.name, op->cr.name);
+    s_copy(c.template_namespace, sizeof c.template_namespace, op->cr.template_namespace);
+    s_copy(c.template_name, sizeof c.template_name, op->cr.template_name);
+    s_copy(c.revision, sizeof c.revision, res->revision);
+    s_copy(c.node, sizeof c.node, self->a.node);
+    c.ttl_ms = op->cr.ttl_ms ? op->cr.ttl_ms : self->a.default_ttl_ms;
+    s_ask(ctx, self, op, ST_INSERT, self->a.store, KA_STORE_SANDBOX_CREATE, &c, sizeof c,
+          STORE_TIMEOUT_MS);
+}
+
+static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_sandbox_reply_t *r = msg->body;
+    if (msg->len != sizeof *r || r->status.err) {
+        s_fail_op(ctx, op,
+                  s_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
+                  msg->len >= sizeof *r ? r->status.message : "malformed store reply");
+        return;
+    }
+    if (!r->created) { /* idempotent replay: the winning insert, even after delete */
+        ka_sbx_reply_t out;
+        memset(&out, 0, sizeof out);
+        out.sandbox = r->sandbox;
+        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+        s_op_free(op);
+        return;
+    }
+    ka_sandbox_args_t a = {.mode = KA_SBX_BOOT,
+                           .record = r->sandbox,
+                           .runtime = op->res,
+                           .store = self->a.store,
+                           .templates = self->a.templates,
+                           .driver = self->a.driver,
+                           .reply_to = op->from,
+                           .reply_ref = op->from_ref};
+    if (s_spawn(ctx, self, &a)) {
+        s_fail_op(ctx, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
+        return;
+    }
+    krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created", "sandbox=%s creator=%s template=%s/%s",
+                  r->sandbox.id, r->sandbox.creator, r->sandbox.template_namespace,
+                  r->sandbox.template_name);
+    s_op_free(op); /* the sandbox actor answers the creator */
+}
+
+/* ---- reads -------------------------------------------------------------------------------- */
+
+static void s_get(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
+{
+    s_op_t *op = s_op_new(msg);
+    const ka_sbx_key_t *k = msg->body;
+    if (!op)
+        return;
+    if (msg->len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
+        !memchr(k->caller, 0, sizeof k->caller)) {
+        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (!k->caller[0]) { /* the store reads "" as any creator: never let that through */
+        s_fail_op(ctx, op, KA_UNAUTHENTICATED, "authentication required");
+        return;
+    }
+    if (ka_check_uuid(k->id)) {
+        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
+        return;
+    }
+    ka_store_sandbox_key_t sk;
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.id, sizeof sk.id, k->id);
+    s_copy(sk.creator, sizeof sk.creator, k->caller);
+    s_ask(ctx, self, op, ST_READ, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
+          STORE_TIMEOUT_MS);
+}
+
+static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
+{
+    s_op_t *op = s_op_new(msg);
+    const ka_sbx_list_req_t *q = msg->body;
+    if (!op)
+        return;
+    if (msg->len != sizeof *q || !memchr(q->caller, 0, sizeof q->caller) || !q->caller[0] ||
+        !memchr(q->template_namespace, 0, sizeof q->template_namespace) ||
+        !memchr(q->template_name, 0, sizeof q->template_name)) {
+        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed list request");
+        return;
+    }
+    if (q->limit < 0 || q->limit > KA_STORE_LIST_MAX || q->offset < 0) {
+        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
+        return;
+    }
+    ka_store_sandbox_query_t sq;
+    memset(&sq, 0, sizeof sq);
+    s_copy(sq.creator, sizeof sq.creator, q->caller);
+    s_copy(sq.template_namespace, sizeof sq.template_namespace, q->template_namespace);
+    s_copy(sq.template_name, sizeof sq.template_name, q->template_name);
+    sq.limit = q->limit;
+    sq.offset = q->offset;
+    s_ask(ctx, self, op, ST_READ, self->a.store, KA_STORE_SANDBOX_LIST, &sq, sizeof sq,
+          STORE_TIMEOUT_MS);
+}
+
+/* Store replies start with ka_store_status_t {err, message}; ours with ka_status_t {code,
+ * message}: same layout, so the body is copied and only the code translated. */
+static void s_on_read(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
+{
+    if (msg->len < sizeof(ka_store_status_t)) {
+        s_fail_op(ctx, op, KA_INTERNAL, "malformed store reply");
+        return;
+    }
+    void *copy = malloc(msg->len);
+    if (!copy) {
+        s_fail_op(ctx, op, KA_INTERNAL, "out of memory");
+        return;
+    }
+    memcpy(copy, msg->body, msg->len);
+    ka_status_t *st = copy;
+    st->code = s_code_of_store(st->code);
+    if (st->code == KA_NOT_FOUND)
+        s_copy(st->message, sizeof st->message, KA_MSG_NOT_FOUND);
+    size_t len = msg->len;
+    if (op->type == KA_SBX_GET) { /* ka_store_sandbox_reply_t has `created` before the record */
+        const ka_store_sandbox_reply_t *r = msg->body;
+        ka_sbx_reply_t out;
+        memset(&out, 0, sizeof out);
+        out.status = *st;
+        if (msg->len == sizeof *r)
+            out.sandbox = r->sandbox;
+        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+    } else {
+        krt_reply_to(ctx, op->from, op->from_ref, op->type, copy, len);
+    }
+    free(copy);
+    s_op_free(op);
+}
+
+/* ---- calls for one sandbox ---------------------------------------------------------------- */
+
+/* The id and caller of a lifecycle or guest request, checked; NULL if malformed. */
+static const char *s_target(const krt_msg_t *msg, const char **caller)
+{
+    if (msg->type == KA_SBX_GUEST) {
+        const ka_guest_req_t *q = msg->body;
+        if (msg->len < sizeof *q || !memchr(q->sandbox_id, 0, sizeof q->sandbox_id) ||
+            !memchr(q->caller, 0, sizeof q->caller))
+            return NULL;
+        *caller = q->caller;
+        return q->sandbox_id;
+    }
+    const ka_sbx_key_t *k = msg->body;
+    if (msg->len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
+        !memchr(k->caller, 0, sizeof k->caller))
+        return NULL;
+    *caller = k->caller;
+    return k->id;
+}
+
+static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
+{
+    const char *caller = NULL;
+    const char *id = s_target(msg, &caller);
+    if (!id) {
+        s_fail(ctx, msg->from, msg->ref, msg->type, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (!caller[0]) { /* the store reads "" as any creator: never let that through */
+        s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAUTHENTICATED, "authentication required");
+        return;
+    }
+    if (ka_check_uuid(id)) {
+        s_fail(ctx, msg->from, msg->ref, msg->type, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
+        return;
+    }
+    krt_addr_t actor = s_live(self, id);
+    if (actor) {
+        ka_sbx_forward_t *f = malloc(sizeof *f + msg->len);
+        if (!f)
+            return;
+        f->from = msg->from;
+        f->ref = msg->ref;
+        f->type = msg->type;
+        f->len = msg->len;
+        memcpy(f->body, msg->body, msg->len);
+        if (krt_send(ctx, actor, KA_SBX_FORWARD_, f, sizeof *f + msg->len))
+            s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE,
+                   "the sandbox is restarting; retry");
+        free(f);
+        return;
+    }
+    if (msg->type == KA_SBX_GUEST_CANCEL)
+        return;
+    s_op_t *op = s_op_new(msg);
+    if (!op || !(op->body = malloc(msg->len))) {
+        s_op_free(op);
+        return;
+    }
+    memcpy(op->body, msg->body, msg->len);
+    op->len = msg->len;
+    ka_store_sandbox_key_t sk;
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.id, sizeof sk.id, id);
+    s_copy(sk.creator, sizeof sk.creator, caller);
+    s_ask(ctx, self, op, ST_NOT_LIVE, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
+          STORE_TIMEOUT_MS);
+}
+
+/* No actor holds this sandbox: it is deleted, failed elsewhere, or unknown. */
+static void s_on_not_live(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_sandbox_reply_t *r = msg->body;
+    if (msg->len != sizeof *r || r->status.err) {
+        int err = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
+        s_fail_op(ctx, op, s_code_of_store(err),
+                  err == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND
+                                            : "the sandbox store is unavailable");
+        return;
+    }
+    const ka_store_sandbox_t *sb = &r->sandbox;
+    if (op->type == KA_SBX_GUEST) {
+        s_fail_op(ctx, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        return;
+    }
+    if (op->type == KA_SBX_DELETE) {
+        if (sb->deleted_ms) { /* already deleted: the tombstone */
+            ka_sbx_reply_t out;
+            memset(&out, 0, sizeof out);
+            out.sandbox = *sb;
+            krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+            s_op_free(op);
+            return;
+        }
+        ka_store_sandbox_key_t sk;
+        memset(&sk, 0, sizeof sk);
+        s_copy(sk.id, sizeof sk.id, sb->id);
+        s_ask(ctx, self, op, ST_TOMBSTONE, self->a.store, KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
+              STORE_TIMEOUT_MS);
+        return;
+    }
+    char why[KA_MSG_LEN];
+    snprintf(why, sizeof why, "cannot %s a sandbox in state %s",
+             op->type == KA_SBX_SUSPEND ? "suspend" : "resume", ka_state_name(sb->state));
+    s_fail_op(ctx, op, KA_FAILED_PRECONDITION, why);
+}
+
+/* ---- recovery at start -------------------------------------------------------------------- */
+
+static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
+{
+    s_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return;
+    op->type = 0; /* nobody to answer */
+    op->expired = expired;
+    op->offset = offset;
+    ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
+    op->step = ST_RECOVER;
+    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
+                    &op->ref)) {
+        s_op_free(op);
+        return;
+    }
+    op->next = self->ops;
+    self->ops = op;
+}
+
+static void s_on_recover(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_sandbox_list_t *l = msg->body;
+    if (msg->type == KRT_MSG_CALL_TIMEOUT || msg->len < sizeof *l || l->status.err ||
+        msg->len < sizeof *l + l->count * sizeof l->items[0]) {
+        krt_log_actor(ctx, KRT_LOG_WARN, "recover_retry", "expired=%d offset=%d", op->expired,
+                      op->offset);
+        ka_sbx_recover_t again = {op->expired, op->offset};
+        krt_send_after(ctx, krt_self(ctx), 1000, KA_SBX_RECOVER_, &again, sizeof again);
+        s_op_free(op);
+        return;
+    }
+    for (uint32_t i = 0; i < l->count; i++) {
+        const ka_store_sandbox_t *sb = &l->items[i];
+        if ((sb->node[0] && strcmp(sb->node, self->a.node) != 0) || s_live(self, sb->id))
+            continue;
+        ka_sandbox_args_t a = {.mode = KA_SBX_ADOPT,
+                               .record = *sb,
+                               .store = self->a.store,
+                               .templates = self->a.templates,
+                               .driver = self->a.driver};
+        if (s_spawn(ctx, self, &a) == 0)
+            krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_recovered", "sandbox=%s state=%s", sb->id,
+                          ka_state_name(sb->state));
+    }
+    if (l->more)
+        s_recover_page(ctx, self, op->expired, op->offset + (int32_t)l->count);
+    s_op_free(op);
+}
+
+/* ---- the actor ---------------------------------------------------------------------------- */
+
+static void s_on_reply(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    if (msg->type == KRT_MSG_CALL_TIMEOUT && op->step != ST_RECOVER) {
+        s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service did not answer in time; retry");
+        return;
+    }
+    switch (op->step) {
+    case ST_RESOLVE:
+        s_on_resolved(ctx, self, op, msg);
+        break;
+    case ST_INSERT:
+        s_on_inserted(ctx, self, op, msg);
+        break;
+    case ST_READ:
+    case ST_TOMBSTONE:
+        s_on_read(ctx, op, msg);
+        break;
+    case ST_NOT_LIVE:
+        s_on_not_live(ctx, self, op, msg);
+        break;
+    case ST_RECOVER:
+        s_on_recover(ctx, self, op, msg);
+        break;
+    }
+}
+
+static bool s_is_child(s_mgr_t *self, krt_addr_t who)
+{
+    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (*a == who)
+            return true;
+    return false;
+}
+
+static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
+{
+    const krt_down_t *d = msg->body;
+    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (*a == d->who) {
+            zhashx_delete(self->live, zhashx_cursor(self->live));
+            return;
+        }
+}
+
+static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    if (msg->ref) {
+        s_op_t *op = s_op_take(self, msg->ref);
+        if (op) {
+            s_on_reply(ctx, self, op, msg);
+            return;
+        }
+    }
+    switch (msg->type) {
+    case KA_SBX_CREATE:
+        s_create(ctx, self, msg);
+        break;
+    case KA_SBX_GET:
+        s_get(ctx, self, msg);
+        break;
+    case KA_SBX_LIST:
+        s_list(ctx, self, msg);
+        break;
+    case KA_SBX_SUSPEND:
+    case KA_SBX_RESUME:
+    case KA_SBX_DELETE:
+    case KA_SBX_GUEST:
+    case KA_SBX_GUEST_CANCEL:
+        s_route(ctx, self, msg);
+        break;
+    case KA_SBX_COUNT: {
+        ka_sbx_count_t c;
+        memset(&c, 0, sizeof c);
+        c.live = zhashx_size(self->live);
+        krt_reply(ctx, msg, msg->type, &c, sizeof c);
+        break;
+    }
+    case KRT_MSG_DOWN:
+        s_on_down(self, msg);
+        break;
+    case KRT_MSG_EXIT: { /* trapped: a child's exit is handled by DOWN; anyone else's stops us */
+        const krt_exit_t *e = msg->body;
+        if (msg->len == sizeof *e && !s_is_child(self, e->who))
+            krt_exit(ctx, e->reason);
+        break;
+    }
+    case KA_SBX_RECOVER_:
+        if (msg->len == sizeof(ka_sbx_recover_t)) {
+            const ka_sbx_recover_t *r = msg->body;
+            s_recover_page(ctx, self, r->expired, r->offset);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static int s_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    s_mgr_t *self = state;
+    if (!arg || !((const ka_sandboxes_args_t *)arg)->driver)
+        return KRT_EINVAL;
+    self->a = *(const ka_sandboxes_args_t *)arg;
+    self->live = zhashx_new();
+    if (!self->live)
+        return KRT_ENOMEM;
+    zhashx_set_destructor(self->live, (zhashx_destructor_fn *)zstr_free);
+    krt_trap_exit(ctx, true);
+    s_recover_page(ctx, self, 1, 0);
+    s_recover_page(ctx, self, 0, 0);
+    return 0;
+}
+
+static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    s_mgr_t *self = state;
+    while (self->ops) {
+        s_op_t *op = self->ops;
+        self->ops = op->next;
+        if (op->type)
+            s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
+                   "the node is shutting down; retry");
+        s_op_free(op);
+    }
+    zhashx_destroy(&self->live);
+}
+
+static void s_describe(const void *state, char *out, size_t cap)
+{
+    const s_mgr_t *self = state;
+    snprintf(out, cap, "{\"live\":%zu}", self->live ? zhashx_size(self->live) : 0);
+}
+
+const krt_behaviour_t ka_sandboxes_behaviour = {
+    .kind = "sandboxes",
+    .state_size = sizeof(s_mgr_t),
+    .init = s_init,
+    .handle = s_handle,
+    .terminate = s_terminate,
+    .describe = s_describe,
+};

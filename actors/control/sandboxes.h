@@ -1,0 +1,70 @@
+/*
+ * ka_sandboxes: the sandboxes manager (registered KA_SANDBOXES_NAME) and one actor per live
+ * sandbox on this node.
+ *
+ * The manager validates creates, resolves the template's prepared revision, persists the
+ * record idempotently on (creator, request_id), and spawns the sandbox's actor, which boots its
+ * compute and answers. Lifecycle calls and guest calls for a live sandbox go to its actor (the
+ * manager forwards them with the original requester, so the actor answers directly); reads go
+ * to the store. At start the manager recovers every live record of this node: expired ones are
+ * deleted, suspended ones get their TTL re-armed, and ones whose compute is gone are marked
+ * FAILED with a reason.
+ *
+ * A sandbox actor owns: the record, one TTL timer (expiry deletes through the normal path,
+ * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. It
+ * refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses a
+ * conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
+ */
+#ifndef KA_SANDBOXES_H
+#define KA_SANDBOXES_H
+
+#include <stdint.h>
+
+#include "control_msgs.h"
+#include "ka_driver.h"
+#include "krt.h"
+
+/* Spawn argument of the manager: must stay valid until its init ran (init runs after the spawn
+ * call returns) and is copied there; the driver is borrowed and must outlive the actor. */
+typedef struct ka_sandboxes_args {
+    krt_addr_t store;
+    krt_addr_t templates;
+    ka_driver_t *driver;
+    char node[KA_STORE_NODE_LEN]; /* this node's name, recorded on its sandboxes */
+    int64_t default_ttl_ms;
+    int64_t max_ttl_ms;
+} ka_sandboxes_args_t;
+
+extern const krt_behaviour_t ka_sandboxes_behaviour;
+
+/* How a sandbox actor starts. */
+typedef enum {
+    KA_SBX_BOOT,  /* a fresh create: start compute, then answer the creator */
+    KA_SBX_ADOPT, /* a record recovered at node start: no compute; re-arm the TTL */
+} ka_sbx_mode_t;
+
+/* Spawn argument of a sandbox actor: malloc'd by the spawner, taken (copied and freed) by init. */
+typedef struct ka_sandbox_args {
+    ka_sbx_mode_t mode;
+    ka_store_sandbox_t record;
+    ka_tpl_resolved_t runtime; /* BOOT: the pinned revision's runtime */
+    krt_addr_t store;
+    krt_addr_t templates;
+    ka_driver_t *driver;
+    krt_addr_t reply_to; /* BOOT: the creator's request, answered when READY or FAILED */
+    uint64_t reply_ref;
+} ka_sandbox_args_t;
+
+extern const krt_behaviour_t ka_sandbox_behaviour;
+
+/* Failure reasons recorded on sandboxes. */
+#define KA_FAIL_START        "StartFailed"
+#define KA_FAIL_COMPUTE_LOST "ComputeLost"
+#define KA_FAIL_GUEST_EXITED "GuestExited"
+#define KA_FAIL_RESUME       "ResumeFailed"
+#define KA_FAIL_SUSPEND      "SuspendFailed"
+
+/* 0 if s is a canonical lowercase/uppercase hex UUID (8-4-4-4-12). */
+int ka_check_uuid(const char *s);
+
+#endif

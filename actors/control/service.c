@@ -1,0 +1,235 @@
+/* ka_service: requests to control-plane actors, replies to callbacks; streams via a sink actor. */
+#include "service.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MSG_STREAM_CANCEL (KA_CTL_MSG_LAST_ + 16)
+
+struct ka_service {
+    krt_system_t *sys;
+    krt_addr_t templates;
+    krt_addr_t sandboxes;
+};
+
+ka_service_t *ka_service_new(krt_system_t *sys, krt_addr_t templates, krt_addr_t sandboxes)
+{
+    ka_service_t *svc = calloc(1, sizeof *svc);
+    if (svc) {
+        svc->sys = sys;
+        svc->templates = templates;
+        svc->sandboxes = sandboxes;
+    }
+    return svc;
+}
+
+void ka_service_destroy(ka_service_t **svc_p)
+{
+    if (svc_p && *svc_p) {
+        free(*svc_p);
+        *svc_p = NULL;
+    }
+}
+
+krt_system_t *ka_service_system(ka_service_t *svc)
+{
+    return svc->sys;
+}
+
+static krt_addr_t s_route(const ka_service_t *svc, uint32_t type)
+{
+    if (type > KA_CTL_MSG_BASE && type < KA_SBX_CREATE)
+        return svc->templates;
+    if (type >= KA_SBX_CREATE && type < KA_SBX_FORWARD_)
+        return svc->sandboxes;
+    return KRT_ADDR_NONE;
+}
+
+static void s_status_of_err(int err, ka_status_t *st)
+{
+    memset(st, 0, sizeof *st);
+    st->code = err == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
+    snprintf(st->message, sizeof st->message, "%s",
+             err == KRT_ETIMEDOUT ? "the control plane did not answer in time"
+                                  : "the control plane is not running");
+}
+
+typedef struct {
+    ka_svc_cb cb;
+    void *user;
+} s_call_t;
+
+static void s_on_reply(void *user, int err, const krt_msg_t *reply)
+{
+    s_call_t *c = user;
+    ka_status_t st;
+    if (err || !reply || reply->len < sizeof st) {
+        s_status_of_err(err ? err : KRT_EINVAL, &st);
+        c->cb(c->user, &st, NULL, 0);
+    } else {
+        c->cb(c->user, reply->body, reply->body, reply->len);
+    }
+    free(c);
+}
+
+int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
+                ka_svc_cb cb, void *user)
+{
+    krt_addr_t to = s_route(svc, type);
+    if (!to || type == KA_SBX_GUEST_CANCEL)
+        return KRT_EINVAL;
+    s_call_t *c = malloc(sizeof *c);
+    if (!c)
+        return KRT_ENOMEM;
+    c->cb = cb;
+    c->user = user;
+    int rc = krt_call_async(svc->sys, to, type, body, len,
+                            timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, s_on_reply, c);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
+                     krt_reply_t *reply)
+{
+    memset(reply, 0, sizeof *reply);
+    krt_addr_t to = s_route(svc, type);
+    if (!to)
+        return KA_INVALID_ARGUMENT;
+    int rc =
+        krt_call(svc->sys, to, type, body, len, timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, reply);
+    if (rc)
+        return rc == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
+    if (reply->len < sizeof(ka_status_t)) {
+        krt_reply_free(reply);
+        return KA_INTERNAL;
+    }
+    return ((const ka_status_t *)reply->body)->code;
+}
+
+/* ---- streams: one sink actor per stream ---------------------------------------------------- */
+
+typedef struct {
+    ka_svc_frame_cb cb;
+    void *user;
+    krt_addr_t sandboxes;
+    ka_sbx_key_t key; /* for the cancel message */
+    ka_guest_req_t *req;
+    size_t len;
+} s_sink_args_t;
+
+typedef struct {
+    s_sink_args_t a;
+    bool done;
+} s_sink_t;
+
+static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t *f, size_t len)
+{
+    self->done = true;
+    self->a.cb(self->a.user, f, len);
+    krt_exit(ctx, KRT_EXIT_NORMAL);
+}
+
+static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    s_sink_t *self = state;
+    if (self->done)
+        return;
+    if (msg->type == KA_SBX_GUEST_FRAME && msg->len >= sizeof(ka_guest_reply_t)) {
+        const ka_guest_reply_t *f = msg->body;
+        if (f->final)
+            s_sink_final(ctx, self, f, msg->len);
+        else
+            self->a.cb(self->a.user, f, msg->len);
+    } else if (msg->type == MSG_STREAM_CANCEL) {
+        krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST_CANCEL, &self->a.key, sizeof self->a.key);
+        ka_guest_reply_t f;
+        memset(&f, 0, sizeof f);
+        f.final = 1;
+        f.status.code = KA_CANCELLED;
+        snprintf(f.status.message, sizeof f.status.message, "the call was cancelled");
+        s_sink_final(ctx, self, &f, sizeof f);
+    }
+}
+
+static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    s_sink_t *self = state;
+    self->a = *(s_sink_args_t *)arg;
+    free(arg);
+    int rc = krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST, self->a.req, self->a.len);
+    free(self->a.req);
+    self->a.req = NULL;
+    return rc;
+}
+
+static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    s_sink_t *self = state;
+    if (!self->done) { /* stopped before its end (init failed, node shutting down) */
+        ka_guest_reply_t f;
+        memset(&f, 0, sizeof f);
+        f.final = 1;
+        f.status.code = KA_UNAVAILABLE;
+        snprintf(f.status.message, sizeof f.status.message, "the sandbox service stopped");
+        self->done = true;
+        self->a.cb(self->a.user, &f, sizeof f);
+    }
+    free(self->a.req);
+}
+
+static const krt_behaviour_t s_sink_behaviour = {
+    .kind = "guest-stream",
+    .state_size = sizeof(s_sink_t),
+    .init = s_sink_init,
+    .handle = s_sink_handle,
+    .terminate = s_sink_terminate,
+};
+
+int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
+                  void *user, krt_addr_t *stream)
+{
+    if (len < sizeof *req)
+        return KRT_EINVAL;
+    s_sink_args_t *a = calloc(1, sizeof *a);
+    if (!a || !(a->req = malloc(len))) {
+        free(a);
+        return KRT_ENOMEM;
+    }
+    memcpy(a->req, req, len);
+    a->len = len;
+    a->cb = cb;
+    a->user = user;
+    a->sandboxes = svc->sandboxes;
+    snprintf(a->key.caller, sizeof a->key.caller, "%s", req->caller);
+    snprintf(a->key.id, sizeof a->key.id, "%s", req->sandbox_id);
+    krt_addr_t addr = KRT_ADDR_NONE;
+    int rc = krt_system_spawn(svc->sys, &s_sink_behaviour, a, NULL, &addr);
+    if (rc) { /* init never ran: the arguments are still ours */
+        free(a->req);
+        free(a);
+        return rc;
+    }
+    if (stream)
+        *stream = addr;
+    return 0;
+}
+
+void ka_svc_stream_cancel(ka_service_t *svc, krt_addr_t stream)
+{
+    krt_system_send(svc->sys, stream, MSG_STREAM_CANCEL, NULL, 0);
+}
+
+ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,
+                                 size_t tail_len)
+{
+    ka_guest_req_t *q = calloc(1, sizeof *q + tail_len);
+    if (q) {
+        snprintf(q->caller, sizeof q->caller, "%s", caller);
+        snprintf(q->sandbox_id, sizeof q->sandbox_id, "%s", sandbox_id);
+        q->op = op;
+        q->tail_len = (uint32_t)tail_len;
+    }
+    return q;
+}

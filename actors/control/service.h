@@ -1,0 +1,56 @@
+/*
+ * ka_service: the one service layer both bridges (gRPC and MCP) call. It turns a request
+ * into a message to the right control-plane actor and hands the reply back through a callback,
+ * so bridges never duplicate behaviour: validation, ownership, states and messages all live in
+ * the actors. Request and reply bodies are the structs of control_msgs.h.
+ *
+ * Callbacks run on runtime threads, exactly once per call (for streams: once per frame, the
+ * last frame with final = 1); they must not block.
+ */
+#ifndef KA_SERVICE_H
+#define KA_SERVICE_H
+
+#include <stddef.h>
+
+#include "control_msgs.h"
+#include "krt.h"
+
+typedef struct ka_service ka_service_t;
+
+/* Default time a unary call may take before it fails with DEADLINE_EXCEEDED. */
+#define KA_SVC_TIMEOUT_MS 120000
+
+/* NULL on failure. The addresses are the templates and sandboxes actors. */
+ka_service_t *ka_service_new(krt_system_t *sys, krt_addr_t templates, krt_addr_t sandboxes);
+/* Idempotent; NULLs *svc_p. Streams still open are cancelled. */
+void ka_service_destroy(ka_service_t **svc_p);
+krt_system_t *ka_service_system(ka_service_t *svc);
+
+/* A unary reply: st points at the body's leading status; body/len is the whole reply (NULL/0
+ * when the call itself failed, then st says why). */
+typedef void (*ka_svc_cb)(void *user, const ka_status_t *st, const void *body, size_t len);
+
+/* Sends a KA_TPL_* or KA_SBX_* request (not KA_SBX_GUEST streams). 0, or a negative code and
+ * the callback never runs. timeout_ms 0 = KA_SVC_TIMEOUT_MS. */
+int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
+                ka_svc_cb cb, void *user);
+/* Blocking form for threads that may block (libmicrohttpd connection threads, tests).
+ * *reply receives the body (free with krt_reply_free); returns the reply's status code, or
+ * KA_UNAVAILABLE / KA_DEADLINE_EXCEEDED with *reply empty. */
+int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
+                     krt_reply_t *reply);
+
+/* A guest call whose reply is frames (OUTPUT, READ), or any guest call. on_frame gets each
+ * frame; the last has final = 1 and carries the status. */
+typedef void (*ka_svc_frame_cb)(void *user, const ka_guest_reply_t *frame, size_t len);
+int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
+                  void *user, krt_addr_t *stream);
+/* Ends a stream early: the callback gets one final CANCELLED frame unless the final frame was
+ * already delivered. Safe to call at any time, also after the end (then it does nothing). */
+void ka_svc_stream_cancel(ka_service_t *svc, krt_addr_t stream);
+
+/* Builds a guest request with a tail of `tail_len` bytes (zeroed). Free with free(). */
+ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,
+                                 size_t tail_len);
+
+#endif

@@ -1,0 +1,843 @@
+/*
+ * ka_templates: SandboxTemplates, their revisions and preparation, as one actor.
+ *
+ * Each request becomes a chain of asynchronous steps (store and images requests); an s_op_t
+ * holds a chain's context, keyed by the ref of the request it waits for. Nothing blocks: the
+ * store and images actors do the I/O.
+ */
+#include "templates_actor.h"
+
+#include <czmq.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "control_msgs.h"
+#include "images_actor.h"
+#include "store.h"
+#include "template_doc.h"
+
+#define STORE_TIMEOUT_MS   30000
+#define PREPARE_TIMEOUT_MS (15 * 60 * 1000) /* a first unpack or a pull can take a while */
+#define KEY_LEN            (KA_STORE_NS_LEN + KA_STORE_TNAME_LEN + 2)
+
+typedef enum {
+    ST_APPLY_PUT,    /* template stored -> make the revision */
+    ST_APPLY_REV,    /* revision stored -> publish Preparing (or Prepared) */
+    ST_APPLY_STATUS, /* status stored -> answer; maybe start preparing */
+    ST_PREP_IMAGE,   /* tools image prepared -> check the guest image */
+    ST_PREP_GUEST,   /* guest image present -> mark the revision */
+    ST_PREP_MARK,    /* revision marked -> publish the final status */
+    ST_PREP_STATUS,  /* final status stored: done */
+    ST_FORWARD,      /* a store read/delete whose reply goes back to the caller as-is */
+    ST_RES_TPL,      /* template read -> its latest revision */
+    ST_RES_REV,      /* revision read -> its image */
+    ST_RES_IMAGE     /* image prepared -> answer */
+} s_step_t;
+
+typedef struct s_op s_op_t;
+struct s_op {
+    s_op_t *next;
+    uint64_t ref; /* the reply this op waits for */
+    s_step_t step;
+    krt_addr_t from; /* who to answer; KRT_ADDR_NONE + from_ref 0 = nobody */
+    uint64_t from_ref;
+    uint32_t reply_type;
+    char ns[KA_STORE_NS_LEN];
+    char name[KA_STORE_TNAME_LEN];
+    char uid[KA_STORE_ID_LEN];
+    int64_t generation;
+    char revision[KA_STORE_REV_LEN];
+    char *spec_json;        /* owned */
+    ka_template_doc_t *doc; /* owned (apply) */
+    bool prepared;          /* the revision was already prepared */
+    char reason[KA_STORE_REASON_LEN];
+    char message[KA_STORE_MESSAGE_LEN];
+    ka_tpl_resolved_t *res; /* owned (resolve) */
+};
+
+typedef struct {
+    ka_templates_args_t a;
+    s_op_t *ops;
+    zhashx_t *latest;   /* "ns/name" -> prepared revision that creates pin (char *) */
+    zhashx_t *desired;  /* "ns/name" -> revision being prepared (char *) */
+    zhashx_t *runtimes; /* revision -> ka_tpl_resolved_t * (immutable, cached) */
+} s_tpl_t;
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static void s_key(char *out, const char *ns, const char *name)
+{
+    snprintf(out, KEY_LEN, "%s/%s", ns, name);
+}
+
+static void s_copy(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void s_op_free(s_op_t *op)
+{
+    if (!op)
+        return;
+    free(op->spec_json);
+    ka_template_free(&op->doc);
+    free(op->res);
+    free(op);
+}
+
+static s_op_t *s_op_take(s_tpl_t *self, uint64_t ref)
+{
+    for (s_op_t **pp = &self->ops; *pp; pp = &(*pp)->next)
+        if ((*pp)->ref == ref) {
+            s_op_t *op = *pp;
+            *pp = op->next;
+            op->next = NULL;
+            return op;
+        }
+    return NULL;
+}
+
+/* Sends a request for op and parks op until its reply (or timeout) arrives. On a send failure
+ * the op is finished with UNAVAILABLE. */
+static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, s_step_t step, krt_addr_t to,
+                  uint32_t type, const void *body, size_t len, int timeout_ms)
+{
+    op->step = step;
+    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->ref)) {
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service is not running",
+                  to == self->a.images ? "image" : "store");
+        return;
+    }
+    op->next = self->ops;
+    self->ops = op;
+}
+
+static void s_answer(krt_ctx_t *ctx, s_op_t *op, const void *body, size_t len)
+{
+    if (op->from || op->from_ref)
+        krt_reply_to(ctx, op->from, op->from_ref, op->reply_type, body, len);
+    op->from = KRT_ADDR_NONE;
+    op->from_ref = 0;
+}
+
+/* Answers with a status only (for replies whose extra fields may stay zero). */
+static void s_answer_status(krt_ctx_t *ctx, s_op_t *op, int code, const char *message)
+{
+    ka_tpl_resolved_t r; /* the largest reply body that starts with a status */
+    memset(&r, 0, sizeof r);
+    r.status.code = code;
+    s_copy(r.status.message, sizeof r.status.message, message);
+    size_t len = op->reply_type == KA_TPL_RESOLVE || op->reply_type == KA_TPL_RUNTIME
+                     ? sizeof r
+                     : sizeof(ka_tpl_reply_t);
+    s_answer(ctx, op, &r, len);
+}
+
+static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
+{
+    char msg[KA_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    krt_log_actor(ctx, KRT_LOG_WARN, "template_request_failed", "template=%s/%s code=%d msg=\"%s\"",
+                  op->ns, op->name, code, msg);
+    s_answer_status(ctx, op, code, msg);
+    s_op_free(op);
+}
+
+/* Maps a store error to a gRPC code. */
+static int s_store_code(int err)
+{
+    switch (err) {
+    case 0:
+        return KA_OK;
+    case KA_STORE_ENOTFOUND:
+        return KA_NOT_FOUND;
+    case KA_STORE_EINVAL:
+        return KA_INVALID_ARGUMENT;
+    case KA_STORE_ECONFLICT:
+    case KA_STORE_ESTALE:
+        return KA_ABORTED;
+    case KA_STORE_EUNAVAIL:
+        return KA_UNAVAILABLE;
+    default:
+        return KA_INTERNAL;
+    }
+}
+
+/* The first template record of a store blob reply, or NULL. */
+static const ka_store_template_t *s_first_template(const krt_msg_t *msg)
+{
+    const ka_store_blob_t *b = msg->body;
+    if (msg->len < sizeof *b || b->status.err || b->count == 0)
+        return NULL;
+    return ka_store_blob_next(b, msg->len, NULL);
+}
+
+/* ---- revision identity -------------------------------------------------------------------- */
+
+int ka_revision_hash(const char *ns, const char *name, const char *uid, const char *spec_json,
+                     const char *sandbox_class, const ka_policy_t *policy, char out[65])
+{
+    json_error_t jerr;
+    json_t *spec = json_loads(spec_json, 0, &jerr);
+    if (!spec)
+        return -EINVAL;
+    json_t *doc = json_pack(
+        "{s:s, s:i, s:s, s:s, s:s, s:o, s:s, s:{s:s, s:I, s:I}}", "kind", "sandbox",
+        "schemaVersion", 2, "namespace", ns, "name", name, "uid", uid, "spec", spec, "sandboxClass",
+        sandbox_class, "policy", "guestImage", policy->guest_image_digest, "cpuMillis",
+        (json_int_t)policy->cpu_millis, "memoryBytes", (json_int_t)policy->memory_bytes);
+    char *canon = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    if (!canon)
+        return -ENOMEM;
+    unsigned char md[32];
+    unsigned int n = 0;
+    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
+    free(canon);
+    if (!ok || n != 32)
+        return -EIO;
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+static const char *s_pool_class(const s_tpl_t *self, const char *pool)
+{
+    for (size_t i = 0; i < self->a.policy.n_pools; i++)
+        if (strcmp(self->a.policy.pools[i].name, pool) == 0)
+            return self->a.policy.pools[i].klass;
+    return NULL;
+}
+
+/* ---- status ------------------------------------------------------------------------------- */
+
+static char *s_status_json(int64_t generation, bool ready, const char *reason, const char *message)
+{
+    char now[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_t *st = json_pack("{s:I, s:[{s:s, s:s, s:s, s:s, s:I, s:s}]}", "observedGeneration",
+                           (json_int_t)generation, "conditions", "type", "Ready", "status",
+                           ready ? "True" : "False", "reason", reason, "message", message,
+                           "observedGeneration", (json_int_t)generation, "lastTransitionTime", now);
+    char *s = st ? json_dumps(st, JSON_COMPACT) : NULL;
+    json_decref(st);
+    return s;
+}
+
+/* Publishes the template's Ready condition; latest "" keeps the last good revision. */
+static void s_put_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, s_step_t next, bool ready,
+                         const char *reason, const char *message, const char *latest)
+{
+    char *json = s_status_json(op->generation, ready, reason, message);
+    size_t jl = json ? strlen(json) : 0;
+    ka_store_template_status_t *b = calloc(1, sizeof *b + jl + 1);
+    if (!json || !b) {
+        free(json);
+        free(b);
+        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        return;
+    }
+    s_copy(b->namespace_, sizeof b->namespace_, op->ns);
+    s_copy(b->name, sizeof b->name, op->name);
+    b->observed_generation = op->generation;
+    s_copy(b->desired_revision, sizeof b->desired_revision, op->revision);
+    s_copy(b->latest_revision, sizeof b->latest_revision, latest);
+    b->status_len = (uint32_t)jl;
+    memcpy(b->status, json, jl + 1);
+    s_ask(ctx, self, op, next, self->a.store, KA_STORE_TEMPLATE_STATUS, b, sizeof *b + jl + 1,
+          STORE_TIMEOUT_MS);
+    free(json);
+    free(b);
+}
+
+/* Answers an apply or get with the status and the store's template records. */
+static void s_answer_templates(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_blob_t *b = msg->body;
+    size_t extra = msg->len - sizeof(ka_store_blob_t);
+    ka_tpl_reply_t *r = calloc(1, sizeof *r + extra);
+    if (!r) {
+        s_answer_status(ctx, op, KA_INTERNAL, "out of memory");
+        return;
+    }
+    r->status.code = s_store_code(b->status.err);
+    s_copy(r->status.message, sizeof r->status.message, b->status.message);
+    memcpy(&r->blob, b, msg->len);
+    s_answer(ctx, op, r, sizeof *r + extra);
+    free(r);
+}
+
+/* ---- apply -------------------------------------------------------------------------------- */
+
+static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
+{
+    const ka_tpl_apply_t *req = msg->body;
+    s_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return;
+    op->from = msg->from;
+    op->from_ref = msg->ref;
+    op->reply_type = msg->type;
+    if (msg->len < sizeof *req || msg->len != sizeof *req + req->yaml_len + 1 ||
+        req->yaml[req->yaml_len] != '\0' || !memchr(req->default_namespace, 0, KA_STORE_NS_LEN)) {
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed apply request");
+        return;
+    }
+    char err[KA_TEMPLATE_ERR_CAP];
+    if (ka_template_parse(req->yaml, req->yaml_len, req->default_namespace, &op->doc, err,
+                          sizeof err)) {
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "%s", err);
+        return;
+    }
+    s_copy(op->ns, sizeof op->ns, op->doc->namespace_);
+    s_copy(op->name, sizeof op->name, op->doc->name);
+    op->spec_json = ka_template_spec_json(op->doc);
+    size_t sl = op->spec_json ? strlen(op->spec_json) : 0;
+    ka_store_template_put_t *put = calloc(1, sizeof *put + sl + 1);
+    if (!op->spec_json || !put) {
+        free(put);
+        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        return;
+    }
+    s_copy(put->namespace_, sizeof put->namespace_, op->ns);
+    s_copy(put->name, sizeof put->name, op->name);
+    put->spec_len = (uint32_t)sl;
+    memcpy(put->spec, op->spec_json, sl + 1);
+    s_ask(ctx, self, op, ST_APPLY_PUT, self->a.store, KA_STORE_TEMPLATE_PUT, put,
+          sizeof *put + sl + 1, STORE_TIMEOUT_MS);
+    free(put);
+}
+
+static void s_on_put(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_template_t *t = s_first_template(msg);
+    if (!t) {
+        const ka_store_status_t *st = msg->body;
+        s_fail_op(ctx, self, op, s_store_code(st->err), "store template: %s", st->message);
+        return;
+    }
+    s_copy(op->uid, sizeof op->uid, t->uid);
+    op->generation = t->generation;
+    const char *klass = s_pool_class(self, op->doc->pool);
+    if (!klass) { /* stored, but nothing to prepare until the pool exists */
+        op->revision[0] = '\0';
+        s_put_status(ctx, self, op, ST_APPLY_STATUS, false, KA_READY_NO_POOL, KA_READY_NO_POOL_MSG,
+                     "");
+        return;
+    }
+    if (ka_revision_hash(op->ns, op->name, op->uid, op->spec_json, klass, &self->a.policy,
+                         op->revision)) {
+        s_fail_op(ctx, self, op, KA_INTERNAL, "cannot compute the revision id");
+        return;
+    }
+    char key[KEY_LEN];
+    s_key(key, op->ns, op->name);
+    zhashx_update(self->desired, key, strdup(op->revision));
+    size_t sl = strlen(op->spec_json);
+    ka_store_revision_put_t *rp = calloc(1, sizeof *rp + sl + 1);
+    if (!rp) {
+        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        return;
+    }
+    s_copy(rp->hash, sizeof rp->hash, op->revision);
+    s_copy(rp->namespace_, sizeof rp->namespace_, op->ns);
+    s_copy(rp->name, sizeof rp->name, op->name);
+    rp->generation = op->generation;
+    rp->state = KA_REV_PREPARING;
+    s_copy(rp->reason, sizeof rp->reason, KA_READY_PREPARING);
+    rp->spec_len = (uint32_t)sl;
+    memcpy(rp->spec, op->spec_json, sl + 1);
+    s_ask(ctx, self, op, ST_APPLY_REV, self->a.store, KA_STORE_REVISION_PUT, rp,
+          sizeof *rp + sl + 1, STORE_TIMEOUT_MS);
+    free(rp);
+}
+
+static void s_on_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_blob_t *b = msg->body;
+    const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
+    if (!r) {
+        s_fail_op(ctx, self, op, s_store_code(b->status.err), "store revision: %s",
+                  b->status.message);
+        return;
+    }
+    op->prepared = r->state == KA_REV_PREPARED;
+    if (op->prepared)
+        s_put_status(ctx, self, op, ST_APPLY_STATUS, true, KA_READY_PREPARED, KA_READY_PREPARED_MSG,
+                     op->revision);
+    else
+        s_put_status(ctx, self, op, ST_APPLY_STATUS, false, KA_READY_PREPARING,
+                     KA_READY_PREPARING_MSG, "");
+}
+
+static void s_prepare(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op)
+{
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    s_copy(req.arg, sizeof req.arg, op->doc->image);
+    krt_log_actor(ctx, KRT_LOG_INFO, "revision_preparing", "template=%s/%s revision=%.16s image=%s",
+                  op->ns, op->name, op->revision, op->doc->image);
+    s_ask(ctx, self, op, ST_PREP_IMAGE, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
+          PREPARE_TIMEOUT_MS);
+}
+
+static void s_on_apply_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    s_answer_templates(ctx, op, msg);
+    const ka_store_blob_t *b = msg->body;
+    if (b->status.err || !op->revision[0] || op->prepared) {
+        if (op->prepared) {
+            char key[KEY_LEN];
+            s_key(key, op->ns, op->name);
+            zhashx_update(self->latest, key, strdup(op->revision));
+        }
+        s_op_free(op);
+        return;
+    }
+    s_prepare(ctx, self, op);
+}
+
+/* Preparation failed: mark the revision, keep the last good one, publish PreparationFailed. */
+static void s_prep_failed(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const char *why)
+{
+    krt_log_actor(ctx, KRT_LOG_WARN, "revision_failed", "template=%s/%s revision=%.16s why=\"%s\"",
+                  op->ns, op->name, op->revision, why);
+    ka_store_revision_state_t rs;
+    memset(&rs, 0, sizeof rs);
+    s_copy(rs.hash, sizeof rs.hash, op->revision);
+    rs.state = KA_REV_FAILED;
+    s_copy(rs.reason, sizeof rs.reason, KA_READY_FAILED);
+    s_copy(rs.message, sizeof rs.message, why);
+    s_copy(op->reason, sizeof op->reason, KA_READY_FAILED);
+    s_ask(ctx, self, op, ST_PREP_MARK, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
+          STORE_TIMEOUT_MS);
+}
+
+static void s_on_prep_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_images_reply_t *r = msg->body;
+    if (r->err) {
+        s_prep_failed(ctx, self, op, r->message);
+        return;
+    }
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    s_copy(req.arg, sizeof req.arg, self->a.policy.guest_image_digest);
+    s_ask(ctx, self, op, ST_PREP_GUEST, self->a.images, KA_IMAGES_RESOLVE, &req, sizeof req,
+          STORE_TIMEOUT_MS);
+}
+
+static void s_on_prep_guest(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_images_reply_t *r = msg->body;
+    if (r->err) {
+        char why[KA_STORE_MESSAGE_LEN + 128];
+        snprintf(why, sizeof why, "guest image %s: %s", self->a.policy.guest_image_digest,
+                 r->message);
+        s_prep_failed(ctx, self, op, why);
+        return;
+    }
+    ka_store_revision_state_t rs;
+    memset(&rs, 0, sizeof rs);
+    s_copy(rs.hash, sizeof rs.hash, op->revision);
+    rs.state = KA_REV_PREPARED;
+    s_copy(rs.reason, sizeof rs.reason, KA_READY_PREPARED);
+    s_copy(op->reason, sizeof op->reason, KA_READY_PREPARED);
+    s_ask(ctx, self, op, ST_PREP_MARK, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
+          STORE_TIMEOUT_MS);
+}
+
+/* True while op's revision is still the one its template wants (no newer apply or delete). */
+static bool s_still_desired(s_tpl_t *self, const s_op_t *op)
+{
+    char key[KEY_LEN];
+    s_key(key, op->ns, op->name);
+    const char *want = zhashx_lookup(self->desired, key);
+    return want && strcmp(want, op->revision) == 0;
+}
+
+static void s_on_prep_mark(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    bool ok = strcmp(op->reason, KA_READY_PREPARED) == 0;
+    if (!s_still_desired(self, op)) { /* superseded or deleted: the newer work publishes */
+        s_op_free(op);
+        return;
+    }
+    if (ok) {
+        char key[KEY_LEN];
+        s_key(key, op->ns, op->name);
+        zhashx_update(self->latest, key, strdup(op->revision));
+        krt_log_actor(ctx, KRT_LOG_INFO, "revision_prepared", "template=%s/%s revision=%.16s",
+                      op->ns, op->name, op->revision);
+        s_put_status(ctx, self, op, ST_PREP_STATUS, true, KA_READY_PREPARED, KA_READY_PREPARED_MSG,
+                     op->revision);
+    } else {
+        s_put_status(ctx, self, op, ST_PREP_STATUS, false, KA_READY_FAILED, KA_READY_FAILED_MSG,
+                     "");
+    }
+}
+
+/* ---- reads, delete ------------------------------------------------------------------------ */
+
+static bool s_key_ok(const krt_msg_t *msg)
+{
+    const ka_tpl_key_t *k = msg->body;
+    return msg->len == sizeof *k && memchr(k->namespace_, 0, sizeof k->namespace_) &&
+           memchr(k->name, 0, sizeof k->name);
+}
+
+static void s_forward(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg, uint32_t store_type)
+{
+    s_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return;
+    op->from = msg->from;
+    op->from_ref = msg->ref;
+    op->reply_type = msg->type;
+    if (!s_key_ok(msg)) {
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed template key");
+        return;
+    }
+    const ka_tpl_key_t *k = msg->body;
+    s_copy(op->ns, sizeof op->ns, k->namespace_);
+    s_copy(op->name, sizeof op->name, k->name);
+    if (store_type == KA_STORE_TEMPLATE_DELETE) { /* retire preparation and the pin cache */
+        char key[KEY_LEN];
+        s_key(key, op->ns, op->name);
+        zhashx_delete(self->desired, key);
+        zhashx_delete(self->latest, key);
+    }
+    ka_store_template_key_t sk;
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.namespace_, sizeof sk.namespace_, op->ns);
+    s_copy(sk.name, sizeof sk.name, op->name);
+    s_ask(ctx, self, op, ST_FORWARD, self->a.store, store_type, &sk, sizeof sk, STORE_TIMEOUT_MS);
+}
+
+/* ---- resolve: what a sandbox pins, and a pinned revision's runtime ------------------------ */
+
+static void s_runtime_from_revision(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op);
+
+static void s_answer_resolved(krt_ctx_t *ctx, s_op_t *op, const ka_tpl_resolved_t *res)
+{
+    s_answer(ctx, op, res, sizeof *res);
+    s_op_free(op);
+}
+
+static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
+{
+    s_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return;
+    op->from = msg->from;
+    op->from_ref = msg->ref;
+    op->reply_type = msg->type;
+    if (msg->type == KA_TPL_RUNTIME) {
+        const ka_tpl_runtime_req_t *r = msg->body;
+        if (msg->len != sizeof *r || !memchr(r->revision, 0, sizeof r->revision) ||
+            !r->revision[0]) {
+            s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed runtime request");
+            return;
+        }
+        s_copy(op->revision, sizeof op->revision, r->revision);
+        s_runtime_from_revision(ctx, self, op);
+        return;
+    }
+    if (!s_key_ok(msg)) {
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed template key");
+        return;
+    }
+    const ka_tpl_key_t *k = msg->body;
+    s_copy(op->ns, sizeof op->ns, k->namespace_);
+    s_copy(op->name, sizeof op->name, k->name);
+    char key[KEY_LEN];
+    s_key(key, op->ns, op->name);
+    const char *latest = zhashx_lookup(self->latest, key);
+    if (latest) { /* fast path: the pin is known, the runtime probably cached */
+        s_copy(op->revision, sizeof op->revision, latest);
+        s_runtime_from_revision(ctx, self, op);
+        return;
+    }
+    ka_store_template_key_t sk;
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.namespace_, sizeof sk.namespace_, op->ns);
+    s_copy(sk.name, sizeof sk.name, op->name);
+    s_ask(ctx, self, op, ST_RES_TPL, self->a.store, KA_STORE_TEMPLATE_GET, &sk, sizeof sk,
+          STORE_TIMEOUT_MS);
+}
+
+static void s_on_res_tpl(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_template_t *t = s_first_template(msg);
+    if (!t) {
+        const ka_store_status_t *st = msg->body;
+        if (st->err == KA_STORE_ENOTFOUND || st->err == 0)
+            s_fail_op(ctx, self, op, KA_NOT_FOUND, "sandbox template %s/%s not found", op->ns,
+                      op->name);
+        else
+            s_fail_op(ctx, self, op, s_store_code(st->err), "%s", st->message);
+        return;
+    }
+    if (!t->latest_revision[0]) {
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s", KA_MSG_NO_RUNTIME);
+        return;
+    }
+    char key[KEY_LEN];
+    s_key(key, op->ns, op->name);
+    zhashx_update(self->latest, key, strdup(t->latest_revision));
+    s_copy(op->revision, sizeof op->revision, t->latest_revision);
+    s_runtime_from_revision(ctx, self, op);
+}
+
+static void s_runtime_from_revision(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op)
+{
+    const ka_tpl_resolved_t *cached = zhashx_lookup(self->runtimes, op->revision);
+    if (cached) {
+        s_answer_resolved(ctx, op, cached);
+        return;
+    }
+    ka_store_revision_key_t rk;
+    memset(&rk, 0, sizeof rk);
+    s_copy(rk.hash, sizeof rk.hash, op->revision);
+    s_ask(ctx, self, op, ST_RES_REV, self->a.store, KA_STORE_REVISION_GET, &rk, sizeof rk,
+          STORE_TIMEOUT_MS);
+}
+
+/* Fills res from a revision's spec JSON: snapshot location and env. */
+static int s_fill_from_spec(ka_tpl_resolved_t *res, const char *spec_json, char *image, size_t cap)
+{
+    json_error_t jerr;
+    json_t *spec = json_loads(spec_json, 0, &jerr);
+    const char *img = NULL, *loc = NULL;
+    json_t *env = NULL;
+    if (!spec || json_unpack(spec, "{s:{s:s}, s:o, s:{s:{s:s}}}", "workload", "image", &img, "env",
+                             &env, "substrate", "snapshotPolicy", "location", &loc)) {
+        json_decref(spec);
+        return -EINVAL;
+    }
+    s_copy(image, cap, img);
+    s_copy(res->snapshot_location, sizeof res->snapshot_location, loc);
+    size_t i, off = 0;
+    json_t *e;
+    json_array_foreach(env, i, e)
+    {
+        const char *k = json_string_value(json_object_get(e, "name"));
+        const char *v = json_string_value(json_object_get(e, "value"));
+        int n = snprintf(res->env + off, sizeof res->env - off, "%s=%s", k ? k : "", v ? v : "");
+        if (n < 0 || (size_t)n >= sizeof res->env - off) {
+            json_decref(spec);
+            return -E2BIG;
+        }
+        off += (size_t)n + 1;
+        res->n_env++;
+    }
+    json_decref(spec);
+    return 0;
+}
+
+static void s_on_res_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_store_blob_t *b = msg->body;
+    const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
+    if (!r || r->state != KA_REV_PREPARED) {
+        s_fail_op(ctx, self, op,
+                  b->status.err == KA_STORE_EUNAVAIL ? KA_UNAVAILABLE : KA_UNAVAILABLE, "%s",
+                  KA_MSG_NO_RUNTIME);
+        return;
+    }
+    op->res = calloc(1, sizeof *op->res);
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    if (!op->res || s_fill_from_spec(op->res, r->spec, req.arg, sizeof req.arg)) {
+        s_fail_op(ctx, self, op, KA_INTERNAL, "revision %.16s has an unreadable spec",
+                  op->revision);
+        return;
+    }
+    s_copy(op->res->revision, sizeof op->res->revision, op->revision);
+    s_ask(ctx, self, op, ST_RES_IMAGE, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
+          PREPARE_TIMEOUT_MS);
+}
+
+static void s_on_res_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    const ka_images_reply_t *r = msg->body;
+    if (r->err) {
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s: %s", KA_MSG_NO_RUNTIME, r->message);
+        return;
+    }
+    s_copy(op->res->rootfs, sizeof op->res->rootfs, r->path);
+    ka_tpl_resolved_t *cached = malloc(sizeof *cached);
+    if (cached) {
+        *cached = *op->res;
+        zhashx_update(self->runtimes, op->revision, cached);
+    }
+    s_answer_resolved(ctx, op, op->res);
+}
+
+/* ---- the actor ---------------------------------------------------------------------------- */
+
+static void s_on_reply(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+{
+    if (msg->type == KRT_MSG_CALL_TIMEOUT) {
+        bool images =
+            op->step == ST_PREP_IMAGE || op->step == ST_PREP_GUEST || op->step == ST_RES_IMAGE;
+        if (op->step == ST_PREP_IMAGE || op->step == ST_PREP_GUEST) {
+            s_prep_failed(ctx, self, op, "image preparation timed out");
+            return;
+        }
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service did not answer in time",
+                  images ? "image" : "store");
+        return;
+    }
+    if (msg->len < sizeof(int32_t)) {
+        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed reply");
+        return;
+    }
+    switch (op->step) {
+    case ST_APPLY_PUT:
+        s_on_put(ctx, self, op, msg);
+        break;
+    case ST_APPLY_REV:
+        s_on_rev(ctx, self, op, msg);
+        break;
+    case ST_APPLY_STATUS:
+        s_on_apply_status(ctx, self, op, msg);
+        break;
+    case ST_PREP_IMAGE:
+        s_on_prep_image(ctx, self, op, msg);
+        break;
+    case ST_PREP_GUEST:
+        s_on_prep_guest(ctx, self, op, msg);
+        break;
+    case ST_PREP_MARK:
+        s_on_prep_mark(ctx, self, op, msg);
+        break;
+    case ST_PREP_STATUS:
+    case ST_FORWARD:
+        s_answer_templates(ctx, op, msg);
+        s_op_free(op);
+        break;
+    case ST_RES_TPL:
+        s_on_res_tpl(ctx, self, op, msg);
+        break;
+    case ST_RES_REV:
+        s_on_res_rev(ctx, self, op, msg);
+        break;
+    case ST_RES_IMAGE:
+        s_on_res_image(ctx, self, op, msg);
+        break;
+    }
+}
+
+/* Another node changed a template: forget what this node believed about it. */
+static void s_on_store_event(s_tpl_t *self, const krt_msg_t *msg)
+{
+    const ka_store_event_t *ev = msg->body;
+    if (msg->len != sizeof *ev || strcmp(ev->channel, "ka_template") != 0)
+        return;
+    char key[KEY_LEN];
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(ev->payload, " "), ev->payload);
+    zhashx_delete(self->latest, key);
+}
+
+static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    s_tpl_t *self = state;
+    if (msg->ref) {
+        s_op_t *op = s_op_take(self, msg->ref);
+        if (op) {
+            s_on_reply(ctx, self, op, msg);
+            return;
+        }
+    }
+    switch (msg->type) {
+    case KA_TPL_APPLY:
+        s_apply(ctx, self, msg);
+        break;
+    case KA_TPL_GET:
+        s_forward(ctx, self, msg, KA_STORE_TEMPLATE_GET);
+        break;
+    case KA_TPL_LIST:
+        s_forward(ctx, self, msg, KA_STORE_TEMPLATE_LIST);
+        break;
+    case KA_TPL_DELETE:
+        s_forward(ctx, self, msg, KA_STORE_TEMPLATE_DELETE);
+        break;
+    case KA_TPL_RESOLVE:
+    case KA_TPL_RUNTIME:
+        s_resolve(ctx, self, msg);
+        break;
+    case KA_STORE_EVENT:
+        s_on_store_event(self, msg);
+        break;
+    default:
+        break; /* a late store reply (subscribe ack) or noise: nothing to do */
+    }
+}
+
+static int s_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    s_tpl_t *self = state;
+    if (!arg)
+        return KRT_EINVAL;
+    self->a = *(const ka_templates_args_t *)arg;
+    self->latest = zhashx_new();
+    self->desired = zhashx_new();
+    self->runtimes = zhashx_new();
+    if (!self->latest || !self->desired || !self->runtimes)
+        return KRT_ENOMEM;
+    zhashx_set_destructor(self->latest, (zhashx_destructor_fn *)zstr_free);
+    zhashx_set_destructor(self->desired, (zhashx_destructor_fn *)zstr_free);
+    zhashx_set_destructor(self->runtimes, (zhashx_destructor_fn *)zstr_free);
+    ka_store_subscribe_t sub = {KRT_ADDR_NONE};
+    krt_send(ctx, self->a.store, KA_STORE_SUBSCRIBE, &sub, sizeof sub);
+    return 0;
+}
+
+static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    s_tpl_t *self = state;
+    while (self->ops) {
+        s_op_t *op = self->ops;
+        self->ops = op->next;
+        s_answer_status(ctx, op, KA_UNAVAILABLE, "the template service is stopping");
+        s_op_free(op);
+    }
+    zhashx_destroy(&self->latest);
+    zhashx_destroy(&self->desired);
+    zhashx_destroy(&self->runtimes);
+}
+
+static void s_describe(const void *state, char *out, size_t cap)
+{
+    const s_tpl_t *self = state;
+    size_t ops = 0;
+    for (const s_op_t *op = self->ops; op; op = op->next)
+        ops++;
+    snprintf(out, cap, "{\"in_flight\":%zu,\"pinned\":%zu,\"runtimes\":%zu}", ops,
+             self->latest ? zhashx_size(self->latest) : 0,
+             self->runtimes ? zhashx_size(self->runtimes) : 0);
+}
+
+const krt_behaviour_t ka_templates_behaviour = {
+    .kind = "templates",
+    .state_size = sizeof(s_tpl_t),
+    .init = s_init,
+    .handle = s_handle,
+    .terminate = s_terminate,
+    .describe = s_describe,
+};

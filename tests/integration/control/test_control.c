@@ -1,0 +1,618 @@
+/*
+ * The control plane end to end, through the service layer the bridges call, on real parts:
+ * a private PostgreSQL (tests/with-pg), the store, images, the namespaces driver with the real
+ * static guest, the templates and sandboxes actors.
+ *
+ * Covers: template validation and Ready/Prepared, WorkerPoolNotFound, create idempotency (also
+ * under concurrent duplicates and after delete), exec with output, files, ownership probes for
+ * every operation, TTL expiry, suspend/resume keeping /data, and recovery after a restart of
+ * the sandboxes actor.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "images_actor.h"
+#include "ka_namespaces.h"
+#include "sandboxes.h"
+#include "service.h"
+#include "store.h"
+#include "templates_actor.h"
+
+#define NS      "kagent"
+#define ALICE   "alice@example.com"
+#define BOB     "bob@example.com"
+#define TIMEOUT 60000
+
+static struct {
+    char dir[PATH_MAX];
+    char tools_ref[1024];
+    char guest_digest[80];
+    krt_system_t *sys;
+    krt_addr_t store, images, templates, sandboxes;
+    ka_driver_t *driver;
+    ka_service_t *svc;
+    ka_templates_args_t targs;
+    ka_sandboxes_args_t sargs;
+} T;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static void s_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void s_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0)
+        fail_msg("command failed: %s", cmd);
+}
+
+static void s_images(int type, const char *arg, const char *name, ka_images_reply_t *out)
+{
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.arg, sizeof req.arg, "%s", arg);
+    snprintf(req.name, sizeof req.name, "%s", name ? name : "");
+    krt_reply_t r;
+    assert_int_equal(krt_call(T.sys, T.images, type, &req, sizeof req, TIMEOUT, &r), 0);
+    assert_int_equal(r.len, sizeof *out);
+    memcpy(out, r.body, sizeof *out);
+    krt_reply_free(&r);
+    if (out->err)
+        fail_msg("images request %d %s: %s", type, arg, out->message);
+}
+
+/* Unary call; returns the code and copies the body (up to cap) into out. */
+static int s_call(uint32_t type, const void *body, size_t len, void *out, size_t cap)
+{
+    krt_reply_t r;
+    int code = ka_svc_call_sync(T.svc, type, body, len, TIMEOUT, &r);
+    if (r.body && out)
+        memcpy(out, r.body, r.len < cap ? r.len : cap);
+    krt_reply_free(&r);
+    return code;
+}
+
+static char *s_template_yaml(const char *name, const char *image, const char *pool)
+{
+    char *y = NULL;
+    int n = asprintf(&y,
+                     "apiVersion: api.kagent.dev/v1alpha3\nkind: SandboxTemplate\n"
+                     "metadata:\n  name: %s\n  namespace: " NS "\n"
+                     "spec:\n  workload:\n    image: %s\n"
+                     "  env:\n    - name: GREETING\n      value: hello-from-template\n"
+                     "  substrate:\n    workerPoolRef:\n      name: %s\n"
+                     "    snapshotPolicy:\n      location: file://%s/snapshots/\n",
+                     name, image, pool, T.dir);
+    assert_true(n > 0);
+    return y;
+}
+
+static int s_apply(const char *yaml, ka_status_t *st)
+{
+    size_t yl = strlen(yaml);
+    ka_tpl_apply_t *a = calloc(1, sizeof *a + yl + 1);
+    snprintf(a->default_namespace, sizeof a->default_namespace, "default");
+    a->yaml_len = (uint32_t)yl;
+    memcpy(a->yaml, yaml, yl + 1);
+    int code = s_call(KA_TPL_APPLY, a, sizeof *a + yl + 1, st, sizeof *st);
+    free(a);
+    return code;
+}
+
+/* The template's status JSON (caller frees), or NULL. */
+static char *s_template_status(const char *name)
+{
+    ka_tpl_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.namespace_, sizeof k.namespace_, NS);
+    snprintf(k.name, sizeof k.name, "%s", name);
+    krt_reply_t r;
+    if (ka_svc_call_sync(T.svc, KA_TPL_GET, &k, sizeof k, TIMEOUT, &r) != KA_OK) {
+        krt_reply_free(&r);
+        return NULL;
+    }
+    const ka_tpl_reply_t *tr = r.body;
+    const ka_store_template_t *t =
+        ka_store_blob_next(&tr->blob, r.len - offsetof(ka_tpl_reply_t, blob), NULL);
+    char *s = t ? strdup(ka_store_template_status(t)) : NULL;
+    krt_reply_free(&r);
+    return s;
+}
+
+/* The Ready condition's field (reason, status, message) of a status JSON, or "". */
+static const char *s_ready(const char *status_json, const char *field, char *out, size_t cap)
+{
+    json_t *st = status_json ? json_loads(status_json, 0, NULL) : NULL;
+    json_t *c = json_array_get(json_object_get(st, "conditions"), 0);
+    snprintf(out, cap, "%s", json_string_value(json_object_get(c, field)) ?: "");
+    json_decref(st);
+    return out;
+}
+
+static void s_wait_reason(const char *name, const char *reason)
+{
+    char got[256];
+    for (int i = 0; i < 600; i++) {
+        char *st = s_template_status(name);
+        bool ok = strcmp(s_ready(st, "reason", got, sizeof got), reason) == 0;
+        free(st);
+        if (ok)
+            return;
+        usleep(50 * 1000);
+    }
+    char *st = s_template_status(name);
+    fail_msg("template %s never reached %s: %s", name, reason, st ? st : "(none)");
+}
+
+static int s_create(const char *caller, const char *req_id, const char *tmpl, int64_t ttl_ms,
+                    ka_sbx_reply_t *out)
+{
+    ka_sbx_create_t c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.caller, sizeof c.caller, "%s", caller);
+    snprintf(c.request_id, sizeof c.request_id, "%s", req_id);
+    snprintf(c.template_namespace, sizeof c.template_namespace, NS);
+    snprintf(c.template_name, sizeof c.template_name, "%s", tmpl);
+    c.ttl_ms = ttl_ms;
+    memset(out, 0, sizeof *out);
+    return s_call(KA_SBX_CREATE, &c, sizeof c, out, sizeof *out);
+}
+
+static int s_lifecycle(uint32_t type, const char *caller, const char *id, ka_sbx_reply_t *out)
+{
+    ka_sbx_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.caller, sizeof k.caller, "%s", caller);
+    snprintf(k.id, sizeof k.id, "%s", id);
+    memset(out, 0, sizeof *out);
+    return s_call(type, &k, sizeof k, out, sizeof *out);
+}
+
+/* A collected guest stream. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    ka_guest_reply_t final;
+    char out[65536];
+    size_t out_len;
+    char err[4096];
+    size_t err_len;
+} s_frames_t;
+
+static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_frames_t *c = user;
+    pthread_mutex_lock(&c->lock);
+    if (f->final) {
+        c->final = *f;
+        c->done = true;
+        pthread_cond_signal(&c->cond);
+    } else if (f->stream == KA_STREAM_STDERR) {
+        size_t n = f->tail_len < sizeof c->err - c->err_len ? f->tail_len : 0;
+        memcpy(c->err + c->err_len, f->tail, n);
+        c->err_len += n;
+    } else {
+        size_t n = f->tail_len < sizeof c->out - c->out_len ? f->tail_len : 0;
+        memcpy(c->out + c->out_len, f->tail, n);
+        c->out_len += n;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Runs one guest call to its final frame; returns the final status code. */
+static int s_guest(ka_guest_req_t *q, s_frames_t *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    krt_addr_t stream;
+    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q + q->tail_len, s_on_frame, c, &stream), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&c->lock);
+    while (!c->done)
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &until)) {
+            pthread_mutex_unlock(&c->lock);
+            fail_msg("guest call timed out");
+        }
+    pthread_mutex_unlock(&c->lock);
+    free(q);
+    return c->final.status.code;
+}
+
+/* Starts argv (NULL-terminated) in sandbox id as caller; returns the code, proc in *proc. */
+static int s_start(const char *caller, const char *id, const char *const *argv, uint64_t *proc)
+{
+    size_t tail = 0, n = 0;
+    for (; argv[n]; n++)
+        tail += strlen(argv[n]) + 1;
+    ka_guest_req_t *q = ka_guest_req_new(caller, id, KA_GUEST_START, tail);
+    q->n_argv = (uint32_t)n;
+    char *p = q->tail;
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, argv[i]) + 1;
+    s_frames_t c;
+    int code = s_guest(q, &c);
+    if (proc)
+        *proc = c.final.process.proc;
+    return code;
+}
+
+/* Follows the output of proc to its exit; returns its exit code (or -1000 - status code). */
+static int s_follow(const char *caller, const char *id, uint64_t proc, s_frames_t *c)
+{
+    ka_guest_req_t *q = ka_guest_req_new(caller, id, KA_GUEST_OUTPUT, 0);
+    q->proc = proc;
+    q->follow = 1;
+    int code = s_guest(q, c);
+    if (code)
+        return -1000 - code;
+    assert_true(c->final.has_process);
+    return c->final.process.exit_code;
+}
+
+static int s_exec(const char *id, const char *const *argv, s_frames_t *c)
+{
+    uint64_t proc = 0;
+    int code = s_start(ALICE, id, argv, &proc);
+    if (code)
+        return -1000 - code;
+    return s_follow(ALICE, id, proc, c);
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static void s_build_images(void)
+{
+    char rootfs[PATH_MAX + 16], guestfs[PATH_MAX + 16];
+    snprintf(rootfs, sizeof rootfs, "%s/tools-rootfs", T.dir);
+    snprintf(guestfs, sizeof guestfs, "%s/guest-rootfs", T.dir);
+    s_sh("mkdir -p %s/bin %s/etc %s/data %s/run/kagent && cp /bin/busybox %s/bin/busybox && "
+         "%s/bin/busybox --install -s %s/bin && ln -sf busybox %s/bin/sh",
+         rootfs, rootfs, rootfs, guestfs, rootfs, rootfs, rootfs, rootfs);
+    s_sh("for b in %s/bin/*; do [ -L \"$b\" ] && ln -sf busybox \"$b\"; done", rootfs);
+    const char *build = getenv("KAGENT_BUILD_DIR");
+    assert_non_null(build);
+    s_sh("cp %s/actors/guest/kagent-sandbox-guest %s/run/kagent/guest", build, guestfs);
+    ka_images_reply_t r;
+    s_images(KA_IMAGES_BUILD, rootfs, "test/tools", &r);
+    snprintf(T.tools_ref, sizeof T.tools_ref, "%s", r.ref);
+    s_images(KA_IMAGES_BUILD, guestfs, "test/guest", &r);
+    snprintf(T.guest_digest, sizeof T.guest_digest, "%s", r.digest);
+}
+
+static void s_start_driver(void)
+{
+    ka_images_reply_t r;
+    s_images(KA_IMAGES_PREPARE, T.guest_digest, NULL, &r);
+    char guest[PATH_MAX + 32], state[PATH_MAX + 16];
+    snprintf(guest, sizeof guest, "%s/run/kagent/guest", r.path);
+    snprintf(state, sizeof state, "%s/sandboxes", T.dir);
+    ka_ns_opts_t o = {.state_dir = state,
+                      .guest_path = guest,
+                      .cpu_millis = 1000,
+                      .mem_bytes = 256u << 20,
+                      .pids_max = 128,
+                      .cgroup_name = "kagent-test-control"};
+    int err = 0;
+    T.driver = ka_namespaces_new(&o, &err);
+    if (!T.driver)
+        fail_msg("namespaces driver: %s", strerror(-err));
+}
+
+static void s_spawn_sandboxes(void)
+{
+    krt_spawn_opts_t o = {.name = KA_SANDBOXES_NAME};
+    assert_int_equal(krt_system_spawn(T.sys, &ka_sandboxes_behaviour, &T.sargs, &o, &T.sandboxes),
+                     0);
+    ka_service_destroy(&T.svc);
+    T.svc = ka_service_new(T.sys, T.templates, T.sandboxes);
+}
+
+static int s_setup(void **state)
+{
+    snprintf(T.dir, sizeof T.dir, "/tmp/kagent-control.XXXXXX");
+    assert_non_null(mkdtemp(T.dir));
+    chmod(T.dir, 0755);
+    krt_config_t cfg = {.node_id = 1, .name = "node-test"};
+    T.sys = krt_system_new(&cfg);
+    assert_non_null(T.sys);
+    assert_int_equal(krt_system_start(T.sys), 0);
+    static ka_store_args_t store_args = {.conninfo = ""};
+    krt_spawn_opts_t so = {.name = KA_STORE_NAME};
+    assert_int_equal(krt_system_spawn(T.sys, &ka_store_behaviour, &store_args, &so, &T.store), 0);
+    ka_images_actor_args_t ia = {.state_dir = T.dir};
+    krt_spawn_opts_t io = {.name = KA_IMAGES_NAME};
+    assert_int_equal(krt_system_spawn(T.sys, &ka_images_behaviour, &ia, &io, &T.images), 0);
+    s_build_images();
+    s_start_driver();
+    T.targs.store = T.store;
+    T.targs.images = T.images;
+    ka_policy_t *p = &T.targs.policy;
+    snprintf(p->guest_image_digest, sizeof p->guest_image_digest, "%s", T.guest_digest);
+    p->cpu_millis = 1000;
+    p->memory_bytes = 256 << 20;
+    p->default_ttl_ms = 3600000;
+    p->max_ttl_ms = 86400000;
+    snprintf(p->pools[0].name, sizeof p->pools[0].name, "kagent-default");
+    snprintf(p->pools[0].klass, sizeof p->pools[0].klass, "namespaces");
+    p->n_pools = 1;
+    krt_spawn_opts_t to = {.name = KA_TEMPLATES_NAME};
+    assert_int_equal(krt_system_spawn(T.sys, &ka_templates_behaviour, &T.targs, &to, &T.templates),
+                     0);
+    T.sargs = (ka_sandboxes_args_t){.store = T.store,
+                                    .templates = T.templates,
+                                    .driver = T.driver,
+                                    .node = "node-test",
+                                    .default_ttl_ms = 3600000,
+                                    .max_ttl_ms = 86400000};
+    s_spawn_sandboxes();
+    return 0;
+}
+
+static int s_teardown(void **state)
+{
+    ka_service_destroy(&T.svc);
+    krt_system_destroy(&T.sys);
+    ka_driver_destroy(&T.driver);
+    s_sh("rm -rf %s", T.dir);
+    return 0;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_template_validation_and_ready(void **unused)
+{
+    ka_status_t st;
+    char *bad = s_template_yaml("tagged", "registry.example.com/tools:1.0", "kagent-default");
+    assert_int_equal(s_apply(bad, &st), KA_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.message, "spec.workload.image: Invalid value"));
+    free(bad);
+    char *nopool = s_template_yaml("nopool", T.tools_ref, "no-such-pool");
+    assert_int_equal(s_apply(nopool, &st), KA_OK);
+    s_wait_reason("nopool", "WorkerPoolNotFound");
+    free(nopool);
+    char *good = s_template_yaml("scratch", T.tools_ref, "kagent-default");
+    assert_int_equal(s_apply(good, &st), KA_OK);
+    s_wait_reason("scratch", "Prepared");
+    char *status = s_template_status("scratch");
+    char v[256];
+    assert_string_equal(s_ready(status, "status", v, sizeof v), "True");
+    assert_string_equal(s_ready(status, "message", v, sizeof v), KA_READY_PREPARED_MSG);
+    free(status);
+    /* applying the same document again keeps it Ready (same revision) */
+    assert_int_equal(s_apply(good, &st), KA_OK);
+    s_wait_reason("scratch", "Prepared");
+    free(good);
+    /* a template whose image cannot be prepared fails, with the reference's message */
+    char *missing = s_template_yaml(
+        "missing",
+        "registry.example.com/"
+        "none@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        "kagent-default");
+    assert_int_equal(s_apply(missing, &st), KA_OK);
+    s_wait_reason("missing", "PreparationFailed");
+    free(missing);
+    ka_sbx_reply_t r;
+    assert_int_equal(s_create(ALICE, "on-missing", "missing", 0, &r), KA_UNAVAILABLE);
+    assert_string_equal(r.status.message, KA_MSG_NO_RUNTIME);
+    assert_int_equal(s_create(ALICE, "on-absent", "absent", 0, &r), KA_NOT_FOUND);
+}
+
+static void test_create_exec_files_delete(void **unused)
+{
+    ka_sbx_reply_t r, again;
+    assert_int_equal(s_create(ALICE, "req-exec", "scratch", 0, &r), KA_OK);
+    assert_int_equal(r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(r.sandbox.operation, KA_OP_NONE);
+    assert_int_equal(ka_check_uuid(r.sandbox.id), 0);
+    assert_string_equal(r.sandbox.creator, ALICE);
+    int64_t ttl = r.sandbox.expires_ms - r.sandbox.created_ms;
+    assert_true(ttl == 3600000);
+    /* idempotent: same request id, same sandbox, lifetime not extended */
+    assert_int_equal(s_create(ALICE, "req-exec", "scratch", 0, &again), KA_OK);
+    assert_string_equal(again.sandbox.id, r.sandbox.id);
+    assert_int_equal(again.sandbox.expires_ms, r.sandbox.expires_ms);
+    const char *id = r.sandbox.id;
+
+    s_frames_t c;
+    const char *echo[] = {"sh", "-c", "echo \"$GREETING\"; echo oops >&2; pwd; id -u; exit 3",
+                          NULL};
+    assert_int_equal(s_exec(id, echo, &c), 3);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "hello-from-template\n/data/workspace\n65532\n");
+    assert_int_equal(c.err_len, 5);
+
+    ka_guest_req_t *w = ka_guest_req_new(ALICE, id, KA_GUEST_WRITE, 6);
+    snprintf(w->path, sizeof w->path, "notes/a.txt");
+    w->mode = 0644;
+    memcpy(w->tail, "abcdef", 6);
+    assert_int_equal(s_guest(w, &c), KA_OK);
+    assert_int_equal(c.final.written, 6);
+    ka_guest_req_t *rd = ka_guest_req_new(ALICE, id, KA_GUEST_READ, 0);
+    snprintf(rd->path, sizeof rd->path, "notes/a.txt");
+    assert_int_equal(s_guest(rd, &c), KA_OK);
+    assert_int_equal(c.out_len, 6);
+    assert_memory_equal(c.out, "abcdef", 6);
+    rd = ka_guest_req_new(ALICE, id, KA_GUEST_READ, 0);
+    snprintf(rd->path, sizeof rd->path, "missing.txt");
+    assert_int_equal(s_guest(rd, &c), KA_NOT_FOUND);
+
+    ka_sbx_reply_t del;
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &del), KA_OK);
+    assert_int_equal(del.sandbox.state, KA_STATE_DELETED);
+    /* guest calls now refused; delete again is the tombstone; replaying the create does not
+     * recreate it */
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_start(ALICE, id, t, NULL), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &del), KA_OK);
+    assert_int_equal(del.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_create(ALICE, "req-exec", "scratch", 0, &again), KA_OK);
+    assert_string_equal(again.sandbox.id, id);
+    assert_int_equal(again.sandbox.state, KA_STATE_DELETED);
+}
+
+static void test_ownership_probes(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-own", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    assert_int_equal(s_lifecycle(KA_SBX_GET, BOB, id, &o), KA_NOT_FOUND);
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, BOB, id, &o), KA_NOT_FOUND);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, BOB, id, &o), KA_NOT_FOUND);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, BOB, id, &o), KA_NOT_FOUND);
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_start(BOB, id, t, NULL), KA_NOT_FOUND);
+    s_frames_t c;
+    ka_guest_req_t *rd = ka_guest_req_new(BOB, id, KA_GUEST_READ, 0);
+    snprintf(rd->path, sizeof rd->path, "x");
+    assert_int_equal(s_guest(rd, &c), KA_NOT_FOUND);
+    /* the same request id from another identity is another sandbox */
+    assert_int_equal(s_create(BOB, "req-own", "scratch", 0, &o), KA_OK);
+    assert_string_not_equal(o.sandbox.id, id);
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, BOB);
+    struct {
+        ka_sbx_list_t l;
+        ka_store_sandbox_t items[KA_STORE_LIST_MAX];
+    } list;
+    assert_int_equal(s_call(KA_SBX_LIST, &q, sizeof q, &list, sizeof list), KA_OK);
+    for (uint32_t i = 0; i < list.l.count; i++)
+        assert_string_equal(list.l.items[i].creator, BOB);
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, "not-a-uuid", &o), KA_INVALID_ARGUMENT);
+    assert_string_equal(o.status.message, KA_MSG_NOT_UUID);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+typedef struct {
+    int code;
+    char id[KA_STORE_ID_LEN];
+} s_dup_t;
+
+static void *s_dup_create(void *arg)
+{
+    s_dup_t *d = arg;
+    ka_sbx_reply_t r;
+    d->code = s_create(ALICE, "req-dup", "scratch", 0, &r);
+    snprintf(d->id, sizeof d->id, "%s", r.sandbox.id);
+    return NULL;
+}
+
+static void test_concurrent_duplicates_one_sandbox(void **unused)
+{
+    enum { N = 20 };
+    pthread_t th[N];
+    s_dup_t d[N];
+    for (int i = 0; i < N; i++)
+        pthread_create(&th[i], NULL, s_dup_create, &d[i]);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(d[i].code, KA_OK);
+        assert_string_equal(d[i].id, d[0].id);
+    }
+    ka_sbx_reply_t o;
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, d[0].id, &o), KA_OK);
+}
+
+static void test_ttl_expiry_deletes(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-ttl", "scratch", 0, &r), KA_OK);
+    assert_int_equal(s_create(ALICE, "req-ttl-short", "scratch", 999, &o), KA_INVALID_ARGUMENT);
+    assert_int_equal(s_create(ALICE, "req-ttl-1s", "scratch", 1000, &r), KA_OK);
+    assert_int_equal(r.sandbox.expires_ms - r.sandbox.created_ms, 1000);
+    for (int i = 0; i < 100; i++) {
+        s_lifecycle(KA_SBX_GET, ALICE, r.sandbox.id, &o);
+        if (o.sandbox.state == KA_STATE_DELETED)
+            break;
+        usleep(50 * 1000);
+    }
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    int64_t late = o.sandbox.deleted_ms - o.sandbox.expires_ms;
+    assert_true(late >= 0 && late < 2000);
+}
+
+static void test_suspend_resume_keeps_data(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-suspend", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    s_frames_t c;
+    const char *mk[] = {"sh", "-c", "echo kept > /data/workspace/k.txt; echo lost > /tmp/l.txt",
+                        NULL};
+    assert_int_equal(s_exec(id, mk, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_start(ALICE, id, t, NULL), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(o.sandbox.expires_ms, r.sandbox.expires_ms); /* resume never extends */
+    const char *cat[] = {
+        "sh", "-c", "cat /data/workspace/k.txt; cat /tmp/l.txt 2>/dev/null || echo gone", NULL};
+    assert_int_equal(s_exec(id, cat, &c), 0);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "kept\ngone\n");
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+static void test_restart_recovers_records(void **unused)
+{
+    ka_sbx_reply_t ready, susp, o;
+    assert_int_equal(s_create(ALICE, "req-rec-ready", "scratch", 0, &ready), KA_OK);
+    assert_int_equal(s_create(ALICE, "req-rec-susp", "scratch", 0, &susp), KA_OK);
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, susp.sandbox.id, &o), KA_OK);
+    /* the sandboxes actor stops (its sandboxes' compute with it) and a new one starts */
+    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
+    assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, 10000), KRT_ETIMEDOUT);
+    s_spawn_sandboxes();
+    for (int i = 0; i < 100; i++) {
+        s_lifecycle(KA_SBX_GET, ALICE, ready.sandbox.id, &o);
+        if (o.sandbox.state == KA_STATE_FAILED)
+            break;
+        usleep(50 * 1000);
+    }
+    assert_int_equal(o.sandbox.state, KA_STATE_FAILED);
+    assert_string_equal(o.sandbox.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, susp.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, susp.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, susp.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, ready.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_validation_and_ready),
+        cmocka_unit_test(test_create_exec_files_delete),
+        cmocka_unit_test(test_ownership_probes),
+        cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
+        cmocka_unit_test(test_ttl_expiry_deletes),
+        cmocka_unit_test(test_suspend_resume_keeps_data),
+        cmocka_unit_test(test_restart_recovers_records),
+    };
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
+}
