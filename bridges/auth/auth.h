@@ -1,0 +1,36 @@
+/*
+ * kb_auth: who is calling. One identity model for both bridges (gRPC metadata and MCP HTTP
+ * headers): the caller's identity is what every ownership check in the control plane uses.
+ *
+ *   user-header  trusts the `x-user-id` value (the CLI's --user-id), defaulting to
+ *                KB_AUTH_DEFAULT_USER when absent; the node refuses this mode unless it listens
+ *                on loopback only.
+ *   tokens       `authorization: Bearer <token>`; the tokens file maps the SHA-256 (hex) of each
+ *                token to an identity, one "<sha256-hex> <identity>" per line ('#' comments), so
+ *                the file never holds a usable secret. Anything else is UNAUTHENTICATED.
+ */
+#ifndef KB_AUTH_H
+#define KB_AUTH_H
+
+#include <stddef.h>
+
+#define KB_AUTH_DEFAULT_USER "admin@kagent.dev"
+#define KB_AUTH_ID_MAX       255
+
+typedef enum { KB_AUTH_USER_HEADER, KB_AUTH_TOKENS } kb_auth_mode_t;
+
+typedef struct kb_auth kb_auth_t;
+
+/* tokens_file is read once (tokens mode only). NULL on failure with *err a negative errno and
+ * why (if not NULL) a readable reason naming the file and line. */
+kb_auth_t *kb_auth_new(kb_auth_mode_t mode, const char *tokens_file, int *err, char *why,
+                       size_t why_cap);
+void kb_auth_destroy(kb_auth_t **a_p);
+kb_auth_mode_t kb_auth_mode(const kb_auth_t *a);
+
+/* Resolves the caller from the two header values (either may be NULL). 0 and the identity in
+ * out, or -EACCES with out holding the message for an UNAUTHENTICATED answer. Thread-safe. */
+int kb_auth_identify(const kb_auth_t *a, const char *authorization, const char *user_id, char *out,
+                     size_t cap);
+
+#endif
