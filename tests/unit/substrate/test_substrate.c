@@ -218,6 +218,34 @@ static long s_count_cmd(const char *cmd)
     return n;
 }
 
+/* Processes whose parent is this test (sandbox guests are; zombies count too). */
+static long s_children(void)
+{
+    DIR *d = opendir("/proc");
+    long n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char p[300], buf[512];
+        snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        char *rp = strrchr(buf, ')');
+        int ppid = -1;
+        char state;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)getpid())
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 typedef struct counts {
     long mounts, cgroups, children, dirs, fds;
 } counts_t;
@@ -229,9 +257,7 @@ static void s_counts(counts_t *c)
     snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' | wc -l",
              s_cgname);
     c->cgroups = s_count_cmd(cmd);
-    snprintf(cmd, sizeof(cmd), "awk '$4 == %d' /proc/[0-9]*/stat 2>/dev/null | wc -l",
-             (int)getpid());
-    c->children = s_count_cmd(cmd);
+    c->children = s_children();
     snprintf(cmd, sizeof(cmd), "find '%s' | wc -l", s_state);
     c->dirs = s_count_cmd(cmd);
     c->fds = s_count_cmd("ls /proc/self/fd | wc -l"); /* the shell's: inherited from us */
