@@ -93,6 +93,12 @@ ka_images_t *ka_images_new(const ka_images_opts_t *opts)
         if (rc < 0)
             goto fail;
     }
+    /* Layer caches hold images' setuid files and devices-to-be: only the node may reach them
+     * (an overlay mount made by the node reads its lower layers with the mounter's rights). */
+    if (chmod(self->root, 0700) < 0) {
+        ka_img_fail(-errno, "chmod %s: %s", self->root, strerror(errno));
+        goto fail;
+    }
     char *layout = ka_strfmt("%s/oci-layout", self->root);
     struct stat st;
     int rc = 0;

@@ -1,8 +1,8 @@
 /*
  * images: the node's OCI content store, layer cache and prepared root file systems.
  *
- * Layout under <state_dir>/images (itself a valid OCI image layout, readable by skopeo as
- * oci:<state_dir>/images:NAME):
+ * Layout under <state_dir>/images (mode 0700: caches keep images' setuid files; itself a valid
+ * OCI image layout, readable by skopeo as oci:<state_dir>/images:NAME):
  *   oci-layout, index.json       the image index: one descriptor per (name, manifest digest),
  *                                the name in annotation org.opencontainers.image.ref.name
  *   blobs/sha256/<hex>           manifests, configs and layers, content-addressed

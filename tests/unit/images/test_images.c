@@ -364,6 +364,11 @@ static void test_build_and_rootfs(void **unused)
     assert_memory_equal(ref1, "test/busybox@sha256:", 20);
     assert_true(ka_digest_valid(strchr(ref1, '@') + 1));
 
+    struct stat rst;
+    char *store_root = ka_strfmt("%s/images", state);
+    assert_int_equal(stat(store_root, &rst), 0);
+    assert_int_equal(rst.st_mode & 0777, 0700); /* host users cannot reach setuid files */
+    free(store_root);
     char digest[72];
     assert_int_equal(ka_images_resolve(img, "test/busybox", digest), 0);
     assert_string_equal(digest, strchr(ref1, '@') + 1);
