@@ -96,7 +96,24 @@ started=$(echo "$metrics" | awk '/^kagent_grpc_calls_started_total /{print $2}')
 echo "$metrics" | grep -q 'kagent_listener_connections_total{protocol="http"}' || fail "metrics: $metrics"
 echo "ok   /metrics Prometheus text, $started gRPC calls counted"
 
-# --- clean shutdown (under ASan, leaks make this exit non-zero) ---
+# --- clean shutdown with a call in flight (under ASan, leaks make the exit non-zero) ---
+PYTHONPATH="$work/py" /usr/bin/python3 -c '
+import sys, grpc, kbtest_pb2 as pb, kbtest_pb2_grpc as g
+s = g.TestServiceStub(grpc.insecure_channel("127.0.0.1:" + sys.argv[1]))
+try:
+    s.Sleep(pb.SleepRequest(ms=60000), timeout=30)
+    print("sleep returned OK")
+except grpc.RpcError as e:
+    print(e.code().name, e.details())
+' "$port" >"$work/inflight.out" 2>&1 &
+cpid=$!
+pids+=("$cpid")
+for _ in $(seq 100); do
+  live=$(curl -sS --max-time 5 "http://127.0.0.1:$port/metrics" | awk '/^kagent_grpc_calls_live /{print $2}')
+  [ "${live:-0}" -ge 1 ] && break
+  sleep 0.05
+done
+[ "${live:-0}" -ge 1 ] || fail "the in-flight Sleep call never arrived"
 kill -TERM "$spid"
 set +e
 wait "$spid"
@@ -104,5 +121,7 @@ rc=$?
 set -e
 pids=()
 [ "$rc" = 0 ] || { tail -30 "$work/server.err" >&2; fail "server exited $rc after SIGTERM"; }
-echo "ok   server shut down cleanly"
+wait "$cpid" || true
+grep -q '^UNAVAILABLE' "$work/inflight.out" || fail "in-flight call at shutdown: $(cat "$work/inflight.out")"
+echo "ok   server shut down cleanly; the in-flight call got $(cat "$work/inflight.out")"
 echo "PASS grpc_bridge"
