@@ -538,18 +538,35 @@ static s_result_t *s_results_push(s_results_t *r, const char *name)
     return x;
 }
 
+/* Parses an input's JSON file (index.json, manifest.json), refusing oversized ones. NULL on
+ * failure (message recorded). */
+static json_t *s_input_json(const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (ka_fs_read_file(path, KA_MAX_JSON_BYTES, &buf, &len) < 0)
+        return NULL;
+    json_error_t je;
+    json_t *j = json_loadb(buf, len, 0, &je);
+    free(buf);
+    if (!j)
+        ka_img_fail(-EBADMSG, "%s is not valid JSON: %s", path, je.text);
+    return j;
+}
+
 static int s_import_layout(const char *dir, ka_blob_txn_t *t, s_results_t *out)
 {
     char *p = ka_strfmt("%s/index.json", dir);
     if (!p)
         return -ENOMEM;
-    json_error_t je;
-    json_t *idx = json_load_file(p, 0, &je);
+    json_t *idx = s_input_json(p);
     free(p);
     json_t *arr = json_object_get(idx, "manifests");
     int rc = 0;
-    if (!idx || !json_is_array(arr) || json_array_size(arr) == 0)
-        rc = ka_img_fail(-EBADMSG, "%s: index.json is missing, unreadable or empty", dir);
+    if (!idx)
+        rc = -EBADMSG;
+    else if (!json_is_array(arr) || json_array_size(arr) == 0)
+        rc = ka_img_fail(-EBADMSG, "%s: index.json lists no manifests", dir);
     s_source_t src = {.dir = dir};
     size_t i;
     json_t *e;
@@ -697,12 +714,13 @@ static int s_import_docker(const char *dir, ka_blob_txn_t *t, s_results_t *out)
     char *p = ka_strfmt("%s/manifest.json", dir);
     if (!p)
         return -ENOMEM;
-    json_error_t je;
-    json_t *arr = json_load_file(p, 0, &je);
+    json_t *arr = s_input_json(p);
     free(p);
     int rc = 0;
-    if (!json_is_array(arr) || json_array_size(arr) == 0)
-        rc = ka_img_fail(-EBADMSG, "%s: manifest.json is unreadable or empty", dir);
+    if (!arr)
+        rc = -EBADMSG;
+    else if (!json_is_array(arr) || json_array_size(arr) == 0)
+        rc = ka_img_fail(-EBADMSG, "%s: manifest.json lists no images", dir);
     size_t i;
     json_t *item;
     json_array_foreach(rc == 0 ? arr : NULL, i, item)
