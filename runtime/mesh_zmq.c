@@ -358,24 +358,29 @@ static void s_do_send(krt_mesh_t *m, s_item_t *it)
         free(it);
         return;
     }
-    int rc;
+    int rc, err = 0;
+    atomic_fetch_add(&m->st_sent, 1); /* before the send, as for st_received */
     if (it->len >= S_ZERO_COPY_MIN) {
+        /* ZeroMQ owns it from here: s_free_hint frees it once sent (or at once on failure). */
         zmq_msg_t zm;
         zmq_msg_init_data(&zm, it->data, it->len, s_free_hint, it);
         rc = zmq_msg_send(&zm, p->dealer, ZMQ_DONTWAIT);
-        if (rc < 0)
-            zmq_msg_close(&zm); /* frees it through s_free_hint */
+        if (rc < 0) {
+            err = zmq_errno();
+            zmq_msg_close(&zm);
+        }
     } else {
         rc = zmq_send(p->dealer, it->data, it->len, ZMQ_DONTWAIT);
+        if (rc < 0)
+            err = zmq_errno();
         free(it);
     }
     if (rc < 0) {
+        atomic_fetch_sub(&m->st_sent, 1);
         uint64_t n = atomic_fetch_add(&m->st_dropped, 1);
         if (n % 10000 == 0)
             krt_log(KRT_LOG_WARN, m->path, "send_dropped", "node=%u err=%d dropped=%llu", p->node,
-                    -zmq_errno(), (unsigned long long)n + 1);
-    } else {
-        atomic_fetch_add_explicit(&m->st_sent, 1, memory_order_relaxed);
+                    -err, (unsigned long long)n + 1);
     }
 }
 
@@ -478,11 +483,13 @@ static void s_on_frame(krt_mesh_t *m, uint16_t node, const void *data, size_t le
         return;
     }
     s_peer_heard(m, node, now);
+    /* Counted before delivery, so whoever sees the message's effects also sees the count. */
+    atomic_fetch_add(&m->st_received, 1);
     rc = krt_system_deliver(m->sys, to, &msg);
-    if (rc)
-        atomic_fetch_add_explicit(&m->st_undeliverable, 1, memory_order_relaxed);
-    else
-        atomic_fetch_add_explicit(&m->st_received, 1, memory_order_relaxed);
+    if (rc) {
+        atomic_fetch_sub(&m->st_received, 1);
+        atomic_fetch_add(&m->st_undeliverable, 1);
+    }
 }
 
 /* Reads up to S_RECV_BATCH inbound messages ([routing id][envelope]). */
