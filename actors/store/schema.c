@@ -162,6 +162,10 @@ int ka_schema_migrate(PGconn *conn, int *from, int *to, char *err, size_t errcap
     int rc = s_exec(conn, "BEGIN", "begin", err, errcap, NULL);
     if (rc)
         return rc;
+    /* no "already exists, skipping" notices on re-runs */
+    rc = s_exec(conn, "SET LOCAL client_min_messages = warning", "set", err, errcap, NULL);
+    if (rc)
+        goto rollback;
     rc = s_exec(conn, "SELECT pg_advisory_xact_lock(" S_LOCK_KEY ")", "lock", err, errcap, NULL);
     if (rc)
         goto rollback;

@@ -109,7 +109,9 @@ typedef struct s_call {
     krt_addr_t from;
     uint64_t ref;
     uint32_t type;
-    int32_t limit; /* lists: page size requested (one more row is fetched) */
+    int32_t limit;    /* lists: page size requested (one more row is fetched) */
+    char *creator;    /* create: "creator\0request_id" kept for a receipt re-read */
+    char *request_id; /* points into creator's allocation */
 } s_call_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -357,14 +359,11 @@ static void s_done_sandbox(void *user, const ka_pg_outcome_t *out)
     const PGresult *first = s_res(out, 0);
     const PGresult *second = s_res(out, 1);
     if (call->type == KA_STORE_SANDBOX_CREATE) {
-        if (first && PQntuples(first) == 1) {
-            rep.created = 1;
+        /* the receipt re-read after a concurrent duplicate (s_done_create): not created here */
+        if (first && PQntuples(first) == 1)
             s_row_sandbox(first, 0, &rep.sandbox);
-        } else if (second && PQntuples(second) == 1) {
-            s_row_sandbox(second, 0, &rep.sandbox);
-        } else {
+        else
             s_status_set(&rep.status, KA_STORE_EDB, "create: receipt row not found");
-        }
     } else if (call->type == KA_STORE_SANDBOX_UPDATE) {
         if (first && PQntuples(first) == 1)
             s_row_sandbox(first, 0, &rep.sandbox);
@@ -380,6 +379,43 @@ static void s_done_sandbox(void *user, const ka_pg_outcome_t *out)
             s_row_sandbox(first, 0, &rep.sandbox);
         else
             s_status_set(&rep.status, KA_STORE_ENOTFOUND, "sandbox not found");
+    }
+    s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
+    free(call);
+}
+
+/* Create: one row back (created or the receipt's). No row means a concurrent duplicate
+ * committed on another connection after this statement's snapshot: read the receipt again
+ * (a new statement sees it). */
+static void s_done_create(void *user, const ka_pg_outcome_t *out)
+{
+    s_call_t *call = user;
+    const PGresult *r = out->err ? NULL : out->results[0];
+    if (r && PQntuples(r) == 0 && call->creator) {
+        const char *p[2] = {call->creator, call->request_id};
+        ka_pg_stmt_t st = {"sb_receipt", 2, p};
+        int rc = ka_pgconn_submit(call->self->eng, &st, 1, 0, s_done_sandbox, call);
+        free(call->creator);
+        call->creator = NULL;
+        if (rc == 0)
+            return;
+        s_call_err(call, KA_STORE_EUNAVAIL, "database unavailable");
+        free(call);
+        return;
+    }
+    free(call->creator);
+    if (out->err) {
+        s_call_err(call, s_map_err(out), out->message);
+        free(call);
+        return;
+    }
+    ka_store_sandbox_reply_t rep;
+    memset(&rep, 0, sizeof(rep));
+    if (PQntuples(r) == 1) {
+        s_row_sandbox(r, 0, &rep.sandbox);
+        rep.created = PQgetvalue(r, 0, 16)[0] == 't';
+    } else {
+        s_status_set(&rep.status, KA_STORE_EDB, "create: receipt row not found");
     }
     s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
     free(call);
@@ -556,17 +592,24 @@ static int s_limit(int32_t limit)
     return limit <= 0 || limit > KA_STORE_LIST_MAX ? KA_STORE_LIST_MAX : limit;
 }
 
-/* Submits stmts for msg; replies with an error itself if that fails. */
-static void s_submit(s_store_t *self, const krt_msg_t *msg, const ka_pg_stmt_t *stmts, int n,
-                     ka_pg_done_fn done, int32_t limit)
+/* Submits stmts for msg; replies with an error itself if that fails. keep (optional) is a
+ * "creator\0request_id" copy the completion may need (ownership moves to the call). */
+static void s_submit_keep(s_store_t *self, const krt_msg_t *msg, const ka_pg_stmt_t *stmts, int n,
+                          ka_pg_done_fn done, int32_t limit, char *keep)
 {
     s_call_t *call = malloc(sizeof(*call));
     if (!call) {
+        free(keep);
         s_reply_err(self, msg->from, msg->ref, msg->type, -ENOMEM, "out of memory");
         return;
     }
-    *call = (s_call_t){
-        .self = self, .from = msg->from, .ref = msg->ref, .type = msg->type, .limit = limit};
+    *call = (s_call_t){.self = self,
+                       .from = msg->from,
+                       .ref = msg->ref,
+                       .type = msg->type,
+                       .limit = limit,
+                       .creator = keep,
+                       .request_id = keep ? keep + strlen(keep) + 1 : NULL};
     int rc = self->eng ? ka_pgconn_submit(self->eng, stmts, n, 0, done, call) : KA_PG_EUNAVAIL;
     if (rc) {
         s_call_err(call,
@@ -574,8 +617,15 @@ static void s_submit(s_store_t *self, const krt_msg_t *msg, const ka_pg_stmt_t *
                    : rc == -EINVAL      ? KA_STORE_EINVAL
                                         : rc,
                    rc == KA_PG_EUNAVAIL ? "database unavailable" : "request not accepted");
+        free(call->creator);
         free(call);
     }
+}
+
+static void s_submit(s_store_t *self, const krt_msg_t *msg, const ka_pg_stmt_t *stmts, int n,
+                     ka_pg_done_fn done, int32_t limit)
+{
+    s_submit_keep(self, msg, stmts, n, done, limit, NULL);
 }
 
 #define S_BODY(T, var)                                                                             \
@@ -602,8 +652,16 @@ static void s_sandbox_create(s_store_t *self, const krt_msg_t *msg)
     snprintf(ttl, sizeof(ttl), "%lld", (long long)b->ttl_ms);
     const char *p[8] = {b->creator,       b->request_id, b->name, b->template_namespace,
                         b->template_name, b->revision,   b->node, ttl};
-    ka_pg_stmt_t st[2] = {{"sb_ins", 8, p}, {"sb_receipt", 2, p}};
-    s_submit(self, msg, st, 2, s_done_sandbox, 0);
+    ka_pg_stmt_t st = {"sb_create", 8, p};
+    size_t lc = strlen(b->creator), lr = strlen(b->request_id);
+    char *keep = malloc(lc + lr + 2);
+    if (!keep) {
+        s_reply_err(self, msg->from, msg->ref, msg->type, -ENOMEM, "out of memory");
+        return;
+    }
+    memcpy(keep, b->creator, lc + 1);
+    memcpy(keep + lc + 1, b->request_id, lr + 1);
+    s_submit_keep(self, msg, &st, 1, s_done_create, 0, keep);
 }
 
 static void s_sandbox_get_delete(s_store_t *self, const krt_msg_t *msg)

@@ -224,7 +224,7 @@ static void s_dup_done(void *user, int err, const krt_msg_t *reply)
     atomic_fetch_add(&s_dup.done, 1);
 }
 
-/* 100 concurrent duplicate creates through the actor: one row, one id for everyone. */
+/* 100 concurrent duplicate creates through two store actors: one row, one id for everyone. */
 static void test_idempotent_create_100_concurrent(void **unused)
 {
     ka_store_sandbox_create_t c;
@@ -234,9 +234,23 @@ static void test_idempotent_create_100_concurrent(void **unused)
     snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
     snprintf(c.template_name, sizeof(c.template_name), "python");
     c.ttl_ms = 60000;
+    /* half through a second store actor: its own connection, so duplicates also race
+     * across transactions of two sessions (the receipt re-read path) */
+    static ka_store_args_t args2 = {.conninfo = ""};
+    krt_addr_t store2;
+    assert_int_equal(krt_system_spawn(s_sys, &ka_store_behaviour, &args2, NULL, &store2), 0);
+    krt_reply_t rep;
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(krt_call(s_sys, store2, KA_STORE_INFO, NULL, 0, 5000, &rep), 0);
+        bool ready = ((ka_store_info_t *)rep.body)->conn_state == KA_PG_READY;
+        krt_reply_free(&rep);
+        if (ready)
+            break;
+        usleep(10000);
+    }
     for (intptr_t i = 0; i < 100; i++)
-        assert_int_equal(krt_call_async(s_sys, s_store, KA_STORE_SANDBOX_CREATE, &c, sizeof(c),
-                                        15000, s_dup_done, (void *)i),
+        assert_int_equal(krt_call_async(s_sys, i % 2 ? store2 : s_store, KA_STORE_SANDBOX_CREATE,
+                                        &c, sizeof(c), 15000, s_dup_done, (void *)i),
                          0);
     for (int t = 0; t < 1500 && atomic_load(&s_dup.done) < 100; t++)
         usleep(10000);
@@ -249,7 +263,6 @@ static void test_idempotent_create_100_concurrent(void **unused)
     memset(&q, 0, sizeof(q));
     snprintf(q.creator, sizeof(q.creator), "bob");
     q.include_deleted = 1;
-    krt_reply_t rep;
     s_call(KA_STORE_SANDBOX_LIST, &q, sizeof(q), &rep);
     assert_int_equal(((ka_store_sandbox_list_t *)rep.body)->count, 1);
     krt_reply_free(&rep);
