@@ -621,10 +621,15 @@ static int s_run(kb_cli_t *cli, int argc, char **argv)
         s_args_free(&a);
         return rc;
     }
-    if (help_word || kb_args_bool(&a, "help") || (cmd->subs && !cmd->run && a.npos == 0)) {
+    if (help_word || kb_args_bool(&a, "help") || (!cmd->run && a.npos == 0)) {
         s_help(cli, cmd, parent);
         s_args_free(&a);
         return KB_EXIT_OK;
+    }
+    if (!cmd->run) { /* a group given arguments after "--" */
+        rc = kb_cli_usage(cli, "unknown command \"%s\" for \"%s\"", a.pos[0], cli->path);
+        s_args_free(&a);
+        return rc;
     }
     if ((rc = s_apply_globals(cli, &a)) == 0 && (rc = s_check_nargs(cli, cmd, a.npos)) == 0)
         rc = cmd->run(cli, &a);

@@ -19,8 +19,8 @@
 #define KB_MAX_FLAGS    48
 #define KB_MAX_ARGS     256
 #define KB_MAX_LIST     128
-#define KB_TRANSFER_CAP (64u * 1024 * 1024) /* upload/download cap, as the server's */
-#define KB_CHUNK        (1024 * 1024)       /* streamed transfer chunk */
+#define KB_TRANSFER_CAP ((size_t)64 << 20) /* upload/download cap, as the server's */
+#define KB_CHUNK        ((size_t)1 << 20)  /* streamed transfer chunk */
 #define KB_NS_PER_SEC   1000000000LL
 
 typedef enum {

@@ -80,7 +80,7 @@ static char *s_slurp(const char *path, size_t *len)
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 64 * 1024, n = 0;
+    size_t cap = (size_t)64 << 10, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
         if (n == cap) {

@@ -276,14 +276,14 @@ int kb_pbjson_parse_timestamp(const char *s, int64_t *seconds, int32_t *nanos)
         p++;
         if (!s_digits(&p, 2, &oh) || *p++ != ':' || !s_digits(&p, 2, &om) || oh > 23 || om > 59)
             return -EINVAL;
-        off = sign * (oh * 3600 + om * 60);
+        off = sign * ((int64_t)oh * 3600 + (int64_t)om * 60);
     } else {
         return -EINVAL;
     }
     if (*p)
         return -EINVAL;
-    int64_t secs =
-        s_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + se - off;
+    int64_t secs = s_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + (int64_t)h * 3600 +
+                   (int64_t)mi * 60 + se - off;
     if (secs < S_TS_MIN || secs > S_TS_MAX)
         return -EINVAL;
     *seconds = secs;
@@ -759,7 +759,7 @@ static int s_uint64_from_json(s_parse_t *ps, const json_t *j, uint64_t *out)
         *out = v;
         return 0;
     }
-    int64_t v;
+    int64_t v = 0;
     int rc = s_int_from_json(ps, j, 0, INT64_MAX, &v);
     if (rc == 0)
         *out = (uint64_t)v;
@@ -1067,15 +1067,13 @@ static int s_map_from_json(s_parse_t *ps, const ProtobufCFieldDescriptor *f, Pro
         ents[i++] = e;
         S_MEMBER(size_t, msg, f->quantifier_offset) = i;
         const ProtobufCFieldDescriptor *kf = &ed->fields[0];
-        json_t *kj;
-        if (kf->type == PROTOBUF_C_TYPE_STRING)
-            kj = json_string(key);
-        else if (kf->type == PROTOBUF_C_TYPE_BOOL)
-            kj = strcmp(key, "true") == 0    ? json_true()
-                 : strcmp(key, "false") == 0 ? json_false()
-                                             : json_string(key);
-        else
-            kj = json_string(key);
+        /* Keys are JSON strings; bool keys become JSON booleans, numbers parse from text. */
+        json_t *kj = json_string(key);
+        if (kj && kf->type == PROTOBUF_C_TYPE_BOOL &&
+            (strcmp(key, "true") == 0 || strcmp(key, "false") == 0)) {
+            json_decref(kj);
+            kj = json_boolean(strcmp(key, "true") == 0);
+        }
         if (!kj)
             return -ENOMEM;
         int rc = s_elem_from_json(ps, kf, S_MEMBER_PTR(e, kf->offset), kj, depth);

@@ -706,6 +706,8 @@ static void test_usage_and_validation(void **state)
              "invalid output format \"yaml\": want table or json");
     s_expect(s_run("sandbox", "frob", NULL), 2, NULL,
              "unknown command \"frob\" for \"kagent sandbox\"");
+    s_expect(s_run("sandbox", "--", "get", NULL), 2, NULL,
+             "unknown command \"get\" for \"kagent sandbox\"");
     s_expect(s_run("sandbox", "upload", SB_ID, "/x", "y", "--mode", "rw", NULL), 2, NULL,
              "invalid argument \"rw\" for \"--mode\" flag");
     s_expect(s_run("sandbox", "list", "--timeout", NULL), 2, NULL,
