@@ -583,7 +583,23 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     p->next = G.procs;
     G.procs = p;
     G.running++;
-    s_reply_process(id, p);
+    bool follow = false;
+    ka_gp_get_bool(req, "follow", &follow);
+    s_stream_t *s = follow ? calloc(1, sizeof(*s)) : NULL;
+    if (!s) {
+        s_reply_process(id, p);
+        return;
+    }
+    /* start + output(follow) in one request: the process frame, then the stream */
+    size_t off = s_begin(id, 1);
+    s_key("process");
+    s_pack_process(p);
+    s_end(off);
+    s->req = id;
+    s->p = p;
+    s->follow = true;
+    s->next = G.streams;
+    G.streams = s;
     return;
 
 fail_errno:

@@ -18,9 +18,11 @@
  *
  * Ops and their keys:
  *   "ping"   -> {"end"}
- *   "start"  argv [str], cwd str?, env {str:str}?, stdin bool?, timeout_ms uint?
+ *   "start"  argv [str], cwd str?, env {str:str}?, stdin bool?, timeout_ms uint?, follow bool?
  *            -> {"process": P, "end"}   errors: -EAGAIN (10 running), -ENOENT (no program),
  *               -EINVAL (bad argv/cwd)
+ *            with follow: {"process": P}, then the frames of "output" with follow from
+ *            offset 0, ending with {"exit": P, "end"} (one round trip for run-and-wait)
  *   "get"    proc uint -> {"process": P, "end"}          -ENOENT: no such process
  *   "signal" proc uint, signal int -> {"process": P, "end"}   (to the process group)
  *   "input"  proc uint, data bin?, close bool? -> {"written": uint, "end"}

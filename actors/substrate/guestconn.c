@@ -114,7 +114,12 @@ int ka_guestconn_start(ka_guestconn_t *gc, const ka_gp_start_t *req, uint64_t *i
     for (size_t i = 0; i < envc; i++)
         if (!strchr(req->env[i], '='))
             return -EINVAL;
-    size_t off = s_begin(gc, "start", 3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0), id);
+    size_t off =
+        s_begin(gc, "start", 3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0), id);
+    if (req->follow) {
+        s_key(gc, "follow");
+        msgpack_pack_true(&gc->pk);
+    }
     s_key(gc, "argv");
     msgpack_pack_array(&gc->pk, argc);
     for (size_t i = 0; i < argc; i++)

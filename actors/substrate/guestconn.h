@@ -29,6 +29,7 @@ typedef struct ka_gp_start {
     const char *const *env;  /* NULL-terminated overlay; may be NULL */
     bool stdin_open;         /* false: stdin reads /dev/null, input is refused */
     uint64_t timeout_ms;     /* 0: the guest default (1 h) */
+    bool follow; /* also stream the output from 0 and end with the exit (one round trip) */
 } ka_gp_start_t;
 
 /* Wraps fd (made non-blocking). own_fd: close it on destroy. NULL on failure. */

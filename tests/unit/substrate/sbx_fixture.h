@@ -79,35 +79,27 @@ static inline void sbx_out_free(sbx_out_t *o)
     memset(o, 0, sizeof(*o));
 }
 
-/* Starts argv, follows its output to the end. Returns the exit code, or a negative error. */
+/* Starts argv and follows its output to the end in one request (start with follow).
+ * Returns the exit code, or a negative error. */
 static inline int sbx_run(ka_guestconn_t *gc, const char *const *argv, sbx_out_t *o,
                           uint64_t timeout_ms)
 {
-    ka_gp_start_t st = {.argv = argv, .timeout_ms = timeout_ms};
+    ka_gp_start_t st = {.argv = argv, .timeout_ms = timeout_ms, .follow = true};
     uint64_t id;
     ka_gp_frame_t *f = NULL;
     ka_gp_process_t p;
+    memset(o, 0, sizeof(*o));
     if (ka_guestconn_start(gc, &st, &id) < 0)
         return -ENOMEM;
-    int rc = ka_guestconn_call(gc, id, 10000, NULL, NULL, &f);
+    int rc = ka_guestconn_call(gc, id, 60000, sbx_out_cb, o, &f);
     if (rc < 0) {
         ka_gp_frame_free(&f);
         return rc;
     }
     rc = ka_gp_frame_process(f, &p);
     ka_gp_frame_free(&f);
-    if (rc < 0)
-        return rc;
-    if (ka_guestconn_output(gc, p.proc, 0, 0, true, &id) < 0)
-        return -ENOMEM;
-    memset(o, 0, sizeof(*o));
-    rc = ka_guestconn_call(gc, id, 60000, sbx_out_cb, o, &f);
-    if (rc < 0) {
-        ka_gp_frame_free(&f);
-        return rc;
-    }
-    rc = ka_gp_frame_process(f, &p);
-    ka_gp_frame_free(&f);
+    if (rc == 0 && p.state != KA_GP_STATE_EXITED)
+        rc = -EPROTO;
     return rc < 0 ? rc : (int)p.exit_code;
 }
 
