@@ -400,8 +400,8 @@ static void s_help(kb_cli_t *cli, const kb_cmd_t *cmd, const char *parent)
     fprintf(o, "\nGlobal Flags:\n");
     s_print_flags(o, s_global_flags);
     if (cmd->subs)
-        fprintf(o, "\nUse \"%s --help\" for more information about a command.\n",
-                cli->path[0] ? cli->path : "kagent [command]");
+        fprintf(o, "\nUse \"%s [command] --help\" for more information about a command.\n",
+                cli->path);
 }
 
 /* ------------------------------------------------------------------------------------------ */
