@@ -86,8 +86,8 @@ static void s_accept_all(kb_listener_t *l)
         s_bump(l, &l->stats.accepted);
         if (l->n_pending >= l->opts.max_peeking) {
             krt_log(KRT_LOG_WARN, LOG_PATH, "too_many_undecided", "max=%d", l->opts.max_peeking);
-            close(p.fd);
             s_bump(l, &l->stats.refused);
+            close(p.fd);
             continue;
         }
         int one = 1;
@@ -106,8 +106,8 @@ static bool s_peek(kb_listener_t *l, int i)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return false;
     if (n <= 0) { /* closed or reset before saying anything */
-        close(p->fd);
         s_bump(l, &l->stats.closed_early);
+        close(p->fd);
         s_drop(l, i);
         return true;
     }
@@ -139,8 +139,8 @@ static void *s_thread(void *arg)
         /* expire slow clients */
         for (int i = 0; i < l->n_pending;) {
             if (l->pending[i].deadline_ms <= now) {
+                s_bump(l, &l->stats.timed_out); /* counted before the peer can see it */
                 close(l->pending[i].fd);
-                s_bump(l, &l->stats.timed_out);
                 s_drop(l, i);
             } else {
                 i++;
