@@ -200,7 +200,8 @@ enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3 };
 
 /* One reply frame. Unary ops send one final frame; OUTPUT and READ send data frames
  * (final = 0, stream and offset set, data in tail) and then one final frame (with the exit
- * process for OUTPUT if it has exited). */
+ * process for OUTPUT if it has exited). A final frame with has_process carries the process's
+ * argv in tail as NUL-terminated strings. */
 typedef struct ka_guest_reply {
     ka_status_t status;
     int32_t final;

@@ -406,6 +406,33 @@ static void s_send_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_guest_rep
         krt_send(ctx, w->to, KA_SBX_GUEST_FRAME, r, len);
 }
 
+/* Bytes to hold a process's argv as NUL-terminated strings (0 if absent or malformed). */
+static size_t s_argv_size(const msgpack_object *argv)
+{
+    if (!argv || argv->type != MSGPACK_OBJECT_ARRAY)
+        return 0;
+    size_t n = 0;
+    for (uint32_t i = 0; i < argv->via.array.size; i++) {
+        const msgpack_object *a = &argv->via.array.ptr[i];
+        if (a->type != MSGPACK_OBJECT_STR)
+            return 0;
+        n += a->via.str.size + 1;
+    }
+    return n;
+}
+
+static void s_argv_pack(const msgpack_object *argv, char *out)
+{
+    if (!s_argv_size(argv))
+        return;
+    for (uint32_t i = 0; i < argv->via.array.size; i++) {
+        const msgpack_object *a = &argv->via.array.ptr[i];
+        memcpy(out, a->via.str.ptr, a->via.str.size);
+        out += a->via.str.size;
+        *out++ = '\0';
+    }
+}
+
 /* Turns one guest frame into a data frame and/or a final frame for its waiter. Returns true
  * when the waiter is done. */
 static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
@@ -433,24 +460,32 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
     }
     if (!ka_gp_frame_is_end(f))
         return false;
-    ka_guest_reply_t r;
-    memset(&r, 0, sizeof r);
-    r.final = 1;
+    const msgpack_object *pobj = ka_gp_get(m, "process");
+    if (!pobj)
+        pobj = ka_gp_get(m, "exit");
+    const msgpack_object *argv = pobj ? ka_gp_get(pobj, "argv") : NULL;
+    size_t tail = s_argv_size(argv);
+    ka_guest_reply_t *r = calloc(1, sizeof *r + tail);
+    if (!r)
+        return true;
+    r->final = 1;
     int err = ka_gp_frame_err(f);
     if (err) {
-        r.status.code = s_code_of_errno(err);
-        s_copy(r.status.message, sizeof r.status.message,
+        r->status.code = s_code_of_errno(err);
+        s_copy(r->status.message, sizeof r->status.message,
                err == -EFBIG ? KA_MSG_FILE_TOO_LARGE : ka_gp_frame_msg(f));
     }
     ka_gp_process_t p;
-    const msgpack_object *exit_obj = ka_gp_get(m, "exit");
-    if (ka_gp_frame_process(f, &p) == 0 || (exit_obj && ka_gp_process_decode(exit_obj, &p) == 0)) {
-        r.has_process = 1;
-        s_process_info(&p, &r.process);
+    if (pobj && ka_gp_process_decode(pobj, &p) == 0) {
+        r->has_process = 1;
+        s_process_info(&p, &r->process);
+        r->tail_len = (uint32_t)tail;
+        s_argv_pack(argv, r->tail);
     }
-    if (!ka_gp_get_u64(m, "written", &r.written))
-        ka_gp_get_u64(m, "size", &r.written);
-    s_send_frame(ctx, w, &r, sizeof r);
+    if (!ka_gp_get_u64(m, "written", &r->written))
+        ka_gp_get_u64(m, "size", &r->written);
+    s_send_frame(ctx, w, r, sizeof *r + r->tail_len);
+    free(r);
     return true;
 }
 
