@@ -490,7 +490,7 @@ static int s_head(const krt_unpack_t *u, s_obj_t *o)
     }
     if (c >= 0xe0) {
         o->type = KRT_MP_INT;
-        o->i = (int8_t)c;
+        o->i = (int64_t)c - 0x100; /* negative fixint: -32..-1 */
         return 0;
     }
     if (c <= 0x8f || (c >= 0x90 && c <= 0x9f)) {
@@ -599,7 +599,7 @@ static int s_head(const krt_unpack_t *u, s_obj_t *o)
         o->u = s_ld64(p + 1);
         return 0;
     case 0xd0:
-        o->i = (int8_t)p[1];
+        o->i = (int64_t)p[1] - (p[1] & 0x80 ? 0x100 : 0);
         goto signed_int;
     case 0xd1:
         o->i = (int16_t)s_ld16(p + 1);

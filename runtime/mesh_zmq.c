@@ -271,6 +271,9 @@ static int s_transport_send(void *self, krt_addr_t to, const krt_msg_t *msg)
 /* Installed when the mesh stops: it references nothing, so it is safe forever. */
 static int s_transport_gone(void *self, krt_addr_t to, const krt_msg_t *msg)
 {
+    (void)self;
+    (void)to;
+    (void)msg;
     return KRT_EREMOTE;
 }
 
@@ -347,6 +350,7 @@ static void s_peer_heard(krt_mesh_t *m, uint16_t node, uint64_t now)
 
 static void s_free_hint(void *data, void *hint)
 {
+    (void)data; /* inside hint, the queue item */
     free(hint);
 }
 
@@ -609,8 +613,8 @@ static int s_load_keys(krt_mesh_t *m, const krt_mesh_config_t *cfg)
         zcert_t *cert = zcert_load(cfg->curve_cert);
         if (!cert)
             return KRT_EINVAL;
-        snprintf(m->curve_public, sizeof m->curve_public, "%s", zcert_public_txt(cert));
-        snprintf(m->curve_secret, sizeof m->curve_secret, "%s", zcert_secret_txt(cert));
+        (void)snprintf(m->curve_public, sizeof m->curve_public, "%s", zcert_public_txt(cert));
+        (void)snprintf(m->curve_secret, sizeof m->curve_secret, "%s", zcert_secret_txt(cert));
         zcert_destroy(&cert);
     } else if (cfg->curve_public || cfg->curve_secret) {
         if (!cfg->curve_public || !cfg->curve_secret || strlen(cfg->curve_public) != 40 ||
@@ -640,7 +644,7 @@ krt_mesh_t *krt_mesh_new(krt_system_t *sys, const krt_mesh_config_t *cfg)
     m->efd = -1;
     m->sys = sys;
     m->node_id = krt_system_node_id(sys);
-    snprintf(m->path, sizeof m->path, "node-%u/mesh", m->node_id);
+    (void)snprintf(m->path, sizeof m->path, "node-%u/mesh", m->node_id);
     m->heartbeat_ms = cfg->heartbeat_ms;
     m->peer_timeout_ms = cfg->peer_timeout_ms ? cfg->peer_timeout_ms : 3 * cfg->heartbeat_ms;
     m->max_msg = cfg->max_msg ? cfg->max_msg : S_MAX_MSG_DEF;
@@ -741,8 +745,7 @@ const char *krt_mesh_endpoint(const krt_mesh_t *m)
     return m->started ? m->endpoint : NULL;
 }
 
-static void *s_dealer_open(krt_mesh_t *m, uint16_t node, const char *endpoint,
-                           const char *server_key, int *err)
+static void *s_dealer_open(krt_mesh_t *m, const char *endpoint, const char *server_key, int *err)
 {
     void *s = zmq_socket(m->ctx, ZMQ_DEALER);
     if (!s) {
@@ -787,7 +790,7 @@ int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const c
     rc = KRT_ENOMEM;
     if (!it)
         goto out;
-    it->sock = s_dealer_open(m, node, endpoint, server_key, &rc);
+    it->sock = s_dealer_open(m, endpoint, server_key, &rc);
     if (!it->sock) {
         free(it);
         goto out;

@@ -698,7 +698,7 @@ static void test_random_and_mutated_input(void **unused)
     }
     free(buf);
     /* Purely random bytes. */
-    uint8_t rnd[64];
+    uint8_t rnd[64] = {0};
     for (int iter = 0; iter < 50000; iter++) {
         size_t n = s_rand() % sizeof rnd;
         for (size_t i = 0; i < n; i++)
