@@ -15,7 +15,7 @@ build=${KAGENT_BUILD_DIR:?KAGENT_BUILD_DIR must be set}
 src=${KAGENT_SOURCE_DIR:?KAGENT_SOURCE_DIR must be set}
 tool=$build/actors/images/kagent-image
 fail() { echo "FAIL: $*" >&2; exit 1; }
-for t in skopeo docker-registry chroot python3 curl; do
+for t in skopeo docker-registry chroot curl tar; do
   command -v "$t" >/dev/null || fail "$t is not installed (deploy/install-deps.sh)"
 done
 [ -x /bin/busybox ] || fail "/bin/busybox missing (busybox-static)"
@@ -116,16 +116,12 @@ done
 [ "$(img "$s2" list | grep -c sha256:)" = 5 ] || fail "list: $(img "$s2" list)"
 
 # --- corrupted and truncated archives are refused, nothing stored
-python3 - "$work/da.tar" "$work/da-bad.tar" <<'PY'
-import sys, tarfile, io
-src, dst = sys.argv[1], sys.argv[2]
-with tarfile.open(src) as t, tarfile.open(dst, "w") as o:
-    for m in t.getmembers():
-        data = t.extractfile(m).read() if m.isfile() else None
-        if data is not None and m.size > 100000:      # the layer: flip one byte in busybox
-            b = bytearray(data); b[len(b) // 2] ^= 0xff; data = bytes(b)
-        o.addfile(m, io.BytesIO(data) if data is not None else None)
-PY
+mkdir "$work/da-x"
+tar -C "$work/da-x" -xf "$work/da.tar"
+big=$(find "$work/da-x" -type f -size +100k | head -1)   # the layer: flip one byte in busybox
+[ -n "$big" ] || fail "no layer in the docker-archive"
+printf '\377' | dd of="$big" bs=1 seek=$(( $(stat -c %s "$big") / 2 )) conv=notrunc status=none
+tar -C "$work/da-x" -cf "$work/da-bad.tar" .
 refused "$s2" "config says" import "$work/da-bad.tar"
 head -c $(( $(stat -c %s "$work/da.tar") / 2 )) "$work/da.tar" >"$work/da-trunc.tar"
 refused "$s2" "truncated" import "$work/da-trunc.tar"
@@ -133,7 +129,12 @@ head -c $(( $(stat -c %s "$work/oa.tar") - 5000 )) "$work/oa.tar" >"$work/oa-tru
 refused "$s2" "" import "$work/oa-trunc.tar"
 
 # --- a registry on loopback, images pushed by skopeo, pulled by digest
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=
+for _ in $(seq 50); do
+  p=$(( 20000 + RANDOM % 40000 ))
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+done
+[ -n "$port" ] || fail "no free port"
 mkdir -p "$work/reg"
 cat >"$work/reg/config.yml" <<YML
 version: 0.1
@@ -172,8 +173,7 @@ img "$s5" list >/dev/null
 refused "$s5" "not found" pull "127.0.0.1:$port/test/nothing@$zdig"
 # a registry serving other bytes under a digest: the digest check refuses it (a corrupted blob
 # in the registry's storage)
-layer=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["digest"].split(":")[1])' \
-  "$work/zst/blobs/sha256/${zdig#sha256:}")
+layer=$(grep -o '"layers":\[{[^}]*' "$work/zst/blobs/sha256/${zdig#sha256:}" | grep -o 'sha256:[0-9a-f]\{64\}' | cut -c8-)
 blob=$(find "$work/reg/data" -path "*/blobs/sha256/*/$layer/data")
 [ -f "$blob" ] || fail "registry layer blob not found"
 printf 'X' | dd of="$blob" bs=1 seek=100 conv=notrunc status=none
