@@ -101,6 +101,7 @@ typedef struct s_store {
     krt_timer_t migrate_timer;
     krt_addr_t subs[S_MAX_SUBS];
     int nsubs;
+    bool logged_down; /* a db_unavailable warning was logged since the last connect */
 } s_store_t;
 
 /* A request waiting for the engine: what the reply needs. */
@@ -989,15 +990,33 @@ static void s_hook_fd_closing(void *user, int fd)
     }
 }
 
+/* Copies s for a quoted log value: newlines become spaces, double quotes single ones. */
+static void s_log_value(char *out, size_t cap, const char *s)
+{
+    size_t j = 0;
+    for (; s && *s && j + 1 < cap; s++)
+        out[j++] = *s == '\n' || *s == '\r' || *s == '\t' ? ' ' : *s == '"' ? '\'' : *s;
+    while (j > 0 && out[j - 1] == ' ')
+        j--;
+    out[j] = '\0';
+}
+
 static void s_hook_state(void *user, ka_pgconn_state_t st, const char *message)
 {
     s_store_t *self = user;
     if (!self->ctx)
         return;
-    if (st == KA_PG_READY)
+    if (st == KA_PG_READY) {
         krt_log_actor(self->ctx, KRT_LOG_INFO, "db_connected", "state=ready");
-    else if (st == KA_PG_BACKOFF)
-        krt_log_actor(self->ctx, KRT_LOG_WARN, "db_unavailable", "why=\"%s\"", message);
+        self->logged_down = false;
+    } else if (st == KA_PG_BACKOFF) {
+        /* the first failure is a warning; the retries that follow are debug noise */
+        char why[512];
+        s_log_value(why, sizeof(why), message);
+        krt_log_actor(self->ctx, self->logged_down ? KRT_LOG_DEBUG : KRT_LOG_WARN, "db_unavailable",
+                      "why=\"%s\"", why);
+        self->logged_down = true;
+    }
 }
 
 static void s_hook_notify(void *user, const char *channel, const char *payload)
@@ -1180,14 +1199,18 @@ static void s_on_migrated(s_store_t *self, krt_ctx_t *ctx, int result)
         return;
     }
     if (result == KA_SCHEMA_ENEWER) {
-        krt_log_actor(ctx, KRT_LOG_ERROR, "schema_newer", "why=\"%s\"", job->err);
+        char why[512];
+        s_log_value(why, sizeof(why), job->err);
+        krt_log_actor(ctx, KRT_LOG_ERROR, "schema_newer", "why=\"%s\"", why);
         s_unpark(self, KA_STORE_EUNAVAIL, job->err);
         s_job_unref(job);
         krt_exit(ctx, KA_STORE_EXIT_SCHEMA_NEWER);
         return;
     }
+    char quoted[512];
+    s_log_value(quoted, sizeof(quoted), job->err);
     krt_log_actor(ctx, KRT_LOG_WARN, "migrate_failed", "retry_ms=%d why=\"%s\"",
-                  self->migrate_backoff_ms, job->err);
+                  self->migrate_backoff_ms, quoted);
     char why[600];
     snprintf(why, sizeof(why), "database unavailable: %s", job->err);
     s_unpark(self, KA_STORE_EUNAVAIL, why);

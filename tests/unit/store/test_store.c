@@ -533,6 +533,97 @@ static void test_unreachable_database_fails_fast(void **unused)
     }
 }
 
+/* PostgreSQL restarted (immediate: crash + recovery) under load through the actor: every
+ * request completes (none hangs), those caught by the outage fail with UNAVAILABLE, and the
+ * store reconnects by itself and serves again. */
+typedef struct load {
+    _Atomic long ok, unavail, other, issued;
+    _Atomic long ok_after;
+    _Atomic int outage_seen;
+    _Atomic int active;
+    _Atomic uint64_t end;
+    _Atomic uint64_t max_latency;
+} load_t;
+
+static load_t s_load;
+
+static int s_load_issue(void);
+
+static void s_load_done(void *user, int err, const krt_msg_t *reply)
+{
+    uint64_t lat = krt_now_ms() - (uint64_t)(uintptr_t)user;
+    if (lat > atomic_load(&s_load.max_latency))
+        atomic_store(&s_load.max_latency, lat);
+    const ka_store_sandbox_reply_t *r = reply ? reply->body : NULL;
+    int e = err ? err : (r ? r->status.err : -EIO);
+    if (e == 0) {
+        atomic_fetch_add(&s_load.ok, 1);
+        if (atomic_load(&s_load.outage_seen))
+            atomic_fetch_add(&s_load.ok_after, 1);
+    } else if (e == KA_STORE_EUNAVAIL) {
+        atomic_fetch_add(&s_load.unavail, 1);
+        atomic_store(&s_load.outage_seen, 1);
+    } else {
+        atomic_fetch_add(&s_load.other, 1);
+    }
+    /* a client continues at once after a success; after a failure the main thread restarts
+     * it a few ms later (no busy loop while the database is down) */
+    if (e != 0 || krt_now_ms() >= atomic_load(&s_load.end) || s_load_issue() != 0)
+        atomic_fetch_sub(&s_load.active, 1);
+}
+
+static int s_load_issue(void)
+{
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "load");
+    snprintf(c.request_id, sizeof(c.request_id), "l-%ld", atomic_fetch_add(&s_load.issued, 1));
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
+    snprintf(c.template_name, sizeof(c.template_name), "python");
+    c.ttl_ms = 60000;
+    return krt_call_async(s_sys, s_store, KA_STORE_SANDBOX_CREATE, &c, sizeof(c), 20000,
+                          s_load_done, (void *)(uintptr_t)krt_now_ms());
+}
+
+static void test_db_restart_under_load(void **unused)
+{
+    const char *base = getenv("PG_BASE");
+    if (!base)
+        fail_msg("PG_BASE not set: run under tests/with-pg");
+    uint64_t end = krt_now_ms() + 4000;
+    atomic_store(&s_load.end, end);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "%s\"$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl\" -D '%s/data'"
+             " restart -m immediate -w -t 30 >/dev/null",
+             geteuid() == 0 ? "runuser -u postgres -- " : "", base);
+    bool restarted = false;
+    uint64_t t0 = krt_now_ms();
+    while (krt_now_ms() < end) {
+        while (atomic_load(&s_load.active) < 16) {
+            atomic_fetch_add(&s_load.active, 1);
+            if (s_load_issue() != 0)
+                atomic_fetch_sub(&s_load.active, 1);
+        }
+        if (!restarted && krt_now_ms() - t0 > 800) {
+            assert_int_equal(system(cmd), 0); /* blocks this thread only, load continues */
+            restarted = true;
+        }
+        usleep(5000);
+    }
+    for (int i = 0; i < 1500 && atomic_load(&s_load.active) > 0; i++)
+        usleep(10000);
+    printf(
+        "restart under load: ok=%ld unavailable=%ld ok_after=%ld other=%ld max_latency_ms=%llu\n",
+        atomic_load(&s_load.ok), atomic_load(&s_load.unavail), atomic_load(&s_load.ok_after),
+        atomic_load(&s_load.other), (unsigned long long)atomic_load(&s_load.max_latency));
+    assert_int_equal(atomic_load(&s_load.active), 0); /* nothing hangs */
+    assert_true(atomic_load(&s_load.unavail) > 0);
+    assert_true(atomic_load(&s_load.ok_after) > 0); /* recovered by itself */
+    assert_int_equal(atomic_load(&s_load.other), 0);
+    assert_true(atomic_load(&s_load.max_latency) < 10000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -542,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_templates_and_revisions),
         cmocka_unit_test(test_pools_and_nodes),
         cmocka_unit_test(test_change_events),
+        cmocka_unit_test(test_db_restart_under_load),
         cmocka_unit_test(test_refuses_newer_schema),
         cmocka_unit_test(test_unreachable_database_fails_fast),
     };
