@@ -290,6 +290,34 @@ static void test_stream_client_gone(void **state)
     assert_null(f->stream);
 }
 
+/* A stream idle for longer than the reader's wait still delivers the next event promptly. */
+static void test_stream_idle_gap(void **state)
+{
+    fx_t *f = *state;
+    int c = s_connect(f->h);
+    const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
+    char buf[1024];
+    struct pollfd p = {.fd = c, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_true(read(c, buf, sizeof buf) > 0);
+    usleep(2500000); /* longer than the content reader's 1 s wait */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(kb_http_stream_write(f->stream, "data: late\n\n", 12), 0);
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ssize_t n = read(c, buf, sizeof buf - 1);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_non_null(strstr(buf, "data: late"));
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    print_message("late event arrived after %.1f ms\n", ms);
+    assert_true(ms < 1500);
+    kb_http_stream_close(&f->stream);
+    close(c);
+}
+
 static void test_destroy_with_open_stream(void **state)
 {
     fx_t *f = *state;
@@ -318,6 +346,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_custom_route, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_streaming, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_stream_client_gone, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_idle_gap, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_destroy_with_open_stream, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
