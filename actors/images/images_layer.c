@@ -240,15 +240,21 @@ static int s_uncompressed_digest(const char *blob, char out[KA_DIGEST_LEN])
     return rc;
 }
 
-/* Checks one entry's names; keeps the symlink set current. */
-static int s_check_entry(s_set_t *links, struct archive_entry *e, char *name, size_t cap,
+/* What ka_layer_check remembers about the entries seen so far. */
+typedef struct s_seen {
+    s_set_t links; /* symlinks: nothing may go through them */
+    s_set_t objs;  /* non-directories that unpack creates: what a hard link may name */
+} s_seen_t;
+
+/* Checks one entry's names; keeps the sets current. */
+static int s_check_entry(s_seen_t *seen, struct archive_entry *e, char *name, size_t cap,
                          ka_layer_stats_t *st)
 {
     const char *orig = archive_entry_pathname(e);
     int rc = s_norm(orig, name, cap);
     if (rc < 0)
         return rc;
-    rc = s_through_symlink(links, name, orig);
+    rc = s_through_symlink(&seen->links, name, orig);
     if (rc < 0)
         return rc;
     const char *base = strrchr(name, '/');
@@ -256,25 +262,37 @@ static int s_check_entry(s_set_t *links, struct archive_entry *e, char *name, si
     if (!strncmp(base, S_WH_PREFIX, 4))
         st->has_whiteouts = true;
     const char *hl = archive_entry_hardlink(e);
+    mode_t type = archive_entry_filetype(e);
     if (hl) {
         char *t = malloc(cap);
         if (!t)
             return -ENOMEM;
         rc = s_norm(hl, t, cap);
         if (rc == 0)
-            rc = s_through_symlink(links, t, hl);
-        if (rc == 0 && t[0] == '\0')
-            rc = ka_img_fail(-EBADMSG, "layer entry %s hard-links the root", orig);
+            rc = s_through_symlink(&seen->links, t, hl);
+        if (rc == 0 && !s_set_has(&seen->objs, t, strlen(t)))
+            rc = ka_img_fail(-EBADMSG,
+                             "layer entry %s hard-links %s, which is not an earlier "
+                             "file of the layer",
+                             orig, hl);
         free(t);
         if (rc < 0)
             return rc;
     }
-    if (!hl && archive_entry_filetype(e) == AE_IFLNK) {
-        if (name[0] == '\0')
-            return ka_img_fail(-EBADMSG, "layer makes its root a symlink");
-        return s_set_add(links, name);
+    if (name[0] == '\0') {
+        if (hl || type != AE_IFDIR)
+            return ka_img_fail(-EBADMSG, "layer replaces its root with a non-directory");
+        return 0;
     }
-    s_set_del(links, name);
+    if (hl || type == AE_IFLNK || type == AE_IFREG || type == AE_IFIFO)
+        rc = s_set_add(&seen->objs, name);
+    else
+        s_set_del(&seen->objs, name);
+    if (rc < 0)
+        return rc;
+    if (!hl && type == AE_IFLNK)
+        return s_set_add(&seen->links, name);
+    s_set_del(&seen->links, name);
     return 0;
 }
 
@@ -287,7 +305,7 @@ int ka_layer_check(const char *blob, const char *diff_id, ka_layer_stats_t *st)
     struct archive *a = s_open_read(blob, false);
     if (!a)
         return -EBADMSG;
-    s_set_t links = {0};
+    s_seen_t seen = {{0}, {0}};
     char name[4096];
     struct archive_entry *e;
     int rc = 0;
@@ -301,7 +319,7 @@ int ka_layer_check(const char *blob, const char *diff_id, ka_layer_stats_t *st)
             break;
         }
         st->entries++;
-        rc = s_check_entry(&links, e, name, sizeof name, st);
+        rc = s_check_entry(&seen, e, name, sizeof name, st);
         if (rc < 0)
             break;
         if (archive_entry_size(e) > 0)
@@ -312,7 +330,8 @@ int ka_layer_check(const char *blob, const char *diff_id, ka_layer_stats_t *st)
             break;
         }
     }
-    s_set_free(&links);
+    s_set_free(&seen.links);
+    s_set_free(&seen.objs);
     archive_read_free(a);
     if (rc == 0 && diff_id) {
         char d[KA_DIGEST_LEN];

@@ -601,6 +601,14 @@ static void test_refusals(void **unused)
     s_layout(hld, "hl", &hll, 1, NULL, md);
     s_refused(state, hld, -EBADMSG, "'..'");
 
+    /* hard link to something the layer does not hold */
+    const tent_t hl2[] = {{'d', "etc", NULL, 0}, {'h', "passwd", "etc/shadow", 0}};
+    const layer_t hl2l = {"gzip", hl2, 2};
+    char *hl2d = ka_strfmt("%s/hl2", tmp);
+    s_layout(hl2d, "hl2", &hl2l, 1, NULL, md);
+    s_refused(state, hl2d, -EBADMSG, "not an earlier file");
+    free(hl2d);
+
     /* truncated tar (digests recomputed over the truncated bytes, so only the content check
      * can catch it), uncompressed and gzip */
     const tent_t big[] = {{'f', "data",
