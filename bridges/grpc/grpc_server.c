@@ -452,9 +452,10 @@ int kb_grpc_call_metadata_one(const kb_grpc_call_t *call, const char *key, char 
         return -ENOENT;
     if (n > 1)
         return -EMLINK;
-    const char *v;
-    size_t len;
-    kb_grpc_call_metadata_at(call, key, 0, &v, &len);
+    const char *v = NULL;
+    size_t len = 0;
+    if (kb_grpc_call_metadata_at(call, key, 0, &v, &len) < 0)
+        return -ENOENT;
     if (memchr(v, 0, len))
         return -EINVAL;
     *out = strndup(v, len);

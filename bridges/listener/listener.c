@@ -224,8 +224,12 @@ kb_listener_t *kb_listener_new(const kb_listener_options_t *opts, int *err)
         goto fail;
     }
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
     socklen_t sl = sizeof ss;
-    getsockname(l->lfd, (struct sockaddr *)&ss, &sl);
+    if (getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
+        *err = -errno;
+        goto fail;
+    }
     l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                              : ((struct sockaddr_in *)&ss)->sin_port);
     freeaddrinfo(ai);
