@@ -14,6 +14,7 @@
 #include <linux/seccomp.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -61,9 +62,12 @@ typedef struct s_driver {
     uint64_t tmp_bytes;
     char **guest_args;
     struct sock_fprog filter; /* exported once; the child only installs it */
+    pthread_mutex_t lock;     /* guards the list of live sandboxes */
+    struct ka_sandbox *live;
 } s_driver_t;
 
 struct ka_sandbox {
+    struct ka_sandbox *prev, *next; /* the driver's live list */
     char id[65];
     char dir[S_DIR];
     pid_t pid;   /* the guest, in the host's PID namespace */
@@ -603,6 +607,12 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     close(sy[0]);
     close(c->log_fd);
     free(c);
+    pthread_mutex_lock(&d->lock);
+    sb->next = d->live;
+    if (d->live)
+        d->live->prev = sb;
+    d->live = sb;
+    pthread_mutex_unlock(&d->lock);
     *out = sb;
     return 0;
 
@@ -625,9 +635,17 @@ fail_free:
 
 static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
 {
-    (void)base;
+    s_driver_t *d = (s_driver_t *)base;
     ka_sandbox_t *sb = *sb_p;
     *sb_p = NULL;
+    pthread_mutex_lock(&d->lock);
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        d->live = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    pthread_mutex_unlock(&d->lock);
     int rc = s_teardown(sb);
     s_sandbox_free(sb);
     return rc;
@@ -650,6 +668,11 @@ static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
 static void s_destroy(ka_driver_t *base)
 {
     s_driver_t *d = (s_driver_t *)base;
+    while (d->live) { /* what the caller did not stop */
+        ka_sandbox_t *sb = d->live;
+        s_stop(base, &sb);
+    }
+    pthread_mutex_destroy(&d->lock);
     ka_cgroup_remove_parent(d->cgroup_name);
     free(d->filter.filter);
     if (d->guest_args) {
@@ -856,6 +879,7 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     if (!d)
         goto fail;
     d->base.ops = &s_ops;
+    pthread_mutex_init(&d->lock, NULL);
     snprintf(d->state_dir, sizeof(d->state_dir), "%s", opts->state_dir);
     snprintf(d->guest_path, sizeof(d->guest_path), "%s", opts->guest_path);
     snprintf(d->cgroup_name, sizeof(d->cgroup_name), "%s",

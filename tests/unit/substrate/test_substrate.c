@@ -160,7 +160,15 @@ static void test_bad_specs(void **unused)
     sbx_out_free(&o);
     ka_guestconn_destroy(&gc);
     assert_int_equal(ka_driver_stop(d, &first), 0);
+    /* destroying the driver stops what is still running */
+    ka_sandbox_t *left = s_start(d, "left-running");
+    snprintf(p, sizeof(p), "%s/left-running", s_state);
+    ka_sandbox_stats_t st;
+    assert_int_equal(ka_driver_stats(d, left, &st), 0);
+    assert_int_equal(access(p, F_OK), 0);
     ka_driver_destroy(&d);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(kill(st.guest_pid, 0), -1);
 }
 
 static bool s_cgroup_exists(const char *id)
