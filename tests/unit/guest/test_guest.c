@@ -15,6 +15,7 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <sys/wait.h>
 
@@ -604,6 +605,54 @@ static void test_file_cap(void **unused)
     s_stop(&g);
 }
 
+#ifndef SBX_IN_SANDBOX
+/* --socket PATH: the guest connects to a unix socket (one bind-mounted into a sandbox). */
+static void test_socket_mode(void **unused)
+{
+    (void)unused;
+    char path[200];
+    snprintf(path, sizeof(path), "%s/node.sock", s_tmp);
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    assert_true(strlen(path) < sizeof(a.sun_path));
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    assert_true(l >= 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char *argv[] = {"kagent-sandbox-guest",
+                        "--socket",
+                        path,
+                        "--workspace",
+                        s_ws,
+                        "--log-dir",
+                        s_logs,
+                        NULL};
+        execv(SBX_GUEST_PATH, argv);
+        _exit(127);
+    }
+    int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(c >= 0);
+    close(l);
+    unlink(path);
+    guest_t g = {.pid = pid, .gc = ka_guestconn_new(c, true)};
+    ka_gp_frame_t *f = NULL;
+    assert_int_equal(ka_guestconn_wait(g.gc, 5000, &f), 0);
+    const char *ev;
+    size_t n;
+    assert_true(ka_gp_get_bytes(ka_gp_frame_map(f), "ev", &ev, &n));
+    assert_int_equal(n, 5);
+    ka_gp_frame_free(&f);
+    sbx_out_t o;
+    assert_int_equal(sbx_sh(g.gc, "echo over-socket", &o), 0);
+    assert_string_equal(o.out, "over-socket\n");
+    sbx_out_free(&o);
+    s_stop(&g);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -618,6 +667,9 @@ int main(void)
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_path_escapes),
         cmocka_unit_test(test_file_cap),
+#ifndef SBX_IN_SANDBOX
+        cmocka_unit_test(test_socket_mode),
+#endif
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
