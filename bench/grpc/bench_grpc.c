@@ -1,11 +1,11 @@
 /* gRPC bridge benchmark client (gRPC C core, the same client path the kagent CLI uses).
  *
- *   bench_grpc PORT [SEQ_CALLS] [CONC_CALLS] [IN_FLIGHT]
+ *   bench_grpc PORT [SEQ_CALLS] [CONC_CALLS] [IN_FLIGHT] [SUFFIX]
  *
  * Against kb_test_server on the shared port (listener -> kb_grpc): unary
  * /kbtest.TestService/Ping with an empty request, first SEQ_CALLS one after another (latency
  * p50/p99 and round trips/s), then CONC_CALLS with IN_FLIGHT outstanding (round trips/s).
- * Prints a table and BENCH lines (no peer). */
+ * Prints a table and BENCH lines (no peer); SUFFIX is appended to the BENCH names. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +90,8 @@ int main(int argc, char **argv)
     int seq_n = argc > 2 ? atoi(argv[2]) : 5000;
     int conc_n = argc > 3 ? atoi(argv[3]) : 20000;
     int inflight = argc > 4 ? atoi(argv[4]) : 16;
+    const char *sfx = argc > 5 ? argv[5] : "";
+    const char *where = *sfx ? "gRPC core's own port" : "shared port";
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%s", argv[1]);
     grpc_init();
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
     }
     double conc_s = (s_now_us() - t0) / 1e6;
 
-    printf("| figure (C-core client, unary Ping, empty request, shared port) | value |\n");
+    printf("| figure (C-core client, unary Ping, empty request, %s) | value |\n", where);
     printf("|---|---|\n");
     printf("| sequential round trips/s (%d calls) | %.0f |\n", seq_n, seq_n / seq_s);
     printf("| sequential latency p50 | %.1f us |\n", p50);
@@ -149,10 +151,11 @@ int main(int argc, char **argv)
     printf("| round trips/s with %d in flight (%d calls) | %.0f |\n", inflight, conc_n,
            conc_n / conc_s);
     printf("| failed calls | %d |\n", failures);
-    printf("BENCH name=grpc_unary_seq_rps value=%.0f unit=calls/s\n", seq_n / seq_s);
-    printf("BENCH name=grpc_unary_p50 value=%.1f unit=us\n", p50);
-    printf("BENCH name=grpc_unary_p99 value=%.1f unit=us\n", p99);
-    printf("BENCH name=grpc_unary_concurrent_rps value=%.0f unit=calls/s\n", conc_n / conc_s);
+    printf("BENCH name=grpc_unary_seq_rps%s value=%.0f unit=calls/s\n", sfx, seq_n / seq_s);
+    printf("BENCH name=grpc_unary_p50%s value=%.1f unit=us\n", sfx, p50);
+    printf("BENCH name=grpc_unary_p99%s value=%.1f unit=us\n", sfx, p99);
+    printf("BENCH name=grpc_unary_concurrent_rps%s value=%.0f unit=calls/s\n", sfx,
+           conc_n / conc_s);
 
     free(lat);
     free(calls);

@@ -1,8 +1,9 @@
 /* kb_test_server: the shared-port stack as kagentd will run it (listener + gRPC server with
  * reflection + HTTP side) serving kbtest.TestService, for the integration tests and benchmark.
  *
- *   kb_test_server [--host H] [--port N] [--protoset FILE] [--not-ready]
+ *   kb_test_server [--host H] [--port N] [--protoset FILE] [--not-ready] [--grpc-addr H:P]
  *
+ * --grpc-addr also binds gRPC core's own listener there (no shared port), for comparisons.
  * Prints "PORT <n>" on stdout once serving; SIGTERM/SIGINT shut down cleanly (exit 0).
  */
 #include <errno.h>
@@ -80,7 +81,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
 
 int main(int argc, char **argv)
 {
-    const char *host = "127.0.0.1", *protoset = NULL;
+    const char *host = "127.0.0.1", *protoset = NULL, *grpc_addr = NULL;
     int port = 0;
     bool not_ready = false;
     for (int i = 1; i < argc; i++) {
@@ -90,10 +91,14 @@ int main(int argc, char **argv)
             port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--protoset") == 0 && i + 1 < argc)
             protoset = argv[++i];
+        else if (strcmp(argv[i], "--grpc-addr") == 0 && i + 1 < argc)
+            grpc_addr = argv[++i];
         else if (strcmp(argv[i], "--not-ready") == 0)
             not_ready = true;
         else {
-            fprintf(stderr, "usage: %s [--host H] [--port N] [--protoset FILE] [--not-ready]\n",
+            fprintf(stderr,
+                    "usage: %s [--host H] [--port N] [--protoset FILE] [--not-ready] "
+                    "[--grpc-addr H:P]\n",
                     argv[0]);
             return 2;
         }
@@ -120,7 +125,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kb_test_server: cannot read descriptor set %s\n", protoset);
         goto out;
     }
-    app.grpc = kb_grpc_server_new(NULL);
+    kb_grpc_options_t gopts = {.listen_addr = grpc_addr};
+    app.grpc = kb_grpc_server_new(&gopts);
     if (!app.grpc || kbt_service_register(svc, app.grpc) < 0 ||
         kb_grpc_reflection_register(refl, app.grpc) < 0 || kb_grpc_server_start(app.grpc) < 0)
         goto out;
@@ -143,6 +149,8 @@ int main(int argc, char **argv)
     }
     app.ready = !not_ready;
     printf("PORT %d\n", kb_listener_port(app.listener));
+    if (grpc_addr)
+        printf("GRPC_PORT %d\n", kb_grpc_server_port(app.grpc));
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);
