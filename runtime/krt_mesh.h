@@ -14,15 +14,18 @@
  * thread per mesh owns every socket, writes outbound messages and hands inbound ones to
  * krt_system_deliver.
  *
- * Optional: CURVE encryption (this node's keys from a zcert file or z85 strings; each peer's
- * public key given to krt_mesh_connect), and heartbeats with node-down notification
- * (krt_mesh_monitor_node).
+ * Optional: CURVE (this node's keys from a zcert file or z85 strings; each peer's public key
+ * given to krt_mesh_connect): traffic is encrypted and peers are authenticated: an inbound
+ * connection is accepted only if its key is one given to krt_mesh_connect, and its messages
+ * only if its routing id is the node that key was given for. So for two CURVE nodes to talk,
+ * each must krt_mesh_connect the other. A CURVE mesh has its own ZeroMQ context (tcp:// or
+ * ipc:// only). Also optional: heartbeats with node-down notification (krt_mesh_monitor_node).
  *
  * Lifecycle: new -> start -> connect... -> stop -> destroy. Stop the mesh before destroying
  * its system (the I/O thread delivers into it), and destroy the mesh only once its system has
- * stopped (a runtime thread may still be inside a send). Every mesh of a process shares one ZeroMQ
- * context (so inproc:// endpoints reach each other); the context and its threads go away
- * with the last mesh.
+ * stopped (a runtime thread may still be inside a send). Every mesh without CURVE in a process
+ * shares one ZeroMQ context (so inproc:// endpoints reach each other); the context and its
+ * threads go away with the last mesh.
  */
 #ifndef KRT_MESH_H
 #define KRT_MESH_H

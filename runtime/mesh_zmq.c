@@ -9,6 +9,10 @@
  *
  * Wire: DEALER (routing id "K" + node id, big-endian) -> peer ROUTER; one frame per envelope.
  * Envelopes addressed to KRT_ADDR_NONE are mesh control messages (heartbeats).
+ *
+ * CURVE: a mesh with keys has its own ZeroMQ context and answers ZAP requests in its I/O
+ * thread: a connection is accepted only if its routing id names a node added with
+ * krt_mesh_connect and its CURVE public key is the one given for that node.
  */
 #include "krt_mesh.h"
 #include "krt_codec.h"
@@ -73,6 +77,7 @@ typedef struct s_item {
     uint16_t node;      /* SEND: destination node; PEER, MONITOR: the node */
     void *sock;         /* PEER: the connected DEALER, handed to the I/O thread */
     krt_addr_t watcher; /* MONITOR */
+    uint8_t key[32];    /* PEER: the node's CURVE public key (CURVE meshes) */
     uint64_t ref;       /* MONITOR, DEMONITOR */
     size_t len;         /* SEND: envelope bytes in data */
     uint8_t data[];     /* SEND: the envelope */
@@ -142,6 +147,8 @@ typedef struct s_peer {
     void *dealer; /* owned; NULL if we only hear from this node */
     s_peer_state_t state;
     uint64_t last_rx; /* ms, monotonic */
+    bool has_key;     /* key is set: the node may connect to us (CURVE meshes) */
+    uint8_t key[32];  /* its CURVE public key */
 } s_peer_t;
 
 /* A node monitor. I/O thread only. */
@@ -164,8 +171,9 @@ struct krt_mesh {
     char curve_public[41];
     char curve_secret[41];
 
-    void *ctx;    /* shared context (one reference) */
+    void *ctx;    /* shared context (one reference), or our own with CURVE */
     void *router; /* I/O thread after start */
+    void *zap;    /* CURVE: ZAP handler (REP), I/O thread after start */
     char endpoint[256];
     int efd; /* wakes the I/O thread */
     pthread_t thread;
@@ -395,6 +403,8 @@ static void s_do_peer(krt_mesh_t *m, s_item_t *it)
         zmq_close(it->sock);
     } else {
         p->dealer = it->sock;
+        p->has_key = m->curve;
+        memcpy(p->key, it->key, sizeof p->key);
     }
     free(it);
 }
@@ -460,6 +470,67 @@ static void s_drain(krt_mesh_t *m)
     }
 }
 
+/* ZAP (RFC 27): one authentication request from the ROUTER's CURVE handshake. Frames:
+ * version, request id, domain, address, identity, mechanism, client public key. Returns the
+ * node whose key it is (ZeroMQ then tags that connection's messages with it as User-Id), or
+ * 0 to refuse. */
+static uint16_t s_zap_node(krt_mesh_t *m, zmq_msg_t *f, int n)
+{
+    if (n != 7 || zmq_msg_size(&f[0]) != 3 || memcmp(zmq_msg_data(&f[0]), "1.0", 3) != 0 ||
+        zmq_msg_size(&f[5]) != 5 || memcmp(zmq_msg_data(&f[5]), "CURVE", 5) != 0 ||
+        zmq_msg_size(&f[6]) != 32)
+        return 0;
+    for (size_t i = 0; i < m->n_peers; i++)
+        if (m->peers[i].has_key && memcmp(m->peers[i].key, zmq_msg_data(&f[6]), 32) == 0)
+            return m->peers[i].node;
+    return 0;
+}
+
+static void s_zap_handle(krt_mesh_t *m)
+{
+    zmq_msg_t f[8];
+    int n = 0;
+    bool more = true;
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, m->zap, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            zmq_msg_close(&part);
+            break;
+        }
+        more = zmq_msg_more(&part);
+        if (n < 8)
+            f[n++] = part; /* moved: closed below */
+        else
+            zmq_msg_close(&part);
+    }
+    if (n >= 2) {
+        uint16_t node = s_zap_node(m, f, n);
+        char uid[8];
+        int ulen = snprintf(uid, sizeof uid, "%u", node);
+        if (!node)
+            krt_log(KRT_LOG_WARN, m->path, "peer_refused", "reason=unknown_curve_key");
+        /* Reply: version, request id, status code, status text, user id, metadata. */
+        zmq_send(m->zap, "1.0", 3, ZMQ_SNDMORE);
+        zmq_send(m->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+        zmq_send(m->zap, node ? "200" : "400", 3, ZMQ_SNDMORE);
+        zmq_send(m->zap, node ? "OK" : "unknown key", node ? 2 : 11, ZMQ_SNDMORE);
+        zmq_send(m->zap, uid, node ? (size_t)ulen : 0, ZMQ_SNDMORE);
+        zmq_send(m->zap, "", 0, 0);
+    }
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&f[i]);
+}
+
+/* CURVE: true if the message came over a connection authenticated as `node`. */
+static bool s_authentic(krt_mesh_t *m, zmq_msg_t *body, uint16_t node)
+{
+    if (!m->curve)
+        return true;
+    const char *uid = zmq_msg_gets(body, "User-Id");
+    return uid && strtoul(uid, NULL, 10) == node;
+}
+
 /* Parses a DEALER routing id ("K" + node id); 0 if it is not one of ours. */
 static uint16_t s_id_node(zmq_msg_t *id)
 {
@@ -513,7 +584,7 @@ static void s_recv_batch(krt_mesh_t *m, uint64_t now)
         zmq_msg_init(&body);
         zmq_msg_recv(&body, m->router, 0); /* parts arrive together */
         uint16_t node = s_id_node(&id);
-        if (zmq_msg_more(&body) || node == 0) {
+        if (zmq_msg_more(&body) || node == 0 || !s_authentic(m, &body, node)) {
             atomic_fetch_add(&m->st_malformed, 1);
             while (zmq_msg_more(&body)) /* discard the rest of a multipart message */
                 zmq_msg_recv(&body, m->router, 0);
@@ -564,6 +635,9 @@ static void s_io_cleanup(krt_mesh_t *m)
     m->n_mons = m->cap_mons = 0;
     zmq_close(m->router);
     m->router = NULL;
+    if (m->zap)
+        zmq_close(m->zap);
+    m->zap = NULL;
     /* ZeroMQ leaves the socket file of an ipc:// endpoint behind: remove what we created. */
     if (strncmp(m->endpoint, "ipc://", 6) == 0 && m->endpoint[6] != '@')
         unlink(m->endpoint + 6);
@@ -572,7 +646,9 @@ static void s_io_cleanup(krt_mesh_t *m)
 static void *s_io_main(void *arg)
 {
     krt_mesh_t *m = arg;
-    zmq_pollitem_t items[2] = {{m->router, 0, ZMQ_POLLIN, 0}, {NULL, m->efd, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[3] = {
+        {m->router, 0, ZMQ_POLLIN, 0}, {NULL, m->efd, ZMQ_POLLIN, 0}, {m->zap, 0, ZMQ_POLLIN, 0}};
+    int n_items = m->zap ? 3 : 2;
     m->next_hb = s_now_ms();
     while (atomic_load(&m->io_run)) {
         long timeout = -1;
@@ -583,7 +659,7 @@ static void *s_io_main(void *arg)
         atomic_store(&m->armed, true);
         if (s_queue_busy(&m->q))
             timeout = 0;
-        int rc = zmq_poll(items, 2, timeout);
+        int rc = zmq_poll(items, n_items, timeout);
         atomic_store(&m->armed, false);
         if (rc < 0 && zmq_errno() != EINTR) {
             krt_log(KRT_LOG_ERROR, m->path, "poll_failed", "err=%d", -zmq_errno());
@@ -594,7 +670,9 @@ static void *s_io_main(void *arg)
             ssize_t r = read(m->efd, &v, sizeof v);
             (void)r; /* nonblocking: EAGAIN just means a racing read already reset it */
         }
-        s_drain(m);
+        s_drain(m); /* first: peers (and their keys) added before a handshake are known */
+        if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
+            s_zap_handle(m);
         uint64_t now = s_now_ms();
         if (items[0].revents & ZMQ_POLLIN)
             s_recv_batch(m, now);
@@ -660,7 +738,7 @@ krt_mesh_t *krt_mesh_new(krt_system_t *sys, const krt_mesh_config_t *cfg)
     m->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (m->efd < 0)
         goto fail;
-    m->ctx = s_ctx_acquire();
+    m->ctx = m->curve ? zmq_ctx_new() : s_ctx_acquire();
     if (!m->ctx)
         goto fail;
     return m;
@@ -684,8 +762,30 @@ static int s_sock_common(krt_mesh_t *m, void *s)
     return 0;
 }
 
+/* CURVE: the ZAP handler of our own context, bound before any CURVE socket exists. */
+static int s_zap_open(krt_mesh_t *m)
+{
+    int zero = 0;
+    m->zap = zmq_socket(m->ctx, ZMQ_REP);
+    if (!m->zap)
+        return -zmq_errno();
+    if (zmq_setsockopt(m->zap, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_bind(m->zap, "inproc://zeromq.zap.01")) {
+        int rc = -zmq_errno();
+        zmq_close(m->zap);
+        m->zap = NULL;
+        return rc;
+    }
+    return 0;
+}
+
 static int s_router_open(krt_mesh_t *m)
 {
+    if (m->curve) {
+        int rc = s_zap_open(m);
+        if (rc)
+            return rc;
+    }
     m->router = zmq_socket(m->ctx, ZMQ_ROUTER);
     if (!m->router)
         return -zmq_errno();
@@ -698,7 +798,8 @@ static int s_router_open(krt_mesh_t *m)
         rc = -zmq_errno();
     if (!rc && m->curve &&
         (zmq_setsockopt(m->router, ZMQ_CURVE_SERVER, &one, sizeof one) ||
-         zmq_setsockopt(m->router, ZMQ_CURVE_SECRETKEY, m->curve_secret, 40)))
+         zmq_setsockopt(m->router, ZMQ_CURVE_SECRETKEY, m->curve_secret, 40) ||
+         zmq_setsockopt(m->router, ZMQ_ZAP_DOMAIN, "kagent-mesh", 11)))
         rc = -zmq_errno();
     if (!rc && zmq_bind(m->router, m->bind))
         rc = -zmq_errno();
@@ -708,6 +809,9 @@ static int s_router_open(krt_mesh_t *m)
     if (rc) {
         zmq_close(m->router);
         m->router = NULL;
+        if (m->zap)
+            zmq_close(m->zap);
+        m->zap = NULL;
     }
     return rc;
 }
@@ -728,6 +832,9 @@ int krt_mesh_start(krt_mesh_t *m)
     if (rc) {
         zmq_close(m->router);
         m->router = NULL;
+        if (m->zap)
+            zmq_close(m->zap);
+        m->zap = NULL;
         goto out;
     }
     m->started = true;
@@ -797,6 +904,12 @@ int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const c
     }
     it->kind = S_IT_PEER;
     it->node = node;
+    if (m->curve && !zmq_z85_decode(it->key, server_key)) {
+        zmq_close(it->sock);
+        free(it);
+        rc = KRT_EINVAL;
+        goto out;
+    }
     /* The peer item is queued before the node becomes known, so every send that sees the
      * node known is queued behind it. */
     s_enqueue(m, it);
@@ -901,7 +1014,10 @@ void krt_mesh_destroy(krt_mesh_t **m_p)
     krt_mesh_t *m = *m_p;
     krt_mesh_stop(m);
     close(m->efd);
-    s_ctx_release();
+    if (m->curve)
+        zmq_ctx_term(m->ctx);
+    else
+        s_ctx_release();
     free(m->bind);
     pthread_mutex_destroy(&m->lock);
     free(m);

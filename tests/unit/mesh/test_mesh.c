@@ -477,10 +477,29 @@ static void test_unknown_node(void **unused)
     assert_int_equal(s_threads(), threads);
 }
 
-static void test_curve_wrong_key_times_out(void **unused)
+/* A raw CURVE client (not a mesh) with its own keys and routing id, in its own context. */
+static void *s_curve_client(void *ctx, zcert_t *cert, const char *server_key, uint16_t node,
+                            const char *endpoint)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    assert_non_null(s);
+    const uint8_t id[3] = {'K', (uint8_t)(node >> 8), (uint8_t)node};
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, sizeof id), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, 40), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, zcert_public_txt(cert), 40), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, zcert_secret_txt(cert), 40), 0);
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+/* CURVE authenticates peers: a node accepts a connection only with the key it was given for
+ * that node (krt_mesh_connect), and only for the routing id of that node. */
+static void test_curve_authentication(void **unused)
 {
     int threads = s_threads();
-    zcert_t *c1 = zcert_new(), *c2 = zcert_new(), *wrong = zcert_new();
+    zcert_t *c1 = zcert_new(), *c2 = zcert_new(), *c3 = zcert_new(), *wrong = zcert_new();
     char dir[] = "/tmp/krt-mesh-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char certfile[64], ep[2][64];
@@ -505,41 +524,61 @@ static void test_curve_wrong_key_times_out(void **unused)
         assert_non_null(mesh[i]);
         assert_int_equal(krt_mesh_start(mesh[i]), 0);
     }
-    /* Node 1 knows node 2's key; node 2 is given a wrong key for node 1, so replies never
-     * get through: the request times out instead of arriving unauthenticated. */
     assert_int_equal(krt_mesh_connect(mesh[0], 2, ep[1], NULL), KRT_EINVAL); /* key needed */
+    assert_int_equal(krt_mesh_connect(mesh[0], 2, ep[1], "not a z85 key, but forty chars long!!!"),
+                     KRT_EINVAL);
     assert_int_equal(krt_mesh_connect(mesh[0], 2, ep[1], zcert_public_txt(c2)), 0);
+    /* Node 2 is told a wrong key for node 1, and node 3's real key. */
     assert_int_equal(krt_mesh_connect(mesh[1], 1, ep[0], zcert_public_txt(wrong)), 0);
-    report_t r = {.body_len = 3, .result = 99};
-    r.target = s_spawn(sys[1], &s_echo, NULL);
-    krt_addr_t c = s_spawn(sys[0], &s_requester, &r);
-    /* The requester's timeout is 10 s; stop waiting on it earlier by checking stats. */
+    char ep3[96];
+    snprintf(ep3, sizeof ep3, "ipc://%s/n3", dir); /* nobody listens there */
+    assert_int_equal(krt_mesh_connect(mesh[1], 3, ep3, zcert_public_txt(c3)), 0);
+
+    krt_addr_t echo = s_spawn(sys[1], &s_echo, NULL);
+    report_t r = {.body_len = 3, .result = 99, .target = echo};
+    s_spawn(sys[0], &s_requester, &r); /* refused: node 2 does not accept node 1's real key */
+
+    void *ctx = zmq_ctx_new();
+    const char *k2 = zcert_public_txt(c2);
+    void *spoof = s_curve_client(ctx, c3, k2, 1, ep[1]); /* node 3's key, node 1's id */
+    void *three = s_curve_client(ctx, c3, k2, 3, ep[1]); /* node 3, honest */
+    uint8_t buf[64];
+    size_t len;
+    krt_msg_t m = {.type = T_STREAM, .len = 1, .from = s_node_addr(3, 1), .body = "x"};
+    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
+    assert_int_equal(zmq_send(spoof, buf, len, 0), (int)len);
+    assert_int_equal(zmq_send(three, buf, len, 0), (int)len);
+
     krt_mesh_stats_t st = {0};
-    for (int i = 0; i < 500 && st.received == 0; i++) {
-        usleep(10000);
+    for (int i = 0; i < 1000 && (st.malformed < 1 || st.undeliverable < 1); i++) {
+        usleep(5000);
         krt_mesh_stats(mesh[1], &st);
     }
-    assert_int_equal(st.received, 1); /* the request arrived over the good key */
-    usleep(300000);
-    krt_mesh_stats(mesh[0], &st);
-    assert_int_equal(st.received, 0); /* the reply did not */
+    usleep(300000); /* room for the refused request to arrive, if it could */
+    krt_mesh_stats(mesh[1], &st);
+    assert_int_equal(st.undeliverable, 1); /* node 3's message was accepted */
+    assert_int_equal(st.malformed, 1);     /* the spoofed routing id was not */
+    assert_int_equal(st.received, 0);      /* node 1's request never got in */
     assert_int_equal(atomic_load(&r.result), 99);
+    zmq_close(spoof);
+    zmq_close(three);
+    assert_int_equal(zmq_ctx_term(ctx), 0);
     for (int i = 0; i < 2; i++)
         krt_mesh_stop(mesh[i]);
     for (int i = 0; i < 2; i++) {
         krt_system_destroy(&sys[i]);
         krt_mesh_destroy(&mesh[i]);
     }
-    (void)c;
+
     /* A zcert file without its secret half is refused. */
     krt_config_t cfg = {.node_id = 1, .schedulers = 1, .job_threads = 1};
-    krt_system_t *s = krt_system_new(&cfg);
+    krt_system_t *sys1 = krt_system_new(&cfg);
     char pubonly[80];
     snprintf(pubonly, sizeof pubonly, "%s/pub.cert", dir);
     assert_int_equal(zcert_save_public(c1, pubonly), 0);
     krt_mesh_config_t mc = {.bind = "inproc://pubonly", .curve_cert = pubonly};
-    assert_null(krt_mesh_new(s, &mc));
-    krt_system_destroy(&s);
+    assert_null(krt_mesh_new(sys1, &mc));
+    krt_system_destroy(&sys1);
     unlink(pubonly);
     char secret[96];
     snprintf(secret, sizeof secret, "%s_secret", certfile);
@@ -548,6 +587,7 @@ static void test_curve_wrong_key_times_out(void **unused)
     assert_int_equal(rmdir(dir), 0);
     zcert_destroy(&c1);
     zcert_destroy(&c2);
+    zcert_destroy(&c3);
     zcert_destroy(&wrong);
     assert_int_equal(s_threads(), threads);
 }
@@ -714,7 +754,7 @@ int main(void)
         cmocka_unit_test(test_pingpong_ipc),
         cmocka_unit_test(test_unknown_node),
         cmocka_unit_test(test_hostile_frames),
-        cmocka_unit_test(test_curve_wrong_key_times_out),
+        cmocka_unit_test(test_curve_authentication),
         cmocka_unit_test(test_node_down),
         cmocka_unit_test(test_node_restart),
     };
