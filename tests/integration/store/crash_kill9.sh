@@ -16,7 +16,7 @@ ackre='^ACK req-[0-9]+ [0-9a-f-]{36} [01]$'
 pid=$!
 for _ in $(seq 1 400); do
   n=$(grep -cE "$ackre" "$tmp/run1" || true)
-  [ "$n" -ge 1000 ] && break
+  [ "$n" -ge 500 ] && break
   kill -0 "$pid" 2>/dev/null || { cat "$tmp/err1" >&2; fail "writer exited early"; }
   sleep 0.05
 done
@@ -25,7 +25,7 @@ wait "$pid" 2>/dev/null || true
 pid=
 grep -E "$ackre" "$tmp/run1" | awk '{print $2, $3}' | sort >"$tmp/acked"
 acked=$(wc -l <"$tmp/acked")
-[ "$acked" -ge 1000 ] || fail "only $acked acknowledged writes before the kill"
+[ "$acked" -ge 500 ] || fail "only $acked acknowledged writes before the kill"
 
 psql -Atqc "SELECT request_id || ' ' || id FROM ka_sandboxes WHERE creator = 'crash'
             AND state = 'RUNTIME_STATE_READY' AND node = 'writer'" | sort >"$tmp/db"
@@ -35,14 +35,17 @@ partial=$(psql -Atqc "SELECT count(*) FROM ka_sandboxes WHERE creator = 'crash'
                       AND (state <> 'RUNTIME_STATE_READY' OR node <> 'writer')")
 [ "$partial" -eq 0 ] || fail "$partial half-written rows"
 
-# restart: replay every request id up to the last acknowledged one
+# restart: replay every request id the killed writer can have issued (it keeps at most 64 in
+# flight, issued in order, so none beyond the last acknowledged one + 64; 200 for margin)
 last=$(awk '{sub("req-", "", $1); print $1}' "$tmp/acked" | sort -n | tail -1)
-"$W" burst crash 0 $((last + 1)) 32 >"$tmp/run2" 2>"$tmp/err2" || { cat "$tmp/err2" >&2; fail "replay failed"; }
+n=$((last + 200))
+"$W" burst crash 0 "$n" 32 >"$tmp/run2" 2>"$tmp/err2" || { cat "$tmp/err2" >&2; fail "replay failed"; }
 grep -E "$ackre" "$tmp/run2" | awk '{print $2, $3, $4}' | sort >"$tmp/replay"
-[ "$(wc -l <"$tmp/replay")" -eq $((last + 1)) ] || fail "replay did not complete"
+[ "$(wc -l <"$tmp/replay")" -eq "$n" ] || fail "replay did not complete"
 # every acknowledged request: same id, not created again
 join "$tmp/acked" "$tmp/replay" | awk '$2 != $3 || $4 != 0 {bad++} END {exit bad > 0}' ||
   fail "a replayed request returned another sandbox or created a duplicate"
+# one row per request id, whether written before the kill or by the replay
 rows=$(psql -Atqc "SELECT count(*) FROM ka_sandboxes WHERE creator = 'crash'")
-[ "$rows" -eq $((last + 1)) ] || fail "$rows rows for $((last + 1)) request ids"
+[ "$rows" -eq "$n" ] || fail "$rows rows for $n request ids"
 echo "crash_kill9: ok: $acked acknowledged before kill -9, all present, no partial rows, replay idempotent"

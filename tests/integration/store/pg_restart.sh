@@ -11,7 +11,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$W" load 5 32 >"$out" 2>&1 &
 pid=$!
-sleep 1.5
+sleep 1
 "${RUN[@]}" "$PGBIN/pg_ctl" -D "${PG_BASE:?}/data" restart -m immediate -w -t 30 >/dev/null
 rc=0
 wait "$pid" || rc=$?
