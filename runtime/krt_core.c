@@ -78,29 +78,78 @@ krt_sched_t *krt__self_sched(krt_system_t *sys)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Message nodes: per-scheduler free lists, batches exchanged through the system.            */
+/* Message nodes: per-scheduler free lists, batches exchanged through the system.
+ * Scheduler threads carve small nodes from slabs (KRT_NF_SLAB: never freed one by one; the
+ * slabs go with the system). Other threads malloc them; those are freed once the system keeps
+ * more than KRT_POOL_MAX_BATCHES spare batches. */
 
-static void s_free_chain(krt_mlink_t *l)
+typedef struct krt_slab {
+    struct krt_slab *next;
+    _Alignas(16) unsigned char nodes[];
+} krt_slab_t;
+
+/* Frees the malloc'd nodes of a chain and returns the slab ones, relinked, counting them. */
+static krt_mlink_t *s_free_chain(krt_mlink_t *l, uint32_t *kept)
 {
+    krt_mlink_t *keep = NULL;
+    uint32_t n = 0;
     while (l) {
         krt_mlink_t *next = atomic_load_explicit(&l->next, memory_order_relaxed);
-        free(l);
+        if (((krt_node_t *)l)->flags & KRT_NF_SLAB) {
+            atomic_store_explicit(&l->next, keep, memory_order_relaxed);
+            keep = l;
+            n++;
+        } else {
+            free(l);
+        }
         l = next;
     }
+    if (kept)
+        *kept = n;
+    return keep;
+}
+
+/* Adds a batch of n nodes to the system's spares (pool_lock held); false if out of memory. */
+static bool s_batch_put(krt_system_t *sys, krt_mlink_t *batch, uint32_t n)
+{
+    if (sys->n_batches == sys->cap_batches) {
+        uint32_t cap = sys->cap_batches ? sys->cap_batches * 2 : 16;
+        krt_batch_t *nb = realloc(sys->batches, cap * sizeof *nb);
+        if (!nb)
+            return false;
+        sys->batches = nb;
+        sys->cap_batches = cap;
+    }
+    sys->batches[sys->n_batches++] = (krt_batch_t){batch, n};
+    return true;
 }
 
 static bool s_pool_refill(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
-    krt_mlink_t *batch = NULL;
+    krt_batch_t b = {NULL, 0};
     pthread_mutex_lock(&sys->pool_lock);
     if (sys->n_batches)
-        batch = sys->batches[--sys->n_batches];
+        b = sys->batches[--sys->n_batches];
     pthread_mutex_unlock(&sys->pool_lock);
-    if (!batch)
-        return false;
-    s->pool = batch;
-    s->pool_n = KRT_POOL_BATCH;
+    if (!b.head) {
+        krt_slab_t *slab = malloc(sizeof *slab + (size_t)KRT_POOL_BATCH * KRT_NODE_SIZE);
+        if (!slab)
+            return false;
+        for (uint32_t i = 0; i < KRT_POOL_BATCH; i++) {
+            krt_node_t *n = (krt_node_t *)(slab->nodes + (size_t)i * KRT_NODE_SIZE);
+            n->flags = KRT_NF_SLAB;
+            atomic_store_explicit(&n->link.next, b.head, memory_order_relaxed);
+            b.head = &n->link;
+        }
+        b.n = KRT_POOL_BATCH;
+        pthread_mutex_lock(&sys->pool_lock);
+        slab->next = sys->slabs;
+        sys->slabs = slab;
+        pthread_mutex_unlock(&sys->pool_lock);
+    }
+    s->pool = b.head;
+    s->pool_n = b.n;
     return true;
 }
 
@@ -108,33 +157,25 @@ static void s_pool_spill(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
     krt_mlink_t *batch = s->pool, *last = batch;
-    for (uint32_t i = 1; i < KRT_POOL_BATCH; i++)
+    uint32_t n = KRT_POOL_BATCH;
+    for (uint32_t i = 1; i < n; i++)
         last = atomic_load_explicit(&last->next, memory_order_relaxed);
     s->pool = atomic_load_explicit(&last->next, memory_order_relaxed);
     atomic_store_explicit(&last->next, NULL, memory_order_relaxed);
-    s->pool_n -= KRT_POOL_BATCH;
+    s->pool_n -= n;
     pthread_mutex_lock(&sys->pool_lock);
     if (sys->n_batches >= KRT_POOL_MAX_BATCHES) {
         pthread_mutex_unlock(&sys->pool_lock);
-        s_free_chain(batch);
+        batch = s_free_chain(batch, &n);
+        if (!batch)
+            return;
+        pthread_mutex_lock(&sys->pool_lock);
+    }
+    if (!s_batch_put(sys, batch, n)) {
+        pthread_mutex_unlock(&sys->pool_lock);
+        s_free_chain(batch, NULL); /* slab nodes stay with their slab */
         return;
     }
-    if (sys->n_batches == sys->cap_batches) {
-        uint32_t cap = sys->cap_batches ? sys->cap_batches * 2 : 16;
-        krt_mlink_t **nb = realloc(sys->batches, cap * sizeof *nb);
-        if (!nb) {
-            pthread_mutex_unlock(&sys->pool_lock);
-            while (batch) {
-                krt_mlink_t *next = atomic_load_explicit(&batch->next, memory_order_relaxed);
-                free(batch);
-                batch = next;
-            }
-            return;
-        }
-        sys->batches = nb;
-        sys->cap_batches = cap;
-    }
-    sys->batches[sys->n_batches++] = batch;
     pthread_mutex_unlock(&sys->pool_lock);
 }
 
@@ -147,6 +188,7 @@ krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
             n = (krt_node_t *)s->pool;
             s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
             s->pool_n--;
+            flags = n->flags & KRT_NF_SLAB;
         } else {
             n = malloc(KRT_NODE_SIZE);
         }
@@ -170,9 +212,15 @@ void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
     if ((n->flags & KRT_NF_PTR) && !(n->flags & KRT_NF_TAKEN) && n->free_fn)
         n->free_fn((void *)n->msg.body);
-    if ((n->flags & KRT_NF_BIG) || !s) {
+    if (n->flags & KRT_NF_BIG) {
         free(n);
         return;
+    }
+    n->flags &= KRT_NF_SLAB;
+    if (!s) {
+        if (!(n->flags & KRT_NF_SLAB))
+            free(n);
+        return; /* a slab node freed off-scheduler stays unused until its slab goes */
     }
     atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
     s->pool = &n->link;
@@ -1656,7 +1704,7 @@ void krt_system_destroy(krt_system_t **sys_p)
         krt_sched_t *s = &sys->scheds[i];
         krt__wheel_free_heap(&s->wheel);
         krt__wheel_fini(&s->wheel);
-        s_free_chain(s->pool);
+        s_free_chain(s->pool, NULL);
         for (int c = 0; c < KRT_ACACHE_CLASSES; c++) {
             while (s->acache[c]) {
                 void *blk = s->acache[c];
@@ -1668,8 +1716,13 @@ void krt_system_destroy(krt_system_t **sys_p)
         pthread_mutex_destroy(&s->rq_lock);
     }
     for (uint32_t i = 0; i < sys->n_batches; i++)
-        s_free_chain(sys->batches[i]);
+        s_free_chain(sys->batches[i].head, NULL);
     free(sys->batches);
+    while (sys->slabs) {
+        krt_slab_t *slab = sys->slabs;
+        sys->slabs = slab->next;
+        free(slab);
+    }
     for (uint32_t i = 0; i < KRT_NCHUNKS; i++)
         free(atomic_load(&sys->chunks[i]));
     free(sys->gfree);

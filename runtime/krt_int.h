@@ -55,7 +55,7 @@ enum {
     KRT_NK_LINKEXIT,  /* linked actor `from` stopped with reason aux */
     KRT_NK_DOWN       /* a monitored actor stopped; body krt_down_t */
 };
-enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4 };
+enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8 };
 
 typedef struct krt_mlink {
     struct krt_mlink *_Atomic next;
@@ -223,6 +223,11 @@ struct krt_sched {
     char pad_[64];
 };
 
+typedef struct krt_batch {
+    krt_mlink_t *head;
+    uint32_t n;
+} krt_batch_t;
+
 typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
 typedef struct krt_reg krt_reg_t;
 
@@ -246,8 +251,9 @@ struct krt_system {
     _Atomic uint64_t ext_spawned, ext_exited;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
-    krt_mlink_t **batches;
+    struct krt_batch *batches; /* spare node batches */
     uint32_t n_batches, cap_batches;
+    struct krt_slab *slabs; /* node slabs, freed with the system */
     pthread_mutex_t transport_lock;
     krt_transport_t transport;
     _Atomic int has_transport;
