@@ -95,6 +95,26 @@ static const char *s_body(const char *rsp)
     return b ? b + 4 : "";
 }
 
+/* Reads from fd until needle was seen (or 5 s). True if seen. */
+static bool s_read_until(int fd, const char *needle)
+{
+    char buf[4096];
+    size_t len = 0;
+    while (len < sizeof buf - 1) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 5000) != 1)
+            return false;
+        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            return false;
+        len += (size_t)n;
+        buf[len] = '\0';
+        if (strstr(buf, needle))
+            return true;
+    }
+    return false;
+}
+
 static bool s_ready(void *arg)
 {
     return ((fx_t *)arg)->ready;
@@ -273,10 +293,7 @@ static void test_stream_client_gone(void **state)
     int c = s_connect(f->h);
     const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
-    char buf[512];
-    struct pollfd p = {.fd = c, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    assert_true(read(c, buf, sizeof buf) > 0);
+    assert_true(s_read_until(c, "data: hi"));
     close(c);
     /* the producer learns that nobody listens any more */
     int rc = 0;
@@ -297,20 +314,13 @@ static void test_stream_idle_gap(void **state)
     int c = s_connect(f->h);
     const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
-    char buf[1024];
-    struct pollfd p = {.fd = c, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    assert_true(read(c, buf, sizeof buf) > 0);
+    assert_true(s_read_until(c, "data: hi"));
     usleep(2500000); /* longer than the content reader's 1 s wait */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(kb_http_stream_write(f->stream, "data: late\n\n", 12), 0);
-    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_true(s_read_until(c, "data: late"));
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    ssize_t n = read(c, buf, sizeof buf - 1);
-    assert_true(n > 0);
-    buf[n] = '\0';
-    assert_non_null(strstr(buf, "data: late"));
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     print_message("late event arrived after %.1f ms\n", ms);
     assert_true(ms < 1500);
@@ -324,10 +334,7 @@ static void test_destroy_with_open_stream(void **state)
     int c = s_connect(f->h);
     const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
-    char buf[512];
-    struct pollfd p = {.fd = c, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    assert_true(read(c, buf, sizeof buf) > 0);
+    assert_true(s_read_until(c, "data: hi"));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kb_http_destroy(&f->h);
