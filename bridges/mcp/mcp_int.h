@@ -1,0 +1,93 @@
+/*
+ * Private interface of the MCP bridge: the tools and prompts half (mcp_tools.c) that the
+ * transport half (mcp.c) dispatches to, and the pure helpers the unit tests reach.
+ */
+#ifndef KB_MCP_INT_H
+#define KB_MCP_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "service.h"
+
+#define KB_MCP_FILE_CAP      ((size_t)1 << 20) /* MCP transfers: 1 MiB of decoded data */
+#define KB_MCP_OUTPUT_CAP    ((size_t)1 << 20) /* read_sandbox_outputs: stdout+stderr per call */
+#define KB_MCP_TEXT_BUDGET   (32u << 10)       /* read_sandbox_file: text bytes per call */
+#define KB_MCP_LINE_MAX      2000              /* bytes kept of one line */
+#define KB_MCP_LINES_DEF     2000              /* default `limit` of read_sandbox_file */
+#define KB_MCP_SNIFF_LEN     512               /* bytes that decide a file's type */
+#define KB_MCP_GUEST_WAIT_MS 120000            /* a guest call's overall bound */
+
+/* One tool call's context: who calls, and a tick run every tick_ms while it waits on the
+ * service (progress notifications). tick may be NULL. */
+typedef struct kb_mcp_call {
+    ka_service_t *svc;
+    const char *caller;
+    bool structured; /* add structuredContent (protocol >= 2025-06-18) */
+    int tick_ms;
+    void (*tick)(void *arg);
+    void *tick_arg;
+} kb_mcp_call_t;
+
+/* The tools/list array (new reference). */
+json_t *kb_mcp_tools_list(void);
+/* True when a tool of that name exists. */
+bool kb_mcp_tool_exists(const char *name);
+/* Runs a tool: a CallToolResult (new reference); service and argument errors are results with
+ * isError: true. args may be NULL (no arguments). NULL only when out of memory. */
+json_t *kb_mcp_tool_call(kb_mcp_call_t *c, const char *name, json_t *args);
+
+/* The prompts/list array (new reference). */
+json_t *kb_mcp_prompts_list(void);
+/* A GetPromptResult (new reference), or NULL with a JSON-RPC code (-32602) and message. */
+json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, size_t cap);
+/* The server instructions of the initialize result. */
+const char *kb_mcp_instructions(void);
+
+/* ---- helpers (exposed for unit tests) ---- */
+
+/* Checks args against one of our input schemas (object, properties of type string, integer,
+ * boolean, array of strings, object of strings; required; additionalProperties false;
+ * minLength/maxLength, minimum/maximum). 0, or -1 with a readable message. */
+int kb_mcp_check_args(const json_t *schema, const json_t *args, char *msg, size_t cap);
+/* Standard base64 with padding. Encode: malloc'd NUL-terminated text. Decode: 0 and a malloc'd
+ * buffer (*out, *out_len), or -1 and msg "illegal base64 data at input byte N". */
+char *kb_mcp_b64_encode(const void *data, size_t len);
+int kb_mcp_b64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len, char *msg,
+                      size_t cap);
+/* MIME type of a file from its first bytes: image/png, image/jpeg, image/gif, image/webp,
+ * application/pdf, application/zip, application/x-gzip, text/plain; charset=utf-8 or
+ * application/octet-stream. */
+const char *kb_mcp_sniff(const unsigned char *p, size_t len);
+/* Image size from its header; 0 or -1 when unknown. */
+int kb_mcp_image_size(const unsigned char *p, size_t len, unsigned *w, unsigned *h);
+/* Go's RFC3339Nano for a unix time in ms (UTC, trailing zeros of the fraction dropped). */
+void kb_mcp_rfc3339(int64_t ms, char *out, size_t cap);
+
+/* Line pager of read_sandbox_file: feed bytes, then finish. */
+typedef struct kb_mcp_pager kb_mcp_pager_t;
+kb_mcp_pager_t *kb_mcp_pager_new(uint64_t offset, uint64_t limit);
+/* Feeds bytes; returns true once the page is complete (more bytes are not needed). */
+bool kb_mcp_pager_feed(kb_mcp_pager_t *p, const char *data, size_t len);
+/* The page text (malloc'd): numbered lines and the continuation note. Frees the pager. */
+char *kb_mcp_pager_finish(kb_mcp_pager_t *p);
+
+/* Output collector of read_sandbox_outputs: takes a data frame within the combined cap. */
+typedef struct {
+    uint64_t off[2]; /* next offset per stream (stdout, stderr) */
+    char *buf[2];    /* returned bytes per stream */
+    size_t len[2], cap;
+    bool truncated;
+} kb_mcp_outputs_t;
+/* Appends the part of (stream, offset, data) not yet seen; false once the cap is reached
+ * (truncated set). stream is KA_STREAM_STDOUT or KA_STREAM_STDERR. */
+bool kb_mcp_outputs_add(kb_mcp_outputs_t *o, int stream, uint64_t offset, const char *data,
+                        size_t len);
+void kb_mcp_outputs_free(kb_mcp_outputs_t *o);
+
+/* "PROCESS_STATUS_RUNNING", _COMPLETED (exit 0), _FAILED, _TERMINATED (128+signal). */
+const char *kb_mcp_process_status(int state, int exit_code);
+
+#endif

@@ -1,0 +1,1755 @@
+/*
+ * The MCP bridge's tools and prompts (reference section 2): argument schemas and checks,
+ * translation to the service layer (ka_service), results as MCP CallToolResults. Service errors
+ * become results with isError: true and the service's message, so an agent can correct itself.
+ * Waiting on the service happens here, on the caller's thread, with a periodic tick (progress).
+ */
+#include "mcp_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "control_msgs.h"
+#include "sandboxes.h"
+#include "store.h"
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static const char *const s_code_names[] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+static const char *s_code_name(int code)
+{
+    return code >= 0 && code <= KA_UNAUTHENTICATED ? s_code_names[code] : "UNKNOWN";
+}
+
+/* A tool error result: "<CODE>: <message>". */
+static json_t *s_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static json_t *s_error(int code, const char *fmt, ...)
+{
+    char msg[1024], text[1100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(text, sizeof text, "%s: %s", s_code_name(code), msg);
+    return json_pack("{s:[{s:s,s:s}],s:b,s:{s:s}}", "content", "type", "text", "text", text,
+                     "isError", 1, "_meta", "kagent.dev/error-code", s_code_name(code));
+}
+
+static json_t *s_status_error(const ka_status_t *st)
+{
+    return s_error(st->code ? st->code : KA_INTERNAL, "%s",
+                   st->message[0] ? st->message : "the call failed");
+}
+
+/* A success result: the object as JSON text (and structuredContent). Steals obj. */
+static json_t *s_ok(kb_mcp_call_t *c, json_t *obj)
+{
+    if (!obj)
+        return NULL;
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_t *r = text ? json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text", text,
+                                 "isError", 0)
+                     : NULL;
+    free(text);
+    if (r && c->structured)
+        json_object_set(r, "structuredContent", obj);
+    json_decref(obj);
+    return r;
+}
+
+static int64_t s_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *s_str(const json_t *args, const char *key, const char *def)
+{
+    const char *v = json_string_value(json_object_get(args, key));
+    return v ? v : def;
+}
+
+static int64_t s_int(const json_t *args, const char *key, int64_t def)
+{
+    const json_t *v = json_object_get(args, key);
+    if (json_is_integer(v))
+        return json_integer_value(v);
+    if (json_is_real(v))
+        return (int64_t)json_real_value(v);
+    return def;
+}
+
+/* Copies s into a fixed field; false when it does not fit. */
+static bool s_put(char *dst, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n >= cap)
+        return false;
+    memcpy(dst, s, n + 1);
+    return true;
+}
+
+/* ---- waiting on the service ------------------------------------------------------------------ */
+
+typedef struct s_frame {
+    struct s_frame *next;
+    size_t len;
+    _Alignas(8) unsigned char bytes[]; /* a ka_guest_reply_t and its tail */
+} s_frame_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    ka_status_t st;
+    void *body;
+    size_t len;
+    s_frame_t *head, **tail;
+} s_wait_t;
+
+static void s_wait_init(s_wait_t *w)
+{
+    memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    w->tail = &w->head;
+}
+
+static void s_wait_fini(s_wait_t *w)
+{
+    while (w->head) {
+        s_frame_t *f = w->head;
+        w->head = f->next;
+        free(f);
+    }
+    free(w->body);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+/* Waits (lock held) until ready(w) or the tick interval passes; runs the tick unlocked. */
+static void s_wait_step(kb_mcp_call_t *c, s_wait_t *w)
+{
+    int ms = c->tick && c->tick_ms > 0 ? c->tick_ms : 1000;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT && c->tick) {
+        pthread_mutex_unlock(&w->mu);
+        c->tick(c->tick_arg);
+        pthread_mutex_lock(&w->mu);
+    }
+}
+
+static void s_on_unary(void *user, const ka_status_t *st, const void *body, size_t len)
+{
+    s_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->st = *st;
+    if (body && len && (w->body = malloc(len))) {
+        memcpy(w->body, body, len);
+        w->len = len;
+    }
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A unary service call. Returns the status code; *st the status; on success *out and *out_len the
+ * reply (malloc'd, caller frees). */
+static int s_unary(kb_mcp_call_t *c, uint32_t type, const void *body, size_t len, ka_status_t *st,
+                   void **out, size_t *out_len)
+{
+    s_wait_t w;
+    s_wait_init(&w);
+    int rc = ka_svc_call(c->svc, type, body, len, 0, s_on_unary, &w);
+    if (rc) {
+        s_wait_fini(&w);
+        memset(st, 0, sizeof *st);
+        st->code = KA_UNAVAILABLE;
+        snprintf(st->message, sizeof st->message, "the control plane is not running");
+        return st->code;
+    }
+    pthread_mutex_lock(&w.mu);
+    while (!w.done) /* the service answers exactly once, within its timeout */
+        s_wait_step(c, &w);
+    pthread_mutex_unlock(&w.mu);
+    *st = w.st;
+    if (out && st->code == KA_OK && w.body) {
+        *out = w.body;
+        *out_len = w.len;
+        w.body = NULL;
+    }
+    s_wait_fini(&w);
+    return st->code;
+}
+
+static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_wait_t *w = user;
+    s_frame_t *fr = malloc(sizeof *fr + len);
+    pthread_mutex_lock(&w->mu);
+    if (fr) {
+        fr->next = NULL;
+        fr->len = len;
+        memcpy(fr->bytes, f, len);
+        *w->tail = fr;
+        w->tail = &fr->next;
+    } else if (f->final) { /* out of memory: still end the wait */
+        w->st = f->status;
+        w->done = true;
+    }
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Takes data frames; returns false when it needs no more (the stream is then cancelled). */
+typedef bool (*s_data_fn)(void *u, const ka_guest_reply_t *f);
+
+/* A guest call (q is consumed). Data frames go to on_data; *fin receives the final frame's
+ * header. Returns the final status code. */
+static int s_guest(kb_mcp_call_t *c, ka_guest_req_t *q, s_data_fn on_data, void *u,
+                   ka_guest_reply_t *fin)
+{
+    memset(fin, 0, sizeof *fin);
+    if (!q) {
+        fin->status.code = KA_INTERNAL;
+        snprintf(fin->status.message, sizeof fin->status.message, "out of memory");
+        return KA_INTERNAL;
+    }
+    s_wait_t w;
+    s_wait_init(&w);
+    krt_addr_t stream = KRT_ADDR_NONE;
+    int rc = ka_svc_stream(c->svc, q, sizeof *q + q->tail_len, s_on_frame, &w, &stream);
+    free(q);
+    if (rc) {
+        s_wait_fini(&w);
+        fin->status.code = KA_UNAVAILABLE;
+        snprintf(fin->status.message, sizeof fin->status.message,
+                 "the sandbox service is not running");
+        return KA_UNAVAILABLE;
+    }
+    int64_t deadline = s_mono_ms() + KB_MCP_GUEST_WAIT_MS;
+    bool cancelled = false, have_final = false;
+    pthread_mutex_lock(&w.mu);
+    while (!have_final && !w.done) {
+        if (!w.head) {
+            if (!cancelled && s_mono_ms() > deadline) {
+                cancelled = true;
+                ka_svc_stream_cancel(c->svc, stream);
+            }
+            s_wait_step(c, &w);
+            continue;
+        }
+        s_frame_t *fr = w.head;
+        w.head = fr->next;
+        if (!w.head)
+            w.tail = &w.head;
+        pthread_mutex_unlock(&w.mu);
+        const ka_guest_reply_t *f = (const ka_guest_reply_t *)fr->bytes;
+        if (f->final) {
+            *fin = *f;
+            fin->tail_len = 0;
+            have_final = true;
+        } else if (!cancelled && on_data && fr->len >= sizeof *f + f->tail_len && !on_data(u, f)) {
+            cancelled = true;
+            ka_svc_stream_cancel(c->svc, stream);
+        }
+        free(fr);
+        pthread_mutex_lock(&w.mu);
+    }
+    if (!have_final)
+        fin->status = w.st;
+    pthread_mutex_unlock(&w.mu);
+    s_wait_fini(&w);
+    return fin->status.code;
+}
+
+/* ---- results shared by tools ---------------------------------------------------------------- */
+
+void kb_mcp_rfc3339(int64_t ms, char *out, size_t cap)
+{
+    time_t sec = (time_t)(ms / 1000);
+    int frac = (int)(ms % 1000);
+    if (frac < 0) {
+        frac += 1000;
+        sec--;
+    }
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char base[64];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!frac) {
+        snprintf(out, cap, "%sZ", base);
+        return;
+    }
+    char f[8];
+    snprintf(f, sizeof f, "%03d", frac);
+    for (int i = 2; i > 0 && f[i] == '0'; i--)
+        f[i] = '\0';
+    snprintf(out, cap, "%s.%sZ", base, f);
+}
+
+/* The reference's sandbox summary. */
+static json_t *s_summary(const ka_store_sandbox_t *sb)
+{
+    char exp[64];
+    kb_mcp_rfc3339(sb->expires_ms, exp, sizeof exp);
+    const char *state = ka_state_name(sb->state), *op = ka_op_name(sb->operation);
+    json_t *o = json_pack("{s:s,s:{s:s,s:s}}", "id", sb->id, "sandbox_template", "namespace",
+                          sb->template_namespace, "name", sb->template_name);
+    if (!o)
+        return NULL;
+    if (sb->name[0])
+        json_object_set_new(o, "name", json_string(sb->name));
+    json_object_set_new(o, "state", json_string(state ? state : "RUNTIME_STATE_UNSPECIFIED"));
+    json_object_set_new(o, "operation", json_string(op ? op : "RUNTIME_OPERATION_NONE"));
+    json_object_set_new(o, "expires_at", json_string(exp));
+    if (sb->failure_reason[0] || sb->failure_message[0])
+        json_object_set_new(
+            o, "failure",
+            json_pack("{s:s,s:s}", "reason", sb->failure_reason, "message", sb->failure_message));
+    return o;
+}
+
+const char *kb_mcp_process_status(int state, int exit_code)
+{
+    if (state != 2)
+        return "PROCESS_STATUS_RUNNING";
+    if (exit_code == 0)
+        return "PROCESS_STATUS_COMPLETED";
+    if (exit_code > 128 && exit_code <= 128 + 64)
+        return "PROCESS_STATUS_TERMINATED";
+    return "PROCESS_STATUS_FAILED";
+}
+
+static json_t *s_process_id(uint64_t proc)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRIu64, proc);
+    return json_string(b);
+}
+
+/* process_id as start_sandbox_process returns it: decimal digits. */
+static bool s_parse_proc(const char *s, uint64_t *out)
+{
+    if (!s || !*s || strlen(s) > 20)
+        return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* ---- lifecycle tools --------------------------------------------------------------------------
+ */
+
+static json_t *t_list_templates(kb_mcp_call_t *c, json_t *args)
+{
+    ka_tpl_key_t k;
+    memset(&k, 0, sizeof k);
+    if (!s_put(k.namespace_, sizeof k.namespace_, s_str(args, "namespace", "")))
+        return s_error(KA_INVALID_ARGUMENT, "namespace: must be a DNS label of 1-63 characters");
+    ka_status_t st;
+    void *body = NULL;
+    size_t len = 0;
+    if (s_unary(c, KA_TPL_LIST, &k, sizeof k, &st, &body, &len) != KA_OK)
+        return s_status_error(&st);
+    json_t *list = json_array();
+    if (len >= sizeof(ka_tpl_reply_t)) {
+        const ka_tpl_reply_t *tr = body;
+        size_t blen = len - offsetof(ka_tpl_reply_t, blob);
+        for (const ka_store_template_t *t = ka_store_blob_next(&tr->blob, blen, NULL); t;
+             t = ka_store_blob_next(&tr->blob, blen, t))
+            if (!t->deleted)
+                json_array_append_new(
+                    list, json_pack("{s:s,s:s}", "namespace", t->namespace_, "name", t->name));
+    }
+    free(body);
+    return s_ok(c, json_pack("{s:o}", "templates", list));
+}
+
+static json_t *t_create(kb_mcp_call_t *c, json_t *args)
+{
+    ka_sbx_create_t q;
+    memset(&q, 0, sizeof q);
+    s_put(q.caller, sizeof q.caller, c->caller);
+    if (!s_put(q.template_namespace, sizeof q.template_namespace, s_str(args, "namespace", "")))
+        return s_error(KA_INVALID_ARGUMENT,
+                       "sandbox_template.namespace: must be a DNS label of 1-63 characters");
+    if (!s_put(q.template_name, sizeof q.template_name, s_str(args, "template", "")))
+        return s_error(KA_INVALID_ARGUMENT,
+                       "sandbox_template.name: must be a DNS subdomain of 1-253 characters");
+    if (!s_put(q.request_id, sizeof q.request_id, s_str(args, "request_id", "")))
+        return s_error(KA_INVALID_ARGUMENT, "request_id must be 1-128 characters");
+    if (!s_put(q.name, sizeof q.name, s_str(args, "name", "")))
+        return s_error(KA_INVALID_ARGUMENT, "name must be at most 200 characters");
+    int64_t ttl = s_int(args, "ttl_seconds", 0);
+    q.ttl_ms = ttl * 1000;
+    ka_status_t st;
+    void *body = NULL;
+    size_t len = 0;
+    if (s_unary(c, KA_SBX_CREATE, &q, sizeof q, &st, &body, &len) != KA_OK)
+        return s_status_error(&st);
+    json_t *r = len >= sizeof(ka_sbx_reply_t)
+                    ? s_ok(c, s_summary(&((ka_sbx_reply_t *)body)->sandbox))
+                    : s_error(KA_INTERNAL, "short reply");
+    free(body);
+    return r;
+}
+
+static json_t *t_list_sandboxes(kb_mcp_call_t *c, json_t *args)
+{
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    s_put(q.caller, sizeof q.caller, c->caller);
+    q.limit = (int32_t)s_int(args, "page_size", 0);
+    const char *tok = s_str(args, "page_token", "");
+    if (*tok) {
+        uint64_t off;
+        if (!s_parse_proc(tok, &off) || off > INT32_MAX)
+            return s_error(KA_INVALID_ARGUMENT, "invalid page_token");
+        q.offset = (int32_t)off;
+    }
+    ka_status_t st;
+    void *body = NULL;
+    size_t len = 0;
+    if (s_unary(c, KA_SBX_LIST, &q, sizeof q, &st, &body, &len) != KA_OK)
+        return s_status_error(&st);
+    const ka_sbx_list_t *l = body;
+    json_t *items = json_array();
+    uint32_t n = 0;
+    if (len >= sizeof *l) {
+        n = l->count;
+        if (n > (len - sizeof *l) / sizeof l->items[0])
+            n = (uint32_t)((len - sizeof *l) / sizeof l->items[0]);
+        for (uint32_t i = 0; i < n; i++)
+            json_array_append_new(items, s_summary(&l->items[i]));
+    }
+    json_t *o = json_pack("{s:o}", "sandboxes", items);
+    if (len >= sizeof *l && l->more) {
+        char next[32];
+        snprintf(next, sizeof next, "%" PRId64, (int64_t)q.offset + n);
+        json_object_set_new(o, "next_page_token", json_string(next));
+    }
+    free(body);
+    return s_ok(c, o);
+}
+
+static json_t *s_sandbox_id_error(void)
+{
+    return s_error(KA_INVALID_ARGUMENT, "%s", KA_MSG_NOT_UUID);
+}
+
+static json_t *s_lifecycle(kb_mcp_call_t *c, json_t *args, uint32_t type)
+{
+    const char *id = s_str(args, "sandbox_id", "");
+    ka_sbx_key_t k;
+    memset(&k, 0, sizeof k);
+    s_put(k.caller, sizeof k.caller, c->caller);
+    if (ka_check_uuid(id) || !s_put(k.id, sizeof k.id, id))
+        return s_sandbox_id_error();
+    ka_status_t st;
+    void *body = NULL;
+    size_t len = 0;
+    if (s_unary(c, type, &k, sizeof k, &st, &body, &len) != KA_OK)
+        return s_status_error(&st);
+    json_t *r = len >= sizeof(ka_sbx_reply_t)
+                    ? s_ok(c, s_summary(&((ka_sbx_reply_t *)body)->sandbox))
+                    : s_error(KA_INTERNAL, "short reply");
+    free(body);
+    return r;
+}
+
+static json_t *t_get(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_GET);
+}
+static json_t *t_suspend(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_SUSPEND);
+}
+static json_t *t_resume(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_RESUME);
+}
+static json_t *t_delete(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_DELETE);
+}
+
+/* ---- process tools ----------------------------------------------------------------------------
+ */
+
+/* A guest request for args' sandbox_id (and process_id when want_proc); NULL with *err set. */
+static ka_guest_req_t *s_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail,
+                                   bool want_proc, json_t **err)
+{
+    const char *id = s_str(args, "sandbox_id", "");
+    if (ka_check_uuid(id) || strlen(id) >= KA_STORE_ID_LEN) {
+        *err = s_sandbox_id_error();
+        return NULL;
+    }
+    uint64_t proc = 0;
+    if (want_proc && !s_parse_proc(s_str(args, "process_id", ""), &proc)) {
+        *err = s_error(KA_INVALID_ARGUMENT,
+                       "process_id must be a process id returned by start_sandbox_process");
+        return NULL;
+    }
+    ka_guest_req_t *q = ka_guest_req_new(c->caller, id, op, tail);
+    if (!q) {
+        *err = s_error(KA_INTERNAL, "out of memory");
+        return NULL;
+    }
+    q->proc = proc;
+    return q;
+}
+
+#define S_START_TAIL_MAX ((size_t)256 << 10)
+
+static json_t *t_start(kb_mcp_call_t *c, json_t *args)
+{
+    json_t *cmd = json_object_get(args, "command"), *env = json_object_get(args, "env");
+    size_t tail = 0, n_env = 0;
+    size_t i;
+    json_t *v;
+    const char *key;
+    if (json_array_size(cmd) == 0)
+        return s_error(KA_INVALID_ARGUMENT, "command must not be empty");
+    json_array_foreach(cmd, i, v) tail += strlen(json_string_value(v)) + 1;
+    json_object_foreach(env, key, v)
+    {
+        if (!*key || strchr(key, '='))
+            return s_error(KA_INVALID_ARGUMENT, "env name \"%s\" is not valid", key);
+        tail += strlen(key) + 1 + strlen(json_string_value(v)) + 1;
+        n_env++;
+    }
+    if (tail > S_START_TAIL_MAX)
+        return s_error(KA_INVALID_ARGUMENT, "command and env exceed 256 KiB");
+    const char *cwd = s_str(args, "cwd", "");
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_START, tail, false, &err);
+    if (!q)
+        return err;
+    if (!s_put(q->cwd, sizeof q->cwd, cwd)) {
+        free(q);
+        return s_error(KA_INVALID_ARGUMENT, "cwd must be at most 1023 bytes");
+    }
+    char *p = q->tail;
+    json_array_foreach(cmd, i, v) p = stpcpy(p, json_string_value(v)) + 1;
+    json_object_foreach(env, key, v)
+    {
+        p = stpcpy(p, key);
+        *p++ = '=';
+        p = stpcpy(p, json_string_value(v)) + 1;
+    }
+    q->n_argv = (uint32_t)json_array_size(cmd);
+    q->n_env = (uint32_t)n_env;
+    ka_guest_reply_t fin;
+    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
+        return s_status_error(&fin.status);
+    return s_ok(c, json_pack("{s:o}", "process_id", s_process_id(fin.process.proc)));
+}
+
+static json_t *s_process_json(const ka_process_info_t *p, bool with_status)
+{
+    json_t *o = json_pack("{s:o}", "process_id", s_process_id(p->proc));
+    if (with_status)
+        json_object_set_new(o, "status",
+                            json_string(kb_mcp_process_status(p->state, p->exit_code)));
+    json_object_set_new(o, "exit_code", json_integer(p->exit_code));
+    return o;
+}
+
+static json_t *t_get_process(kb_mcp_call_t *c, json_t *args)
+{
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_GET, 0, true, &err);
+    if (!q)
+        return err;
+    ka_guest_reply_t fin;
+    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
+        return s_status_error(&fin.status);
+    return s_ok(c, s_process_json(&fin.process, true));
+}
+
+static json_t *t_kill_process(kb_mcp_call_t *c, json_t *args)
+{
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_SIGNAL, 0, true, &err);
+    if (!q)
+        return err;
+    q->signal = SIGKILL;
+    ka_guest_reply_t fin;
+    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
+        return s_status_error(&fin.status);
+    /* the kill is asynchronous: wait (bounded) for the exit to report its code */
+    ka_process_info_t p = fin.process;
+    for (int i = 0; i < 100 && !(fin.has_process && p.state == 2); i++) {
+        q = s_guest_req(c, args, KA_GUEST_GET, 0, true, &err);
+        if (!q)
+            return err;
+        if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
+            return s_status_error(&fin.status);
+        p = fin.process;
+        if (p.state != 2) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return s_ok(c, s_process_json(&p, p.state != 2));
+}
+
+bool kb_mcp_outputs_add(kb_mcp_outputs_t *o, int stream, uint64_t offset, const char *data,
+                        size_t len)
+{
+    int i = stream == KA_STREAM_STDERR ? 1 : 0;
+    if (o->truncated)
+        return false;
+    if (offset + len <= o->off[i])
+        return true; /* already returned */
+    if (offset < o->off[i]) {
+        size_t skip = (size_t)(o->off[i] - offset);
+        data += skip;
+        len -= skip;
+        offset = o->off[i];
+    }
+    if (offset > o->off[i]) /* the spool dropped bytes: continue after the gap */
+        o->off[i] = offset;
+    size_t used = o->len[0] + o->len[1];
+    size_t room = o->cap > used ? o->cap - used : 0;
+    size_t take = len < room ? len : room;
+    if (take) {
+        char *nb = realloc(o->buf[i], o->len[i] + take);
+        if (!nb) {
+            o->truncated = true;
+            return false;
+        }
+        memcpy(nb + o->len[i], data, take);
+        o->buf[i] = nb;
+        o->len[i] += take;
+        o->off[i] += take;
+    }
+    if (take < len) {
+        o->truncated = true;
+        return false;
+    }
+    return true;
+}
+
+void kb_mcp_outputs_free(kb_mcp_outputs_t *o)
+{
+    free(o->buf[0]);
+    free(o->buf[1]);
+    o->buf[0] = o->buf[1] = NULL;
+}
+
+static bool s_outputs_data(void *u, const ka_guest_reply_t *f)
+{
+    if (f->stream != KA_STREAM_STDOUT && f->stream != KA_STREAM_STDERR)
+        return true;
+    return kb_mcp_outputs_add(u, f->stream, f->offset, f->tail, f->tail_len);
+}
+
+static json_t *t_read_outputs(kb_mcp_call_t *c, json_t *args)
+{
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_OUTPUT, 0, true, &err);
+    if (!q)
+        return err;
+    kb_mcp_outputs_t o;
+    memset(&o, 0, sizeof o);
+    o.cap = KB_MCP_OUTPUT_CAP;
+    o.off[0] = q->stdout_offset = (uint64_t)s_int(args, "stdout_offset", 0);
+    o.off[1] = q->stderr_offset = (uint64_t)s_int(args, "stderr_offset", 0);
+    q->follow = 0;
+    ka_guest_reply_t fin;
+    int code = s_guest(c, q, s_outputs_data, &o, &fin);
+    if (code != KA_OK && !(code == KA_CANCELLED && o.truncated)) {
+        kb_mcp_outputs_free(&o);
+        return s_status_error(&fin.status);
+    }
+    char *b0 = kb_mcp_b64_encode(o.buf[0], o.len[0]), *b1 = kb_mcp_b64_encode(o.buf[1], o.len[1]);
+    bool exited = code == KA_OK && fin.has_process && fin.process.state == 2;
+    json_t *r =
+        json_pack("{s:s,s:s,s:I,s:I,s:b,s:b}", "stdout_base64", b0 ? b0 : "", "stderr_base64",
+                  b1 ? b1 : "", "stdout_offset", (json_int_t)o.off[0], "stderr_offset",
+                  (json_int_t)o.off[1], "truncated", o.truncated, "exited", exited);
+    if (r && exited)
+        json_object_set_new(r, "exit_code", json_integer(fin.process.exit_code));
+    free(b0);
+    free(b1);
+    kb_mcp_outputs_free(&o);
+    return s_ok(c, r);
+}
+
+/* ---- file tools -------------------------------------------------------------------------------
+ */
+
+static json_t *t_write_file(kb_mcp_call_t *c, json_t *args)
+{
+    const char *path = s_str(args, "path", ""), *b64 = s_str(args, "data_base64", "");
+    size_t blen = strlen(b64);
+    if (blen > (KB_MCP_FILE_CAP + 2) / 3 * 4)
+        return s_error(KA_INVALID_ARGUMENT, "file exceeds MCP 1 MiB limit");
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char msg[128];
+    if (kb_mcp_b64_decode(b64, blen, &data, &len, msg, sizeof msg))
+        return s_error(KA_INVALID_ARGUMENT, "invalid base64: %s", msg);
+    if (len > KB_MCP_FILE_CAP) {
+        free(data);
+        return s_error(KA_INVALID_ARGUMENT, "file exceeds MCP 1 MiB limit");
+    }
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_WRITE, len, false, &err);
+    if (!q) {
+        free(data);
+        return err;
+    }
+    if (!*path || !s_put(q->path, sizeof q->path, path)) {
+        free(data);
+        free(q);
+        return s_error(KA_INVALID_ARGUMENT, "path must be 1-1023 bytes");
+    }
+    if (len)
+        memcpy(q->tail, data, len);
+    free(data);
+    q->mode = (uint32_t)s_int(args, "mode", 0);
+    q->seek_offset = 0; /* always the whole file */
+    ka_guest_reply_t fin;
+    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
+        return s_status_error(&fin.status);
+    return s_ok(c, json_pack("{s:I}", "bytes_written", (json_int_t)fin.written));
+}
+
+enum { S_KIND_UNDECIDED, S_KIND_TEXT, S_KIND_IMAGE, S_KIND_BINARY };
+
+typedef struct {
+    uint64_t byte_offset;
+    unsigned char head[KB_MCP_SNIFF_LEN];
+    size_t head_len;
+    int kind;
+    const char *mime;
+    kb_mcp_pager_t *pager;
+    bool page_done;
+    unsigned char *win; /* bytes [byte_offset, byte_offset + win_len) */
+    size_t win_len;
+    uint64_t pos; /* bytes seen */
+    bool oom;
+} s_read_t;
+
+static bool s_is_image(const char *mime)
+{
+    return strncmp(mime, "image/", 6) == 0;
+}
+
+/* Routes bytes at file position r->pos to the chosen kind; false when done. */
+static bool s_read_route(s_read_t *r, const unsigned char *p, size_t n)
+{
+    if (r->kind == S_KIND_TEXT) {
+        r->pos += n;
+        if (!r->page_done)
+            r->page_done = kb_mcp_pager_feed(r->pager, (const char *)p, n);
+        return !r->page_done;
+    }
+    /* image or binary: keep the window, count the rest */
+    uint64_t start = r->pos, end = r->pos + n;
+    uint64_t ws = r->byte_offset, we = r->byte_offset + KB_MCP_FILE_CAP;
+    uint64_t a = start > ws ? start : ws, b = end < we ? end : we;
+    if (a < b) {
+        unsigned char *nw = realloc(r->win, r->win_len + (size_t)(b - a));
+        if (!nw) {
+            r->oom = true;
+            return false;
+        }
+        memcpy(nw + r->win_len, p + (a - start), (size_t)(b - a));
+        r->win = nw;
+        r->win_len += (size_t)(b - a);
+    }
+    r->pos = end;
+    return true; /* read on: the final frame tells the size */
+}
+
+static void s_read_decide(s_read_t *r, uint64_t offset, uint64_t limit)
+{
+    r->mime = kb_mcp_sniff(r->head, r->head_len);
+    if (strncmp(r->mime, "text/", 5) == 0) {
+        r->kind = S_KIND_TEXT;
+        r->pager = kb_mcp_pager_new(offset, limit);
+    } else {
+        r->kind = s_is_image(r->mime) ? S_KIND_IMAGE : S_KIND_BINARY;
+    }
+}
+
+typedef struct {
+    s_read_t *r;
+    uint64_t offset, limit;
+} s_read_ctx_t;
+
+static bool s_read_data(void *u, const ka_guest_reply_t *f)
+{
+    s_read_ctx_t *x = u;
+    s_read_t *r = x->r;
+    const unsigned char *p = (const unsigned char *)f->tail;
+    size_t n = f->tail_len;
+    if (r->kind == S_KIND_UNDECIDED) {
+        size_t take = KB_MCP_SNIFF_LEN - r->head_len;
+        if (take > n)
+            take = n;
+        memcpy(r->head + r->head_len, p, take);
+        r->head_len += take;
+        p += take;
+        n -= take;
+        if (r->head_len < KB_MCP_SNIFF_LEN)
+            return true;
+        s_read_decide(r, x->offset, x->limit);
+        if (!s_read_route(r, r->head, r->head_len))
+            return false;
+    }
+    return n ? s_read_route(r, p, n) : true;
+}
+
+static json_t *s_read_binary(kb_mcp_call_t *c, s_read_t *r, uint64_t size)
+{
+    if (r->kind == S_KIND_IMAGE && r->byte_offset == 0 && size <= KB_MCP_FILE_CAP &&
+        r->win_len == size) {
+        unsigned w = 0, h = 0;
+        char cap[128];
+        if (kb_mcp_image_size(r->win, r->win_len, &w, &h) == 0)
+            snprintf(cap, sizeof cap, "%s, %u\xc3\x97%u px", r->mime, w, h);
+        else
+            snprintf(cap, sizeof cap, "%s", r->mime);
+        char *b = kb_mcp_b64_encode(r->win, r->win_len);
+        json_t *res =
+            json_pack("{s:[{s:s,s:s},{s:s,s:s,s:s,s:{s:s}}],s:b}", "content", "type", "text",
+                      "text", cap, "type", "image", "data", b ? b : "", "mimeType", r->mime,
+                      "_meta", "codex/imageDetail", "original", "isError", 0);
+        free(b);
+        return res;
+    }
+    char *b = kb_mcp_b64_encode(r->win, r->win_len);
+    json_t *o = json_pack("{s:s,s:I,s:I,s:s}", "mime_type", r->mime, "size", (json_int_t)size,
+                          "byte_offset", (json_int_t)r->byte_offset, "data_base64", b ? b : "");
+    free(b);
+    uint64_t next = r->byte_offset + r->win_len;
+    if (next < size)
+        json_object_set_new(o, "next_byte_offset", json_integer((json_int_t)next));
+    char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char desc[160];
+    if (next < size)
+        snprintf(desc, sizeof desc,
+                 "binary file, %s (%" PRIu64 " bytes; continue with byte_offset=%" PRIu64 ")",
+                 r->mime, size, next);
+    else
+        snprintf(desc, sizeof desc, "binary file, %s (%" PRIu64 " bytes)", r->mime, size);
+    json_t *res = json_pack("{s:[{s:s,s:s},{s:s,s:s}],s:b}", "content", "type", "text", "text",
+                            desc, "type", "text", "text", text ? text : "{}", "isError", 0);
+    free(text);
+    if (res && c->structured)
+        json_object_set(res, "structuredContent", o);
+    json_decref(o);
+    return res;
+}
+
+static json_t *t_read_file(kb_mcp_call_t *c, json_t *args)
+{
+    const char *path = s_str(args, "path", "");
+    json_t *err = NULL;
+    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_READ, 0, false, &err);
+    if (!q)
+        return err;
+    if (!*path || !s_put(q->path, sizeof q->path, path)) {
+        free(q);
+        return s_error(KA_INVALID_ARGUMENT, "path must be 1-1023 bytes");
+    }
+    s_read_t r;
+    memset(&r, 0, sizeof r);
+    r.byte_offset = (uint64_t)s_int(args, "byte_offset", 0);
+    s_read_ctx_t x = {&r, (uint64_t)s_int(args, "offset", 1),
+                      (uint64_t)s_int(args, "limit", KB_MCP_LINES_DEF)};
+    ka_guest_reply_t fin;
+    int code = s_guest(c, q, s_read_data, &x, &fin);
+    json_t *res;
+    if (code != KA_OK && !(code == KA_CANCELLED && r.page_done)) {
+        res = s_status_error(&fin.status);
+    } else if (r.oom) {
+        res = s_error(KA_INTERNAL, "out of memory");
+    } else {
+        if (r.kind == S_KIND_UNDECIDED) { /* a file shorter than the sniff length */
+            s_read_decide(&r, x.offset, x.limit);
+            s_read_route(&r, r.head, r.head_len);
+        }
+        if (r.kind == S_KIND_TEXT) {
+            char *text = kb_mcp_pager_finish(r.pager);
+            r.pager = NULL;
+            res = text ? json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text", text,
+                                   "isError", 0)
+                       : s_error(KA_INTERNAL, "out of memory");
+            free(text);
+        } else {
+            res = s_read_binary(c, &r, code == KA_OK ? fin.written : r.pos);
+        }
+    }
+    if (r.pager)
+        free(kb_mcp_pager_finish(r.pager));
+    free(r.win);
+    return res;
+}
+
+/* ---- the tool table ---------------------------------------------------------------------------
+ */
+
+#define S_ID_PROP                                                                                  \
+    "\"sandbox_id\":{\"type\":\"string\",\"description\":\"The sandbox's id (a UUID) as "          \
+    "create_sandbox or list_sandboxes returned it.\"}"
+#define S_PROC_PROP                                                                                \
+    "\"process_id\":{\"type\":\"string\",\"description\":\"The id start_sandbox_process "          \
+    "returned.\"}"
+
+typedef json_t *(*s_tool_fn)(kb_mcp_call_t *c, json_t *args);
+
+typedef struct {
+    const char *name, *title, *description, *schema;
+    s_tool_fn fn;
+    bool read_only, destructive, idempotent;
+} s_tool_t;
+
+static const s_tool_t s_tools[] = {
+    {"list_sandbox_templates", "List sandbox templates",
+     "Lists the SandboxTemplates a sandbox can be created from, as {templates: [{namespace, "
+     "name}]}. It says nothing about readiness or installed programs.",
+     "{\"type\":\"object\",\"properties\":{\"namespace\":{\"type\":\"string\",\"description\":"
+     "\"Only templates of this namespace.\",\"maxLength\":63}},\"additionalProperties\":false}",
+     t_list_templates, true, false, true},
+    {"create_sandbox", "Create a sandbox",
+     "Creates a sandbox from a template and returns its summary {id, sandbox_template, name, "
+     "state, operation, expires_at, failure}. Idempotent on request_id: a retry with the same "
+     "request_id returns the same sandbox (also after it was deleted), so keep the request_id "
+     "and reuse it for retries. The lifetime (ttl_seconds, 1-86400; 0 or omitted = the operator "
+     "default) is never extended.",
+     "{\"type\":\"object\",\"properties\":{"
+     "\"namespace\":{\"type\":\"string\",\"description\":\"The template's namespace.\","
+     "\"minLength\":1,\"maxLength\":63},"
+     "\"template\":{\"type\":\"string\",\"description\":\"The template's name.\",\"minLength\":1,"
+     "\"maxLength\":253},"
+     "\"request_id\":{\"type\":\"string\",\"description\":\"Your idempotency key (1-128 "
+     "characters); reuse it when retrying.\",\"minLength\":1,\"maxLength\":128},"
+     "\"name\":{\"type\":\"string\",\"description\":\"An optional display name.\",\"maxLength\":"
+     "200},"
+     "\"ttl_seconds\":{\"type\":\"integer\",\"description\":\"Lifetime in seconds (1-86400); 0 "
+     "or omitted = the operator default.\",\"minimum\":0,\"maximum\":86400}},"
+     "\"required\":[\"namespace\",\"template\",\"request_id\"],\"additionalProperties\":false}",
+     t_create, false, false, true},
+    {"list_sandboxes", "List sandboxes",
+     "Lists your sandboxes as {sandboxes: [summary], next_page_token}. Observes only; never "
+     "advances pending work.",
+     "{\"type\":\"object\",\"properties\":{"
+     "\"page_size\":{\"type\":\"integer\",\"description\":\"At most this many (0-100; 0 = "
+     "100).\",\"minimum\":0,\"maximum\":100},"
+     "\"page_token\":{\"type\":\"string\",\"description\":\"next_page_token of the previous "
+     "page.\"}},\"additionalProperties\":false}",
+     t_list_sandboxes, true, false, true},
+    {"get_sandbox", "Get a sandbox",
+     "Returns a sandbox's summary. Observes only; never advances pending work.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_get, true, false, true},
+    {"suspend_sandbox", "Suspend a sandbox",
+     "Suspends a sandbox: its compute is released and /data is kept. Running commands and "
+     "transfers may be interrupted; process handles do not survive.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_suspend, false, true, true},
+    {"resume_sandbox", "Resume a sandbox",
+     "Resumes a suspended sandbox with its /data. Earlier process handles become invalid.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_resume, false, false, true},
+    {"delete_sandbox", "Delete a sandbox",
+     "Deletes a sandbox with its workspace and files. Collect artifacts first.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_delete, false, true, true},
+    {"start_sandbox_process", "Start a process",
+     "Starts a command in a sandbox and returns {process_id} before it completes. command is "
+     "an argv array; shell syntax needs an explicit [\"sh\",\"-c\",\"...\"]. cwd defaults to "
+     "/data/workspace. Never blindly retry a start: check get_sandbox_process first.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
+     "\"command\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
+     "\"description\":\"argv: the program and its arguments.\"},"
+     "\"cwd\":{\"type\":\"string\",\"description\":\"Working directory (default "
+     "/data/workspace).\"},"
+     "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
+     "\"description\":\"Extra environment variables.\"}},"
+     "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
+     t_start, false, false, false},
+    {"get_sandbox_process", "Get a process",
+     "Returns {process_id, status, exit_code}. status is PROCESS_STATUS_RUNNING or one of the "
+     "terminal PROCESS_STATUS_COMPLETED, _FAILED, _TERMINATED; exit_code means nothing while "
+     "RUNNING.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP "," S_PROC_PROP
+     "},\"required\":[\"sandbox_id\",\"process_id\"],\"additionalProperties\":false}",
+     t_get_process, true, false, true},
+    {"kill_sandbox_process", "Kill a process",
+     "Kills a process (SIGKILL to its process group) and returns {process_id, exit_code}.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP "," S_PROC_PROP
+     "},\"required\":[\"sandbox_id\",\"process_id\"],\"additionalProperties\":false}",
+     t_kill_process, false, true, true},
+    {"read_sandbox_outputs", "Read process output",
+     "Returns the output available now, from the given offsets: {stdout_base64, stderr_base64, "
+     "stdout_offset, stderr_offset, truncated, exited, exit_code}. At most 1 MiB of stdout and "
+     "stderr combined; truncated is true when more is waiting. Pass both returned offsets back "
+     "to continue. Empty output does not mean the process finished: it has when exited is true "
+     "(then exit_code is set) and truncated is false.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP "," S_PROC_PROP ","
+     "\"stdout_offset\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Bytes of stdout "
+     "already read.\"},"
+     "\"stderr_offset\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Bytes of stderr "
+     "already read.\"}},"
+     "\"required\":[\"sandbox_id\",\"process_id\"],\"additionalProperties\":false}",
+     t_read_outputs, true, false, true},
+    {"write_sandbox_file", "Write a file",
+     "Writes a whole file (replacing it) from standard base64 data of at most 1 MiB decoded; "
+     "relative paths are under /data/workspace, parents are created. Returns {bytes_written}. "
+     "An interrupted write can leave a partial file.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
+     "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"File path (relative to "
+     "/data/workspace, or absolute inside it).\"},"
+     "\"data_base64\":{\"type\":\"string\",\"description\":\"The content, standard base64 "
+     "(at most 1 MiB decoded).\"},"
+     "\"mode\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":4095,\"description\":\"Unix "
+     "permission bits in decimal, e.g. 420 = 0644.\"}},"
+     "\"required\":[\"sandbox_id\",\"path\",\"data_base64\"],\"additionalProperties\":false}",
+     t_write_file, false, true, true},
+    {"read_sandbox_file", "Read a file",
+     "Reads a file. Text comes back as numbered lines \"<n>: <line>\" from offset (first line, "
+     "from 1), at most limit lines (default 2000) and 32 KiB; long lines are cut; when there is "
+     "more the text ends with (lines A-B; continue with offset=N). Images (PNG, JPEG, GIF, WebP) "
+     "up to 1 MiB come back as image content. Other binary files come back as data_base64 of at "
+     "most 1 MiB from byte_offset, with next_byte_offset when there is more.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
+     "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"File path (relative to "
+     "/data/workspace, or absolute inside it).\"},"
+     "\"offset\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Text: the first line "
+     "to return, from 1.\"},"
+     "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Text: at most this many "
+     "lines (default 2000).\"},"
+     "\"byte_offset\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Binary files: the "
+     "first byte to return.\"}},"
+     "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     t_read_file, true, false, true},
+};
+
+#define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])
+
+static json_t *s_schemas[S_N_TOOLS];
+static pthread_once_t s_schemas_once = PTHREAD_ONCE_INIT;
+
+static void s_schemas_load(void)
+{
+    for (size_t i = 0; i < S_N_TOOLS; i++) {
+        json_error_t e;
+        s_schemas[i] = json_loads(s_tools[i].schema, JSON_PRESERVE_ORDER, &e);
+        if (!s_schemas[i]) {
+            fprintf(stderr, "mcp: schema of %s: %s at %d\n", s_tools[i].name, e.text, e.position);
+            abort(); /* a bug in the table above */
+        }
+    }
+}
+
+static const s_tool_t *s_find(const char *name, size_t *idx)
+{
+    for (size_t i = 0; name && i < S_N_TOOLS; i++)
+        if (strcmp(s_tools[i].name, name) == 0) {
+            if (idx)
+                *idx = i;
+            return &s_tools[i];
+        }
+    return NULL;
+}
+
+json_t *kb_mcp_tools_list(void)
+{
+    pthread_once(&s_schemas_once, s_schemas_load);
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < S_N_TOOLS; i++) {
+        const s_tool_t *t = &s_tools[i];
+        json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:O,s:{s:s,s:b,s:b,s:b,s:b}}", "name",
+                                           t->name, "title", t->title, "description",
+                                           t->description, "inputSchema", s_schemas[i],
+                                           "annotations", "title", t->title, "readOnlyHint",
+                                           t->read_only, "destructiveHint", t->destructive,
+                                           "idempotentHint", t->idempotent, "openWorldHint", 0));
+    }
+    return a;
+}
+
+bool kb_mcp_tool_exists(const char *name)
+{
+    return s_find(name, NULL) != NULL;
+}
+
+json_t *kb_mcp_tool_call(kb_mcp_call_t *c, const char *name, json_t *args)
+{
+    pthread_once(&s_schemas_once, s_schemas_load);
+    size_t i;
+    const s_tool_t *t = s_find(name, &i);
+    if (!t)
+        return s_error(KA_INVALID_ARGUMENT, "unknown tool \"%s\"", name ? name : "");
+    char msg[512];
+    json_t *empty = NULL;
+    if (!args)
+        args = empty = json_object();
+    json_t *r;
+    if (kb_mcp_check_args(s_schemas[i], args, msg, sizeof msg))
+        r = s_error(KA_INVALID_ARGUMENT, "%s", msg);
+    else
+        r = t->fn(c, args);
+    json_decref(empty);
+    return r;
+}
+
+/* ---- argument checks --------------------------------------------------------------------------
+ */
+
+static size_t s_utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static int s_check_value(const char *name, const json_t *prop, const json_t *v, char *msg,
+                         size_t cap)
+{
+    const char *type = json_string_value(json_object_get(prop, "type"));
+    if (!type)
+        return 0;
+    if (strcmp(type, "string") == 0) {
+        if (!json_is_string(v))
+            return snprintf(msg, cap, "%s must be a string", name), -1;
+        size_t n = s_utf8_chars(json_string_value(v));
+        const json_t *mn = json_object_get(prop, "minLength"),
+                     *mx = json_object_get(prop, "maxLength");
+        bool lo = mn && (json_int_t)n < json_integer_value(mn);
+        bool hi = mx && (json_int_t)n > json_integer_value(mx);
+        if ((lo || hi) && mn && mx && json_integer_value(mn) > 0)
+            return snprintf(msg, cap,
+                            "%s must be %" JSON_INTEGER_FORMAT "-%" JSON_INTEGER_FORMAT
+                            " characters",
+                            name, json_integer_value(mn), json_integer_value(mx)),
+                   -1;
+        if (lo)
+            return snprintf(msg, cap, "%s must not be empty", name), -1;
+        if (hi)
+            return snprintf(msg, cap, "%s must be at most %" JSON_INTEGER_FORMAT " characters",
+                            name, json_integer_value(mx)),
+                   -1;
+        return 0;
+    }
+    if (strcmp(type, "integer") == 0) {
+        json_int_t iv;
+        if (json_is_integer(v))
+            iv = json_integer_value(v);
+        else if (json_is_real(v) && json_real_value(v) == (double)(json_int_t)json_real_value(v))
+            iv = (json_int_t)json_real_value(v);
+        else
+            return snprintf(msg, cap, "%s must be an integer", name), -1;
+        const json_t *mn = json_object_get(prop, "minimum"), *mx = json_object_get(prop, "maximum");
+        if ((mn && iv < json_integer_value(mn)) || (mx && iv > json_integer_value(mx))) {
+            if (mn && mx)
+                return snprintf(msg, cap,
+                                "%s must be between %" JSON_INTEGER_FORMAT
+                                " and %" JSON_INTEGER_FORMAT,
+                                name, json_integer_value(mn), json_integer_value(mx)),
+                       -1;
+            return snprintf(msg, cap, "%s must be at least %" JSON_INTEGER_FORMAT, name,
+                            json_integer_value(mn)),
+                   -1;
+        }
+        return 0;
+    }
+    if (strcmp(type, "boolean") == 0)
+        return json_is_boolean(v) ? 0 : (snprintf(msg, cap, "%s must be a boolean", name), -1);
+    if (strcmp(type, "array") == 0) {
+        size_t i;
+        const json_t *e;
+        if (!json_is_array(v))
+            return snprintf(msg, cap, "%s must be an array of strings", name), -1;
+        json_array_foreach(v, i, e) if (!json_is_string(e)) return snprintf(
+            msg, cap, "%s must be an array of strings", name),
+            -1;
+        const json_t *mn = json_object_get(prop, "minItems");
+        if (mn && (json_int_t)json_array_size(v) < json_integer_value(mn))
+            return snprintf(msg, cap, "%s must not be empty", name), -1;
+        return 0;
+    }
+    if (strcmp(type, "object") == 0) {
+        const char *k;
+        const json_t *e;
+        if (!json_is_object(v))
+            return snprintf(msg, cap, "%s must be an object of strings", name), -1;
+        json_object_foreach((json_t *)v, k, e) if (!json_is_string(e)) return snprintf(
+            msg, cap, "%s.%s must be a string", name, k),
+            -1;
+        return 0;
+    }
+    return 0;
+}
+
+int kb_mcp_check_args(const json_t *schema, const json_t *args, char *msg, size_t cap)
+{
+    if (!json_is_object(args))
+        return snprintf(msg, cap, "arguments must be an object"), -1;
+    const json_t *props = json_object_get(schema, "properties");
+    size_t i;
+    const json_t *r;
+    json_array_foreach(json_object_get(schema, "required"), i, r)
+    {
+        const json_t *v = json_object_get(args, json_string_value(r));
+        if (!v || json_is_null(v))
+            return snprintf(msg, cap, "%s is required", json_string_value(r)), -1;
+    }
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)args, k, v)
+    {
+        const json_t *prop = json_object_get(props, k);
+        if (!prop)
+            return snprintf(msg, cap, "unknown argument \"%s\"", k), -1;
+        if (json_is_null(v)) /* an explicit null is an omitted optional argument */
+            continue;
+        if (s_check_value(k, prop, v, msg, cap))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- base64, sniffing, images --------------------------------------------------------------- */
+
+static const char s_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *kb_mcp_b64_encode(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    size_t i = 0;
+    for (; i + 3 <= len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        *o++ = s_b64[v >> 18];
+        *o++ = s_b64[(v >> 12) & 63];
+        *o++ = s_b64[(v >> 6) & 63];
+        *o++ = s_b64[v & 63];
+    }
+    if (i < len) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0);
+        *o++ = s_b64[v >> 18];
+        *o++ = s_b64[(v >> 12) & 63];
+        *o++ = i + 1 < len ? s_b64[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+static int s_b64_val(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+int kb_mcp_b64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len, char *msg,
+                      size_t cap)
+{
+    *out = NULL;
+    *out_len = 0;
+    unsigned char *buf = malloc(len / 4 * 3 + 3);
+    if (!buf)
+        return snprintf(msg, cap, "out of memory"), -1;
+    size_t n = 0, i = 0;
+    while (i < len) {
+        int q[4];
+        size_t pad = 0;
+        for (int k = 0; k < 4; k++, i++) {
+            if (i >= len) {
+                free(buf);
+                return snprintf(msg, cap, "illegal base64 data at input byte %zu", len), -1;
+            }
+            unsigned char ch = (unsigned char)text[i];
+            if (ch == '=' && k >= 2) {
+                q[k] = 0;
+                pad++;
+                continue;
+            }
+            q[k] = pad ? -1 : s_b64_val(ch);
+            if (q[k] < 0) {
+                free(buf);
+                return snprintf(msg, cap, "illegal base64 data at input byte %zu", i), -1;
+            }
+        }
+        if (pad && i < len) { /* padding only at the very end */
+            free(buf);
+            return snprintf(msg, cap, "illegal base64 data at input byte %zu", i), -1;
+        }
+        uint32_t v =
+            (uint32_t)q[0] << 18 | (uint32_t)q[1] << 12 | (uint32_t)q[2] << 6 | (uint32_t)q[3];
+        buf[n++] = (unsigned char)(v >> 16);
+        if (pad < 2)
+            buf[n++] = (unsigned char)(v >> 8);
+        if (pad < 1)
+            buf[n++] = (unsigned char)v;
+    }
+    *out = buf;
+    *out_len = n;
+    return 0;
+}
+
+const char *kb_mcp_sniff(const unsigned char *p, size_t len)
+{
+    if (len >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
+        return "image/png";
+    if (len >= 3 && memcmp(p, "\xff\xd8\xff", 3) == 0)
+        return "image/jpeg";
+    if (len >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0))
+        return "image/gif";
+    if (len >= 14 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBPVP", 6) == 0)
+        return "image/webp";
+    if (len >= 5 && memcmp(p, "%PDF-", 5) == 0)
+        return "application/pdf";
+    if (len >= 3 && memcmp(p, "\x1f\x8b\x08", 3) == 0)
+        return "application/x-gzip";
+    if (len >= 4 && memcmp(p, "PK\x03\x04", 4) == 0)
+        return "application/zip";
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = p[i];
+        if (b <= 0x08 || b == 0x0B || (b >= 0x0E && b <= 0x1A) || (b >= 0x1C && b <= 0x1F))
+            return "application/octet-stream";
+    }
+    return "text/plain; charset=utf-8";
+}
+
+static unsigned s_be16(const unsigned char *p)
+{
+    return (unsigned)p[0] << 8 | p[1];
+}
+static unsigned s_le16(const unsigned char *p)
+{
+    return (unsigned)p[1] << 8 | p[0];
+}
+static unsigned s_be32(const unsigned char *p)
+{
+    return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3];
+}
+static unsigned s_le24(const unsigned char *p)
+{
+    return (unsigned)p[2] << 16 | (unsigned)p[1] << 8 | p[0];
+}
+
+int kb_mcp_image_size(const unsigned char *p, size_t len, unsigned *w, unsigned *h)
+{
+    const char *mime = kb_mcp_sniff(p, len);
+    if (strcmp(mime, "image/png") == 0 && len >= 24) {
+        *w = s_be32(p + 16);
+        *h = s_be32(p + 20);
+        return 0;
+    }
+    if (strcmp(mime, "image/gif") == 0 && len >= 10) {
+        *w = s_le16(p + 6);
+        *h = s_le16(p + 8);
+        return 0;
+    }
+    if (strcmp(mime, "image/jpeg") == 0) {
+        size_t i = 2;
+        while (i + 9 < len) {
+            if (p[i] != 0xFF) {
+                i++;
+                continue;
+            }
+            unsigned m = p[i + 1];
+            if (m == 0xFF) {
+                i++;
+                continue;
+            }
+            if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+                *h = s_be16(p + i + 5);
+                *w = s_be16(p + i + 7);
+                return 0;
+            }
+            if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+                i += 2;
+                continue;
+            }
+            i += 2 + s_be16(p + i + 2);
+        }
+        return -1;
+    }
+    if (strcmp(mime, "image/webp") == 0 && len >= 30) {
+        if (memcmp(p + 12, "VP8 ", 4) == 0) {
+            *w = s_le16(p + 26) & 0x3FFF;
+            *h = s_le16(p + 28) & 0x3FFF;
+            return 0;
+        }
+        if (memcmp(p + 12, "VP8L", 4) == 0 && len >= 25) {
+            uint32_t b = (uint32_t)p[21] | (uint32_t)p[22] << 8 | (uint32_t)p[23] << 16 |
+                         (uint32_t)p[24] << 24;
+            *w = (b & 0x3FFF) + 1;
+            *h = ((b >> 14) & 0x3FFF) + 1;
+            return 0;
+        }
+        if (memcmp(p + 12, "VP8X", 4) == 0) {
+            *w = s_le24(p + 24) + 1;
+            *h = s_le24(p + 27) + 1;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* ---- the line pager -------------------------------------------------------------------------- */
+
+struct kb_mcp_pager {
+    uint64_t offset, limit;
+    uint64_t line; /* number of the line being read (from 1) */
+    bool partial;  /* bytes of the current line seen */
+    char cur[KB_MCP_LINE_MAX];
+    size_t cur_len;
+    bool cut;
+    char *out;
+    size_t out_len, out_cap;
+    uint64_t emitted, last;
+    bool full;
+};
+
+kb_mcp_pager_t *kb_mcp_pager_new(uint64_t offset, uint64_t limit)
+{
+    kb_mcp_pager_t *p = calloc(1, sizeof *p);
+    if (p) {
+        p->offset = offset ? offset : 1;
+        p->limit = limit ? limit : KB_MCP_LINES_DEF;
+        p->line = 1;
+    }
+    return p;
+}
+
+static void s_out(kb_mcp_pager_t *p, const char *s, size_t n)
+{
+    if (p->out_len + n + 1 > p->out_cap) {
+        size_t cap = (p->out_len + n + 1) * 2;
+        char *b = realloc(p->out, cap);
+        if (!b)
+            return;
+        p->out = b;
+        p->out_cap = cap;
+    }
+    memcpy(p->out + p->out_len, s, n);
+    p->out_len += n;
+    p->out[p->out_len] = '\0';
+}
+
+/* Length of a valid UTF-8 sequence at s (n bytes available), or 0. */
+static size_t s_utf8_seq(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t k = s[0] >= 0xF0 && s[0] <= 0xF4  ? 4
+               : s[0] >= 0xE0                ? 3
+               : s[0] >= 0xC2 && s[0] < 0xE0 ? 2
+                                             : 0;
+    if (!k || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    uint32_t cp = k == 2   ? (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu)
+                  : k == 3 ? (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu)
+                           : (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 |
+                                 (s[3] & 0x3Fu);
+    if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return k;
+}
+
+/* Formats the current line ("<n>: <text>\n") if it fits the page; sets full otherwise. */
+static void s_emit(kb_mcp_pager_t *p)
+{
+    if (p->emitted >= p->limit) {
+        p->full = true;
+        return;
+    }
+    size_t n = p->cur_len;
+    if (n && p->cur[n - 1] == '\r' && !p->cut)
+        n--;
+    if (p->cut) /* do not end inside a character */
+        while (n && ((unsigned char)p->cur[n - 1] & 0xC0) == 0x80)
+            n--, (void)0;
+    char text[KB_MCP_LINE_MAX * 3 + 64];
+    int t = snprintf(text, sizeof text, "%" PRIu64 ": ", p->line);
+    size_t tl = (size_t)t;
+    const unsigned char *s = (const unsigned char *)p->cur;
+    for (size_t i = 0; i < n;) {
+        size_t k = s_utf8_seq(s + i, n - i);
+        if (k) {
+            memcpy(text + tl, s + i, k);
+            tl += k;
+            i += k;
+        } else if (p->cut && n - i < 4 && s[i] >= 0xC0) {
+            break; /* a character cut by the line limit */
+        } else {
+            memcpy(text + tl, "\xef\xbf\xbd", 3);
+            tl += 3;
+            i++;
+        }
+    }
+    if (p->cut) {
+        memcpy(text + tl, " [line cut]", 11);
+        tl += 11;
+    }
+    text[tl++] = '\n';
+    if (p->emitted > 0 && p->out_len + tl > KB_MCP_TEXT_BUDGET) {
+        p->full = true;
+        return;
+    }
+    s_out(p, text, tl);
+    p->emitted++;
+    p->last = p->line;
+}
+
+bool kb_mcp_pager_feed(kb_mcp_pager_t *p, const char *data, size_t len)
+{
+    for (size_t i = 0; i < len && !p->full; i++) {
+        char ch = data[i];
+        if (p->line < p->offset) { /* skipping to the first line */
+            if (ch == '\n')
+                p->line++;
+            continue;
+        }
+        if (p->emitted >= p->limit) { /* a byte of a line past the page */
+            p->full = true;
+            break;
+        }
+        if (ch == '\n') {
+            s_emit(p);
+            if (p->full)
+                break;
+            p->line++;
+            p->cur_len = 0;
+            p->cut = false;
+            p->partial = false;
+            continue;
+        }
+        p->partial = true;
+        if (p->cur_len < KB_MCP_LINE_MAX)
+            p->cur[p->cur_len++] = ch;
+        else
+            p->cut = true;
+    }
+    return p->full;
+}
+
+char *kb_mcp_pager_finish(kb_mcp_pager_t *p)
+{
+    if (!p)
+        return NULL;
+    if (!p->full && p->partial && p->line >= p->offset)
+        s_emit(p); /* a last line without a newline */
+    uint64_t total = p->line - 1 + (p->partial ? 1 : 0);
+    char note[160];
+    if (p->full) {
+        snprintf(note, sizeof note,
+                 "(lines %" PRIu64 "\xe2\x80\x93%" PRIu64 "; continue with offset=%" PRIu64 ")",
+                 p->offset, p->last, p->last + 1);
+        s_out(p, note, strlen(note));
+    } else if (p->emitted == 0) {
+        snprintf(note, sizeof note, "(the file has %" PRIu64 " lines)", total);
+        s_out(p, note, strlen(note));
+    }
+    char *out = p->out ? p->out : strdup("");
+    free(p);
+    return out;
+}
+
+/* ---- prompts and instructions ---------------------------------------------------------------- */
+
+static const char s_instructions[] =
+    "kagent sandboxes: isolated Linux workspaces for running commands and handling files.\n"
+    "- Sandboxes live independently of Sessions, and they have no network egress (loopback "
+    "only).\n"
+    "- Upload inputs with write_sandbox_file and work in /data/workspace (the default cwd and "
+    "the root of relative paths).\n"
+    "- create_sandbox is idempotent on request_id: keep the request_id and retry with the same "
+    "one; lifecycle retries must use the same request_id. Check state, operation and "
+    "expires_at in every summary.\n"
+    "- Never blindly retry start_sandbox_process: check get_sandbox_process first.\n"
+    "- Continue read_sandbox_outputs with both returned offsets. Empty output does not mean "
+    "completion; the process has finished when exited is true and truncated is false.\n"
+    "- MCP transfers are limited to 1 MiB per call (base64 payloads).\n"
+    "- Collect artifacts before deleting a sandbox.\n"
+    "- Suspend can interrupt work. Files under /data survive a resume; process handles do not.\n"
+    "- get_sandbox and list_sandboxes never advance pending work.\n"
+    "- Every tool result may be an error: check isError even when the call completed.";
+
+const char *kb_mcp_instructions(void)
+{
+    return s_instructions;
+}
+
+static const char s_task_guidance[] =
+    "Carry out the task below in a kagent sandbox, using the sandbox tools of this server.\n"
+    "1. Find a template with list_sandbox_templates, unless one is given.\n"
+    "2. create_sandbox with the namespace, the template and a new request_id. Keep the "
+    "request_id: if the call fails or times out, retry with the same request_id (a retry never "
+    "creates a second sandbox). Go on once state is RUNTIME_STATE_READY and operation is "
+    "RUNTIME_OPERATION_NONE; note expires_at.\n"
+    "3. Upload inputs with write_sandbox_file (standard base64, at most 1 MiB per call). Work "
+    "in /data/workspace.\n"
+    "4. Run commands with start_sandbox_process. command is an argv array: use "
+    "[\"sh\",\"-c\",\"...\"] for shell syntax. Never blindly retry a start: check "
+    "get_sandbox_process first.\n"
+    "5. Read output with read_sandbox_outputs and pass both returned offsets back. Empty output "
+    "does not mean the process finished: it has when exited is true and truncated is false (or "
+    "get_sandbox_process says so).\n"
+    "6. Read results with read_sandbox_file (numbered lines; continue with the offset it "
+    "names).\n"
+    "7. Collect every artifact you need, then delete_sandbox.\n"
+    "Check isError on every tool result and fix the cause before retrying.";
+
+static const char s_recovery_guidance[] =
+    "Recover the kagent sandbox named below.\n"
+    "1. get_sandbox: read state, operation, expires_at and failure. get_sandbox never advances "
+    "pending work.\n"
+    "2. If operation is not RUNTIME_OPERATION_NONE, a lifecycle operation is in progress: wait "
+    "and get_sandbox again; retry an interrupted create with the same request_id.\n"
+    "3. RUNTIME_STATE_SUSPENDED: resume_sandbox. Files under /data survive, earlier process "
+    "handles do not: start the work again where it is not done.\n"
+    "4. RUNTIME_STATE_READY: for a process whose result you do not know, call "
+    "get_sandbox_process and read_sandbox_outputs from your last offsets; do not restart it "
+    "blindly.\n"
+    "5. RUNTIME_STATE_FAILED, RUNTIME_STATE_DELETED, or expires_at in the past: the sandbox "
+    "cannot be used again. Create a new one with a new request_id and upload the inputs "
+    "again.\n"
+    "6. A NOT_FOUND error means the sandbox is not yours or does not exist.";
+
+json_t *kb_mcp_prompts_list(void)
+{
+    return json_pack(
+        "[{s:s,s:s,s:s,s:[{s:s,s:s,s:b},{s:s,s:s,s:b},{s:s,s:s,s:b}]},"
+        "{s:s,s:s,s:s,s:[{s:s,s:s,s:b}]}]",
+        "name", "sandbox-task", "title", "Do a task in a sandbox", "description",
+        "Guidance for carrying out a task in a kagent sandbox with the sandbox tools.", "arguments",
+        "name", "task", "description", "What to do.", "required", 1, "name", "namespace",
+        "description", "The template's namespace.", "required", 0, "name", "template",
+        "description", "The template to use (requires namespace).", "required", 0, "name",
+        "sandbox-recovery", "title", "Recover a sandbox", "description",
+        "Guidance for recovering a sandbox after an error, a timeout or a suspend.", "arguments",
+        "name", "sandbox_id", "description", "The sandbox's id (a UUID).", "required", 1);
+}
+
+static json_t *s_user_text(const char *text)
+{
+    return json_pack("{s:s,s:{s:s,s:s}}", "role", "user", "content", "type", "text", "text", text);
+}
+
+json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, size_t cap)
+{
+    *code = -32602;
+    static const char *const task_args[] = {"task", "namespace", "template", NULL};
+    static const char *const rec_args[] = {"sandbox_id", NULL};
+    const char *const *known;
+    if (name && strcmp(name, "sandbox-task") == 0)
+        known = task_args;
+    else if (name && strcmp(name, "sandbox-recovery") == 0)
+        known = rec_args;
+    else
+        return snprintf(msg, cap, "unknown prompt \"%s\"", name ? name : ""), NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(args, k, v)
+    {
+        bool ok = false;
+        for (const char *const *a = known; *a; a++)
+            ok |= strcmp(*a, k) == 0;
+        if (!ok)
+            return snprintf(msg, cap, "unknown prompt argument \"%s\"", k), NULL;
+        if (!json_is_string(v))
+            return snprintf(msg, cap, "%s must be a string", k), NULL;
+    }
+    if (known == task_args) {
+        const char *task = s_str(args, "task", ""), *ns = s_str(args, "namespace", "");
+        const char *tpl = s_str(args, "template", "");
+        if (!*task)
+            return snprintf(msg, cap, "task is required"), NULL;
+        if (*tpl && !*ns)
+            return snprintf(msg, cap, "namespace is required when template is supplied"), NULL;
+        json_t *params = json_pack("{s:s}", "task", task);
+        if (*ns)
+            json_object_set_new(params, "namespace", json_string(ns));
+        if (*tpl)
+            json_object_set_new(params, "template", json_string(tpl));
+        char *pj = json_dumps(params, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(params);
+        char *second = NULL;
+        if (!pj || asprintf(&second, "Task parameters:\n%s", pj) < 0)
+            second = NULL;
+        free(pj);
+        json_t *r = second
+                        ? json_pack("{s:s,s:[o,o]}", "description", "Do a task in a sandbox",
+                                    "messages", s_user_text(s_task_guidance), s_user_text(second))
+                        : NULL;
+        free(second);
+        return r;
+    }
+    const char *id = s_str(args, "sandbox_id", "");
+    if (!*id)
+        return snprintf(msg, cap, "sandbox_id is required"), NULL;
+    if (ka_check_uuid(id))
+        return snprintf(msg, cap, "sandbox_id must be a UUID"), NULL;
+    char *second = NULL;
+    if (asprintf(&second, "Sandbox to recover: %s", id) < 0)
+        return snprintf(msg, cap, "out of memory"), *code = -32603, NULL;
+    json_t *r = json_pack("{s:s,s:[o,o]}", "description", "Recover a sandbox", "messages",
+                          s_user_text(s_recovery_guidance), s_user_text(second));
+    free(second);
+    return r;
+}
