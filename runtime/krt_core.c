@@ -624,7 +624,7 @@ int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t t
     if (len && !body)
         return KRT_EINVAL;
     krt_sched_t *me = krt__self_sched(sys);
-    if (me && ++me->turn_sends == 64)
+    if (me && (++me->turn_sends & 63) == 0)
         s_share_work(sys, me);
     krt_node_t *n = krt__node_new(me, len);
     if (!n)
