@@ -83,8 +83,9 @@ int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const c
 bool krt_mesh_has_peer(const krt_mesh_t *m, uint16_t node);
 
 /*
- * Node monitoring (needs heartbeat_ms > 0 on both nodes): when `node` has been heard from and
- * then stays silent longer than peer_timeout_ms, `watcher` receives one KRT_MSG_DOWN (body
+ * Node monitoring (needs heartbeat_ms > 0 on both nodes): when `node` stays silent longer
+ * than peer_timeout_ms (after it was last heard from, or after krt_mesh_connect if it never
+ * was), `watcher` receives one KRT_MSG_DOWN (body
  * krt_down_t: who = the node's address prefix (node << 48), ref = *ref, reason =
  * KRT_EXIT_NOCONN); the monitor is then gone. If the node is down when the monitor is added,
  * the DOWN arrives at once. Safe from any thread after start.

@@ -403,6 +403,8 @@ static void s_do_peer(krt_mesh_t *m, s_item_t *it)
         zmq_close(it->sock);
     } else {
         p->dealer = it->sock;
+        if (p->state == S_PEER_UNKNOWN)
+            p->last_rx = s_now_ms(); /* silence is counted from the connect */
         p->has_key = m->curve;
         memcpy(p->key, it->key, sizeof p->key);
     }
@@ -610,7 +612,9 @@ static void s_heartbeat(krt_mesh_t *m, uint64_t now)
         s_peer_t *p = &m->peers[i];
         if (p->dealer)
             zmq_send(p->dealer, buf, len, ZMQ_DONTWAIT);
-        if (p->state == S_PEER_UP && now - p->last_rx > (uint64_t)m->peer_timeout_ms)
+        /* Up and then silent, or connected to but never heard from: down. */
+        bool watched = p->state == S_PEER_UP || (p->state == S_PEER_UNKNOWN && p->dealer);
+        if (watched && now - p->last_rx > (uint64_t)m->peer_timeout_ms)
             s_peer_down(m, p);
     }
 }

@@ -613,6 +613,18 @@ static void test_node_down(void **unused)
     assert_int_equal(krt_mesh_monitor_node(p.mesh[0], 2, w, &ref2), 0);
     assert_int_equal(krt_mesh_demonitor_node(p.mesh[0], ref2), 0);
 
+    /* A node connected to but never heard from is down too. */
+    report_t r9 = {.result = 99};
+    krt_addr_t w9 = s_spawn(p.sys[0], &s_watcher, &r9);
+    assert_int_equal(krt_mesh_connect(p.mesh[0], 9, "inproc://nobody-listens-here", NULL), 0);
+    uint64_t ref9 = 0;
+    assert_int_equal(krt_mesh_monitor_node(p.mesh[0], 9, w9, &ref9), 0);
+    s_wait(p.sys[0], w9, &r9);
+    assert_true(r9.down.who == s_node_addr(9, 0));
+    assert_true(r9.down.ref == ref9);
+    assert_int_equal(r9.down.reason, KRT_EXIT_NOCONN);
+    assert_true(krt_mesh_node_up(p.mesh[0], 2)); /* node 2 unaffected */
+
     krt_mesh_stop(p.mesh[1]); /* node 2 goes silent */
     s_wait(p.sys[0], w, &r);
     assert_int_equal(atomic_load(&r.result), 0);
