@@ -624,6 +624,69 @@ static void test_db_restart_under_load(void **unused)
     assert_true(atomic_load(&s_load.max_latency) < 10000);
 }
 
+/* The database appears after the store started: requests fail fast meanwhile, then the
+ * store migrates it and serves, on its own. */
+static void test_database_appears_later(void **unused)
+{
+    PGconn *a = PQconnectdb("");
+    assert_int_equal(PQstatus(a), CONNECTION_OK);
+    PQclear(PQexec(a, "DROP DATABASE IF EXISTS ka_test_late"));
+    static ka_store_args_t args = {.conninfo = "dbname=ka_test_late",
+                                   .opts = {.backoff_min_ms = 20, .backoff_max_ms = 100}};
+    krt_addr_t st;
+    assert_int_equal(krt_system_spawn(s_sys, &ka_store_behaviour, &args, NULL, &st), 0);
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof(k));
+    snprintf(k.id, sizeof(k.id), "00000000-0000-0000-0000-000000000000");
+    krt_reply_t rep;
+    assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
+    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EUNAVAIL);
+    krt_reply_free(&rep);
+    PGresult *r = PQexec(a, "CREATE DATABASE ka_test_late");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    int err = KA_STORE_EUNAVAIL;
+    for (int i = 0; i < 300 && err == KA_STORE_EUNAVAIL; i++) {
+        assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
+        err = ((ka_store_status_t *)rep.body)->err;
+        krt_reply_free(&rep);
+        if (err == KA_STORE_EUNAVAIL)
+            usleep(20000);
+    }
+    assert_int_equal(err, KA_STORE_ENOTFOUND); /* served: the schema exists, the row does not */
+    krt_system_send(s_sys, st, KRT_MSG_STOP, NULL, 0);
+    assert_true(krt_system_wait(s_sys, st, 5000) >= 0);
+    PQclear(PQexec(a, "DROP DATABASE ka_test_late"));
+    PQfinish(a);
+}
+
+/* Blob iteration never reads past the reply, whatever the record sizes claim. */
+static void test_blob_bounds(void **unused)
+{
+    union {
+        ka_store_blob_t b;
+        unsigned char raw[sizeof(ka_store_blob_t) + 64];
+    } u;
+    memset(&u, 0, sizeof(u));
+    u.b.count = 2;
+    u.b.bytes = 64;
+    uint32_t *first = (uint32_t *)(void *)u.b.data;
+    *first = 32;
+    uint32_t *second = (uint32_t *)(void *)(u.b.data + 32);
+    *second = 4000; /* lies: larger than what is left */
+    const void *p = ka_store_blob_next(&u.b, sizeof(u), NULL);
+    assert_ptr_equal(p, u.b.data);
+    assert_null(ka_store_blob_next(&u.b, sizeof(u), p));
+    assert_null(ka_store_blob_next(&u.b, sizeof(ka_store_blob_t) + 16, NULL)); /* truncated */
+    assert_null(ka_store_blob_next(&u.b, 8, NULL));
+    assert_string_equal(ka_state_name(KA_STATE_READY), "RUNTIME_STATE_READY");
+    assert_int_equal(ka_state_parse("RUNTIME_STATE_DELETED"), KA_STATE_DELETED);
+    assert_int_equal(ka_op_parse("RUNTIME_OPERATION_RESUME"), KA_OP_RESUME);
+    assert_int_equal(ka_state_parse("READY"), -1);
+    assert_null(ka_op_name(99));
+    assert_string_equal(ka_rev_state_name(KA_REV_FAILED), "FAILED");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +699,8 @@ int main(void)
         cmocka_unit_test(test_db_restart_under_load),
         cmocka_unit_test(test_refuses_newer_schema),
         cmocka_unit_test(test_unreachable_database_fails_fast),
+        cmocka_unit_test(test_database_appears_later),
+        cmocka_unit_test(test_blob_bounds),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
