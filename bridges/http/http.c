@@ -8,6 +8,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +47,13 @@ struct kb_http_stream {
     size_t off;        /* consumed prefix of buf */
     bool closed;       /* the producer ended the body */
     bool gone;         /* client gone or server stopping: writes fail */
-    int refs;          /* producer + response */
-    kb_http_t *owner;  /* the server (valid while the response lives) */
-    bool listed;       /* in owner->streams (guarded by owner->mu) */
+    bool ended;        /* the response was freed (on_gone ran or will never run) */
+    kb_http_gone_fn on_gone;
+    void *gone_arg;
+    int fd;           /* the connection's socket, polled for a hang-up while idle (-1: unknown) */
+    int refs;         /* producer + response */
+    kb_http_t *owner; /* the server (valid while the response lives) */
+    bool listed;      /* in owner->streams (guarded by owner->mu) */
     kb_http_stream_t *next, *prev;
 };
 
@@ -223,6 +228,10 @@ static ssize_t s_stream_read(void *cls, uint64_t pos, char *out, size_t max)
         ts.tv_sec += 1;
         if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
             pthread_mutex_unlock(&s->mu);
+            /* libmicrohttpd only notices a hang-up when it writes: look ourselves */
+            struct pollfd p = {.fd = s->fd, .events = POLLRDHUP};
+            if (s->fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             return 0; /* nothing yet; libmicrohttpd calls again */
         }
     }
@@ -250,7 +259,13 @@ static void s_stream_response_freed(void *cls)
     kb_http_stream_t *s = cls;
     pthread_mutex_lock(&s->mu);
     s->gone = true;
+    s->ended = true;
+    kb_http_gone_fn fn = s->on_gone;
+    void *arg = s->gone_arg;
+    s->on_gone = NULL;
     pthread_mutex_unlock(&s->mu);
+    if (fn)
+        fn(s, arg);
     kb_http_t *h = s->owner;
     pthread_mutex_lock(&h->mu);
     if (s->listed) {
@@ -278,6 +293,9 @@ int kb_http_respond_stream(kb_http_req_t *req, unsigned status, const char *cont
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->refs = 2;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    s->fd = ci ? ci->connect_fd : -1;
     struct MHD_Response *r = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, 16384, s_stream_read, s, s_stream_response_freed);
     if (!r) {
@@ -323,6 +341,20 @@ bool kb_http_stream_closed(kb_http_stream_t *s)
     bool r = s->gone;
     pthread_mutex_unlock(&s->mu);
     return r;
+}
+
+int kb_http_stream_on_gone(kb_http_stream_t *s, kb_http_gone_fn fn, void *arg)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->ended) {
+        rc = -EPIPE;
+    } else {
+        s->on_gone = fn;
+        s->gone_arg = arg;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 void kb_http_stream_close(kb_http_stream_t **s_p)

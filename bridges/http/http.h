@@ -7,7 +7,8 @@
  * Unknown paths answer 404, a known path with a wrong method 405 with an Allow header.
  *
  * Threading: libmicrohttpd runs one thread per connection; route handlers run there and may
- * block briefly. A streaming response (kb_http_respond_stream) is fed from ANY thread.
+ * block briefly. A streaming response (kb_http_respond_stream) is fed from ANY thread; a client
+ * hanging up on an idle stream is noticed within about a second (kb_http_stream_on_gone).
  */
 #ifndef KB_HTTP_H
 #define KB_HTTP_H
@@ -97,6 +98,11 @@ int kb_http_respond_stream(kb_http_req_t *req, unsigned status, const char *cont
 int kb_http_stream_write(kb_http_stream_t *s, const void *data, size_t len);
 /* True once the client went away or the server is stopping. */
 bool kb_http_stream_closed(kb_http_stream_t *s);
+/* Called once when the response ends for any reason (body done, client gone, server
+ * stopping), on a libmicrohttpd thread; must not block and must not close the stream.
+ * 0, or -EPIPE when that already happened (fn is then not registered and never runs). */
+typedef void (*kb_http_gone_fn)(kb_http_stream_t *s, void *arg);
+int kb_http_stream_on_gone(kb_http_stream_t *s, kb_http_gone_fn fn, void *arg);
 /* Ends the body after the queued bytes and releases the producer's handle. Idempotent. */
 void kb_http_stream_close(kb_http_stream_t **s_p);
 

@@ -287,13 +287,22 @@ static void test_streaming(void **state)
     free(r);
 }
 
+static void s_gone(kb_http_stream_t *s, void *arg)
+{
+    int *n = arg;
+    __atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
+}
+
 static void test_stream_client_gone(void **state)
 {
     fx_t *f = *state;
+    static int gone;
+    gone = 0;
     int c = s_connect(f->h);
     const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
     assert_true(s_read_until(c, "data: hi"));
+    assert_int_equal(kb_http_stream_on_gone(f->stream, s_gone, &gone), 0);
     close(c);
     /* the producer learns that nobody listens any more */
     int rc = 0;
@@ -303,8 +312,34 @@ static void test_stream_client_gone(void **state)
     }
     assert_int_equal(rc, -EPIPE);
     assert_true(kb_http_stream_closed(f->stream));
+    for (int i = 0; i < 300 && !__atomic_load_n(&gone, __ATOMIC_SEQ_CST); i++)
+        usleep(10000);
+    assert_int_equal(__atomic_load_n(&gone, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(kb_http_stream_on_gone(f->stream, s_gone, &gone), -EPIPE);
     kb_http_stream_close(&f->stream);
     assert_null(f->stream);
+}
+
+/* A client that hangs up on an idle stream is noticed without the producer writing. */
+static void test_stream_gone_while_idle(void **state)
+{
+    fx_t *f = *state;
+    static int gone;
+    gone = 0;
+    int c = s_connect(f->h);
+    const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(write(c, req, strlen(req)), (ssize_t)strlen(req));
+    assert_true(s_read_until(c, "data: hi"));
+    assert_int_equal(kb_http_stream_on_gone(f->stream, s_gone, &gone), 0);
+    close(c);
+    int i = 0;
+    for (; i < 500 && !__atomic_load_n(&gone, __ATOMIC_SEQ_CST); i++)
+        usleep(10000);
+    print_message("idle hang-up noticed after ~%d ms\n", i * 10);
+    assert_int_equal(__atomic_load_n(&gone, __ATOMIC_SEQ_CST), 1);
+    assert_true(kb_http_stream_closed(f->stream));
+    assert_int_equal(kb_http_stream_write(f->stream, "x", 1), -EPIPE);
+    kb_http_stream_close(&f->stream);
 }
 
 /* A stream idle for longer than the reader's wait still delivers the next event promptly. */
@@ -354,6 +389,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_streaming, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_stream_client_gone, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_stream_idle_gap, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_gone_while_idle, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_destroy_with_open_stream, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
