@@ -39,11 +39,11 @@ typedef struct {
     grpc_completion_queue *cq; /* pluck queue for the client */
 } fx_t;
 
-static int s_setup(void **state)
+static int s_setup_with(void **state, size_t max_send)
 {
     grpc_init();
     fx_t *f = calloc(1, sizeof *f);
-    kb_grpc_options_t o = {.listen_addr = "127.0.0.1:0"};
+    kb_grpc_options_t o = {.listen_addr = "127.0.0.1:0", .max_send_bytes = max_send};
     f->srv = kb_grpc_server_new(&o);
     f->svc = kbt_service_new();
     f->refl = kb_grpc_reflection_new();
@@ -62,6 +62,16 @@ static int s_setup(void **state)
     f->cq = grpc_completion_queue_create_for_pluck(NULL);
     *state = f;
     return 0;
+}
+
+static int s_setup(void **state)
+{
+    return s_setup_with(state, 0);
+}
+
+static int s_setup_small_send(void **state)
+{
+    return s_setup_with(state, 1024);
 }
 
 static void s_client_close(fx_t *f)
@@ -403,6 +413,29 @@ static void test_message_size_cap(void **state)
     free(big);
 }
 
+/* A reply over max_send_bytes becomes INTERNAL with a clear message; streams refuse it. */
+static void test_send_size_cap(void **state)
+{
+    fx_t *f = *state;
+    char text[2048];
+    memset(text, 'y', sizeof text - 1);
+    text[sizeof text - 1] = '\0';
+    Kbtest__EchoRequest req = KBTEST__ECHO_REQUEST__INIT;
+    req.text = text;
+    result_t r;
+    s_unary(f, "/kbtest.TestService/Echo", &req.base, &kbtest__echo_reply__descriptor, &r);
+    assert_int_equal(r.status, GRPC_STATUS_INTERNAL);
+    assert_non_null(strstr(r.details, "message size limit"));
+    s_result_free(&r);
+    Kbtest__CountRequest cr = KBTEST__COUNT_REQUEST__INIT;
+    cr.n = 3;
+    cr.pad_bytes = 4096; /* each message over the cap: the handler gives up */
+    s_unary(f, "/kbtest.TestService/Count", &cr.base, &kbtest__count_reply__descriptor, &r);
+    assert_int_not_equal(r.status, GRPC_STATUS_OK);
+    assert_int_equal(r.n_msgs, 0);
+    s_result_free(&r);
+}
+
 static void test_reflection(void **state)
 {
     fx_t *f = *state;
@@ -632,6 +665,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_streaming, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_client_streaming, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_message_size_cap, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_send_size_cap, s_setup_small_send, s_teardown),
         cmocka_unit_test_setup_teardown(test_reflection, s_setup, s_teardown),
         cmocka_unit_test(test_reflection_index),
         cmocka_unit_test(test_method_table),
