@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <czmq.h>
 #include <dirent.h>
+#include <ftw.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,31 @@ static int s_threads(void)
     return n;
 }
 
+/* Temporary directories, registered so that the group teardown removes them even when a
+ * failed assertion left a test half way. */
+static char s_tmpdirs[64][32];
+static int s_n_tmpdirs;
+
+static void s_mkdtemp(char *dir, size_t cap)
+{
+    assert_true(s_n_tmpdirs < 64);
+    snprintf(dir, cap, "/tmp/krt-mesh-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(s_tmpdirs[s_n_tmpdirs++], sizeof s_tmpdirs[0], "%s", dir);
+}
+
+static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static int s_teardown(void **unused)
+{
+    for (int i = 0; i < s_n_tmpdirs; i++)
+        nftw(s_tmpdirs[i], s_rm_entry, 8, FTW_DEPTH | FTW_PHYS); /* gone already if passed */
+    return 0;
+}
+
 static krt_addr_t s_node_addr(uint16_t node, uint64_t local)
 {
     return ((krt_addr_t)node << 48) | local;
@@ -69,8 +95,7 @@ static void s_pair_up(pair_t *p, const char *kind, int heartbeat_ms)
     zcert_t *cert[2] = {NULL, NULL};
     uint64_t seq = ++s_pair_seq;
     if (strcmp(kind, "ipc") == 0) {
-        snprintf(p->dir, sizeof p->dir, "/tmp/krt-mesh-XXXXXX");
-        assert_non_null(mkdtemp(p->dir));
+        s_mkdtemp(p->dir, sizeof p->dir);
     }
     for (int i = 0; i < 2; i++) {
         krt_config_t cfg = {.node_id = (uint16_t)(i + 1), .schedulers = 1, .job_threads = 1};
@@ -500,8 +525,8 @@ static void test_curve_authentication(void **unused)
 {
     int threads = s_threads();
     zcert_t *c1 = zcert_new(), *c2 = zcert_new(), *c3 = zcert_new(), *wrong = zcert_new();
-    char dir[] = "/tmp/krt-mesh-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[32];
+    s_mkdtemp(dir, sizeof dir);
     char certfile[64], ep[2][64];
     snprintf(certfile, sizeof certfile, "%s/node1.cert", dir);
     assert_int_equal(zcert_save(c1, certfile), 0);
@@ -770,5 +795,5 @@ int main(void)
         cmocka_unit_test(test_node_down),
         cmocka_unit_test(test_node_restart),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, s_teardown);
 }
