@@ -146,12 +146,14 @@ typedef struct krt_config {
 krt_system_t *krt_system_new(const krt_config_t *cfg);
 /* Starts scheduler, timer and job threads. */
 int krt_system_start(krt_system_t *sys);
-/* Stops every actor (terminate runs, children before parents), joins threads. Idempotent. */
+/* Stops every actor (terminate runs, children before parents), joins threads. Idempotent.
+ * Call it from outside the actors (from a handler it does nothing). */
 void krt_system_stop(krt_system_t *sys);
 /* Stops if needed and frees everything. Idempotent; NULLs *sys_p. */
 void krt_system_destroy(krt_system_t **sys_p);
 /* Blocks the calling (non-scheduler) thread until the actor stops or timeout_ms passes
- * (-1 = forever). Returns its exit reason (>= 0), or KRT_ETIMEDOUT. */
+ * (-1 = forever). Returns its exit reason (>= 0), KRT_ETIMEDOUT, KRT_ENOACTOR if it is already
+ * gone, or KRT_EINVAL on a scheduler thread. */
 int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms);
 
 /* Spawns a top-level actor from outside any actor (parent = the system root). */

@@ -1131,12 +1131,18 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     atomic_store_explicit(&slot->actor, a, memory_order_relaxed);
     atomic_store_explicit(&slot->word, (gen << 32) | KRT_SLOT_ALIVE, memory_order_release);
     pthread_mutex_unlock(&sys->tree_lock);
-    if (s)
+    if (s) {
         atomic_store_explicit(&s->spawned,
                               atomic_load_explicit(&s->spawned, memory_order_relaxed) + 1,
                               memory_order_relaxed);
-    else
+        atomic_store_explicit(&s->bytes,
+                              atomic_load_explicit(&s->bytes, memory_order_relaxed) +
+                                  (int64_t)s_actor_size(b),
+                              memory_order_relaxed);
+    } else {
         atomic_fetch_add(&sys->ext_spawned, 1);
+        atomic_fetch_add(&sys->ext_bytes, (int64_t)s_actor_size(b));
+    }
     krt_addr_t addr = a->addr;
     s_schedule_x(sys, a, true); /* a may run (and even stop) from here on */
     if (out)
@@ -1516,6 +1522,13 @@ static void s_cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
                               atomic_load_explicit(&s->exited, memory_order_relaxed) + 1,
                               memory_order_release);
     s_slot_free(sys, s, (uint32_t)(a->addr & KRT_SLOT_MASK));
+    if (s)
+        atomic_store_explicit(&s->bytes,
+                              atomic_load_explicit(&s->bytes, memory_order_relaxed) -
+                                  (int64_t)s_actor_size(a->b),
+                              memory_order_relaxed);
+    else
+        atomic_fetch_sub(&sys->ext_bytes, (int64_t)s_actor_size(a->b));
     s_actor_free(s, a);
     if (!s)
         atomic_fetch_add(&sys->ext_exited, 1);
@@ -1524,6 +1537,8 @@ static void s_cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms)
 {
     krt_waiter_t w = {NULL, who, 0, false};
+    if (krt__self_sched(sys))
+        return KRT_EINVAL; /* would block a scheduler: monitor instead */
     pthread_mutex_lock(&sys->wait_lock);
     atomic_fetch_add(&sys->n_waiters, 1);
     krt_actor_t *a = krt__acquire(sys, who);
@@ -1663,7 +1678,9 @@ static void s_force_cleanup(krt_system_t *sys)
 
 void krt_system_stop(krt_system_t *sys)
 {
-    if (!sys || atomic_exchange(&sys->stopped, 1))
+    if (!sys || krt__self_sched(sys)) /* from inside an actor it would wait for itself */
+        return;
+    if (atomic_exchange(&sys->stopped, 1))
         return;
     pthread_mutex_lock(&sys->tree_lock);
     atomic_store(&sys->stopping, 1);
@@ -1751,7 +1768,11 @@ void krt_system_stats(krt_system_t *sys, krt_stats_t *out)
     int64_t live = s_live(sys);
     out->actors_live = live > 0 ? (uint64_t)live : 0;
     out->actors_spawned = spawned;
-    out->bytes_live = out->actors_live * (sizeof(krt_actor_t) + sizeof(krt_slot_t));
+    int64_t bytes = atomic_load(&sys->ext_bytes);
+    for (int i = 0; i < sys->n_sched; i++)
+        bytes += atomic_load_explicit(&sys->scheds[i].bytes, memory_order_relaxed);
+    bytes += (int64_t)out->actors_live * (int64_t)sizeof(krt_slot_t);
+    out->bytes_live = bytes > 0 ? (uint64_t)bytes : 0;
 }
 
 void krt_log_actor(krt_ctx_t *ctx, krt_log_level_t level, const char *event, const char *fmt, ...)

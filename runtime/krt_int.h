@@ -219,7 +219,8 @@ struct krt_sched {
     void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
     uint32_t acache_n[KRT_ACACHE_CLASSES];
     uint32_t turn_sends; /* sends during the current turn (wake policy) */
-    _Atomic uint64_t handled, spawned, exited, bytes;
+    _Atomic uint64_t handled, spawned, exited;
+    _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
     char pad_[64];
 };
 
@@ -249,6 +250,7 @@ struct krt_system {
     _Atomic uint32_t n_parked;
     _Atomic uint32_t rr;
     _Atomic uint64_t ext_spawned, ext_exited;
+    _Atomic int64_t ext_bytes;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
     struct krt_batch *batches; /* spare node batches */
