@@ -580,7 +580,8 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
         return;
     }
     json_error_t jerr;
-    json_t *msg = json_loadb(in->body ? in->body : "", in->len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *msg = json_loadb(in->body ? in->body : "", in->len,
+                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!msg) {
         char t[300];
         snprintf(t, sizeof t, "Parse error: %s", jerr.text);

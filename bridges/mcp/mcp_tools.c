@@ -1563,6 +1563,7 @@ bool kb_mcp_pager_feed(kb_mcp_pager_t *p, const char *data, size_t len)
         if (p->line < p->offset) { /* skipping to the first line */
             if (ch == '\n')
                 p->line++;
+            p->partial = ch != '\n';
             continue;
         }
         if (p->emitted >= p->limit) { /* a byte of a line past the page */
