@@ -272,8 +272,9 @@ static void s_status_locked(kb_grpc_call_t *c, kb_grpc_code_t code, const char *
     }
 }
 
-/* Starts a RECV_MESSAGE batch. Caller holds c->mu. */
-static void s_recv_locked(kb_grpc_call_t *c)
+/* Starts a RECV_MESSAGE batch. Caller holds c->mu. false if it could not be started (the call
+ * is then marked cancelled). */
+static bool s_recv_locked(kb_grpc_call_t *c)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -283,7 +284,9 @@ static void s_recv_locked(kb_grpc_call_t *c)
     if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
         c->refs--;
         c->cancelled = true;
+        return false;
     }
+    return true;
 }
 
 /* Server-side completion (no handler holds the call): answer and release the hold. */
@@ -590,11 +593,16 @@ static void s_on_new(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
         return;
     }
     pthread_mutex_lock(&c->mu);
-    s_recv_locked(c);
+    bool reading = s_recv_locked(c);
     pthread_mutex_unlock(&c->mu);
     kb_grpc_kind_t k = c->method->kind;
-    if (k == KB_GRPC_CLIENT_STREAM || k == KB_GRPC_BIDI_STREAM)
+    if (k == KB_GRPC_CLIENT_STREAM || k == KB_GRPC_BIDI_STREAM) {
         c->method->handler(c, NULL, c->method->user); /* the hold passes to the handler */
+        if (!reading)
+            s_deliver_end(c, -ECANCELED);
+    } else if (!reading) {
+        s_server_fail(c, KB_GRPC_CANCELLED, "call cancelled before the request arrived");
+    }
 }
 
 static void s_on_recv(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
@@ -646,9 +654,11 @@ static void s_on_recv(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
         } else if (streaming) {
             m->on_message(c, msg, m->user);
             pthread_mutex_lock(&c->mu);
-            if (!c->completed && !c->status_sent && !c->cancelled)
-                s_recv_locked(c);
+            bool more = !c->completed && !c->status_sent;
+            bool broken = more && (c->cancelled || !s_recv_locked(c));
             pthread_mutex_unlock(&c->mu);
+            if (broken) /* the stream will not deliver more: tell the handler */
+                s_deliver_end(c, -ECANCELED);
         } else {
             c->request = msg;
             m->handler(c, msg, m->user); /* the hold passes to the handler */
