@@ -6,6 +6,18 @@
  * connections wait in a poll set and are closed when they send nothing decisive within
  * peek_timeout_ms. The listener knows neither gRPC nor libmicrohttpd; the caller wires them in
  * (kb_grpc_server_add_fd, kb_http_add_connection).
+ *
+ * Wiring, as tests/integration/grpc/kb_test_server.c does it:
+ *     static void to_grpc(int fd, const struct sockaddr *p, socklen_t n, void *app)
+ *     { kb_grpc_server_add_fd(((app_t *)app)->grpc, fd); }
+ *     static void to_http(int fd, const struct sockaddr *p, socklen_t n, void *app)
+ *     { kb_http_add_connection(((app_t *)app)->http, fd, p, n); }
+ *     grpc: kb_grpc_server_new(NULL) (no listen_addr), add methods, kb_grpc_server_start;
+ *     http: kb_http_new(&opts), kb_http_route(...);
+ *     then kb_listener_new(&(kb_listener_options_t){.port = 8083, .on_grpc = to_grpc,
+ *                                                   .on_http = to_http, .arg = app}, &err).
+ * Shutdown order: kb_listener_destroy, kb_grpc_server_destroy, kb_http_destroy, then whatever
+ * the handlers use.
  */
 #ifndef KB_LISTENER_H
 #define KB_LISTENER_H
