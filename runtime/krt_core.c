@@ -574,7 +574,9 @@ static void s_signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits)
 
 void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
 {
-    atomic_fetch_add_explicit(&a->pushed, 1, memory_order_relaxed);
+    /* approximate under concurrent producers (introspection only): no locked instruction */
+    atomic_store_explicit(&a->pushed, atomic_load_explicit(&a->pushed, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     s_mb_push(a, &n->link);
     if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
         s_schedule(sys, a);
@@ -1359,15 +1361,13 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
         s_rq_push(s, a);
         return;
     }
-    /* Going idle: pin the slot so a concurrent run on another scheduler cannot free a under
-     * us while we re-check for messages pushed after our last look. */
-    krt_addr_t addr = a->addr;
-    krt_actor_t *pinned = krt__acquire(sys, addr);
+    /* Going idle. Once sched is 0 another scheduler may run a, stop it and free it: our
+     * hazard pointer makes that reaper wait while we re-check for late messages. */
+    atomic_store(&s->hazard, a);
     atomic_store(&a->sched, 0);
     if ((s_mb_head_busy(a) || atomic_load(&a->sig)) && atomic_exchange(&a->sched, 1) == 0)
         s_rq_push(s, a);
-    if (pinned)
-        krt__release(sys, addr);
+    atomic_store_explicit(&s->hazard, NULL, memory_order_release);
 }
 
 /* Runs describe on an idle actor, owning it for the duration (sched 0 -> 2 -> 0). Caller holds
@@ -1423,7 +1423,7 @@ static void *s_sched_main(void *arg)
         }
         s_timers(s);
         bool work = s->next != NULL;
-        for (int i = 0; i < 200 && !work; i++) {
+        for (int i = 0; i < 1000 && !work; i++) {
             s_relax();
             work = s_any_work(sys);
         }
@@ -1521,6 +1521,9 @@ static void s_cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
         atomic_store_explicit(&s->exited,
                               atomic_load_explicit(&s->exited, memory_order_relaxed) + 1,
                               memory_order_release);
+    for (int i = 0; i < sys->n_sched; i++) /* a scheduler still re-checking a idle a */
+        while (atomic_load_explicit(&sys->scheds[i].hazard, memory_order_acquire) == a)
+            s_relax();
     s_slot_free(sys, s, (uint32_t)(a->addr & KRT_SLOT_MASK));
     if (s)
         atomic_store_explicit(&s->bytes,

@@ -32,8 +32,9 @@ size_t krt__actor_bytes(const krt_actor_t *a)
         bytes += sizeof *a->ext + a->ext->cap_rels * sizeof(krt_rel_t);
     if (a->name)
         bytes += strlen(a->name) + 1;
-    uint32_t depth = atomic_load_explicit(&a->pushed, memory_order_relaxed) -
-                     atomic_load_explicit(&a->popped, memory_order_relaxed);
+    uint32_t pushed = atomic_load_explicit(&a->pushed, memory_order_relaxed);
+    uint32_t popped = atomic_load_explicit(&a->popped, memory_order_relaxed);
+    uint32_t depth = (int32_t)(pushed - popped) > 0 ? pushed - popped : 0;
     return bytes + (size_t)depth * KRT_NODE_SIZE;
 }
 
@@ -55,8 +56,9 @@ static void s_dump(krt_system_t *sys, FILE *f, krt_actor_t *a, const char *paren
     if (!path)
         return;
     snprintf(path, plen, "%s/%s", parent_path, seg);
-    uint32_t depth = atomic_load_explicit(&a->pushed, memory_order_relaxed) -
-                     atomic_load_explicit(&a->popped, memory_order_relaxed);
+    uint32_t pushed = atomic_load_explicit(&a->pushed, memory_order_relaxed);
+    uint32_t popped = atomic_load_explicit(&a->popped, memory_order_relaxed);
+    uint32_t depth = (int32_t)(pushed - popped) > 0 ? pushed - popped : 0; /* approximate */
     fprintf(f, "{\"addr\":\"%llu\",\"kind\":", (unsigned long long)a->addr);
     s_json_str(f, a->b->kind ? a->b->kind : "actor");
     fputs(",\"name\":", f);

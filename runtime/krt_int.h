@@ -204,7 +204,8 @@ struct krt_sched {
     pthread_mutex_t rq_lock;
     krt_actor_t *rq_head, *rq_tail;
     _Atomic uint32_t rq_len;
-    krt_actor_t *next; /* LIFO slot, owner only */
+    krt_actor_t *next;           /* LIFO slot, owner only */
+    krt_actor_t *_Atomic hazard; /* actor being re-checked after going idle */
     uint32_t next_streak;
     _Atomic uint32_t parked;
     _Atomic uint32_t wake; /* futex word */
