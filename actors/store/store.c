@@ -1209,8 +1209,9 @@ static void s_on_migrated(s_store_t *self, krt_ctx_t *ctx, int result)
     }
     char quoted[512];
     s_log_value(quoted, sizeof(quoted), job->err);
-    krt_log_actor(ctx, KRT_LOG_WARN, "migrate_failed", "retry_ms=%d why=\"%s\"",
-                  self->migrate_backoff_ms, quoted);
+    krt_log_actor(ctx, self->logged_down ? KRT_LOG_DEBUG : KRT_LOG_WARN, "migrate_failed",
+                  "retry_ms=%d why=\"%s\"", self->migrate_backoff_ms, quoted);
+    self->logged_down = true;
     char why[600];
     snprintf(why, sizeof(why), "database unavailable: %s", job->err);
     s_unpark(self, KA_STORE_EUNAVAIL, why);
