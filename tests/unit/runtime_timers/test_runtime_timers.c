@@ -335,6 +335,51 @@ static void test_send_after_and_stop_with_timers(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* An actor that migrated: its timer sits in another scheduler's wheel; cancel and re-arm
+ * from here must take that wheel out of it. */
+typedef struct {
+    krt_timer_t t;
+} mig_t;
+static void mig_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    mig_t *s = state;
+    if (msg->type == T_GO) {
+        krt_system_t *sys = krt_ctx_system(ctx);
+        krt_sched_t *other = &sys->scheds[(ctx->sched->idx + 1) % sys->n_sched];
+        krt_tmr_t *t = (krt_tmr_t *)&s->t;
+        t->type = T_FIRE;
+        assert_non_null(krt__ext(ctx->actor)); /* what krt_timer_arm does first */
+        krt__tmr_arm(other, ctx->actor, t, 60000); /* as if armed while running there */
+        bool in_other = other->wheel.count == 1;
+        bool cancelled = krt_timer_cancel(ctx, &s->t);
+        bool emptied = other->wheel.count == 0;
+        krt__tmr_arm(other, ctx->actor, t, 60000);
+        krt_timer_arm(ctx, &s->t, 5, T_FIRE, 3); /* moves it to our wheel */
+        rt_ev(EV_CHECK, in_other && cancelled && emptied, other->wheel.count == 0, 0);
+    } else if (msg->type == T_FIRE) {
+        rt_ev(EV_FIRE, (int64_t)msg->ref, 0, 0);
+    }
+}
+static const krt_behaviour_t mig_b = {
+    .kind = "mig", .state_size = sizeof(mig_t), .handle = mig_handle};
+
+static void test_timer_in_other_wheel(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t a;
+    assert_int_equal(krt_system_spawn(sys, &mig_b, NULL, NULL, &a), 0);
+    krt_system_send(sys, a, T_GO, NULL, 0);
+    rt_ev_t ev = {0};
+    assert_true(rt_wait(EV_CHECK, 5000, &ev));
+    assert_int_equal(ev.a, 1);
+    assert_int_equal(ev.b, 1);
+    assert_true(rt_wait(EV_FIRE, 5000, &ev));
+    assert_int_equal(ev.a, 3);
+    rt_sleep_ms(20);
+    assert_int_equal(rt_count(EV_FIRE), 0);
+    krt_system_destroy(&sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_cancel_during_fire),
         cmocka_unit_test(test_million_timers),
         cmocka_unit_test(test_send_after_and_stop_with_timers),
+        cmocka_unit_test(test_timer_in_other_wheel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
