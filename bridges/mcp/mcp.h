@@ -3,9 +3,12 @@
  * kb_http), JSON-RPC 2.0 with jansson, the 13 sandbox tools and 2 prompts of the reference
  * (section 2), translated to the service layer (ka_service) that the gRPC bridge calls too.
  *
- *   POST /mcp    one JSON-RPC request or notification (batches are refused); the answer is JSON,
- *                or SSE when the client accepts text/event-stream (then tools/call carrying
- *                _meta.progressToken also gets notifications/progress events).
+ *   POST /mcp    one JSON-RPC request or notification (batches are refused); the answer is JSON
+ *                when the client accepts it, else one SSE event; a tools/call carrying
+ *                _meta.progressToken from a client accepting text/event-stream is answered as
+ *                an SSE stream of notifications/progress events, then the result.
+ *                Mcp-Session-Id (issued by initialize) is checked when sent; without it the
+ *                server is stateless (the reference's handler is), identity alone decides.
  *   GET /mcp     405 with Allow: POST, DELETE (no standalone server stream).
  *   DELETE /mcp  ends the session named by Mcp-Session-Id (200; unknown -> 404).
  *
@@ -33,12 +36,13 @@ extern "C" {
 
 typedef struct {
     /* Host header values accepted, NULL-terminated; an entry without a port accepts any port
-     * ("localhost" accepts "localhost:8083"). NULL = the loopback names: localhost, 127.0.0.1,
-     * [::1]. A request without a Host header is refused. */
+     * ("localhost" accepts "localhost:8083"); "*" accepts any host (for nodes reached by many
+     * names, with bearer tokens). NULL = the loopback names: localhost, 127.0.0.1, [::1]. A
+     * request without a Host header is refused. */
     const char *const *allowed_hosts;
     /* Origin header values accepted when the header is present, NULL-terminated; an entry
-     * without a port accepts any port ("http://localhost"). NULL = http:// and https:// with each
-     * allowed host. Requests without Origin (non-browser clients) are accepted. */
+     * without a port accepts any port ("http://localhost"); "*" accepts any. NULL = http:// and
+     * https:// with each allowed host. Requests without Origin (non-browser clients) pass. */
     const char *const *allowed_origins;
     const char *server_name;    /* serverInfo.name; NULL = "kagent" */
     const char *server_version; /* serverInfo.version; NULL = "0.1.0" */
