@@ -11,7 +11,7 @@ state=${KAGENT_STATE_DIR:-$top/var}
 config=$state/kagentd.yaml
 mkdir -p "$state"
 
-kagentd=$build/actors/node/kagentd
+kagentd=$build/node/kagentd
 [ -x "$kagentd" ] || { echo "run-node: $kagentd is missing; run 'make build' first" >&2; exit 1; }
 
 # The guest image: built once from the static guest binary; its digest pins the policy.

@@ -2,12 +2,14 @@
 # kagentd as a user meets it: --help, --version, config errors naming key and line,
 # --check-config / --print-config, and a node that starts and stops cleanly on SIGTERM and SIGINT.
 set -euo pipefail
-kagentd=${KAGENT_BUILD_DIR:?}/actors/node/kagentd
+kagentd=${KAGENT_BUILD_DIR:?}/node/kagentd
 src=${KAGENT_SOURCE_DIR:?}
 work=$(mktemp -d /tmp/kagentd-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+chmod 755 "$work" # the embedded PostgreSQL runs as `postgres` and must reach the state dir
 fail() { echo "FAIL: $*" >&2; exit 1; }
 digest=sha256:$(printf '%064d' 7)
+build=${KAGENT_BUILD_DIR:?}
 
 # --help / --version / bad flag
 "$kagentd" --help | grep -q -- '--config FILE' || fail "--help lacks --config"
@@ -33,16 +35,31 @@ grep -q "type.yaml:4: sandbox.memory: expected a size" "$work/err" || fail "type
 set +e; "$kagentd" --config "$work/missing.yaml" 2>"$work/err"; rc=$?; set -e
 [ $rc = 1 ] && grep -q "missing.yaml: No such file" "$work/err" || fail "missing file: $(cat "$work/err")"
 
-# start, see it running, stop with each signal: exit 0, "stopped" logged, no child left
+# a node that cannot find its guest image refuses to start, saying what to do
+set +e; "$kagentd" --config "$work/good.yaml" 2>"$work/err"; rc=$?; set -e
+[ $rc = 1 ] || fail "missing guest image exits $rc"
+grep -q "guest image $digest is not usable" "$work/err" || fail "guest image message: $(cat "$work/err")"
+
+# with the real guest image: start (embedded PostgreSQL created), serve, stop on each signal:
+# exit 0, "stopped" logged, no child, database or mount left behind
+real=$("$src/deploy/build-guest-image.sh" "$build" "$work/state")
+sed -i "s|$digest|$real|; s|port: 8083|port: 0|" "$work/good.yaml"
 for sig in TERM INT; do
   "$kagentd" --config "$work/good.yaml" 2>"$work/log" &
   pid=$!
-  for _ in $(seq 100); do grep -q 'event=started' "$work/log" && break; sleep 0.1; done
-  grep -q 'event=started' "$work/log" || { cat "$work/log"; fail "node did not start"; }
+  for _ in $(seq 300); do grep -q 'path=node-1 event=started\|start_failed' "$work/log" && break; sleep 0.1; done
+  grep -q 'path=node-1 event=started' "$work/log" || { cat "$work/log"; fail "node did not start"; }
+  port=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$work/log")
+  [ "$(curl -fsS "http://127.0.0.1:$port/healthz")" = ok ] || { cat "$work/log"; fail "healthz on port $port"; }
+  curl -fsS "http://127.0.0.1:$port/metrics" | grep -q '^kagent_actors_live ' || fail "metrics"
   kill -$sig $pid
   set +e; wait $pid; rc=$?; set -e
   [ $rc = 0 ] || { cat "$work/log"; fail "SIG$sig: exit $rc"; }
   grep -q 'event=stopped' "$work/log" || fail "SIG$sig: no stopped line"
   [ -z "$(pgrep -P $pid || true)" ] || fail "SIG$sig: children left"
+  ! pgrep -f "$work/state/postgres" >/dev/null || fail "SIG$sig: PostgreSQL left running"
+  ! grep -q "$work" /proc/mounts || fail "SIG$sig: mounts left"
 done
+# the database outlived both runs: the second start reused it
+[ -s "$work/state/postgres/data/PG_VERSION" ] || fail "embedded database not kept"
 echo "PASS kagentd"

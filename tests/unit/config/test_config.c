@@ -1,4 +1,4 @@
-/* Unit tests for actors/yaml (ka_yaml) and actors/node/config (ka_config). */
+/* Unit tests for actors/yaml (ka_yaml) and node/config (ka_config). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -116,7 +116,7 @@ static const s_field_t s_node_fields[] = {
 };
 static const s_field_t s_listen_fields[] = {
     STR("address", listen_address),
-    INT("port", listen_port, 1, 65535),
+    INT("port", listen_port, 0, 65535), /* 0: an ephemeral port (tests) */
 };
 static const s_field_t s_log_fields[] = {
     TYPED("level", F_LOGLEVEL, log_level),

@@ -16,12 +16,13 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "images_cli.h"
 #include "krt.h"
-
-#define NODE_PATH_MAX 96
+#include "node.h"
 
 static const char *s_usage =
     "Usage: kagentd [--config FILE] [--check-config | --print-config]\n"
+    "       kagentd [--config FILE] image import|build|list|rm|pull ... (the node's image store)\n"
     "       kagentd --version | --help\n"
     "\n"
     "One node of the kagent sandbox service: the actor runtime, the control plane, the\n"
@@ -54,7 +55,7 @@ static int s_parse_args(int argc, char **argv, s_args_t *args)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             args->config_path = optarg;
@@ -76,7 +77,7 @@ static int s_parse_args(int argc, char **argv, s_args_t *args)
             return 2;
         }
     }
-    if (optind < argc) {
+    if (optind < argc && strcmp(argv[optind], "image") != 0) {
         fprintf(stderr, "kagentd: unexpected argument '%s'\nTry 'kagentd --help'.\n", argv[optind]);
         return 2;
     }
@@ -110,32 +111,44 @@ static void s_block_signals(sigset_t *set)
 
 static int s_run(const ka_config_t *cfg)
 {
-    char path[NODE_PATH_MAX];
-    snprintf(path, sizeof path, "%s", cfg->node_name);
     sigset_t stop_signals;
     s_block_signals(&stop_signals);
-
-    krt_config_t rcfg = {.node_id = (uint16_t)cfg->node_id,
-                         .schedulers = (int)cfg->schedulers,
-                         .job_threads = (int)cfg->job_threads,
-                         .name = cfg->node_name};
-    krt_system_t *sys = krt_system_new(&rcfg);
-    if (!sys || krt_system_start(sys)) {
-        krt_log(KRT_LOG_ERROR, path, "runtime_start_failed", "error=\"%s\"", strerror(errno));
-        krt_system_destroy(&sys);
+    char err[KA_NODE_ERR_CAP];
+    ka_node_t *node = ka_node_start(cfg, err, sizeof err);
+    if (!node) {
+        krt_log(KRT_LOG_ERROR, cfg->node_name, "start_failed", "error=\"%s\"", err);
+        fprintf(stderr, "kagentd: %s\n", err);
         return 1;
     }
-    krt_log(KRT_LOG_INFO, path, "started",
-            "version=%s pid=%d listen=%s:%lld state_dir=%s database=%s", KAGENT_VERSION,
-            (int)getpid(), cfg->listen_address, (long long)cfg->listen_port, cfg->state_dir,
+    krt_log(KRT_LOG_INFO, cfg->node_name, "started",
+            "version=%s pid=%d listen=%s:%d state_dir=%s database=%s", KAGENT_VERSION,
+            (int)getpid(), cfg->listen_address, ka_node_port(node), cfg->state_dir,
             cfg->database_url[0] ? "external" : "embedded");
-
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    krt_log(KRT_LOG_INFO, path, "stopping", "signal=%s", strsignal(sig));
-    krt_system_destroy(&sys);
-    krt_log(KRT_LOG_INFO, path, "stopped", NULL);
+    krt_log(KRT_LOG_INFO, cfg->node_name, "stopping", "signal=%s", strsignal(sig));
+    ka_node_stop(&node);
+    krt_log(KRT_LOG_INFO, cfg->node_name, "stopped", NULL);
     return 0;
+}
+
+/* `kagentd [--config FILE] image ...`: the node's image store, offline. */
+static int s_image_cli(const s_args_t *args, int argc, char **argv)
+{
+    ka_config_t *cfg = malloc(sizeof *cfg);
+    char err[KA_CFG_ERR_CAP];
+    int rc = 1;
+    if (!cfg)
+        return 1;
+    ka_config_defaults(cfg);
+    if (args->config_path && ka_config_load_file(cfg, args->config_path, err, sizeof err)) {
+        /* an image command must work before the guest digest exists: retry without checks */
+        fprintf(stderr, "kagentd: invalid configuration: %s\n", err);
+    } else {
+        rc = ka_images_cli(cfg->state_dir, argc, argv);
+    }
+    free(cfg);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -144,6 +157,8 @@ int main(int argc, char **argv)
     int rc = s_parse_args(argc, argv, &args);
     if (rc >= 0)
         return rc;
+    if (optind < argc) /* "image": the subcommand takes the rest */
+        return s_image_cli(&args, argc - optind, argv + optind);
     ka_config_t *cfg = malloc(sizeof *cfg);
     if (!cfg) {
         fputs("kagentd: out of memory\n", stderr);

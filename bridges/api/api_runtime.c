@@ -1,0 +1,325 @@
+/* kagent.runtime.v1.RuntimeService: for operators. Actor tree, node, pools, stats, images. */
+#include "api_int.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "images_actor.h"
+
+#define IMPORT_MAX (16ull << 30) /* an image import may be large, but not unbounded */
+
+static bool s_ok(kb_grpc_call_t *call, void *user)
+{
+    char caller[KB_AUTH_ID_MAX + 1];
+    return kb_api_caller(user, call, caller, sizeof caller) == 0;
+}
+
+static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    const Kagent__Runtime__V1__GetActorTreeRequest *req = (const void *)m;
+    krt_system_t *sys = ka_service_system(api->o.svc);
+    krt_addr_t root = KRT_ADDR_NONE;
+    if (req->root[0] && !(root = krt_whereis(sys, req->root))) {
+        kb_grpc_fail(call, KB_GRPC_NOT_FOUND, "no actor is registered under that name");
+        return;
+    }
+    char *json = krt_tree_json(sys, root);
+    if (!json) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "cannot dump the actor tree");
+        return;
+    }
+    Kagent__Runtime__V1__GetActorTreeResponse r =
+        KAGENT__RUNTIME__V1__GET_ACTOR_TREE_RESPONSE__INIT;
+    r.json = json;
+    kb_grpc_reply(call, &r.base);
+    free(json);
+}
+
+static uint64_t s_live_sandboxes(kb_api_t *api)
+{
+    krt_reply_t r;
+    ka_svc_call_sync(api->o.svc, KA_SBX_COUNT, NULL, 0, 5000, &r);
+    uint64_t n = r.len == sizeof(ka_sbx_count_t) ? ((const ka_sbx_count_t *)r.body)->live : 0;
+    krt_reply_free(&r);
+    return n;
+}
+
+static void s_stats(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    krt_stats_t st;
+    krt_system_stats(ka_service_system(api->o.svc), &st);
+    Kagent__Runtime__V1__GetStatsResponse r = KAGENT__RUNTIME__V1__GET_STATS_RESPONSE__INIT;
+    r.actors_live = st.actors_live;
+    r.actors_spawned = st.actors_spawned;
+    r.messages = st.messages;
+    r.timers_armed = st.timers_armed;
+    r.bytes_live = st.bytes_live;
+    r.sandboxes_live = s_live_sandboxes(api);
+    kb_grpc_reply(call, &r.base);
+}
+
+static void s_pools(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    size_t n = api->o.n_pools;
+    Kagent__Runtime__V1__Pool *pools = calloc(n ? n : 1, sizeof *pools);
+    Kagent__Runtime__V1__Pool **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!pools || !ptrs) {
+        free(pools);
+        free(ptrs);
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
+        return;
+    }
+    uint64_t live = s_live_sandboxes(api);
+    for (size_t i = 0; i < n; i++) {
+        kagent__runtime__v1__pool__init(&pools[i]);
+        pools[i].name = (char *)api->o.pools[i].name;
+        pools[i].sandbox_class = (char *)api->o.pools[i].klass;
+        pools[i].capacity = api->o.pools[i].capacity;
+        pools[i].in_use = i == 0 ? (int64_t)live : 0; /* one pool class per node today */
+        ptrs[i] = &pools[i];
+    }
+    Kagent__Runtime__V1__ListPoolsResponse r = KAGENT__RUNTIME__V1__LIST_POOLS_RESPONSE__INIT;
+    r.n_pools = n;
+    r.pools = ptrs;
+    kb_grpc_reply(call, &r.base);
+    free(pools);
+    free(ptrs);
+}
+
+static void s_nodes(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    Kagent__Runtime__V1__Node node = KAGENT__RUNTIME__V1__NODE__INIT;
+    Kagent__Runtime__V1__Node *ptr = &node;
+    char **pools = calloc(api->o.n_pools ? api->o.n_pools : 1, sizeof *pools);
+    for (size_t i = 0; pools && i < api->o.n_pools; i++)
+        pools[i] = (char *)api->o.pools[i].name;
+    node.id = api->o.node_id;
+    node.name = (char *)(api->o.node_name ? api->o.node_name : "");
+    node.endpoint = (char *)(api->o.endpoint ? api->o.endpoint : "");
+    node.alive = true;
+    node.n_pools = pools ? api->o.n_pools : 0;
+    node.pools = pools;
+    Kagent__Runtime__V1__ListNodesResponse r = KAGENT__RUNTIME__V1__LIST_NODES_RESPONSE__INIT;
+    r.n_nodes = 1;
+    r.nodes = &ptr;
+    kb_grpc_reply(call, &r.base);
+    free(pools);
+}
+
+static void s_images(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    ka_image_info_t *list = NULL;
+    size_t n = 0;
+    if (!api->images_ro || ka_images_list(api->images_ro, &list, &n)) {
+        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the image store cannot be read");
+        return;
+    }
+    Kagent__Runtime__V1__Image *imgs = calloc(n ? n : 1, sizeof *imgs);
+    Kagent__Runtime__V1__Image **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    char(*refs)[1100] = calloc(n ? n : 1, sizeof *refs);
+    for (size_t i = 0; imgs && ptrs && refs && i < n; i++) {
+        kagent__runtime__v1__image__init(&imgs[i]);
+        snprintf(refs[i], sizeof refs[i], "%s%s%s", list[i].name, list[i].name[0] ? "@" : "",
+                 list[i].digest);
+        imgs[i].reference = refs[i];
+        imgs[i].digest = list[i].digest;
+        imgs[i].size = (int64_t)list[i].size;
+        ptrs[i] = &imgs[i];
+    }
+    Kagent__Runtime__V1__ListImagesResponse r = KAGENT__RUNTIME__V1__LIST_IMAGES_RESPONSE__INIT;
+    if (imgs && ptrs && refs) {
+        r.n_images = n;
+        r.images = ptrs;
+        kb_grpc_reply(call, &r.base);
+    } else {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
+    }
+    free(imgs);
+    free(ptrs);
+    free(refs);
+    ka_images_list_free(list, n);
+}
+
+/* ---- images actor requests (import, rm) ----------------------------------------------------- */
+
+typedef struct {
+    kb_grpc_call_t *call;
+    uint32_t type;
+    char path[512]; /* import spool file, removed when done */
+    char name[KA_IMAGES_IMGNAME_LEN];
+    int fd;
+    uint64_t size;
+} s_img_t;
+
+static void s_on_images(void *user, int err, const krt_msg_t *reply)
+{
+    s_img_t *c = user;
+    const ka_images_reply_t *r = reply ? reply->body : NULL;
+    if (err || !r || reply->len != sizeof *r) {
+        kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the image service did not answer");
+    } else if (r->err) {
+        kb_grpc_code_t code = r->err == -ENOENT  ? KB_GRPC_NOT_FOUND
+                              : r->err == -EBUSY ? KB_GRPC_FAILED_PRECONDITION
+                              : r->err == -EINVAL || r->err == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT
+                                                                        : KB_GRPC_INTERNAL;
+        kb_grpc_fail(c->call, code, r->message);
+    } else if (c->type == KA_IMAGES_RM) {
+        Kagent__Runtime__V1__RemoveImageResponse resp =
+            KAGENT__RUNTIME__V1__REMOVE_IMAGE_RESPONSE__INIT;
+        kb_grpc_reply(c->call, &resp.base);
+    } else {
+        Kagent__Runtime__V1__Image img = KAGENT__RUNTIME__V1__IMAGE__INIT;
+        img.reference = (char *)r->ref;
+        img.digest = (char *)r->digest;
+        img.size = (int64_t)c->size;
+        Kagent__Runtime__V1__ImportImageResponse resp =
+            KAGENT__RUNTIME__V1__IMPORT_IMAGE_RESPONSE__INIT;
+        resp.image = &img;
+        kb_grpc_reply(c->call, &resp.base);
+    }
+    if (c->path[0])
+        unlink(c->path);
+    free(c);
+}
+
+static void s_images_call(kb_api_t *api, s_img_t *c, const char *arg)
+{
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.arg, sizeof req.arg, "%s", arg);
+    snprintf(req.name, sizeof req.name, "%s", c->name);
+    if (krt_call_async(ka_service_system(api->o.svc), api->o.images, c->type, &req, sizeof req,
+                       15 * 60 * 1000, s_on_images, c)) {
+        kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the image service is not running");
+        if (c->path[0])
+            unlink(c->path);
+        free(c);
+    }
+}
+
+static void s_rm(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    if (!s_ok(call, user))
+        return;
+    const Kagent__Runtime__V1__RemoveImageRequest *req = (const void *)m;
+    s_img_t *c = calloc(1, sizeof *c);
+    if (!c || !req->reference[0] || strlen(req->reference) >= KA_IMAGES_ARG_LEN) {
+        free(c);
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, "reference must name an image");
+        return;
+    }
+    c->call = call;
+    c->type = KA_IMAGES_RM;
+    s_images_call(user, c, req->reference);
+}
+
+static void s_import_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    s_img_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
+        return;
+    }
+    c->call = call;
+    c->type = KA_IMAGES_IMPORT;
+    snprintf(c->path, sizeof c->path, "%s/images-import.XXXXXX",
+             api->o.state_dir ? api->o.state_dir : "/tmp");
+    c->fd = mkstemp(c->path);
+    if (c->fd < 0) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "cannot create the import spool file");
+        free(c);
+        return;
+    }
+    kb_grpc_call_set_data(call, c);
+}
+
+static void s_import_abort(kb_grpc_call_t *call, s_img_t *c, kb_grpc_code_t code, const char *why)
+{
+    kb_grpc_call_set_data(call, NULL);
+    kb_grpc_fail(call, code, why);
+    close(c->fd);
+    unlink(c->path);
+    free(c);
+}
+
+static void s_import_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
+{
+    s_img_t *c = kb_grpc_call_data(call);
+    const Kagent__Runtime__V1__ImportImageRequest *req = (const void *)m;
+    if (c) {
+        if (c->size == 0 && req->name[0])
+            snprintf(c->name, sizeof c->name, "%s", req->name);
+        const uint8_t *p = req->chunk.data;
+        size_t n = req->chunk.len;
+        if (c->size + n > IMPORT_MAX) {
+            s_import_abort(call, c, KB_GRPC_RESOURCE_EXHAUSTED, "image import exceeds 16 GiB");
+        } else {
+            while (n > 0) {
+                ssize_t w = write(c->fd, p, n);
+                if (w <= 0) {
+                    s_import_abort(call, c, KB_GRPC_INTERNAL, "cannot spool the image");
+                    break;
+                }
+                p += w;
+                n -= (size_t)w;
+                c->size += (uint64_t)w;
+            }
+        }
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static void s_import_end(kb_grpc_call_t *call, int status, void *user)
+{
+    s_img_t *c = kb_grpc_call_data(call);
+    if (!c)
+        return;
+    if (status || c->size == 0) {
+        s_import_abort(call, c, status ? KB_GRPC_CANCELLED : KB_GRPC_INVALID_ARGUMENT,
+                       status ? "the import stream ended abnormally" : "the image is empty");
+        return;
+    }
+    kb_grpc_call_set_data(call, NULL);
+    close(c->fd);
+    s_images_call(user, c, c->path);
+}
+
+#define SVC "/kagent.runtime.v1.RuntimeService/"
+const kb_grpc_method_t kb_api_runtime_methods[] = {
+    {SVC "GetActorTree", KB_GRPC_UNARY, &kagent__runtime__v1__get_actor_tree_request__descriptor,
+     s_tree, NULL, NULL, NULL},
+    {SVC "ListNodes", KB_GRPC_UNARY, &kagent__runtime__v1__list_nodes_request__descriptor, s_nodes,
+     NULL, NULL, NULL},
+    {SVC "ListPools", KB_GRPC_UNARY, &kagent__runtime__v1__list_pools_request__descriptor, s_pools,
+     NULL, NULL, NULL},
+    {SVC "GetStats", KB_GRPC_UNARY, &kagent__runtime__v1__get_stats_request__descriptor, s_stats,
+     NULL, NULL, NULL},
+    {SVC "ImportImage", KB_GRPC_CLIENT_STREAM,
+     &kagent__runtime__v1__import_image_request__descriptor, s_import_start, s_import_message,
+     s_import_end, NULL},
+    {SVC "ListImages", KB_GRPC_UNARY, &kagent__runtime__v1__list_images_request__descriptor,
+     s_images, NULL, NULL, NULL},
+    {SVC "RemoveImage", KB_GRPC_UNARY, &kagent__runtime__v1__remove_image_request__descriptor, s_rm,
+     NULL, NULL, NULL},
+};
+const size_t kb_api_runtime_n = sizeof kb_api_runtime_methods / sizeof kb_api_runtime_methods[0];

@@ -1,0 +1,391 @@
+/* ka_node: one node, wired from its configuration. */
+#include "node.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "auth.h"
+#include "embedded.h"
+#include "grpc_reflection.h"
+#include "grpc_server.h"
+#include "http.h"
+#include "images_actor.h"
+#include "ka_namespaces.h"
+#include "krt.h"
+#include "listener.h"
+#include "sandboxes.h"
+#include "service.h"
+#include "store.h"
+#include "templates_actor.h"
+
+#define STORE_READY_MS 60000
+#define IMAGE_CALL_MS  (15 * 60 * 1000)
+
+struct ka_node {
+    ka_config_t cfg;
+    char path[KA_CFG_NAME_MAX]; /* log path: the node name */
+    char *conninfo;
+    bool embedded_db;
+    krt_system_t *sys;
+    ka_store_args_t store_args;
+    ka_images_actor_args_t images_args;
+    char *mirrors[KA_CFG_MAX_REGS];
+    ka_templates_args_t templates_args;
+    ka_sandboxes_args_t sandboxes_args;
+    krt_addr_t store, images, templates, sandboxes;
+    ka_driver_t *driver;
+    ka_service_t *svc;
+    kb_auth_t *auth;
+    kb_api_pool_t pools[KA_CFG_MAX_POOLS];
+    char endpoint[KA_CFG_NAME_MAX + 16];
+    kb_api_t *api;
+    kb_grpc_reflection_t *reflection;
+    kb_grpc_server_t *grpc;
+    kb_http_t *http;
+    kb_listener_t *listener;
+    bool ready;
+};
+
+static int s_fail(char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int s_fail(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int s_mkdirs(const char *path, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, mode) && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    return mkdir(tmp, mode) && errno != EEXIST ? -errno : 0;
+}
+
+/* ---- database and store ------------------------------------------------------------------- */
+
+static int s_database(ka_node_t *n, char *err, size_t cap)
+{
+    if (n->cfg.database_url[0]) {
+        n->conninfo = strdup(n->cfg.database_url);
+        return n->conninfo ? 0 : s_fail(err, cap, "out of memory");
+    }
+    krt_log(KRT_LOG_INFO, n->path, "database_starting", "embedded=%s/postgres", n->cfg.state_dir);
+    if (ka_pg_embedded_start(n->cfg.state_dir, &n->conninfo))
+        return s_fail(err, cap, "the embedded PostgreSQL did not start: %s",
+                      ka_pg_embedded_error());
+    n->embedded_db = true;
+    return 0;
+}
+
+static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char *name,
+                   krt_addr_t *out, char *err, size_t cap)
+{
+    krt_spawn_opts_t o = {.name = name, .register_name = true};
+    int rc = krt_system_spawn(n->sys, b, arg, &o, out);
+    return rc ? s_fail(err, cap, "cannot start the %s actor: %s", name, krt_strerror(rc)) : 0;
+}
+
+/* Waits until the store serves requests (migrations applied), or fails clearly. */
+static int s_wait_store(ka_node_t *n, char *err, size_t cap)
+{
+    for (int waited = 0; waited < STORE_READY_MS; waited += 100) {
+        krt_reply_t r;
+        if (krt_call(n->sys, n->store, KA_STORE_INFO, NULL, 0, 5000, &r) == 0) {
+            const ka_store_info_t *info = r.body;
+            bool ready = r.len == sizeof *info && info->conn_state == KA_PG_READY &&
+                         info->schema_version > 0;
+            krt_reply_free(&r);
+            if (ready)
+                return 0;
+        } else if (krt_system_wait(n->sys, n->store, 0) != KRT_ETIMEDOUT) {
+            return s_fail(err, cap,
+                          "the store stopped at start (is the database schema newer "
+                          "than this kagentd? see the log above)");
+        }
+        usleep(100 * 1000);
+    }
+    return s_fail(err, cap, "the database did not become ready within %d s (%s)",
+                  STORE_READY_MS / 1000, n->cfg.database_url[0] ? "database.url" : "embedded");
+}
+
+/* ---- images and the driver ---------------------------------------------------------------- */
+
+static int s_images(ka_node_t *n, char *err, size_t cap)
+{
+    for (size_t i = 0; i < n->cfg.n_registries; i++) {
+        if (asprintf(&n->mirrors[i], "%s=%s", n->cfg.registries[i].host,
+                     n->cfg.registries[i].endpoint) < 0)
+            return s_fail(err, cap, "out of memory");
+    }
+    n->images_args.state_dir = n->cfg.state_dir;
+    n->images_args.mirrors = (const char *const *)n->mirrors;
+    n->images_args.n_mirrors = n->cfg.n_registries;
+    return s_spawn(n, &ka_images_behaviour, &n->images_args, KA_IMAGES_NAME, &n->images, err, cap);
+}
+
+/* The guest binary comes from the guest image the policy pins: it must be in the store. */
+static int s_driver(ka_node_t *n, char *err, size_t cap)
+{
+    ka_images_req_t req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.arg, sizeof req.arg, "%s", n->cfg.guest_image_digest);
+    krt_reply_t r;
+    int rc = krt_call(n->sys, n->images, KA_IMAGES_PREPARE, &req, sizeof req, IMAGE_CALL_MS, &r);
+    if (rc)
+        return s_fail(err, cap, "the image service did not answer: %s", krt_strerror(rc));
+    ka_images_reply_t rep;
+    bool sized = r.len == sizeof rep;
+    memcpy(&rep, r.body, sized ? sizeof rep : 0);
+    krt_reply_free(&r);
+    if (!sized || rep.err)
+        return s_fail(err, cap,
+                      "guest image %s is not usable: %s (build it with deploy/build-guest-image.sh "
+                      "BUILD_DIR %s and put the digest in sandbox.guestImage.digest)",
+                      n->cfg.guest_image_digest, sized ? rep.message : "bad reply",
+                      n->cfg.state_dir);
+    char guest[PATH_MAX], state[PATH_MAX];
+    snprintf(guest, sizeof guest, "%.3900s/run/kagent/guest", rep.path);
+    snprintf(state, sizeof state, "%.3900s/sandboxes", n->cfg.state_dir);
+    if (access(guest, X_OK))
+        return s_fail(err, cap, "guest image %s holds no executable /run/kagent/guest",
+                      n->cfg.guest_image_digest);
+    ka_ns_opts_t o = {.state_dir = state,
+                      .guest_path = guest,
+                      .cpu_millis = (uint32_t)n->cfg.cpu_millis,
+                      .mem_bytes = (uint64_t)n->cfg.memory_bytes,
+                      .pids_max = (uint64_t)n->cfg.pids_max};
+    int e = 0;
+    n->driver = ka_namespaces_new(&o, &e);
+    if (!n->driver)
+        return s_fail(err, cap,
+                      "the namespaces sandbox driver cannot start: %s (kagentd must "
+                      "run as root on Linux with user namespaces and overlayfs)",
+                      strerror(e < 0 ? -e : EINVAL));
+    return 0;
+}
+
+/* ---- control plane ------------------------------------------------------------------------ */
+
+static int s_control(ka_node_t *n, char *err, size_t cap)
+{
+    ka_templates_args_t *t = &n->templates_args;
+    t->store = n->store;
+    t->images = n->images;
+    snprintf(t->policy.guest_image_digest, sizeof t->policy.guest_image_digest, "%.79s",
+             n->cfg.guest_image_digest);
+    t->policy.cpu_millis = n->cfg.cpu_millis;
+    t->policy.memory_bytes = n->cfg.memory_bytes;
+    t->policy.default_ttl_ms = n->cfg.default_ttl_ms;
+    t->policy.max_ttl_ms = n->cfg.max_ttl_ms;
+    for (size_t i = 0; i < n->cfg.n_pools && i < KA_POLICY_MAX_POOLS; i++) {
+        snprintf(t->policy.pools[i].name, sizeof t->policy.pools[i].name, "%s",
+                 n->cfg.pools[i].name);
+        snprintf(t->policy.pools[i].klass, sizeof t->policy.pools[i].klass, "%s",
+                 n->cfg.pools[i].klass);
+        t->policy.n_pools++;
+    }
+    if (s_spawn(n, &ka_templates_behaviour, t, KA_TEMPLATES_NAME, &n->templates, err, cap))
+        return -1;
+    ka_sandboxes_args_t *s = &n->sandboxes_args;
+    s->store = n->store;
+    s->templates = n->templates;
+    s->driver = n->driver;
+    snprintf(s->node, sizeof s->node, "%s", n->cfg.node_name);
+    s->default_ttl_ms = n->cfg.default_ttl_ms;
+    s->max_ttl_ms = n->cfg.max_ttl_ms;
+    if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, &n->sandboxes, err, cap))
+        return -1;
+    n->svc = ka_service_new(n->sys, n->templates, n->sandboxes);
+    return n->svc ? 0 : s_fail(err, cap, "out of memory");
+}
+
+/* ---- bridges ------------------------------------------------------------------------------ */
+
+static bool s_ready(void *arg)
+{
+    return ((ka_node_t *)arg)->ready;
+}
+
+static int s_metrics(kb_http_buf_t *b, void *arg)
+{
+    ka_node_t *n = arg;
+    krt_stats_t st;
+    krt_system_stats(n->sys, &st);
+    kb_grpc_stats_t gs;
+    kb_grpc_server_stats(n->grpc, &gs);
+    krt_reply_t r;
+    uint64_t live = 0;
+    if (ka_svc_call_sync(n->svc, KA_SBX_COUNT, NULL, 0, 2000, &r) == KA_OK)
+        live = ((const ka_sbx_count_t *)r.body)->live;
+    krt_reply_free(&r);
+    return kb_http_buf_printf(
+        b,
+        "# HELP kagent_sandboxes_live Sandboxes with an actor on this node.\n"
+        "# TYPE kagent_sandboxes_live gauge\nkagent_sandboxes_live %llu\n"
+        "# HELP kagent_actors_live Live actors in the runtime.\n"
+        "# TYPE kagent_actors_live gauge\nkagent_actors_live %llu\n"
+        "# HELP kagent_actors_spawned_total Actors spawned since start.\n"
+        "# TYPE kagent_actors_spawned_total counter\nkagent_actors_spawned_total %llu\n"
+        "# HELP kagent_messages_total Messages delivered since start.\n"
+        "# TYPE kagent_messages_total counter\nkagent_messages_total %llu\n"
+        "# HELP kagent_timers_armed Armed runtime timers (TTLs and timeouts).\n"
+        "# TYPE kagent_timers_armed gauge\nkagent_timers_armed %llu\n"
+        "# HELP kagent_grpc_calls_total gRPC calls received.\n"
+        "# TYPE kagent_grpc_calls_total counter\nkagent_grpc_calls_total %llu\n"
+        "# HELP kagent_grpc_calls_live gRPC calls in flight.\n"
+        "# TYPE kagent_grpc_calls_live gauge\nkagent_grpc_calls_live %llu\n",
+        (unsigned long long)live, (unsigned long long)st.actors_live,
+        (unsigned long long)st.actors_spawned, (unsigned long long)st.messages,
+        (unsigned long long)st.timers_armed, (unsigned long long)gs.calls_started,
+        (unsigned long long)gs.calls_live);
+}
+
+static void s_on_grpc(int fd, const struct sockaddr *peer, socklen_t len, void *arg)
+{
+    kb_grpc_server_add_fd(((ka_node_t *)arg)->grpc, fd);
+}
+
+static void s_on_http(int fd, const struct sockaddr *peer, socklen_t len, void *arg)
+{
+    kb_http_add_connection(((ka_node_t *)arg)->http, fd, peer, len);
+}
+
+static int s_bridges(ka_node_t *n, char *err, size_t cap)
+{
+    char why[256] = "";
+    int e = 0;
+    n->auth = kb_auth_new(n->cfg.auth_mode == KA_AUTH_TOKENS ? KB_AUTH_TOKENS : KB_AUTH_USER_HEADER,
+                          n->cfg.tokens_file, &e, why, sizeof why);
+    if (!n->auth)
+        return s_fail(err, cap, "auth: %s", why[0] ? why : strerror(-e));
+    for (size_t i = 0; i < n->cfg.n_pools; i++)
+        n->pools[i] =
+            (kb_api_pool_t){n->cfg.pools[i].name, n->cfg.pools[i].klass, n->cfg.pools[i].capacity};
+    snprintf(n->endpoint, sizeof n->endpoint, "%s:%lld", n->cfg.listen_address,
+             (long long)n->cfg.listen_port);
+    kb_api_options_t ao = {.svc = n->svc,
+                           .auth = n->auth,
+                           .images = n->images,
+                           .state_dir = n->cfg.state_dir,
+                           .node_name = n->cfg.node_name,
+                           .node_id = (int)n->cfg.node_id,
+                           .endpoint = n->endpoint,
+                           .pools = n->pools,
+                           .n_pools = n->cfg.n_pools};
+    n->api = kb_api_new(&ao);
+    n->grpc = kb_grpc_server_new(NULL);
+    n->reflection = kb_grpc_reflection_new();
+    if (!n->api || !n->grpc || !n->reflection || kb_api_register(n->api, n->grpc) ||
+        kb_grpc_reflection_add_set(n->reflection, kb_grpc_protoset, kb_grpc_protoset_len) ||
+        kb_grpc_reflection_register(n->reflection, n->grpc) || kb_grpc_server_start(n->grpc))
+        return s_fail(err, cap, "the gRPC server cannot start");
+    kb_http_options_t ho = {.ready = s_ready, .metrics = s_metrics, .arg = n};
+    n->http = kb_http_new(&ho);
+    if (!n->http)
+        return s_fail(err, cap, "the HTTP server cannot start");
+    kb_listener_options_t lo = {.host = n->cfg.listen_address,
+                                .port = (int)n->cfg.listen_port,
+                                .on_grpc = s_on_grpc,
+                                .on_http = s_on_http,
+                                .arg = n};
+    n->listener = kb_listener_new(&lo, &e);
+    if (!n->listener)
+        return s_fail(err, cap, "cannot listen on %s:%lld: %s", n->cfg.listen_address,
+                      (long long)n->cfg.listen_port,
+                      e == -EADDRINUSE ? "the port is in use (another kagentd?)" : strerror(-e));
+    return 0;
+}
+
+/* ---- start / stop ------------------------------------------------------------------------- */
+
+ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
+{
+    ka_node_t *n = calloc(1, sizeof *n);
+    if (!n) {
+        s_fail(err, cap, "out of memory");
+        return NULL;
+    }
+    n->cfg = *cfg;
+    snprintf(n->path, sizeof n->path, "%s", cfg->node_name);
+    int rc = s_mkdirs(cfg->state_dir, 0755);
+    if (rc)
+        s_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
+    if (!rc)
+        rc = s_database(n, err, cap);
+    if (!rc) {
+        krt_config_t rcfg = {.node_id = (uint16_t)cfg->node_id,
+                             .schedulers = (int)cfg->schedulers,
+                             .job_threads = (int)cfg->job_threads,
+                             .name = cfg->node_name};
+        n->sys = krt_system_new(&rcfg);
+        rc = !n->sys || krt_system_start(n->sys)
+                 ? s_fail(err, cap, "the actor runtime cannot start")
+                 : 0;
+    }
+    n->store_args.conninfo = n->conninfo;
+    if (!rc)
+        rc = s_spawn(n, &ka_store_behaviour, &n->store_args, KA_STORE_NAME, &n->store, err, cap);
+    if (!rc)
+        rc = s_wait_store(n, err, cap);
+    if (!rc)
+        rc = s_images(n, err, cap);
+    if (!rc)
+        rc = s_driver(n, err, cap);
+    if (!rc)
+        rc = s_control(n, err, cap);
+    if (!rc)
+        rc = s_bridges(n, err, cap);
+    if (rc) {
+        ka_node_stop(&n);
+        return NULL;
+    }
+    n->ready = true;
+    return n;
+}
+
+int ka_node_port(const ka_node_t *node)
+{
+    return node->listener ? kb_listener_port(node->listener) : 0;
+}
+
+void ka_node_stop(ka_node_t **node_p)
+{
+    ka_node_t *n = node_p ? *node_p : NULL;
+    if (!n)
+        return;
+    n->ready = false;
+    kb_listener_destroy(&n->listener); /* no new connections */
+    kb_grpc_server_destroy(&n->grpc);  /* in-flight calls cancelled and completed */
+    kb_http_destroy(&n->http);
+    kb_grpc_reflection_destroy(&n->reflection);
+    krt_system_destroy(&n->sys); /* actors stop: sandboxes release their compute */
+    kb_api_destroy(&n->api);
+    ka_service_destroy(&n->svc);
+    kb_auth_destroy(&n->auth);
+    ka_driver_destroy(&n->driver);
+    if (n->embedded_db && ka_pg_embedded_stop(n->cfg.state_dir))
+        krt_log(KRT_LOG_WARN, n->path, "database_stop_failed", "error=\"%s\"",
+                ka_pg_embedded_error());
+    for (size_t i = 0; i < KA_CFG_MAX_REGS; i++)
+        free(n->mirrors[i]);
+    free(n->conninfo);
+    free(n);
+    *node_p = NULL;
+}
