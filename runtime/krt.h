@@ -296,7 +296,9 @@ typedef struct krt_sup_spec {
     krt_strategy_t strategy;
     int intensity;                    /* at most this many restarts ... */
     int period_ms;                    /* ... within this window, else the supervisor itself exits */
-    const krt_child_spec_t *children; /* started in order, stopped in reverse */
+    const krt_child_spec_t *children; /* spawned in order (their inits run asynchronously,
+                                         each before any message to that child), stopped in
+                                         reverse */
     size_t n_children;
 } krt_sup_spec_t;
 
