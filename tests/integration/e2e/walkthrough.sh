@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The seed's walkthrough through the kagent CLI against a real node: apply a template, see it
+# Ready, create a sandbox, exec, upload, download, list, ownership, delete. The tools image is
+# busybox (the python image of `make run` takes minutes to build; CI proves the same path).
+set -euo pipefail
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+fail() { node_fail "$@"; }
+node_start
+node_apply_template scratch
+k() { "$KAGENT" --api-url "$API" "$@"; }
+
+# 1. templates
+k sandbox templates -n kagent | grep -q "^kagent  *scratch  *test/tools@sha256:" || fail "templates table"
+k get template scratch | grep -q "Prepared" || fail "get template shows Ready"
+
+# 2. create (idempotent)
+id=$(k sandbox create scratch --request-id my-first-sandbox -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+[[ $id =~ ^[0-9a-f-]{36}$ ]] || fail "create returned id '$id'"
+again=$(k sandbox create scratch --request-id my-first-sandbox -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+[ "$again" = "$id" ] || fail "create is not idempotent: $again vs $id"
+k sandbox get "$id" | grep -q "RUNTIME_STATE_READY *RUNTIME_OPERATION_NONE" || fail "get shows READY/NONE"
+
+# 3. exec: output, cwd, uid, exit codes
+out=$(k sandbox exec "$id" -- sh -c 'echo hello; pwd; id -u' 2>/dev/null)
+[ "$out" = "$(printf 'hello\n/data/workspace\n65532')" ] || fail "exec output: $out"
+set +e; k sandbox exec "$id" -- sh -c 'exit 7' >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 7 ] || fail "exec exit code $rc, want 7"
+set +e; k sandbox exec "$id" -- no-such-program >/dev/null 2>&1; rc=$?; set -e
+[ $rc != 0 ] || fail "exec of a missing program succeeded"
+
+# 4. upload / download
+head -c 300000 /dev/urandom > "$WORK/blob.bin"
+k sandbox upload "$id" "$WORK/blob.bin" data/blob.bin | grep -q "Wrote 300000 bytes" || fail "upload"
+k sandbox exec "$id" -- sh -c 'wc -c < data/blob.bin' 2>/dev/null | grep -q 300000 || fail "uploaded size"
+echo old > "$WORK/back.bin"
+k sandbox download "$id" data/blob.bin "$WORK/back.bin" >/dev/null || fail "download"
+cmp -s "$WORK/blob.bin" "$WORK/back.bin" || fail "download differs"
+set +e; k sandbox download "$id" data/missing.bin "$WORK/back.bin" >/dev/null 2>&1; rc=$?; set -e
+[ $rc != 0 ] && cmp -s "$WORK/blob.bin" "$WORK/back.bin" || fail "failed download touched the file"
+
+# 5. list and ownership
+k sandbox list | grep -q "$id" || fail "list lacks the sandbox"
+k --user-id bob@example.com sandbox list | grep -q "$id" && fail "another user lists it"
+set +e; k --user-id bob@example.com sandbox get "$id" >/dev/null 2>"$WORK/err"; rc=$?; set -e
+[ $rc != 0 ] && grep -q "NotFound" "$WORK/err" || fail "another user can get it: $(cat "$WORK/err")"
+set +e; k --user-id bob@example.com sandbox exec "$id" -- true >/dev/null 2>"$WORK/err"; rc=$?; set -e
+[ $rc != 0 ] || fail "another user can exec"
+
+# 6. delete: DELETED, guest refused, create replay returns the tombstone
+k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
+set +e; k sandbox exec "$id" -- true >/dev/null 2>"$WORK/err"; rc=$?; set -e
+[ $rc != 0 ] && grep -q "Sandbox is not ready or has expired" "$WORK/err" || fail "exec after delete: $(cat "$WORK/err")"
+k sandbox create scratch --request-id my-first-sandbox | grep -q "$id.*RUNTIME_STATE_DELETED" || fail "replay after delete"
+
+# 7. the operator's view
+k runtime tree | grep -q sandboxes || fail "runtime tree"
+curl -fsS "$API/metrics" | grep -q '^kagent_sandboxes_live ' || fail "metrics"
+
+node_stop
+echo "PASS walkthrough"

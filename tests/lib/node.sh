@@ -1,0 +1,96 @@
+# Test helper (source it): a real kagentd node in a temp dir, with a busybox tools image.
+#   node_start            builds the guest and tools images, writes a config, starts kagentd,
+#                         waits until it serves; sets WORK, STATE, PORT, API, TOOLS_REF, KAGENT
+#   node_apply_template NAME   applies and waits for Ready=True (namespace kagent)
+#   node_stop             SIGTERM, waits, checks nothing is left behind
+# Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR (set by ctest). Everything fails loudly.
+set -euo pipefail
+
+node_fail() { echo "FAIL: $*" >&2; [ -f "${WORK:-/nonexistent}/node.log" ] && tail -30 "$WORK/node.log" >&2; exit 1; }
+
+node_start() {
+  local build=${KAGENT_BUILD_DIR:?} src=${KAGENT_SOURCE_DIR:?}
+  KAGENTD=$build/node/kagentd
+  KAGENT=$build/bridges/cli/kagent
+  [ -x "$KAGENTD" ] && [ -x "$KAGENT" ] || node_fail "kagentd or kagent not built"
+  WORK=$(mktemp -d /tmp/kagent-node.XXXXXX)
+  chmod 755 "$WORK" # the embedded PostgreSQL runs as `postgres` and must reach the state dir
+  STATE=$WORK/state
+  trap node_cleanup EXIT
+  local guest rootfs=$WORK/tools-rootfs
+  guest=$("$src/deploy/build-guest-image.sh" "$build" "$STATE")
+  mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/tmp"
+  cp /bin/busybox "$rootfs/bin/busybox"
+  "$rootfs/bin/busybox" --install -s "$rootfs/bin"
+  for b in "$rootfs"/bin/*; do [ -L "$b" ] && ln -sf busybox "$b"; done
+  TOOLS_REF=$("$build/actors/images/kagent-image" --state-dir "$STATE" build --rootfs "$rootfs" \
+              --name test/tools) || node_fail "tools image build"
+  cat > "$WORK/kagentd.yaml" <<YAML
+node:
+  stateDir: $STATE
+listen:
+  port: 0
+sandbox:
+  guestImage:
+    digest: "$guest"
+  memory: 256Mi
+YAML
+  "$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
+  NODE_PID=$!
+  for _ in $(seq 600); do
+    grep -q 'path=node-1 event=started\|start_failed' "$WORK/node.log" && break
+    kill -0 $NODE_PID 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'path=node-1 event=started' "$WORK/node.log" || node_fail "kagentd did not start"
+  PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
+  API=http://127.0.0.1:$PORT
+}
+
+node_apply_template() {
+  local name=$1
+  cat > "$WORK/$name.yaml" <<YAML
+apiVersion: api.kagent.dev/v1alpha3
+kind: SandboxTemplate
+metadata:
+  name: $name
+  namespace: kagent
+spec:
+  workload:
+    image: $TOOLS_REF
+  env:
+    - name: LANG
+      value: C.UTF-8
+  substrate:
+    workerPoolRef:
+      name: kagent-default
+    snapshotPolicy:
+      location: file://$WORK/snapshots/
+YAML
+  "$KAGENT" --api-url "$API" apply -f "$WORK/$name.yaml" >/dev/null || node_fail "apply $name"
+  for _ in $(seq 300); do
+    "$KAGENT" --api-url "$API" get template "$name" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
+    sleep 0.1
+  done
+  node_fail "template $name never became Ready"
+}
+
+node_stop() {
+  [ -n "${NODE_PID:-}" ] || return 0
+  kill -TERM "$NODE_PID"
+  local rc=0
+  wait "$NODE_PID" || rc=$?
+  NODE_PID=
+  [ $rc = 0 ] || node_fail "kagentd exited $rc on SIGTERM"
+  ! grep -q "$WORK" /proc/mounts || node_fail "mounts left behind"
+  ! pgrep -f "$STATE/postgres" >/dev/null || node_fail "PostgreSQL left running"
+}
+
+node_cleanup() {
+  if [ -n "${NODE_PID:-}" ]; then kill -KILL "$NODE_PID" 2>/dev/null || true; wait "$NODE_PID" 2>/dev/null || true; fi
+  if [ -n "${WORK:-}" ]; then
+    pkill -f "$STATE/postgres" 2>/dev/null || true
+    grep "$WORK" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null || true
+    rm -rf "$WORK"
+  fi
+}
