@@ -329,6 +329,66 @@ const void *ka_store_blob_next(const ka_store_blob_t *b, size_t len, const void 
     return p;
 }
 
+/* Allocates a body of `fixed` bytes followed by text and its NUL; *len receives the size. */
+static void *s_body_with_text(size_t fixed, const char *text, size_t *len)
+{
+    size_t n = strlen(text);
+    if (n > UINT32_MAX - 1)
+        return NULL;
+    unsigned char *b = calloc(1, fixed + n + 1);
+    if (!b)
+        return NULL;
+    memcpy(b + fixed, text, n);
+    *len = fixed + n + 1;
+    return b;
+}
+
+ka_store_template_put_t *ka_store_template_put_new(const char *ns, const char *name,
+                                                   const char *spec, size_t *len)
+{
+    if (!ns || !name || !spec || !len)
+        return NULL;
+    ka_store_template_put_t *b =
+        s_body_with_text(offsetof(ka_store_template_put_t, spec), spec, len);
+    if (b) {
+        snprintf(b->namespace_, sizeof(b->namespace_), "%s", ns);
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        b->spec_len = (uint32_t)strlen(spec);
+    }
+    return b;
+}
+
+ka_store_template_status_t *ka_store_template_status_new(const char *ns, const char *name,
+                                                         const char *status, size_t *len)
+{
+    if (!ns || !name || !status || !len)
+        return NULL;
+    ka_store_template_status_t *b =
+        s_body_with_text(offsetof(ka_store_template_status_t, status), status, len);
+    if (b) {
+        snprintf(b->namespace_, sizeof(b->namespace_), "%s", ns);
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        b->status_len = (uint32_t)strlen(status);
+    }
+    return b;
+}
+
+ka_store_revision_put_t *ka_store_revision_put_new(const char *hash, const char *ns,
+                                                   const char *name, const char *spec, size_t *len)
+{
+    if (!hash || !ns || !name || !spec || !len)
+        return NULL;
+    ka_store_revision_put_t *b =
+        s_body_with_text(offsetof(ka_store_revision_put_t, spec), spec, len);
+    if (b) {
+        snprintf(b->hash, sizeof(b->hash), "%s", hash);
+        snprintf(b->namespace_, sizeof(b->namespace_), "%s", ns);
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        b->spec_len = (uint32_t)strlen(spec);
+    }
+    return b;
+}
+
 const char *ka_store_template_spec(const ka_store_template_t *t)
 {
     return t->text;
@@ -689,19 +749,20 @@ static void s_sandbox_list(s_store_t *self, const krt_msg_t *msg)
 {
     S_BODY(ka_store_sandbox_query_t, b);
     if (!S_STR(b->creator, false) || !S_STR(b->template_namespace, false) ||
-        !S_STR(b->template_name, false) || b->offset < 0)
+        !S_STR(b->template_name, false) || !S_STR(b->node, false) || b->offset < 0)
         S_INVALID("bad list query");
     int limit = s_limit(b->limit);
     char lim[16], off[16];
     snprintf(lim, sizeof(lim), "%d", limit + 1);
     snprintf(off, sizeof(off), "%d", b->offset);
-    const char *p[6] = {b->creator,
+    const char *p[7] = {b->creator,
                         b->template_namespace,
                         b->template_name,
                         b->include_deleted ? "true" : "false",
                         lim,
-                        off};
-    ka_pg_stmt_t st = {"sb_list", 6, p};
+                        off,
+                        b->node};
+    ka_pg_stmt_t st = {"sb_list", 7, p};
     s_submit(self, msg, &st, 1, s_done_sandbox_list, limit);
 }
 

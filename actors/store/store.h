@@ -181,11 +181,13 @@ typedef struct ka_store_sandbox_key {
     char creator[KA_STORE_CREATOR_LEN];
 } ka_store_sandbox_key_t;
 
-/* List, oldest first. Filters "" match anything. */
+/* List, oldest first. Filters "" match anything (node: the sandboxes a node serves, for
+ * reconciliation after its restart). */
 typedef struct ka_store_sandbox_query {
     char creator[KA_STORE_CREATOR_LEN];
     char template_namespace[KA_STORE_NS_LEN];
     char template_name[KA_STORE_TNAME_LEN];
+    char node[KA_STORE_NODE_LEN];
     int32_t include_deleted;
     int32_t limit;  /* 1..KA_STORE_LIST_MAX; 0 = KA_STORE_LIST_MAX */
     int32_t offset; /* >= 0 */
@@ -319,6 +321,16 @@ typedef struct ka_store_revision_put {
     uint32_t spec_len;
     char spec[]; /* spec_len bytes then NUL */
 } ka_store_revision_put_t;
+
+/* Builders for the variable-size request bodies: malloc'd (caller frees), text copied with
+ * its NUL, fixed strings truncated to their fields; *len receives the body length to send.
+ * NULL on allocation failure or NULL arguments. */
+ka_store_template_put_t *ka_store_template_put_new(const char *ns, const char *name,
+                                                   const char *spec, size_t *len);
+ka_store_template_status_t *ka_store_template_status_new(const char *ns, const char *name,
+                                                         const char *status, size_t *len);
+ka_store_revision_put_t *ka_store_revision_put_new(const char *hash, const char *ns,
+                                                   const char *name, const char *spec, size_t *len);
 
 /* Set a revision's preparation state. PREPARED also makes it its template's latest revision,
  * in the same transaction. */

@@ -43,9 +43,10 @@ static const ka_store_sql_t s_statements[] = {
      "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE creator = $1 AND request_id = $2"},
     {"sb_get", 2,
      "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE id = $1::uuid AND ($2 = '' OR creator = $2)"},
-    {"sb_list", 6,
+    {"sb_list", 7,
      "SELECT " S_SB_COLS " FROM ka_sandboxes WHERE ($1 = '' OR creator = $1)"
      " AND ($2 = '' OR template_namespace = $2) AND ($3 = '' OR template_name = $3)"
+     " AND ($7 = '' OR node = $7)"
      " AND ($4::bool OR deleted_at IS NULL) ORDER BY created_at, id LIMIT $5::int OFFSET $6::int"},
     {"sb_update", 7,
      "UPDATE ka_sandboxes SET state = coalesce($2, state), operation = coalesce($3, operation),"

@@ -140,6 +140,16 @@ static void test_sandbox_lifecycle(void **unused)
     assert_int_equal(l->more, 1);
     assert_string_equal(l->items[0].id, a.sandbox.id);
     krt_reply_free(&rep);
+    /* by node: only the one placed on node-1 */
+    snprintf(q.node, sizeof(q.node), "node-1");
+    q.limit = 10;
+    s_call(KA_STORE_SANDBOX_LIST, &q, sizeof(q), &rep);
+    l = rep.body;
+    assert_int_equal(l->count, 1);
+    assert_int_equal(l->more, 0);
+    assert_string_equal(l->items[0].node, "node-1");
+    krt_reply_free(&rep);
+    q.node[0] = '\0';
 
     /* delete, then a replayed create returns the tombstone */
     s_call(KA_STORE_SANDBOX_DELETE, &k, sizeof(k), &rep);
@@ -282,13 +292,10 @@ static void test_idempotent_create_100_concurrent(void **unused)
 
 static void s_put_template(const char *ns, const char *name, const char *spec, krt_reply_t *rep)
 {
-    size_t n = strlen(spec);
-    size_t len = sizeof(ka_store_template_put_t) + n + 1;
-    ka_store_template_put_t *t = calloc(1, len);
-    snprintf(t->namespace_, sizeof(t->namespace_), "%s", ns);
-    snprintf(t->name, sizeof(t->name), "%s", name);
-    t->spec_len = (uint32_t)n;
-    memcpy(t->spec, spec, n + 1);
+    size_t len = 0;
+    ka_store_template_put_t *t = ka_store_template_put_new(ns, name, spec, &len);
+    assert_non_null(t);
+    assert_int_equal(len, sizeof(*t) + strlen(spec) + 1);
     s_call(KA_STORE_TEMPLATE_PUT, t, len, rep);
     free(t);
 }
@@ -329,16 +336,14 @@ static void test_templates_and_revisions(void **unused)
 
     /* a revision, then PREPARED makes it the template's latest */
     const char *spec = "{\"image\": \"x@sha256:bb\"}";
-    size_t len = sizeof(ka_store_revision_put_t) + strlen(spec) + 1;
-    ka_store_revision_put_t *rv = calloc(1, len);
-    snprintf(rv->hash, sizeof(rv->hash), "%064d", 42);
-    snprintf(rv->namespace_, sizeof(rv->namespace_), "team");
-    snprintf(rv->name, sizeof(rv->name), "py");
+    char hash[KA_STORE_REV_LEN];
+    snprintf(hash, sizeof(hash), "%064d", 42);
+    size_t len = 0;
+    ka_store_revision_put_t *rv = ka_store_revision_put_new(hash, "team", "py", spec, &len);
+    assert_non_null(rv);
     rv->generation = 2;
     rv->state = KA_REV_PREPARING;
     snprintf(rv->reason, sizeof(rv->reason), "Preparing");
-    rv->spec_len = (uint32_t)strlen(spec);
-    memcpy(rv->spec, spec, strlen(spec) + 1);
     s_call(KA_STORE_REVISION_PUT, rv, len, &rep);
     const ka_store_blob_t *b = rep.body;
     assert_int_equal(b->status.err, 0);
@@ -380,13 +385,9 @@ static void test_templates_and_revisions(void **unused)
 
     /* status, list, delete and recreate (new uid) */
     const char *status = "{\"conditions\": [{\"type\": \"Ready\", \"status\": \"True\"}]}";
-    len = sizeof(ka_store_template_status_t) + strlen(status) + 1;
-    ka_store_template_status_t *ts = calloc(1, len);
-    snprintf(ts->namespace_, sizeof(ts->namespace_), "team");
-    snprintf(ts->name, sizeof(ts->name), "py");
+    ka_store_template_status_t *ts = ka_store_template_status_new("team", "py", status, &len);
+    assert_non_null(ts);
     ts->observed_generation = 2;
-    ts->status_len = (uint32_t)strlen(status);
-    memcpy(ts->status, status, strlen(status) + 1);
     s_call(KA_STORE_TEMPLATE_STATUS, ts, len, &rep);
     t = s_first_template(&rep);
     assert_int_equal(t->observed_generation, 2);
