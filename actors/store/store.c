@@ -96,6 +96,7 @@ typedef struct s_store {
     int wfd;
     uint32_t wev;
     bool watching;
+    uint64_t watch_gen; /* fd watch tag; bumped when the engine closes its socket */
     krt_timer_t tick;
     uint64_t tick_at; /* krt_now_ms deadline of tick, 0 = idle */
     krt_timer_t migrate_timer;
@@ -1044,6 +1045,7 @@ static void s_hook_fd_closing(void *user, int fd)
     s_store_t *self = user;
     if (self->watching && self->wfd == fd && self->ctx)
         krt_fd_unwatch(self->ctx, fd);
+    self->watch_gen++; /* readiness events still queued for the old socket are stale */
     if (self->wfd == fd) {
         self->watching = false;
         self->wfd = -1;
@@ -1114,7 +1116,7 @@ static void s_sync_io(s_store_t *self, krt_ctx_t *ctx)
         self->watching = false;
     }
     if (!self->watching && fd >= 0 && kev) {
-        int rc = krt_fd_watch(ctx, fd, kev, 0);
+        int rc = krt_fd_watch(ctx, fd, kev, self->watch_gen);
         if (rc == 0) {
             self->watching = true;
             self->wfd = fd;
@@ -1335,8 +1337,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     switch (msg->type) {
     case KRT_MSG_FD_READY: {
         const krt_fd_event_t *ev = msg->body;
+        if (!ev || ev->tag != self->watch_gen)
+            break; /* about a closed socket; the current watch is still armed */
         self->watching = false;
-        if (self->eng && ev && ev->fd == self->wfd) {
+        if (self->eng && ev->fd == self->wfd) {
             uint32_t e = ((ev->events & KRT_FD_READ) ? KA_PG_READ : 0) |
                          ((ev->events & KRT_FD_WRITE) ? KA_PG_WRITE : 0);
             ka_pgconn_on_io(self->eng, e ? e : KA_PG_READ | KA_PG_WRITE);
