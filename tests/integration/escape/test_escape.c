@@ -360,6 +360,20 @@ static void test_setuid_binaries(void **unused)
     sbx_out_free(&o);
 }
 
+static void test_no_inherited_fds(void **unused)
+{
+    (void)unused;
+    /* a user process has stdin/out/err only (ls adds its own dir fd); nothing of the node's
+     * or the guest's channel, and the guest's fds are not readable */
+    sbx_out_t o;
+    assert_int_equal(s_in_a("ls /proc/self/fd | wc -l; ls /proc/1/fd >/dev/null 2>&1 && echo "
+                            "READABLE; echo done",
+                            &o),
+                     0);
+    assert_string_equal(o.out, "4\ndone\n");
+    sbx_out_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_kernel_keyring),
         cmocka_unit_test(test_kernel_interfaces),
         cmocka_unit_test(test_setuid_binaries),
+        cmocka_unit_test(test_no_inherited_fds),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
