@@ -22,7 +22,8 @@
 #error "SBX_GUEST_PATH must point at the built kagent-sandbox-guest"
 #endif
 
-/* Builds <dir>/rootfs from /bin/busybox (one symlink per applet). 0 or -1 (message printed). */
+/* Builds a rootfs at root from /bin/busybox (a symlink per applet, via /usr/bin/busybox as the
+ * host's --install makes them). 0 or -1 (message printed). */
 static inline int sbx_make_rootfs(const char *root)
 {
     if (strlen(root) > 256)
@@ -32,11 +33,11 @@ static inline int sbx_make_rootfs(const char *root)
              "set -e; test -x /bin/busybox; mkdir -p '%s/bin' '%s/etc' '%s/usr/bin' '%s/sbin' "
              "'%s/dev' '%s/proc' '%s/tmp'; "
              "cp /bin/busybox '%s/bin/busybox'; cd '%s/bin'; "
-             "for a in $(/bin/busybox --list); do [ \"$a\" = busybox ] || ln -sf busybox \"$a\"; "
-             "done; echo 'root:x:0:0:root:/root:/bin/sh' > '%s/etc/passwd'; "
+             "/bin/busybox --install -s '%s/bin'; ln -sf /bin/busybox '%s/usr/bin/busybox'; echo "
+             "'root:x:0:0:root:/root:/bin/sh' > '%s/etc/passwd'; "
              "echo 'sandbox:x:65532:65532::/data/workspace:/bin/sh' >> '%s/etc/passwd'; "
              "echo 'image-layer-secret' > '%s/etc/layer-file'",
-             root, root, root, root, root, root, root, root, root, root, root, root);
+             root, root, root, root, root, root, root, root, root, root, root, root, root, root);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot build the busybox rootfs in %s (is busybox-static installed?)\n",
                 root);
