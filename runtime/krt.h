@@ -170,7 +170,9 @@ typedef struct krt_reply {
 } krt_reply_t;
 
 /* Blocking request/reply from a non-actor thread (bridges). The target replies with
- * krt_reply(). Returns 0 and fills *reply, or KRT_ETIMEDOUT, KRT_ENOACTOR, ... */
+ * krt_reply() (or later with krt_reply_to). Returns 0 and fills *reply, or KRT_ETIMEDOUT,
+ * KRT_ENOACTOR (target gone, or it stopped with the request unhandled), KRT_EINVAL when called
+ * on a scheduler thread (inside an actor: use krt_request). Local targets only. */
 int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
              int timeout_ms, krt_reply_t *reply);
 /* Callback form: cb runs exactly once on a runtime thread, with err 0 and the reply, or with
