@@ -60,6 +60,7 @@ typedef struct s_driver {
     ka_cgroup_limits_t lim;
     uint32_t uid;
     uint64_t tmp_bytes;
+    uint64_t rootfs_bytes;
     char **guest_args;
     struct sock_fprog filter; /* exported once; the child only installs it */
     pthread_mutex_t lock;     /* guards the list of live sandboxes */
@@ -83,7 +84,8 @@ typedef struct s_child {
     int cg_fds[KA_CGROUP_MAX_DIRS];
     int n_cg;
     const char *hostname;
-    char root[S_CDIR], data[S_CDIR], overlay_opts[4096], tmp_opts[64];
+    char root[S_CDIR], data[S_CDIR], overlay_opts[4096], tmp_opts[64], upper_opts[64];
+    char scratch[S_CDIR], upper[S_PATH], work[S_PATH];
     char mp_data[S_PATH], mp_run[S_PATH], mp_kagent[S_PATH], mp_guest[S_PATH];
     char mp_proc[S_PATH], mp_dev[S_PATH], mp_tmp[S_PATH];
     char *argv[32];
@@ -201,6 +203,11 @@ static void s_child_mounts(const s_child_t *c)
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
         s_fail(c, S_STEP_PRIVATE);
+    /* the overlay's upper and work dirs live on a tmpfs of this mount namespace: changes to
+     * the root are memory the sandbox is charged for, vanish with it, and cost no disk I/O */
+    if (mount("tmpfs", c->scratch, "tmpfs", MS_NOSUID | MS_NODEV, c->upper_opts) < 0 ||
+        mkdir(c->upper, 0755) < 0 || mkdir(c->work, 0700) < 0)
+        s_fail(c, S_STEP_OVERLAY);
     if (mount("overlay", c->root, "overlay", MS_NOSUID | MS_NODEV, c->overlay_opts) < 0)
         s_fail(c, S_STEP_OVERLAY);
     const char *dirs[] = {c->mp_data, c->mp_run, c->mp_kagent, c->mp_proc, c->mp_dev, c->mp_tmp};
@@ -358,7 +365,7 @@ static bool s_valid_id(const char *id)
 
 static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
 {
-    static const char *const sub[] = {"upper", "work", "root", "data"};
+    static const char *const sub[] = {"upper", "root", "data"};
     char p[S_PATH + 32];
     if (mkdir(sb->dir, 0700) < 0)
         return -errno;
@@ -416,8 +423,13 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
         if (o >= sizeof(c->overlay_opts))
             return -E2BIG;
     }
+    snprintf(c->scratch, sizeof(c->scratch), "%s/upper", sb->dir);
+    snprintf(c->upper, sizeof(c->upper), "%s/u", c->scratch);
+    snprintf(c->work, sizeof(c->work), "%s/w", c->scratch);
+    snprintf(c->upper_opts, sizeof(c->upper_opts), "mode=755,size=%llu",
+             (unsigned long long)d->rootfs_bytes);
     o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
-                          ",upperdir=%s/upper,workdir=%s/work,volatile", sb->dir, sb->dir);
+                          ",upperdir=%s,workdir=%s,volatile", c->upper, c->work);
     if (o >= sizeof(c->overlay_opts))
         return -E2BIG;
     size_t a = 0;
@@ -889,6 +901,7 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     d->lim.pids_max = opts->pids_max;
     d->uid = opts->uid ? opts->uid : S_SANDBOX_UID;
     d->tmp_bytes = opts->tmp_bytes ? opts->tmp_bytes : (64u << 20);
+    d->rootfs_bytes = opts->rootfs_bytes ? opts->rootfs_bytes : (256u << 20);
     size_t na = 0;
     while (opts->guest_args && opts->guest_args[na])
         na++;
