@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_START = 1, S_SIGNAL, S_OUTPUT };
+enum { S_START = 1, S_SIGNAL, S_OUTPUT, S_GET, S_INPUT, S_READ, S_WRITE };
 
 struct ka_gl_req {
     krt_addr_t owner;
@@ -18,6 +18,11 @@ struct ka_gl_req {
     uint64_t proc, out_off, err_off;
     int sig;
     bool follow;
+    char *path;    /* read, write */
+    uint32_t mode; /* read, write */
+    void *data;    /* input, write: owned copy */
+    size_t len;
+    bool close_after; /* input */
 };
 
 typedef struct s_route {
@@ -69,6 +74,8 @@ void ka_gl_req_free(void *p)
     s_strv_free(r->argv);
     s_strv_free(r->env);
     free(r->cwd);
+    free(r->path);
+    free(r->data);
     free(r);
 }
 
@@ -125,6 +132,70 @@ ka_gl_req_t *ka_gl_req_output(krt_addr_t owner, uint64_t tag, uint64_t proc, uin
         r->follow = follow;
     }
     return r;
+}
+
+ka_gl_req_t *ka_gl_req_get(krt_addr_t owner, uint64_t tag, uint64_t proc)
+{
+    ka_gl_req_t *r = s_req(owner, tag, S_GET);
+    if (r)
+        r->proc = proc;
+    return r;
+}
+
+/* Copies len bytes of data into r (NULL r on failure: r is freed). */
+static ka_gl_req_t *s_req_data(ka_gl_req_t *r, const void *data, size_t len)
+{
+    if (r && len > 0) {
+        r->data = malloc(len);
+        if (!r->data) {
+            ka_gl_req_free(r);
+            return NULL;
+        }
+        memcpy(r->data, data, len);
+        r->len = len;
+    }
+    return r;
+}
+
+ka_gl_req_t *ka_gl_req_input(krt_addr_t owner, uint64_t tag, uint64_t proc, const void *data,
+                             size_t len, bool close_after)
+{
+    ka_gl_req_t *r = s_req(owner, tag, S_INPUT);
+    if (r) {
+        r->proc = proc;
+        r->close_after = close_after;
+    }
+    return s_req_data(r, data, len);
+}
+
+ka_gl_req_t *ka_gl_req_read(krt_addr_t owner, uint64_t tag, const char *path, uint32_t mode)
+{
+    ka_gl_req_t *r = path ? s_req(owner, tag, S_READ) : NULL;
+    if (r) {
+        r->mode = mode;
+        if (!(r->path = strdup(path))) {
+            ka_gl_req_free(r);
+            return NULL;
+        }
+    }
+    return r;
+}
+
+ka_gl_req_t *ka_gl_req_write(krt_addr_t owner, uint64_t tag, const char *path, uint32_t mode,
+                             uint64_t seek, const void *data, size_t len)
+{
+    if (!path || len > KA_GP_FILE_CAP)
+        return NULL;
+    ka_gl_req_t *r = s_req(owner, tag, S_WRITE);
+    if (r) {
+        r->mode = mode;
+        r->out_off = seek;
+        if (!(r->path = strdup(path))) {
+            ka_gl_req_free(r);
+            return NULL;
+        }
+    }
+    return s_req_data(r, data, len);
 }
 
 void ka_gl_req_set_owner(ka_gl_req_t *req, krt_addr_t owner)
@@ -191,6 +262,14 @@ static void s_on_send(krt_ctx_t *ctx, s_link_t *l, const krt_msg_t *msg)
         rc = ka_guestconn_signal(l->gc, r->proc, r->sig, &id);
     } else if (r->kind == S_OUTPUT) {
         rc = ka_guestconn_output(l->gc, r->proc, r->out_off, r->err_off, r->follow, &id);
+    } else if (r->kind == S_GET) {
+        rc = ka_guestconn_get(l->gc, r->proc, &id);
+    } else if (r->kind == S_INPUT) {
+        rc = ka_guestconn_input(l->gc, r->proc, r->data, r->len, r->close_after, &id);
+    } else if (r->kind == S_READ) {
+        rc = ka_guestconn_read(l->gc, r->path, r->mode, &id);
+    } else if (r->kind == S_WRITE) {
+        rc = ka_guestconn_write(l->gc, r->path, r->mode, r->out_off, r->data, r->len, &id);
     }
     if (rc == 0)
         rc = s_route_add(l, id, r);

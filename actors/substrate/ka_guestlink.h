@@ -50,6 +50,15 @@ ka_gl_req_t *ka_gl_req_start(krt_addr_t owner, uint64_t tag, const ka_gp_start_t
 ka_gl_req_t *ka_gl_req_signal(krt_addr_t owner, uint64_t tag, uint64_t proc, int sig);
 ka_gl_req_t *ka_gl_req_output(krt_addr_t owner, uint64_t tag, uint64_t proc, uint64_t out_off,
                               uint64_t err_off, bool follow);
+ka_gl_req_t *ka_gl_req_get(krt_addr_t owner, uint64_t tag, uint64_t proc);
+/* data is copied. */
+ka_gl_req_t *ka_gl_req_input(krt_addr_t owner, uint64_t tag, uint64_t proc, const void *data,
+                             size_t len, bool close_after);
+/* The reply frames: {"chunk"}... then {"size","end"} (guest_proto.h "read"). */
+ka_gl_req_t *ka_gl_req_read(krt_addr_t owner, uint64_t tag, const char *path, uint32_t mode);
+/* data (at most KA_GP_FILE_CAP bytes, else NULL) is copied. */
+ka_gl_req_t *ka_gl_req_write(krt_addr_t owner, uint64_t tag, const char *path, uint32_t mode,
+                             uint64_t seek, const void *data, size_t len);
 void ka_gl_req_free(void *req);
 /* Sets who receives the frames (for requests built before the owner exists). */
 void ka_gl_req_set_owner(ka_gl_req_t *req, krt_addr_t owner);

@@ -211,13 +211,87 @@ static void test_guest_gone(void **unused)
     assert_int_equal(waitpid((pid_t)i.pid, NULL, 0), (pid_t)i.pid);
 }
 
+/* A client actor for the link's file and input requests: write, read back, report. */
+typedef struct files_result {
+    krt_addr_t link;
+    atomic_int done;
+    int write_err, read_err;
+    char data[64];
+    size_t len;
+} files_result_t;
+
+typedef struct files_client {
+    files_result_t *r;
+} files_client_t;
+
+static int s_files_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    files_client_t *c = state;
+    c->r = arg;
+    return ka_gl_send(ctx, c->r->link,
+                      ka_gl_req_write(krt_self(ctx), 1, "sub/f.txt", 0640, 0, "via link", 8));
+}
+
+static void s_files_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    files_client_t *c = state;
+    if (msg->type == KA_GL_CLOSED) {
+        c->r->read_err = -ECONNRESET;
+        atomic_store(&c->r->done, 1);
+        return;
+    }
+    if (msg->type != KA_GL_FRAME)
+        return;
+    const ka_gl_frame_t *w = msg->body;
+    const char *d;
+    size_t n;
+    if (w->tag == 1 && ka_gp_frame_is_end(w->frame)) {
+        c->r->write_err = ka_gp_frame_err(w->frame);
+        ka_gl_send(ctx, c->r->link, ka_gl_req_read(krt_self(ctx), 2, "sub/f.txt", 0));
+    } else if (w->tag == 2) {
+        if (ka_gp_get_bytes(ka_gp_frame_map(w->frame), "chunk", &d, &n) &&
+            c->r->len + n < sizeof(c->r->data)) {
+            memcpy(c->r->data + c->r->len, d, n);
+            c->r->len += n;
+        }
+        if (ka_gp_frame_is_end(w->frame)) {
+            c->r->read_err = ka_gp_frame_err(w->frame);
+            atomic_store(&c->r->done, 1);
+        }
+    }
+}
+
+static const krt_behaviour_t s_files_behaviour = {
+    .kind = "files-client",
+    .state_size = sizeof(files_client_t),
+    .init = s_files_init,
+    .handle = s_files_handle,
+};
+
+static void test_link_files(void **unused)
+{
+    (void)unused;
+    env_t e;
+    s_env_up(&e);
+    files_result_t r = {.link = e.link};
+    krt_addr_t c;
+    assert_int_equal(krt_system_spawn(e.sys, &s_files_behaviour, &r, NULL, &c), 0);
+    for (int n = 0; n < 2500 && !atomic_load(&r.done); n++)
+        usleep(2000);
+    assert_int_equal(atomic_load(&r.done), 1);
+    assert_int_equal(r.write_err, 0);
+    assert_int_equal(r.read_err, 0);
+    assert_int_equal(r.len, 8);
+    assert_memory_equal(r.data, "via link", 8);
+    s_env_down(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exit_and_offsets),
-        cmocka_unit_test(test_signal_and_waiters),
-        cmocka_unit_test(test_refused_start),
-        cmocka_unit_test(test_guest_gone),
+        cmocka_unit_test(test_exit_and_offsets), cmocka_unit_test(test_signal_and_waiters),
+        cmocka_unit_test(test_refused_start),    cmocka_unit_test(test_guest_gone),
+        cmocka_unit_test(test_link_files),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
