@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_TAG_START = 1, S_TAG_SIGNAL = 2 };
+enum { S_TAG_START = 1, S_TAG_SIGNAL = 2, S_TAG_INPUT = 3 };
 
 struct ka_process_args {
     krt_addr_t link;
@@ -126,6 +126,17 @@ static void s_on_signal(krt_ctx_t *ctx, s_proc_t *p, const krt_msg_t *msg)
     krt_reply(ctx, msg, KA_PROC_INFO, &p->info, sizeof(p->info));
 }
 
+static void s_on_input(krt_ctx_t *ctx, s_proc_t *p, const krt_msg_t *msg)
+{
+    if (msg->len >= 1 && p->info.state == KA_PROC_RUNNING) {
+        const uint8_t *b = msg->body;
+        ka_gl_send(ctx, p->link,
+                   ka_gl_req_input(krt_self(ctx), S_TAG_INPUT, p->info.proc, b + 1, msg->len - 1,
+                                   (b[0] & KA_PROC_INPUT_CLOSE) != 0));
+    }
+    krt_reply(ctx, msg, KA_PROC_INFO, &p->info, sizeof(p->info));
+}
+
 static void s_on_wait(krt_ctx_t *ctx, s_proc_t *p, const krt_msg_t *msg)
 {
     if (s_done(p)) {
@@ -178,6 +189,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_PROC_SIGNAL:
         s_on_signal(ctx, p, msg);
+        break;
+    case KA_PROC_INPUT:
+        s_on_input(ctx, p, msg);
         break;
     case KRT_MSG_STOP:
         krt_exit(ctx, KRT_EXIT_SHUTDOWN);

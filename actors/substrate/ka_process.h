@@ -10,6 +10,9 @@
  *   KA_PROC_WAIT    once the process has exited or failed (at once if it already has); at
  *                   most KA_PROC_MAX_WAITERS wait, more are answered at once with err -EBUSY
  *   KA_PROC_SIGNAL  body int: the signal goes to the process group; answered at once
+ *   KA_PROC_INPUT   body: one flags byte (KA_PROC_INPUT_CLOSE) then the bytes for stdin
+ *                   (the process must have been started with stdin_open); answered at once,
+ *                   delivery is in order with other input
  */
 #ifndef KA_PROCESS_H
 #define KA_PROCESS_H
@@ -24,7 +27,10 @@ enum {
     KA_PROC_WAIT,
     KA_PROC_SIGNAL,
     KA_PROC_INFO, /* the reply */
+    KA_PROC_INPUT,
 };
+
+#define KA_PROC_INPUT_CLOSE 1 /* close stdin after these bytes */
 
 typedef enum {
     KA_PROC_STARTING = 0, /* asked the guest, no answer yet */

@@ -169,6 +169,37 @@ static void test_signal_and_waiters(void **unused)
     s_env_down(&e);
 }
 
+static void test_input(void **unused)
+{
+    (void)unused;
+    env_t e;
+    s_env_up(&e);
+    const char *argv[] = {"/bin/sh", "-c", "read -r a; [ \"$a\" = 'hello world' ] && echo ok",
+                          NULL};
+    ka_gp_start_t st = {.argv = argv, .stdin_open = true};
+    ka_process_args_t *a = ka_process_args_new(e.link, &st);
+    assert_non_null(a);
+    krt_addr_t p;
+    assert_int_equal(krt_system_spawn(e.sys, &ka_process_behaviour, a, NULL, &p), 0);
+    ka_process_info_t i;
+    for (int n = 0; n < 500; n++) {
+        i = s_req(&e, p, KA_PROC_GET, NULL, 0);
+        if (i.state != KA_PROC_STARTING)
+            break;
+        usleep(2000);
+    }
+    assert_int_equal(i.state, KA_PROC_RUNNING);
+    const char first[] = "\0hello ";
+    const char last[] = "\1world";
+    s_req(&e, p, KA_PROC_INPUT, first, sizeof(first) - 1);
+    s_req(&e, p, KA_PROC_INPUT, last, sizeof(last) - 1);
+    i = s_req(&e, p, KA_PROC_WAIT, NULL, 0);
+    assert_int_equal(i.state, KA_PROC_EXITED);
+    assert_int_equal(i.exit_code, 0);
+    assert_int_equal(i.stdout_bytes, 3); /* "ok\n": both pieces arrived, in order */
+    s_env_down(&e);
+}
+
 static void test_refused_start(void **unused)
 {
     (void)unused;
@@ -289,8 +320,11 @@ static void test_link_files(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exit_and_offsets), cmocka_unit_test(test_signal_and_waiters),
-        cmocka_unit_test(test_refused_start),    cmocka_unit_test(test_guest_gone),
+        cmocka_unit_test(test_exit_and_offsets),
+        cmocka_unit_test(test_signal_and_waiters),
+        cmocka_unit_test(test_input),
+        cmocka_unit_test(test_refused_start),
+        cmocka_unit_test(test_guest_gone),
         cmocka_unit_test(test_link_files),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
