@@ -339,8 +339,8 @@ static const struct {
     const char *name;
     double (*fn)(void);
 } s_benches[] = {
-    {"spawn_skynet_1m", bench_skynet},   {"pingpong_1m", bench_pingpong},
-    {"counting_1m", bench_counting},     {"ring_100x100k", bench_ring},
+    {"spawn_skynet_1m", bench_skynet},      {"pingpong_1m", bench_pingpong},
+    {"counting_1m", bench_counting},        {"ring_100x100k", bench_ring},
     {"timers_1m_arm_cancel", bench_timers}, {"idle_actor_bytes", bench_idle},
 };
 
@@ -355,7 +355,8 @@ int main(int argc, char **argv)
             continue;
         double best = 0;
         int runs = strcmp(s_benches[i].name, "idle_actor_bytes") == 0 ? 1 : 3;
-        bool lower_better = strstr(s_benches[i].name, "skynet") || strstr(s_benches[i].name, "timers");
+        bool lower_better =
+            strstr(s_benches[i].name, "skynet") || strstr(s_benches[i].name, "timers");
         for (int r = 0; r < runs; r++) {
             double v = s_benches[i].fn();
             if (r == 0 || (lower_better ? v < best : v > best))

@@ -348,7 +348,7 @@ static void mig_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         krt_sched_t *other = &sys->scheds[(ctx->sched->idx + 1) % sys->n_sched];
         krt_tmr_t *t = (krt_tmr_t *)&s->t;
         t->type = T_FIRE;
-        assert_non_null(krt__ext(ctx->actor)); /* what krt_timer_arm does first */
+        assert_non_null(krt__ext(ctx->actor));     /* what krt_timer_arm does first */
         krt__tmr_arm(other, ctx->actor, t, 60000); /* as if armed while running there */
         bool in_other = other->wheel.count == 1;
         bool cancelled = krt_timer_cancel(ctx, &s->t);
