@@ -61,6 +61,7 @@ typedef struct {
     ka_sandbox_t *compute;
     ka_guestconn_t *gc;
     bool watching;
+    uint32_t watch_ev; /* what the armed watch waits for */
     krt_timer_t ttl;
     s_waiter_t *waiters;
     /* the running mutation */
@@ -343,13 +344,20 @@ static void s_arm_ttl(krt_ctx_t *ctx, s_sbx_t *self)
 
 /* ---- guest connection ----------------------------------------------------------------------- */
 
+/* Watches the guest channel for replies, and for writability while a request is only partly
+ * sent (a READ-only watch would never fire for the rest of a large frame: the guest waits). */
 static void s_watch(krt_ctx_t *ctx, s_sbx_t *self)
 {
-    if (!self->gc || self->watching)
+    if (!self->gc)
         return;
     uint32_t ev = KRT_FD_READ | (ka_guestconn_pending(self->gc) ? KRT_FD_WRITE : 0);
-    if (krt_fd_watch(ctx, ka_guestconn_fd(self->gc), ev, 1) == 0)
-        self->watching = true;
+    if (self->watching && self->watch_ev == ev)
+        return;
+    int fd = ka_guestconn_fd(self->gc);
+    if (self->watching)
+        krt_fd_unwatch(ctx, fd);
+    self->watching = krt_fd_watch(ctx, fd, ev, 1) == 0;
+    self->watch_ev = ev;
 }
 
 static void s_fail_waiters(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
