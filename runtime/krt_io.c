@@ -435,6 +435,7 @@ int krt_job_submit(krt_ctx_t *ctx, int (*fn)(void *arg), void *arg, uint64_t *re
     j->arg = arg;
     j->to = ctx->actor->addr;
     j->ref = krt__new_ref(ctx);
+    uint64_t r = j->ref; /* j belongs to the job thread once queued: never read it after */
     pthread_mutex_lock(&io->job_lock);
     if (io->jquit) {
         pthread_mutex_unlock(&io->job_lock);
@@ -449,7 +450,7 @@ int krt_job_submit(krt_ctx_t *ctx, int (*fn)(void *arg), void *arg, uint64_t *re
     pthread_cond_signal(&io->job_cond);
     pthread_mutex_unlock(&io->job_lock);
     if (ref)
-        *ref = j->ref;
+        *ref = r;
     return 0;
 }
 
