@@ -20,6 +20,7 @@
 #include "ka_namespaces.h"
 #include "krt.h"
 #include "listener.h"
+#include "mcp.h"
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
@@ -49,6 +50,8 @@ struct ka_node {
     kb_grpc_reflection_t *reflection;
     kb_grpc_server_t *grpc;
     kb_http_t *http;
+    kb_mcp_t *mcp;
+    const char *mcp_hosts[KA_CFG_MAX_HOSTS + 1];
     kb_listener_t *listener;
     bool ready;
 };
@@ -300,6 +303,13 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
     n->http = kb_http_new(&ho);
     if (!n->http)
         return s_fail(err, cap, "the HTTP server cannot start");
+    for (size_t i = 0; i < n->cfg.n_allowed_hosts; i++)
+        n->mcp_hosts[i] = n->cfg.allowed_hosts[i];
+    kb_mcp_options_t mo = {.allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL,
+                           .server_version = KAGENT_VERSION};
+    n->mcp = kb_mcp_new(n->http, n->svc, n->auth, &mo);
+    if (!n->mcp)
+        return s_fail(err, cap, "the MCP bridge cannot start");
     kb_listener_options_t lo = {.host = n->cfg.listen_address,
                                 .port = (int)n->cfg.listen_port,
                                 .on_grpc = s_on_grpc,
@@ -374,6 +384,7 @@ void ka_node_stop(ka_node_t **node_p)
     kb_listener_destroy(&n->listener); /* no new connections */
     kb_grpc_server_destroy(&n->grpc);  /* in-flight calls cancelled and completed */
     kb_http_destroy(&n->http);
+    kb_mcp_destroy(&n->mcp); /* after the HTTP server: a route cannot be removed */
     kb_grpc_reflection_destroy(&n->reflection);
     krt_system_destroy(&n->sys); /* actors stop: sandboxes release their compute */
     kb_api_destroy(&n->api);

@@ -216,6 +216,53 @@ typedef struct ka_guest_reply {
 
 /* ---- internal ----------------------------------------------------------------------------- */
 
+/* The status code for a store error (KA_STORE_E*), one mapping for every control actor. */
+static inline int ka_code_of_store(int err)
+{
+    switch (err) {
+    case 0:
+        return KA_OK;
+    case KA_STORE_ENOTFOUND:
+        return KA_NOT_FOUND;
+    case KA_STORE_EINVAL:
+        return KA_INVALID_ARGUMENT;
+    case KA_STORE_ESTALE:
+    case KA_STORE_ECONFLICT:
+        return KA_ABORTED;
+    case KA_STORE_EUNAVAIL:
+        return KA_UNAVAILABLE;
+    default:
+        return KA_INTERNAL;
+    }
+}
+
+/* A request an actor waits for: an intrusive list keyed by the krt_request ref. Control actors
+ * embed it first in their continuation structs. */
+typedef struct ka_pending ka_pending_t;
+struct ka_pending {
+    ka_pending_t *next;
+    uint64_t ref;
+};
+
+static inline void ka_pending_push(ka_pending_t **head, ka_pending_t *p)
+{
+    p->next = *head;
+    *head = p;
+}
+
+/* Unlinks and returns the entry waiting for ref, or NULL. */
+static inline ka_pending_t *ka_pending_take(ka_pending_t **head, uint64_t ref)
+{
+    for (ka_pending_t **pp = head; *pp; pp = &(*pp)->next)
+        if ((*pp)->ref == ref) {
+            ka_pending_t *p = *pp;
+            *pp = p->next;
+            p->next = NULL;
+            return p;
+        }
+    return NULL;
+}
+
 /* The manager hands a request to a sandbox actor with the original requester, so the sandbox
  * actor answers it directly (krt_reply_to). */
 typedef struct ka_sbx_forward {

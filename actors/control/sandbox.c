@@ -132,23 +132,6 @@ static void s_reply_record(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_
     krt_reply_to(ctx, to, ref, type, &r, sizeof r);
 }
 
-static int s_code_of_store(int err)
-{
-    switch (err) {
-    case 0:
-        return KA_OK;
-    case KA_STORE_ENOTFOUND:
-        return KA_NOT_FOUND;
-    case KA_STORE_ESTALE:
-    case KA_STORE_ECONFLICT:
-        return KA_ABORTED;
-    case KA_STORE_EUNAVAIL:
-        return KA_UNAVAILABLE;
-    default:
-        return KA_INTERNAL;
-    }
-}
-
 /* The directory a file:// snapshot location gives this sandbox, or "" for other schemes. */
 static int s_snapshot_dir(const s_sbx_t *self, const char *location, char *out, size_t cap)
 {
@@ -825,7 +808,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
             krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, MSG_TTL, 0);
             return;
         }
-        s_finish(ctx, self, s_code_of_store(err), "the sandbox store is unavailable; retry");
+        s_finish(ctx, self, ka_code_of_store(err), "the sandbox store is unavailable; retry");
         return;
     }
     switch (step) {

@@ -29,8 +29,7 @@ typedef enum {
 
 typedef struct s_op s_op_t;
 struct s_op {
-    s_op_t *next;
-    uint64_t ref;
+    ka_pending_t link; /* first: keyed by the ref of the reply this op waits for */
     s_step_t step;
     krt_addr_t from;
     uint64_t from_ref;
@@ -45,8 +44,8 @@ struct s_op {
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live; /* id -> krt_addr_t* of the sandbox's actor */
-    s_op_t *ops;
+    zhashx_t *live;    /* id -> krt_addr_t* of the sandbox's actor */
+    ka_pending_t *ops; /* s_op_t by their link */
 } s_mgr_t;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -94,13 +93,7 @@ static s_op_t *s_op_new(const krt_msg_t *msg)
 
 static s_op_t *s_op_take(s_mgr_t *self, uint64_t ref)
 {
-    for (s_op_t **pp = &self->ops; *pp; pp = &(*pp)->next)
-        if ((*pp)->ref == ref) {
-            s_op_t *op = *pp;
-            *pp = op->next;
-            return op;
-        }
-    return NULL;
+    return (s_op_t *)ka_pending_take(&self->ops, ref);
 }
 
 /* Answers with an error status in the reply shape the caller's request type expects. */
@@ -141,35 +134,15 @@ static void s_fail_op(krt_ctx_t *ctx, s_op_t *op, int code, const char *message)
     s_op_free(op);
 }
 
-static int s_code_of_store(int err)
-{
-    switch (err) {
-    case 0:
-        return KA_OK;
-    case KA_STORE_ENOTFOUND:
-        return KA_NOT_FOUND;
-    case KA_STORE_EINVAL:
-        return KA_INVALID_ARGUMENT;
-    case KA_STORE_ESTALE:
-    case KA_STORE_ECONFLICT:
-        return KA_ABORTED;
-    case KA_STORE_EUNAVAIL:
-        return KA_UNAVAILABLE;
-    default:
-        return KA_INTERNAL;
-    }
-}
-
 static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, s_step_t step, krt_addr_t to,
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     op->step = step;
-    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->ref)) {
+    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
         s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service is not running; retry");
         return;
     }
-    op->next = self->ops;
-    self->ops = op;
+    ka_pending_push(&self->ops, &op->link);
 }
 
 static krt_addr_t s_live(s_mgr_t *self, const char *id)
@@ -287,7 +260,7 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
     const ka_store_sandbox_reply_t *r = msg->body;
     if (msg->len != sizeof *r || r->status.err) {
         s_fail_op(ctx, op,
-                  s_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
+                  ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
                   msg->len >= sizeof *r ? r->status.message : "malformed store reply");
         return;
     }
@@ -388,7 +361,7 @@ static void s_on_read(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
     }
     memcpy(copy, msg->body, msg->len);
     ka_status_t *st = copy;
-    st->code = s_code_of_store(st->code);
+    st->code = ka_code_of_store(st->code);
     if (st->code == KA_NOT_FOUND)
         s_copy(st->message, sizeof st->message, KA_MSG_NOT_FOUND);
     size_t len = msg->len;
@@ -483,7 +456,7 @@ static void s_on_not_live(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
     const ka_store_sandbox_reply_t *r = msg->body;
     if (msg->len != sizeof *r || r->status.err) {
         int err = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
-        s_fail_op(ctx, op, s_code_of_store(err),
+        s_fail_op(ctx, op, ka_code_of_store(err),
                   err == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND
                                             : "the sandbox store is unavailable");
         return;
@@ -528,12 +501,11 @@ static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32
     ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
     op->step = ST_RECOVER;
     if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
-                    &op->ref)) {
+                    &op->link.ref)) {
         s_op_free(op);
         return;
     }
-    op->next = self->ops;
-    self->ops = op;
+    ka_pending_push(&self->ops, &op->link);
 }
 
 static void s_on_recover(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
@@ -686,8 +658,8 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_mgr_t *self = state;
     while (self->ops) {
-        s_op_t *op = self->ops;
-        self->ops = op->next;
+        s_op_t *op = (s_op_t *)self->ops;
+        self->ops = op->link.next;
         if (op->type)
             s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
                    "the node is shutting down; retry");

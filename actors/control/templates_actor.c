@@ -41,8 +41,7 @@ typedef enum {
 
 typedef struct s_op s_op_t;
 struct s_op {
-    s_op_t *next;
-    uint64_t ref; /* the reply this op waits for */
+    ka_pending_t link; /* first: keyed by the ref of the reply this op waits for */
     s_step_t step;
     krt_addr_t from; /* who to answer; KRT_ADDR_NONE + from_ref 0 = nobody */
     uint64_t from_ref;
@@ -62,7 +61,7 @@ struct s_op {
 
 typedef struct {
     ka_templates_args_t a;
-    s_op_t *ops;
+    ka_pending_t *ops;  /* s_op_t by their link */
     zhashx_t *latest;   /* "ns/name" -> prepared revision that creates pin (char *) */
     zhashx_t *desired;  /* "ns/name" -> revision being prepared (char *) */
     zhashx_t *runtimes; /* revision -> ka_tpl_resolved_t * (immutable, cached) */
@@ -92,14 +91,7 @@ static void s_op_free(s_op_t *op)
 
 static s_op_t *s_op_take(s_tpl_t *self, uint64_t ref)
 {
-    for (s_op_t **pp = &self->ops; *pp; pp = &(*pp)->next)
-        if ((*pp)->ref == ref) {
-            s_op_t *op = *pp;
-            *pp = op->next;
-            op->next = NULL;
-            return op;
-        }
-    return NULL;
+    return (s_op_t *)ka_pending_take(&self->ops, ref);
 }
 
 /* Sends a request for op and parks op until its reply (or timeout) arrives. On a send failure
@@ -111,13 +103,12 @@ static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, s_step_t step, krt_
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     op->step = step;
-    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->ref)) {
+    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
         s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service is not running",
                   to == self->a.images ? "image" : "store");
         return;
     }
-    op->next = self->ops;
-    self->ops = op;
+    ka_pending_push(&self->ops, &op->link);
 }
 
 static void s_answer(krt_ctx_t *ctx, s_op_t *op, const void *body, size_t len)
@@ -155,25 +146,6 @@ static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const
 }
 
 /* Maps a store error to a gRPC code. */
-static int s_store_code(int err)
-{
-    switch (err) {
-    case 0:
-        return KA_OK;
-    case KA_STORE_ENOTFOUND:
-        return KA_NOT_FOUND;
-    case KA_STORE_EINVAL:
-        return KA_INVALID_ARGUMENT;
-    case KA_STORE_ECONFLICT:
-    case KA_STORE_ESTALE:
-        return KA_ABORTED;
-    case KA_STORE_EUNAVAIL:
-        return KA_UNAVAILABLE;
-    default:
-        return KA_INTERNAL;
-    }
-}
-
 /* The first template record of a store blob reply, or NULL. */
 static const ka_store_template_t *s_first_template(const krt_msg_t *msg)
 {
@@ -274,7 +246,7 @@ static void s_answer_templates(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
         s_answer_status(ctx, op, KA_INTERNAL, "out of memory");
         return;
     }
-    r->status.code = s_store_code(b->status.err);
+    r->status.code = ka_code_of_store(b->status.err);
     s_copy(r->status.message, sizeof r->status.message, b->status.message);
     memcpy(&r->blob, b, msg->len);
     s_answer(ctx, op, r, sizeof *r + extra);
@@ -327,7 +299,7 @@ static void s_on_put(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t 
     const ka_store_template_t *t = s_first_template(msg);
     if (!t) {
         const ka_store_status_t *st = msg->body;
-        s_fail_op(ctx, self, op, s_store_code(st->err), "store template: %s", st->message);
+        s_fail_op(ctx, self, op, ka_code_of_store(st->err), "store template: %s", st->message);
         return;
     }
     s_copy(op->uid, sizeof op->uid, t->uid);
@@ -371,7 +343,7 @@ static void s_on_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t 
     const ka_store_blob_t *b = msg->body;
     const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
     if (!r) {
-        s_fail_op(ctx, self, op, s_store_code(b->status.err), "store revision: %s",
+        s_fail_op(ctx, self, op, ka_code_of_store(b->status.err), "store revision: %s",
                   b->status.message);
         return;
     }
@@ -589,7 +561,7 @@ static void s_on_res_tpl(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_ms
             s_fail_op(ctx, self, op, KA_NOT_FOUND, "sandbox template %s/%s not found", op->ns,
                       op->name);
         else
-            s_fail_op(ctx, self, op, s_store_code(st->err), "%s", st->message);
+            s_fail_op(ctx, self, op, ka_code_of_store(st->err), "%s", st->message);
         return;
     }
     if (!t->latest_revision[0]) {
@@ -812,8 +784,8 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_tpl_t *self = state;
     while (self->ops) {
-        s_op_t *op = self->ops;
-        self->ops = op->next;
+        s_op_t *op = (s_op_t *)self->ops;
+        self->ops = op->link.next;
         s_answer_status(ctx, op, KA_UNAVAILABLE, "the template service is stopping");
         s_op_free(op);
     }
@@ -826,7 +798,7 @@ static void s_describe(const void *state, char *out, size_t cap)
 {
     const s_tpl_t *self = state;
     size_t ops = 0;
-    for (const s_op_t *op = self->ops; op; op = op->next)
+    for (const ka_pending_t *p = self->ops; p; p = p->next)
         ops++;
     snprintf(out, cap, "{\"in_flight\":%zu,\"pinned\":%zu,\"runtimes\":%zu}", ops,
              self->latest ? zhashx_size(self->latest) : 0,
