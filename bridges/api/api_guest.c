@@ -477,6 +477,8 @@ static void s_input_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void 
 /* Appends bytes; false (after answering) past the 64 MiB cap. */
 static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 {
+    if (n == 0) /* a message with only a close flag, or the first with only a path */
+        return true;
     if (c->len + n > KB_API_MAX_FILE) {
         kb_grpc_fail(c->call, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
         return false;
@@ -559,7 +561,8 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
     int op = c->kind == K_WRITE ? KA_GUEST_WRITE : KA_GUEST_INPUT;
     ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, op, c->len);
     if (q) {
-        memcpy(q->tail, c->data, c->len);
+        if (c->len)
+            memcpy(q->tail, c->data, c->len);
         snprintf(q->path, sizeof q->path, "%s", c->path);
         q->mode = c->mode;
         q->seek_offset = (uint64_t)c->seek;

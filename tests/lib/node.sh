@@ -87,6 +87,11 @@ node_stop() {
 }
 
 node_cleanup() {
+  local status=$?
+  if [ $status != 0 ] && [ -f "${WORK:-/nonexistent}/node.log" ]; then
+    echo "--- kagentd log (last 60 lines), the test failed with status $status:" >&2
+    tail -60 "$WORK/node.log" >&2
+  fi
   if [ -n "${NODE_PID:-}" ]; then kill -KILL "$NODE_PID" 2>/dev/null || true; wait "$NODE_PID" 2>/dev/null || true; fi
   if [ -n "${WORK:-}" ]; then
     pkill -f "$STATE/postgres" 2>/dev/null || true
