@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# kill -9 of the node with live, suspended and expiring sandboxes, then a restart: every record
+# is still there; the live sandbox whose compute died is FAILED with a reason; the suspended one
+# resumes with its /data; the one that expired while the node was down is deleted; TTLs of the
+# others are re-armed (the same expires_at).
+set -euo pipefail
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+fail() { node_fail "$@"; }
+node_start
+node_apply_template scratch
+k() { "$KAGENT" --api-url "$API" "$@"; }
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
+
+live=$(k sandbox create scratch --request-id live -o json | field id)
+susp=$(k sandbox create scratch --request-id susp -o json | field id)
+short=$(k sandbox create scratch --request-id short --ttl 3s -o json | field id)
+live_exp=$(k sandbox get "$live" -o json | field expiresAt)
+k sandbox exec "$susp" -- sh -c 'echo kept > /data/workspace/k.txt' >/dev/null 2>&1 || fail "exec"
+k sandbox suspend "$susp" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend"
+
+kill -KILL "$NODE_PID"
+wait "$NODE_PID" 2>/dev/null || true
+sleep 4 # `short` expires while the node is down
+
+"$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
+NODE_PID=$!
+for _ in $(seq 600); do
+  grep -q 'path=node-1 event=started\|start_failed' "$WORK/node.log" && break
+  sleep 0.1
+done
+grep -q 'path=node-1 event=started' "$WORK/node.log" || fail "kagentd did not restart"
+PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
+API=http://127.0.0.1:$PORT
+
+state() { k sandbox get "$1" -o json | field state; }
+for _ in $(seq 100); do [ "$(state "$live")" = RUNTIME_STATE_FAILED ] && break; sleep 0.1; done
+[ "$(state "$live")" = RUNTIME_STATE_FAILED ] || fail "live sandbox is $(state "$live"), want FAILED"
+k sandbox get "$live" -o json | grep -q ComputeLost || fail "no ComputeLost reason"
+[ "$(k sandbox get "$live" -o json | field expiresAt)" = "$live_exp" ] || fail "expiry changed"
+for _ in $(seq 100); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done
+[ "$(state "$short")" = RUNTIME_STATE_DELETED ] || fail "expired sandbox is $(state "$short")"
+[ "$(state "$susp")" = RUNTIME_STATE_SUSPENDED ] || fail "suspended sandbox is $(state "$susp")"
+k sandbox resume "$susp" | grep -q RUNTIME_STATE_READY || fail "resume after restart"
+out=$(k sandbox exec "$susp" -- cat /data/workspace/k.txt 2>/dev/null)
+[ "$out" = kept ] || fail "/data lost across the restart: '$out'"
+k sandbox list | grep -q "$live" || fail "record lost"
+k sandbox delete "$live" | grep -q RUNTIME_STATE_DELETED || fail "delete failed sandbox"
+k sandbox delete "$susp" >/dev/null
+node_stop
+echo "PASS restart"
