@@ -238,7 +238,9 @@ static void s_child_mounts(const s_child_t *c)
 /* User namespace, identity 65532, no capabilities. */
 static void s_child_creds(const s_child_t *c)
 {
-    if (setgroups(0, NULL) < 0)
+    /* raw syscalls: the glibc wrappers broadcast the change to every thread glibc knows of
+     * (__nptl_setxid), and after a raw clone3 those are the parent's threads: it can hang */
+    if (syscall(SYS_setgroups, 0, NULL) < 0)
         s_fail(c, S_STEP_CREDS);
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) { /* the guest survives a memory bomb; the guest resets its children to 0 */
@@ -258,8 +260,8 @@ static void s_child_creds(const s_child_t *c)
         prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) < 0)
         s_fail(c, S_STEP_CREDS);
-    if (setresgid(S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0 ||
-        setresuid(S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0)
+    if (syscall(SYS_setresgid, S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0 ||
+        syscall(SYS_setresuid, S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0)
         s_fail(c, S_STEP_CREDS);
     struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];

@@ -134,7 +134,10 @@ static void s_call_free(s_call_t *c)
 
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len);
 
-/* Starts the guest stream for c with q (consumed). On failure answers and frees c. */
+/* Starts the guest stream for c with q (consumed). On failure answers and frees c.
+ * A unary call's final frame may arrive, be answered and free c before ka_svc_stream even
+ * returns, so c is not touched afterwards; a server stream holds c->lock across the start so
+ * its frames wait until the stream's address is recorded (s_pump frees c only under the lock). */
 static void s_open(s_call_t *c, ka_guest_req_t *q)
 {
     if (!q) {
@@ -142,20 +145,28 @@ static void s_open(s_call_t *c, ka_guest_req_t *q)
         s_call_free(c);
         return;
     }
+    bool streams = c->kind == K_OUTPUT || c->kind == K_READ;
     krt_addr_t stream = KRT_ADDR_NONE;
-    int rc = ka_svc_stream(c->api->o.svc, q, sizeof *q + q->tail_len, s_on_frame, c, &stream);
+    ka_service_t *svc = c->api->o.svc;
+    if (streams)
+        pthread_mutex_lock(&c->lock);
+    int rc =
+        ka_svc_stream(svc, q, sizeof *q + q->tail_len, s_on_frame, c, streams ? &stream : NULL);
     free(q);
     if (rc) {
+        if (streams)
+            pthread_mutex_unlock(&c->lock);
         kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
         s_call_free(c);
         return;
     }
-    pthread_mutex_lock(&c->lock);
+    if (!streams)
+        return;
     c->stream = stream;
     bool cancel = c->cancel_wanted && !c->final_seen;
     pthread_mutex_unlock(&c->lock);
     if (cancel)
-        ka_svc_stream_cancel(c->api->o.svc, stream);
+        ka_svc_stream_cancel(svc, stream);
 }
 
 /* ---- unary answers ------------------------------------------------------------------------- */
