@@ -228,8 +228,11 @@ static int s_guest(ka_guest_req_t *q, s_frames_t *c)
     pthread_mutex_lock(&c->lock);
     while (!c->done)
         if (pthread_cond_timedwait(&c->cond, &c->lock, &until)) {
-            pthread_mutex_unlock(&c->lock);
-            fail_msg("guest call timed out");
+            /* for the post-mortem: who holds what (mailboxes, guest calls in flight) */
+            char *tree = krt_tree_json(T.sys, KRT_ADDR_NONE);
+            fprintf(stderr, "actor tree at the timeout: %s\n", tree ? tree : "(none)");
+            free(tree);
+            fail_msg("guest call (op %d) timed out", q->op);
         }
     pthread_mutex_unlock(&c->lock);
     free(q);
