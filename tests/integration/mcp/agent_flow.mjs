@@ -109,6 +109,14 @@ step('wrote in/input.txt');
 const script = 'cat in/input.txt; sleep 0.3; head -c 1500000 /dev/zero | tr "\\0" x; echo; echo err >&2; cat in/input.txt > out.txt; exit 3';
 const proc = json(await call(c, 'start_sandbox_process', { sandbox_id: id, command: ['sh', '-c', script], env: { LANG: 'C' } }));
 assert.match(proc.process_id, /^\d+$/);
+// Let it finish first, so the reads below see all 1.5 MB at once and must hit the 1 MiB cap
+// (reading while it writes may get less than 1 MiB per read on a loaded machine).
+for (let i = 0; ; i++) {
+  const st = json(await call(c, 'get_sandbox_process', { sandbox_id: id, process_id: proc.process_id }));
+  if (st.status !== 'PROCESS_STATUS_RUNNING') break;
+  assert.ok(i < 600, 'process never finished');
+  await new Promise((res) => setTimeout(res, 100));
+}
 let so = 0, se = 0, out = '', err = '', reads = 0, sawTruncated = false, last;
 for (;;) {
   last = json(await call(c, 'read_sandbox_outputs', { sandbox_id: id, process_id: proc.process_id, stdout_offset: so, stderr_offset: se }));
