@@ -11,6 +11,9 @@ sys.path.insert(0, sys.argv[2])
 import grpc  # noqa: E402
 from ateenv.v1alpha import guest_pb2, guest_pb2_grpc  # noqa: E402
 from kagent.api.v1 import common_pb2, sandboxes_pb2, sandboxes_pb2_grpc  # noqa: E402
+from kagent.api.v1 import sandbox_templates_pb2 as tpl_pb2  # noqa: E402
+from kagent.api.v1 import sandbox_templates_pb2_grpc as tpl_grpc  # noqa: E402
+from kagent.runtime.v1 import runtime_pb2, runtime_pb2_grpc  # noqa: E402
 
 target, template = sys.argv[1], sys.argv[3]
 chan = grpc.insecure_channel(target)
@@ -19,6 +22,8 @@ BOB = (("x-user-id", "bob@example.com"),)
 sbx = sandboxes_pb2_grpc.SandboxServiceStub(chan)
 proc = guest_pb2_grpc.ProcessServiceStub(chan)
 fs = guest_pb2_grpc.FileSystemServiceStub(chan)
+tpl = tpl_grpc.SandboxTemplateServiceStub(chan)
+rt = runtime_pb2_grpc.RuntimeServiceStub(chan)
 
 
 def expect_code(code, fn, *args, **kw):
@@ -146,6 +151,54 @@ def main():
     details = expect_code(grpc.StatusCode.FAILED_PRECONDITION, proc.StartProcess,
                           guest_pb2.StartProcessRequest(command=["true"]), metadata=guest_md(sid))
     assert details == "Sandbox is not ready or has expired", details
+    # templates, suspend/resume, expiry, the runtime service
+    ref = common_pb2.ResourceReference(namespace="kagent", name=template)
+    t = tpl.GetSandboxTemplate(tpl_pb2.GetSandboxTemplateRequest(ref=ref), metadata=ALICE)
+    t = t.sandbox_template
+    assert t.conditions[0].reason == "Prepared" and t.workload_image.startswith("test/tools@sha256:")
+    assert t.resource.kind == "SandboxTemplate" and t.resource.value.fields["spec"]
+    names = [x.ref.name for x in tpl.ListSandboxTemplates(
+        tpl_pb2.ListSandboxTemplatesRequest(namespace="kagent"), metadata=ALICE).sandbox_templates]
+    assert template in names, names
+    expect_code(grpc.StatusCode.INVALID_ARGUMENT, tpl.ListSandboxTemplates,
+                tpl_pb2.ListSandboxTemplatesRequest(namespace="Bad_NS"), metadata=ALICE)
+    details = expect_code(grpc.StatusCode.INVALID_ARGUMENT, tpl.CreateSandboxTemplate,
+                          tpl_pb2.CreateSandboxTemplateRequest(
+                              ref=ref, yaml="apiVersion: api.kagent.dev/v1alpha3\n"
+                              "kind: SandboxTemplate\nmetadata: {name: %s, namespace: kagent}\n"
+                              "spec: {workload: {image: 'tools:1'}}\n" % template),
+                          metadata=ALICE)
+    assert "spec.workload.image: Invalid value" in details, details
+
+    sb2 = create("py-2")
+    s = sbx.SuspendSandbox(sandboxes_pb2.SuspendSandboxRequest(sandbox_id=sb2.id), metadata=ALICE)
+    assert s.sandbox.state == 3, s  # SUSPENDED
+    expect_code(grpc.StatusCode.FAILED_PRECONDITION, proc.StartProcess,
+                guest_pb2.StartProcessRequest(command=["true"]), metadata=guest_md(sb2.id))
+    r = sbx.ResumeSandbox(sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sb2.id), metadata=ALICE)
+    assert r.sandbox.state == 2, r
+    sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sb2.id), metadata=ALICE)
+
+    from google.protobuf import duration_pb2
+    short = sbx.CreateSandbox(sandboxes_pb2.CreateSandboxRequest(
+        sandbox_template=ref, request_id="py-short", ttl=duration_pb2.Duration(seconds=1)),
+        metadata=ALICE).sandbox
+    import time
+    time.sleep(1.5)
+    details = expect_code(grpc.StatusCode.FAILED_PRECONDITION, proc.StartProcess,
+                          guest_pb2.StartProcessRequest(command=["true"]),
+                          metadata=guest_md(short.id))
+    assert details == "Sandbox is not ready or has expired", details
+
+    st = rt.GetStats(runtime_pb2.GetStatsRequest(), metadata=ALICE)
+    assert st.actors_live > 0 and st.messages > 0, st
+    tree = rt.GetActorTree(runtime_pb2.GetActorTreeRequest(), metadata=ALICE).json
+    assert '"sandboxes"' in tree and '"templates"' in tree, tree[:200]
+    pools = rt.ListPools(runtime_pb2.ListPoolsRequest(), metadata=ALICE).pools
+    assert pools[0].name == "kagent-default" and pools[0].capacity > 0, pools
+    assert rt.ListNodes(runtime_pb2.ListNodesRequest(), metadata=ALICE).nodes[0].alive
+    imgs = [i.reference for i in rt.ListImages(runtime_pb2.ListImagesRequest(), metadata=ALICE).images]
+    assert any(i.startswith("test/tools@") for i in imgs), imgs
     print("PASS api (python3-grpcio)")
 
 

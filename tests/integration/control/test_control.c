@@ -521,7 +521,7 @@ static void *s_dup_create(void *arg)
 
 static void test_concurrent_duplicates_one_sandbox(void **unused)
 {
-    enum { N = 20 };
+    enum { N = 100 };
     pthread_t th[N];
     s_dup_t d[N];
     for (int i = 0; i < N; i++)
