@@ -14,7 +14,7 @@ PACKAGES=(
   # the embedded database and test database
   postgresql postgresql-contrib
   # isolation and images
-  busybox-static iproute2 util-linux debootstrap skopeo docker-registry zstd curl binutils bubblewrap
+  busybox-static iproute2 util-linux debootstrap skopeo docker-registry zstd curl binutils jq bubblewrap
   # test clients and benchmark peers
   python3 python3-grpcio python3-protobuf erlang-base
 )
