@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -921,6 +922,10 @@ int kb_grpc_server_add_fd(kb_grpc_server_t *srv, int fd)
             close(fd);
         return -EINVAL;
     }
+    /* gRPC core's endpoints assume non-blocking sockets: a blocking one can stall its poller */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0 && !(fl & O_NONBLOCK))
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(srv->server, fd, creds);
     grpc_server_credentials_release(creds);

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -550,6 +551,9 @@ static void s_tcp_pair(int sv[2])
     sv[0] = accept(l, NULL, NULL);
     assert_true(sv[0] >= 0);
     close(l);
+    /* gRPC core drives both ends: its endpoints need non-blocking sockets */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(fcntl(sv[i], F_SETFL, fcntl(sv[i], F_GETFL) | O_NONBLOCK), 0);
 }
 
 static void test_add_fd(void **state)
