@@ -3,10 +3,9 @@
 BUILD       ?= build
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
-# A test that fails is run once more before the suite fails: two tests fail rarely under heavy
-# load (a sandbox deleted right after READY in test_control, gRPC core over a socketpair in
-# test_grpc; see the README's known gaps). A second failure still fails the suite, and ctest
-# prints every failed attempt. Remove this once both are fixed.
+# A test that fails is run once more before the suite fails: test_control fails rarely under
+# heavy load (a sandbox deleted right after READY; see the README's known gaps). A second
+# failure still fails the suite, and ctest prints every failed attempt. Remove this once fixed.
 CTEST_ARGS  ?= --repeat until-pass:2
 
 .PHONY: all deps configure build run test bench asan format format-check tidy clean help
