@@ -2,6 +2,7 @@
 #include "ka_namespaces.h"
 #include "guest_proto.h"
 #include "ka_cgroup.h"
+#include "ka_volume.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,6 +52,7 @@
 #define S_DIR         470 /* a sandbox's dir */
 #define S_CDIR        480 /* the child's root and data */
 #define S_SANDBOX_UID KA_GP_UID
+#define S_MAX_LOWER   128 /* image layers */
 
 typedef struct s_driver {
     ka_driver_t base;
@@ -60,7 +62,9 @@ typedef struct s_driver {
     ka_cgroup_limits_t lim;
     uint32_t uid;
     uint64_t tmp_bytes;
-    uint64_t rootfs_bytes;
+    char guest_dir[S_SDIR + 8];   /* <state>/.guest: the guest's read-only copy */
+    char volume_dir[S_SDIR + 16]; /* <state>/.volumes */
+    ka_volumes_t *volumes;
     char **guest_args;
     struct sock_fprog filter; /* exported once; the child only installs it */
     pthread_mutex_t lock;     /* guards the list of live sandboxes */
@@ -75,6 +79,7 @@ struct ka_sandbox {
     int pidfd;   /* of the guest */
     int channel; /* node end of the guest channel */
     ka_cgroup_t *cg;
+    char vol[S_PATH]; /* mount path of the sandbox's volume; "" before it has one */
 };
 
 /* Everything the child needs, prepared by the parent: the child only makes syscalls. */
@@ -84,8 +89,11 @@ typedef struct s_child {
     int cg_fds[KA_CGROUP_MAX_DIRS];
     int n_cg;
     const char *hostname;
-    char root[S_CDIR], data[S_CDIR], overlay_opts[4096], tmp_opts[64], upper_opts[64];
-    char scratch[S_CDIR], upper[S_PATH], work[S_PATH];
+    const char *const *lowerdirs; /* the image layers, named /proc/self/fd/N in the overlay */
+    int lower_fds[S_MAX_LOWER];   /* the N: the parent's open layers, reopened by the child */
+    size_t n_lower;
+    char root[S_CDIR], data[S_PATH + 8], overlay_opts[4096], tmp_opts[64];
+    char vol[S_PATH], guest[S_PATH]; /* the volume (cwd for the overlay) and the guest copy */
     char mp_data[S_PATH], mp_run[S_PATH], mp_kagent[S_PATH], mp_guest[S_PATH];
     char mp_proc[S_PATH], mp_dev[S_PATH], mp_tmp[S_PATH];
     char *argv[32];
@@ -203,12 +211,16 @@ static void s_child_mounts(const s_child_t *c)
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
         s_fail(c, S_STEP_PRIVATE);
-    /* the overlay's upper and work dirs live on a tmpfs of this mount namespace: changes to
-     * the root are memory the sandbox is charged for, vanish with it, and cost no disk I/O */
-    if (mount("tmpfs", c->scratch, "tmpfs", MS_NOSUID | MS_NODEV, c->upper_opts) < 0 ||
-        mkdir(c->upper, 0755) < 0 || mkdir(c->work, 0700) < 0)
-        s_fail(c, S_STEP_OVERLAY);
-    if (mount("overlay", c->root, "overlay", MS_NOSUID | MS_NODEV, c->overlay_opts) < 0)
+    /* upper and work dirs on the sandbox's volume, named relative to it and the layers by fd:
+     * the overlay's options in /proc/self/mountinfo name no host path */
+    for (size_t i = 0; i < c->n_lower; i++) { /* the layers as mounts of this namespace */
+        int fd = open(c->lowerdirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || dup3(fd, c->lower_fds[i], O_CLOEXEC) < 0)
+            s_fail(c, S_STEP_OVERLAY);
+        close(fd);
+    }
+    if (chdir(c->vol) < 0 ||
+        mount("overlay", c->root, "overlay", MS_NOSUID | MS_NODEV, c->overlay_opts) < 0)
         s_fail(c, S_STEP_OVERLAY);
     const char *dirs[] = {c->mp_data, c->mp_run, c->mp_kagent, c->mp_proc, c->mp_dev, c->mp_tmp};
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
@@ -221,7 +233,7 @@ static void s_child_mounts(const s_child_t *c)
     if (mount(c->data, c->mp_data, NULL, MS_BIND, NULL) < 0 ||
         mount(NULL, c->mp_data, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL) < 0)
         s_fail(c, S_STEP_DATA);
-    if (mount(c->d->guest_path, c->mp_guest, NULL, MS_BIND, NULL) < 0 ||
+    if (mount(c->guest, c->mp_guest, NULL, MS_BIND, NULL) < 0 ||
         mount(NULL, c->mp_guest, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
               NULL) < 0)
         s_fail(c, S_STEP_GUEST);
@@ -365,24 +377,45 @@ static bool s_valid_id(const char *id)
     return true;
 }
 
+/* <dir>/root, and on a fresh volume (linked as <dir>/vol) data and the overlay's upper/{u,w};
+ * <dir>/data links to vol/data for the host's copies. */
 static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
 {
-    static const char *const sub[] = {"upper", "root", "data"};
+    static const struct {
+        const char *name;
+        mode_t mode;
+        bool owned; /* by the sandbox's uid */
+    } sub[] = {{"data", 0755, false},           {"data/workspace", 0755, true},
+               {"data/guest-logs", 0750, true}, {"upper", 0755, false},
+               {"upper/u", 0755, false},        {"upper/w", 0700, false}};
     char p[S_PATH + 32];
     if (mkdir(sb->dir, 0700) < 0)
         return -errno;
+    snprintf(p, sizeof(p), "%s/root", sb->dir);
+    if (mkdir(p, 0755) < 0)
+        return -errno;
+    snprintf(p, sizeof(p), "%s/vol", sb->dir);
+    int rc = ka_volume_claim(d->volumes, p, sb->vol, sizeof(sb->vol));
+    if (rc < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/data", sb->dir);
+    if (symlink("vol/data", p) < 0)
+        return -errno;
     for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", sb->dir, sub[i]);
-        if (mkdir(p, 0755) < 0)
-            return -errno;
-    }
-    static const char *const owned[] = {"data/workspace", "data/guest-logs"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(p, sizeof(p), "%s/%s", sb->dir, owned[i]);
-        if (mkdir(p, i == 0 ? 0755 : 0750) < 0 || chown(p, d->uid, d->uid) < 0)
+        snprintf(p, sizeof(p), "%s/%s", sb->vol, sub[i].name);
+        if (mkdir(p, sub[i].mode) < 0 || (sub[i].owned && chown(p, d->uid, d->uid) < 0))
             return -errno;
     }
     return 0;
+}
+
+/* Gives the sandbox's volume back (before its directory goes): its blocks return to the host
+ * once the sandbox's own mount of it is gone too. */
+static int s_release_volume(const s_driver_t *d, ka_sandbox_t *sb)
+{
+    int rc = sb->vol[0] ? ka_volume_release(d->volume_dir, sb->vol) : 0;
+    sb->vol[0] = 0;
+    return rc;
 }
 
 /* Records the cgroups first, so a crash after this point is cleaned at the next start. */
@@ -406,7 +439,9 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
     c->d = d;
     c->hostname = spec->hostname;
     snprintf(c->root, sizeof(c->root), "%s/root", sb->dir);
-    snprintf(c->data, sizeof(c->data), "%s/data", sb->dir);
+    snprintf(c->data, sizeof(c->data), "%s/data", sb->vol);
+    snprintf(c->vol, sizeof(c->vol), "%s", sb->vol);
+    snprintf(c->guest, sizeof(c->guest), "%s/guest", d->guest_dir);
     snprintf(c->mp_data, S_PATH, "%s/data", c->root);
     snprintf(c->mp_run, S_PATH, "%s/run", c->root);
     snprintf(c->mp_kagent, S_PATH, "%s/run/kagent", c->root);
@@ -416,22 +451,21 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
     snprintf(c->mp_tmp, S_PATH, "%s/tmp", c->root);
     snprintf(c->tmp_opts, sizeof(c->tmp_opts), "mode=1777,size=%llu",
              (unsigned long long)d->tmp_bytes);
+    if (spec->n_lower > S_MAX_LOWER)
+        return -E2BIG;
     size_t o = (size_t)snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=");
-    for (size_t i = 0; i < spec->n_lower; i++) {
-        if (strchr(spec->lowerdirs[i], ',') || strchr(spec->lowerdirs[i], ':'))
-            return -EINVAL;
-        o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o, "%s%s",
-                              i ? ":" : "", spec->lowerdirs[i]);
-        if (o >= sizeof(c->overlay_opts))
-            return -E2BIG;
+    c->lowerdirs = spec->lowerdirs;
+    for (; c->n_lower < spec->n_lower; c->n_lower++) {
+        int fd = open(spec->lowerdirs[c->n_lower], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        c->lower_fds[c->n_lower] = fd;
+        o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
+                              "%s/proc/self/fd/%d", c->n_lower ? ":" : "", fd);
     }
-    snprintf(c->scratch, sizeof(c->scratch), "%s/upper", sb->dir);
-    snprintf(c->upper, sizeof(c->upper), "%s/u", c->scratch);
-    snprintf(c->work, sizeof(c->work), "%s/w", c->scratch);
-    snprintf(c->upper_opts, sizeof(c->upper_opts), "mode=755,size=%llu",
-             (unsigned long long)d->rootfs_bytes);
+    /* upper and work are relative to the volume, the child's cwd when it mounts the overlay */
     o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
-                          ",upperdir=%s,workdir=%s,volatile", c->upper, c->work);
+                          ",upperdir=upper/u,workdir=upper/w,volatile");
     if (o >= sizeof(c->overlay_opts))
         return -E2BIG;
     size_t a = 0;
@@ -440,6 +474,13 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
         c->argv[a++] = d->guest_args[i];
     c->argv[a] = NULL;
     return 0;
+}
+
+static void s_close_layers(s_child_t *c)
+{
+    for (size_t i = 0; i < c->n_lower; i++)
+        close(c->lower_fds[i]);
+    c->n_lower = 0;
 }
 
 /* Waits up to ms for one frame on fd and checks it is the guest's ready event. */
@@ -580,6 +621,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     if (pid == 0)
         s_child_main(c);
     int clone_errno = errno;
+    s_close_layers(c);
     for (int i = 0; i < c->n_cg; i++)
         close(c->cg_fds[i]);
     close(ch[1]);
@@ -631,8 +673,11 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     return 0;
 
 fail:
+    s_release_volume(d, sb);
     s_teardown(sb);
 fail_free:
+    if (c)
+        s_close_layers(c);
     for (int i = 0; i < 2; i++) {
         if (ch[i] >= 0)
             close(ch[i]);
@@ -660,9 +705,10 @@ static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
     if (sb->next)
         sb->next->prev = sb->prev;
     pthread_mutex_unlock(&d->lock);
-    int rc = s_teardown(sb);
+    int rc = s_release_volume(d, sb);
+    int r2 = s_teardown(sb);
     s_sandbox_free(sb);
-    return rc;
+    return rc < 0 ? rc : r2;
 }
 
 static int s_stats(ka_driver_t *base, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
@@ -687,6 +733,9 @@ static void s_destroy(ka_driver_t *base)
         s_stop(base, &sb);
     }
     pthread_mutex_destroy(&d->lock);
+    ka_volumes_destroy(&d->volumes);
+    if (d->guest_dir[0])
+        ka_volume_file_remove(d->guest_dir);
     ka_cgroup_remove_parent(d->cgroup_name);
     free(d->filter.filter);
     if (d->guest_args) {
@@ -865,6 +914,13 @@ static void s_cleanup_leftovers(const s_driver_t *d)
             }
             fclose(f);
         }
+        char vol[S_PATH];
+        snprintf(p, sizeof(p), "%s/%s/vol", d->state_dir, e->d_name);
+        ssize_t n = readlink(p, vol, sizeof(vol) - 1);
+        if (n > 0) {
+            vol[n] = 0;
+            ka_volume_release(d->volume_dir, vol);
+        }
         snprintf(p, sizeof(p), "%s/%s", d->state_dir, e->d_name);
         s_rm_rf(p);
     }
@@ -903,7 +959,6 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     d->lim.pids_max = opts->pids_max;
     d->uid = opts->uid ? opts->uid : S_SANDBOX_UID;
     d->tmp_bytes = opts->tmp_bytes ? opts->tmp_bytes : (64u << 20);
-    d->rootfs_bytes = opts->rootfs_bytes ? opts->rootfs_bytes : (256u << 20);
     size_t na = 0;
     while (opts->guest_args && opts->guest_args[na])
         na++;
@@ -924,7 +979,19 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     rc = s_filter_build(&d->filter);
     if (rc < 0)
         goto fail;
+    snprintf(d->volume_dir, sizeof(d->volume_dir), "%s/.volumes", d->state_dir);
     s_cleanup_leftovers(d);
+    ka_volume_opts_t vo = {.dir = d->volume_dir,
+                           .bytes = opts->disk_bytes ? opts->disk_bytes : KA_VOLUME_DEFAULT_BYTES,
+                           .inodes = opts->disk_inodes,
+                           .spare = opts->disk_spare ? opts->disk_spare : 4};
+    if (!(d->volumes = ka_volumes_new(&vo, &rc)))
+        goto fail;
+    snprintf(d->guest_dir, sizeof(d->guest_dir), "%s/.guest", d->state_dir);
+    if ((rc = ka_volume_file(d->guest_dir, d->guest_path, "guest")) < 0) {
+        d->guest_dir[0] = 0;
+        goto fail;
+    }
     return &d->base;
 fail:
     if (d)

@@ -3,18 +3,23 @@
  *
  * Each sandbox is a process tree in new mount, PID, network (loopback only, up), UTS, IPC,
  * cgroup and user namespaces. Its root is an overlayfs of the caller's read-only image layers
- * and a per-sandbox upper dir (on a tmpfs private to the sandbox's mount namespace); /data is a
- * per-sandbox host directory (workspace and guest-logs owned by uid/gid 65532); the guest binary is
- * bind-mounted read-only at /run/kagent/guest; /dev is minimal (null zero full random urandom tty
- * pts/ptmx shm), /proc is fresh, /tmp a tmpfs. All mounts are made by the host in the sandbox's own
- * mount namespace before it enters its user namespace, so nothing is mounted on the host and
- * nothing in the sandbox can undo them. The only uid inside is 65532 (mapped to opts.uid on the
- * host), with no capabilities, no_new_privs and a seccomp filter in the spirit of Docker's default
- * profile. The guest runs as PID 1 and talks to the node over an inherited unix socket (fd 3).
+ * and a per-sandbox upper dir; /data (workspace and guest-logs owned by uid/gid 65532) and that
+ * upper dir share the sandbox's own disk volume (ka_volume.h: disk_bytes and disk_inodes bound
+ * them together, `df /data` shows the volume); the guest binary is bind-mounted read-only at
+ * /run/kagent/guest from a node-wide tmpfs copy; no mount inside names a host path
+ * (/proc/self/mountinfo shows layers as /proc/self/fd/N); /dev is minimal (null zero full random
+ * urandom tty pts/ptmx shm), /proc is fresh, /tmp a tmpfs. All mounts are made by the host in the
+ * sandbox's own mount namespace before it enters its user namespace, so nothing is mounted on the
+ * host and nothing in the sandbox can undo them. The only uid inside is 65532 (mapped to opts.uid
+ * on the host), with no capabilities, no_new_privs and a seccomp filter in the spirit of Docker's
+ * default profile. The guest runs as PID 1 and talks to the node over an inherited unix socket (fd
+ * 3).
  *
- * State: <state_dir>/<id>/{upper,root,data,cgroups,guest.log}. A node that crashed
- * leaves these behind; ka_namespaces_new() kills what the recorded cgroups still hold and
- * removes them and the directories. A stop leaves no mount, cgroup, process or directory.
+ * State: <state_dir>/<id>/{root,vol,data,cgroups,guest.log} (vol: a link to the sandbox's volume,
+ * mounted under <state_dir>/.volumes; data: a link to vol/data), <state_dir>/.guest (the guest
+ * copy). A node that crashed leaves these behind; ka_namespaces_new() kills what the recorded
+ * cgroups still hold and removes them, the volumes and the directories. A stop leaves no mount,
+ * cgroup, process, directory or volume.
  *
  * Must run as root (host uid 0). Limits use cgroup v1 or v2, detected at start.
  */
@@ -34,7 +39,9 @@ typedef struct ka_ns_opts {
     const char *cgroup_name; /* parent cgroup name for this node's sandboxes; NULL: "kagent" */
     uint32_t uid;            /* host uid and gid that sandbox uid 65532 maps to; 0: 65532 */
     uint64_t tmp_bytes;      /* size of /tmp and /dev/shm each; 0: 64 MiB */
-    uint64_t rootfs_bytes;   /* room for changes to the root (a tmpfs upper); 0: 256 MiB */
+    uint64_t disk_bytes;     /* /data and changes to the root together; 0: 10 GiB */
+    uint64_t disk_inodes;    /* files on that disk; 0: one per 16 KiB of disk_bytes */
+    uint32_t disk_spare;     /* volumes formatted ahead of starts; 0: 4 */
     const char *const *guest_args; /* extra guest arguments, NULL-terminated; may be NULL */
 } ka_ns_opts_t;
 

@@ -1,0 +1,360 @@
+/* ka_volume: one ext4 loop volume per sandbox (see ka_volume.h). */
+#include "ka_volume.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/loop.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_DIR       400 /* the volumes' dir */
+#define S_PATH      448 /* a volume's mount path or image */
+#define S_MAX_SPARE 64
+#define S_MKFS_ENV  "PATH=/usr/sbin:/sbin:/usr/bin:/bin"
+
+extern char **environ;
+
+struct ka_volumes {
+    char dir[S_DIR];
+    char mkfs[64];
+    uint64_t bytes, inodes;
+    unsigned spare;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t filler;
+    bool filler_started, stopping;
+    uint64_t next;              /* the next volume number */
+    uint64_t ready[S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
+    unsigned n_ready;
+};
+
+/* ---- one volume ----------------------------------------------------------------------------- */
+
+static void s_paths(const ka_volumes_t *v, uint64_t n, char *mnt, char *img)
+{
+    snprintf(mnt, S_PATH, "%s/%" PRIu64, v->dir, n);
+    snprintf(img, S_PATH + 8, "%s/%" PRIu64 ".img", v->dir, n);
+}
+
+/* Runs mkfs.ext4 on img: 0 or -EIO. */
+static int s_mkfs(const ka_volumes_t *v, const char *img)
+{
+    char inodes[24];
+    snprintf(inodes, sizeof(inodes), "%" PRIu64, v->inodes);
+    char *argv[] = {(char *)v->mkfs,
+                    "-q",
+                    "-F",
+                    "-b",
+                    "4096",
+                    "-m",
+                    "0",
+                    "-N",
+                    inodes,
+                    "-O",
+                    "^resize_inode",
+                    "-E",
+                    "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+                    (char *)img,
+                    NULL};
+    char *envp[] = {S_MKFS_ENV, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, v->mkfs, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return -rc;
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+/* Attaches img_fd to a free loop device (autoclear); returns the device's fd or -errno. */
+static int s_loop_attach(int img_fd, char *dev, size_t cap)
+{
+    int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return -errno;
+    int rc = -EBUSY;
+    for (int tries = 0; tries < 32 && rc == -EBUSY; tries++) { /* another attach won the race */
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        snprintf(dev, cap, "/dev/loop%d", n);
+        int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            rc = errno == ENOENT || errno == ENXIO ? -EBUSY : -errno;
+            continue;
+        }
+        struct loop_config lc;
+        memset(&lc, 0, sizeof(lc));
+        lc.fd = (uint32_t)img_fd;
+        lc.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+        if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0)
+            rc = fd;
+        else {
+            rc = -errno;
+            close(fd);
+        }
+    }
+    close(ctl);
+    return rc;
+}
+
+/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). */
+static int s_make(const ka_volumes_t *v, uint64_t n)
+{
+    char mnt[S_PATH], img[S_PATH + 8], dev[32];
+    s_paths(v, n, mnt, img);
+    int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : s_mkfs(v, img);
+    int loop = rc < 0 ? rc : s_loop_attach(fd, dev, sizeof(dev));
+    close(fd);
+    if (loop < 0) {
+        unlink(img);
+        return loop;
+    }
+    rc = mkdir(mnt, 0700) < 0 ? -errno : 0;
+    if (rc == 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                         "noinit_itable,discard") < 0) {
+        rc = -errno;
+        rmdir(mnt);
+    }
+    close(loop); /* from here the mount holds the device; it goes with the last mount */
+    if (rc < 0)
+        unlink(img);
+    return rc;
+}
+
+int ka_volume_release(const char *dir, const char *path)
+{
+    size_t n = strlen(dir);
+    if (strncmp(path, dir, n) != 0 || path[n] != '/' || !path[n + 1] ||
+        strspn(path + n + 1, "0123456789") != strlen(path + n + 1) || strlen(path) >= S_PATH)
+        return -EINVAL;
+    int rc = 0;
+    if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+        rc = -errno;
+    if (rmdir(path) < 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    static const char *const ext[] = {".img", ".used"};
+    char img[S_PATH + 8];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(img, sizeof(img), "%s%s", path, ext[i]);
+        if (unlink(img) < 0 && errno != ENOENT && rc == 0)
+            rc = -errno;
+    }
+    return rc;
+}
+
+/* ---- a read-only file ------------------------------------------------------------------------ */
+
+static int s_copy_fd(int from, int to)
+{
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(from, buf, sizeof(buf))) > 0)
+        if (write(to, buf, (size_t)n) != n)
+            return -EIO;
+    return n < 0 ? -errno : 0;
+}
+
+void ka_volume_file_remove(const char *dir)
+{
+    while (umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
+        ;
+    rmdir(dir);
+}
+
+int ka_volume_file(const char *dir, const char *src, const char *name)
+{
+    char opts[64], dst[S_PATH + 64];
+    struct stat st;
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -errno;
+    int rc = fstat(in, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+    ka_volume_file_remove(dir);
+    snprintf(opts, sizeof(opts), "mode=755,size=%llu", (unsigned long long)st.st_size + 65536);
+    snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+    if (rc == 0 && ((mkdir(dir, 0755) < 0 && errno != EEXIST) ||
+                    mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0))
+        rc = -errno;
+    int out = rc < 0 ? -1 : open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0555);
+    if (rc == 0 && out < 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = s_copy_fd(in, out);
+    if (out >= 0 && close(out) < 0 && rc == 0)
+        rc = -errno;
+    close(in);
+    if (rc < 0)
+        ka_volume_file_remove(dir);
+    return rc;
+}
+
+/* ---- the spares ----------------------------------------------------------------------------- */
+
+static void *s_filler(void *arg)
+{
+    ka_volumes_t *v = arg;
+    pthread_mutex_lock(&v->lock);
+    for (;;) {
+        while (!v->stopping && v->n_ready >= v->spare)
+            pthread_cond_wait(&v->wake, &v->lock);
+        if (v->stopping)
+            break;
+        uint64_t n = v->next++;
+        pthread_mutex_unlock(&v->lock);
+        int rc = s_make(v, n);
+        pthread_mutex_lock(&v->lock);
+        if (rc < 0) { /* claims format their own and report the error; wait for the next one */
+            pthread_cond_wait(&v->wake, &v->lock);
+            continue;
+        }
+        v->ready[v->n_ready++] = n;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return NULL;
+}
+
+int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap)
+{
+    pthread_mutex_lock(&v->lock);
+    bool spare = v->n_ready > 0;
+    uint64_t n = spare ? v->ready[--v->n_ready] : v->next++;
+    pthread_cond_signal(&v->wake);
+    pthread_mutex_unlock(&v->lock);
+    char mnt[S_PATH], img[S_PATH + 8], used[S_PATH + 8];
+    s_paths(v, n, mnt, img);
+    snprintf(used, sizeof(used), "%s.used", mnt);
+    int rc = strlen(mnt) >= cap ? -ENAMETOOLONG : spare ? 0 : s_make(v, n);
+    if (rc == 0 && (symlink(mnt, link) < 0 || rename(img, used) < 0))
+        rc = -errno;
+    if (rc < 0) {
+        ka_volume_release(v->dir, mnt);
+        return rc;
+    }
+    snprintf(path, cap, "%s", mnt);
+    return 0;
+}
+
+/* Releases every volume in v->dir that no sandbox claimed (spares of an earlier run, or one
+ * whose claim a crash cut short); numbers new ones past every one still there. */
+static void s_release_spares(ka_volumes_t *v)
+{
+    DIR *dir = opendir(v->dir);
+    if (!dir)
+        return;
+    struct dirent *e;
+    char p[S_PATH], used[S_PATH + 8];
+    while ((e = readdir(dir)) != NULL) {
+        size_t len = strlen(e->d_name), digits = strspn(e->d_name, "0123456789");
+        if (digits == 0 || digits > 19 ||
+            (digits != len && strcmp(e->d_name + digits, ".img") != 0 &&
+             strcmp(e->d_name + digits, ".used") != 0))
+            continue;
+        uint64_t n = strtoull(e->d_name, NULL, 10);
+        if (n >= v->next)
+            v->next = n + 1;
+        snprintf(p, sizeof(p), "%s/%.*s", v->dir, (int)digits, e->d_name);
+        snprintf(used, sizeof(used), "%s.used", p);
+        if (access(used, F_OK) != 0)
+            ka_volume_release(v->dir, p);
+    }
+    closedir(dir);
+}
+
+static int s_find_mkfs(ka_volumes_t *v)
+{
+    static const char *const where[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"};
+    for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++)
+        if (access(where[i], X_OK) == 0) {
+            snprintf(v->mkfs, sizeof(v->mkfs), "%s", where[i]);
+            return 0;
+        }
+    return -ENOENT;
+}
+
+ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
+{
+    int rc = -EINVAL;
+    ka_volumes_t *v = NULL;
+    if (!opts || !opts->dir || opts->dir[0] != '/' || strlen(opts->dir) >= S_DIR ||
+        opts->bytes < (16ULL << 20) || opts->spare > S_MAX_SPARE)
+        goto fail;
+    uint64_t inodes = opts->inodes ? opts->inodes : opts->bytes / KA_VOLUME_BYTES_PER_INODE;
+    if (inodes < 16 || inodes > opts->bytes / 4096 || inodes > UINT32_MAX)
+        goto fail;
+    rc = -ENOMEM;
+    if (!(v = calloc(1, sizeof(*v))))
+        goto fail;
+    snprintf(v->dir, sizeof(v->dir), "%s", opts->dir);
+    v->bytes = opts->bytes;
+    v->inodes = inodes;
+    v->spare = opts->spare;
+    v->next = 1;
+    pthread_mutex_init(&v->lock, NULL);
+    pthread_cond_init(&v->wake, NULL);
+    if ((rc = s_find_mkfs(v)) < 0 || (access("/dev/loop-control", R_OK | W_OK) < 0 &&
+                                      (rc = errno == ENOENT ? -ENOENT : -errno) < 0))
+        goto fail;
+    if (mkdir(v->dir, 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto fail;
+    }
+    s_release_spares(v);
+    if (v->spare > 0) {
+        if ((rc = -pthread_create(&v->filler, NULL, s_filler, v)) < 0)
+            goto fail;
+        v->filler_started = true;
+    }
+    return v;
+fail:
+    ka_volumes_destroy(&v);
+    if (err)
+        *err = rc;
+    return NULL;
+}
+
+void ka_volumes_destroy(ka_volumes_t **self_p)
+{
+    ka_volumes_t *v = *self_p;
+    if (!v)
+        return;
+    *self_p = NULL;
+    pthread_mutex_lock(&v->lock);
+    v->stopping = true;
+    pthread_cond_broadcast(&v->wake);
+    pthread_mutex_unlock(&v->lock);
+    if (v->filler_started)
+        pthread_join(v->filler, NULL);
+    char mnt[S_PATH], img[S_PATH + 8];
+    for (unsigned i = 0; i < v->n_ready; i++) {
+        s_paths(v, v->ready[i], mnt, img);
+        ka_volume_release(v->dir, mnt);
+    }
+    pthread_cond_destroy(&v->wake);
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}

@@ -1,0 +1,75 @@
+/*
+ * ka_volume: one disk volume per sandbox, with a hard size and a hard inode count.
+ *
+ * A volume is a sparse image file formatted ext4 (no reserved blocks, no resize inode), attached
+ * to a loop device (autoclear) and mounted nosuid,nodev,noatime,discard in the host's mount
+ * namespace at <dir>/<n>; its image is <dir>/<n>.img. The sandbox's /data and the upper layer of
+ * its root both live on it, so together they can never take more than the volume's size of the
+ * host's disk (a write past it gets ENOSPC inside; `discard` hands freed blocks back to the host)
+ * and `df /data` inside shows the volume, not the host's disk. Kernels without quota formats
+ * (this host has neither QFMT_V2 nor XFS_QUOTA) rule out project quotas on one shared
+ * filesystem; a volume per sandbox needs only loop and ext4.
+ *
+ * Formatting (mkfs.ext4, ~10 ms) and mounting (~2-5 ms) are kept off the create path: a
+ * thread keeps `spare` volumes formatted and mounted ahead, so a claim is a list pop. When the
+ * spares run out, a claim formats one itself.
+ *
+ * Thread-safe: claim and release may run on any thread.
+ */
+#ifndef KA_VOLUME_H
+#define KA_VOLUME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ka_volumes ka_volumes_t;
+
+typedef struct ka_volume_opts {
+    const char *dir; /* required, absolute: the volumes' home (created if missing) */
+    uint64_t bytes;  /* size of each volume; at least 16 MiB */
+    uint64_t inodes; /* inodes of each volume; 0: one per 16 KiB */
+    unsigned spare;  /* volumes kept ready ahead of claims; 0: every claim formats */
+} ka_volume_opts_t;
+
+/* Bytes and inodes a volume gets by default. */
+#define KA_VOLUME_DEFAULT_BYTES (10ULL << 30)
+#define KA_VOLUME_BYTES_PER_INODE 16384u
+
+/*
+ * Checks the options and the tools (mkfs.ext4, /dev/loop-control), releases the volumes in dir
+ * that no sandbox claimed (an earlier run's spares) and starts filling the spares. Claimed
+ * volumes stay until ka_volume_release. NULL on failure (*err set if err: -EINVAL bad options,
+ * -ENOENT no mkfs.ext4 or no loop support).
+ */
+ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err);
+
+/* Stops the filler and releases the spare volumes; claimed ones stay. NULLs *self_p. */
+void ka_volumes_destroy(ka_volumes_t **self_p);
+
+/*
+ * Claims a fresh, empty volume, records the claim as a symlink at link (to the volume's mount
+ * path) and writes that mount path (absolute, under dir) to path: 0, or -ENAMETOOLONG, or the
+ * error of formatting, mounting or linking (then nothing is claimed). A crash leaves either an
+ * unclaimed volume (the next ka_volumes_new releases it) or the link (release what it names).
+ */
+int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap);
+
+/*
+ * Releases the volume mounted at path (one that claim returned, possibly by an earlier node):
+ * detaches the mount (its loop device goes when the last mount of it, a sandbox's too, is
+ * gone) and deletes the image, so its blocks return to the host. 0, -EINVAL if path is not a
+ * volume of dir, or a negative errno.
+ */
+int ka_volume_release(const char *dir, const char *path);
+
+/*
+ * Mounts at dir (created if missing; a leftover mount there is replaced) a tmpfs holding a copy
+ * of the regular file src as dir/name, mode 0555 (bind it read-only): a bind of that copy names
+ * no host path in the sandbox's /proc/self/mountinfo. 0 or a negative errno (nothing left).
+ */
+int ka_volume_file(const char *dir, const char *src, const char *name);
+
+/* Unmounts what ka_volume_file mounted at dir and removes dir. */
+void ka_volume_file_remove(const char *dir);
+
+#endif
