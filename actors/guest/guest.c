@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -466,11 +467,16 @@ fail:;
     _exit(127);
 }
 
+/* A spool file in the log dir; on a full disk (no blocks or no inodes left on the sandbox's
+ * volume) an anonymous one in memory, so the sandbox can still run the `rm` that frees it. */
 static int s_spool_open(uint64_t id, const char *ext)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/%llu.%s", G.logdir, (unsigned long long)id, ext);
-    return open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0 && (errno == ENOSPC || errno == EDQUOT))
+        fd = memfd_create(path, MFD_CLOEXEC);
+    return fd;
 }
 
 static void s_proc_free(s_proc_t *p)

@@ -15,10 +15,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 
 #define S_PIDS_MAX 64
 #define S_MEM      (64u << 20)
+#define S_DISK     (64u << 20) /* /data and the root's upper together */
+#define S_INODES   2048
+#define S_MIB      (1u << 20)
 
 static char s_tmp[128], s_rootfs[200], s_state[200], s_secret[200], s_cg[64];
 static ka_driver_t *s_d;
@@ -51,13 +55,16 @@ static int s_setup(void **unused)
         s_sys("cp '%s/bin/probe' '%s/bin/suid-probe'", s_rootfs, s_rootfs) != 0 ||
         s_sys("chmod 4755 '%s/bin/suid-probe'%s", s_rootfs, "") != 0 ||
         s_sys("echo top-secret-host-data > '%s'%s", s_secret, "") != 0 ||
-        s_sys("chmod 0666 '%s/etc/layer-file'%s", s_rootfs, "") != 0)
+        s_sys("chmod 0666 '%s/etc/layer-file'%s", s_rootfs, "") != 0 ||
+        s_sys("mkdir -p -m 1777 '%s/var/tmp'%s", s_rootfs, "") != 0)
         return -1;
     ka_ns_opts_t o = {.state_dir = s_state,
                       .guest_path = SBX_GUEST_PATH,
                       .cpu_millis = 1000,
                       .mem_bytes = S_MEM,
                       .pids_max = S_PIDS_MAX,
+                      .disk_bytes = S_DISK,
+                      .disk_inodes = S_INODES,
                       .cgroup_name = s_cg};
     int err = 0;
     s_d = ka_namespaces_new(&o, &err);
@@ -374,6 +381,131 @@ static void test_no_inherited_fds(void **unused)
     sbx_out_free(&o);
 }
 
+/* Bytes free on the host's file system that holds the state dir. */
+static uint64_t s_host_free(void)
+{
+    struct statvfs v;
+    assert_int_equal(statvfs(s_state, &v), 0);
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+/* Runs a script in the sandbox behind gc and returns its stdout as a number (-1: none). */
+static long s_num(ka_guestconn_t *gc, const char *script)
+{
+    sbx_out_t o;
+    long n = -1;
+    assert_int_equal(sbx_sh(gc, script, &o), 0);
+    if (!o.out || sscanf(o.out, "%ld", &n) != 1)
+        fprintf(stderr, "not a number from `%s`: %s%s\n", script, o.out ? o.out : "",
+                o.err ? o.err : "");
+    sbx_out_free(&o);
+    return n;
+}
+
+static void test_disk_quota(void **unused)
+{
+    (void)unused;
+    uint64_t free0 = s_host_free();
+    sbx_out_t o;
+    /* four times the quota into /data: cut off with ENOSPC at the quota */
+    assert_int_not_equal(s_in_a("dd if=/dev/zero of=/data/workspace/big bs=1M count=256", &o), 0);
+    assert_non_null(o.err);
+    assert_non_null(strstr(o.err, "No space left on device"));
+    sbx_out_free(&o);
+    long mib = s_num(s_ga, "du -m /data/workspace/big | cut -f1");
+    assert_true(mib > (long)(S_DISK / S_MIB) / 2 && mib <= (long)(S_DISK / S_MIB));
+    /* the host lost at most the quota (plus slack for other writers on this machine) */
+    uint64_t free1 = s_host_free();
+    assert_true(free1 + S_DISK + 32 * S_MIB >= free0);
+    /* the neighbour's writes still succeed while the attacker's disk is full */
+    assert_int_equal(sbx_sh(s_gb,
+                            "dd if=/dev/zero of=/data/workspace/n bs=1M count=16 && "
+                            "rm /data/workspace/n",
+                            &o),
+                     0);
+    sbx_out_free(&o);
+    /* and after removing files, the attacker writes again */
+    assert_int_equal(s_in_a("rm /data/workspace/big && dd if=/dev/zero of=/data/workspace/again "
+                            "bs=1M count=16 && rm /data/workspace/again",
+                            &o),
+                     0);
+    sbx_out_free(&o);
+}
+
+static void test_disk_upper_and_data_together(void **unused)
+{
+    (void)unused;
+    sbx_out_t o;
+    /* 40 MiB of changes to the root (the overlay's upper), then 40 MiB more in /data: the two
+     * share one quota of 64 MiB */
+    assert_int_equal(s_in_a("dd if=/dev/zero of=/var/tmp/root-change bs=1M count=40", &o), 0);
+    sbx_out_free(&o);
+    assert_int_not_equal(s_in_a("dd if=/dev/zero of=/data/workspace/more bs=1M count=40", &o), 0);
+    assert_non_null(strstr(o.err ? o.err : "", "No space left on device"));
+    sbx_out_free(&o);
+    assert_int_equal(s_in_a("rm /var/tmp/root-change /data/workspace/more && "
+                            "dd if=/dev/zero of=/data/workspace/more bs=1M count=40 && "
+                            "rm /data/workspace/more",
+                            &o),
+                     0);
+    sbx_out_free(&o);
+}
+
+static void test_disk_inodes(void **unused)
+{
+    (void)unused;
+    /* more files than the volume has inodes: creation stops short of S_INODES */
+    long made = s_num(s_ga, "mkdir /data/workspace/many && cd /data/workspace/many && "
+                            "seq 1 4000 | xargs touch 2>/dev/null; ls | wc -l");
+    assert_true(made > S_INODES / 2 && made < S_INODES);
+    sbx_out_t o;
+    assert_int_equal(sbx_sh(s_gb,
+                            "touch /data/workspace/neighbour-file && "
+                            "rm /data/workspace/neighbour-file",
+                            &o),
+                     0);
+    sbx_out_free(&o);
+    assert_int_equal(s_in_a("rm -r /data/workspace/many && touch /data/workspace/one && "
+                            "rm /data/workspace/one",
+                            &o),
+                     0);
+    sbx_out_free(&o);
+}
+
+static void test_df_shows_quota(void **unused)
+{
+    (void)unused;
+    /* df inside: the sandbox's own volume (less the file system's own overhead), for /data and
+     * for the root (the overlay reports its upper's file system); inodes likewise */
+    long data_k = s_num(s_ga, "df -k /data | tail -1 | awk '{print $2}'");
+    long root_k = s_num(s_ga, "df -k / | tail -1 | awk '{print $2}'");
+    long inodes = s_num(s_ga, "df -i /data | tail -1 | awk '{print $2}'");
+    assert_true(data_k > (long)(S_DISK / 1024) * 3 / 4 && data_k <= (long)(S_DISK / 1024));
+    assert_int_equal(root_k, data_k);
+    assert_true(inodes >= S_INODES && inodes < S_INODES * 2);
+}
+
+/* /proc/self/mountinfo inside names none of the host's paths: not the state dir, not the image
+ * layers, not the guest binary's home. */
+static void test_mountinfo_no_host_paths(void **unused)
+{
+    (void)unused;
+    sbx_out_t o;
+    assert_int_equal(s_in_a("cat /proc/self/mountinfo", &o), 0);
+    char guest_dir[512];
+    snprintf(guest_dir, sizeof(guest_dir), "%s", SBX_GUEST_PATH);
+    *strrchr(guest_dir, '/') = 0;
+    const char *host[] = {s_tmp, s_state, s_rootfs, guest_dir, "ka-escape", "/work/"};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        if (strstr(o.out, host[i])) {
+            fprintf(stderr, "mountinfo names the host path %s:\n%s", host[i], o.out);
+            fail();
+        }
+    assert_non_null(strstr(o.out, " /data "));
+    assert_non_null(strstr(o.out, " /run/kagent/guest "));
+    sbx_out_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -391,6 +523,11 @@ int main(void)
         cmocka_unit_test(test_kernel_interfaces),
         cmocka_unit_test(test_setuid_binaries),
         cmocka_unit_test(test_no_inherited_fds),
+        cmocka_unit_test(test_disk_quota),
+        cmocka_unit_test(test_disk_upper_and_data_together),
+        cmocka_unit_test(test_disk_inodes),
+        cmocka_unit_test(test_df_shows_quota),
+        cmocka_unit_test(test_mountinfo_no_host_paths),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
