@@ -34,7 +34,7 @@ struct ka_volumes {
     pthread_cond_t wake;
     pthread_t filler;
     bool filler_started, stopping;
-    uint64_t next;              /* the next volume number */
+    uint64_t next;               /* the next volume number */
     uint64_t ready[S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
     unsigned n_ready;
 };
@@ -135,8 +135,8 @@ static int s_make(const ka_volumes_t *v, uint64_t n)
         return loop;
     }
     rc = mkdir(mnt, 0700) < 0 ? -errno : 0;
-    if (rc == 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-                         "noinit_itable,discard") < 0) {
+    if (rc == 0 &&
+        mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable,discard") < 0) {
         rc = -errno;
         rmdir(mnt);
     }

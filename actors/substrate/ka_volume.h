@@ -32,7 +32,7 @@ typedef struct ka_volume_opts {
 } ka_volume_opts_t;
 
 /* Bytes and inodes a volume gets by default. */
-#define KA_VOLUME_DEFAULT_BYTES (10ULL << 30)
+#define KA_VOLUME_DEFAULT_BYTES   (10ULL << 30)
 #define KA_VOLUME_BYTES_PER_INODE 16384u
 
 /*
