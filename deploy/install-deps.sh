@@ -15,6 +15,8 @@ PACKAGES=(
   postgresql postgresql-contrib
   # isolation and images
   busybox-static iproute2 util-linux debootstrap skopeo docker-registry zstd curl binutils jq bubblewrap
+  # per-sandbox disk volumes (mkfs.ext4; ext4 on loop devices)
+  e2fsprogs
   # test clients and benchmark peers
   python3 python3-grpcio python3-protobuf erlang-base
 )

@@ -144,6 +144,8 @@ static const s_field_t s_sandbox_fields[] = {
     TYPED("processTimeout", F_DURATION, process_timeout_ms),
     TYPED("spoolBytes", F_BYTES, spool_bytes),
     INT("pidsMax", pids_max, 8, 1000000),
+    TYPED("disk", F_BYTES, disk_bytes),
+    INT("diskInodes", disk_inodes, 0, 4294967295LL),
 };
 static const s_field_t s_images_fields[] = {
     LIST("registries", registries, ka_registry_cfg_t, s_registry, n_registries, KA_CFG_MAX_REGS,
@@ -429,6 +431,7 @@ void ka_config_defaults(ka_config_t *cfg)
     cfg->process_timeout_ms = 3600000;
     cfg->spool_bytes = 10LL << 20;
     cfg->pids_max = 256;
+    cfg->disk_bytes = 10LL << 30;
     strcpy(cfg->pools[0].name, KA_DEFAULT_POOL);
     strcpy(cfg->pools[0].klass, "namespaces");
     cfg->pools[0].capacity = 1000;
@@ -497,6 +500,13 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
         return s_invalid(err, cap, "sandbox.defaultTTL: must not exceed sandbox.maxTTL");
     if (cfg->memory_bytes < (16LL << 20))
         return s_invalid(err, cap, "sandbox.memory: must be at least 16Mi");
+    if (cfg->disk_bytes < (16LL << 20))
+        return s_invalid(err, cap, "sandbox.disk: must be at least 16Mi");
+    if (cfg->disk_inodes != 0 &&
+        (cfg->disk_inodes < 16 || cfg->disk_inodes > cfg->disk_bytes / 4096))
+        return s_invalid(err, cap,
+                         "sandbox.diskInodes: must be 0 (automatic) or 16 to one per 4 KiB of "
+                         "sandbox.disk");
     if (strcmp(cfg->sandbox_class, "namespaces") != 0)
         return s_invalid(
             err, cap,

@@ -73,6 +73,8 @@ typedef struct ka_config {
     int64_t process_timeout_ms;
     int64_t spool_bytes;
     int64_t pids_max;
+    int64_t disk_bytes;  /* /data and changes to the root together */
+    int64_t disk_inodes; /* files on that disk; 0: one per 16 KiB of disk_bytes */
     /* pools */
     ka_pool_cfg_t pools[KA_CFG_MAX_POOLS];
     size_t n_pools;

@@ -173,7 +173,9 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
                       .guest_path = guest,
                       .cpu_millis = (uint32_t)n->cfg.cpu_millis,
                       .mem_bytes = (uint64_t)n->cfg.memory_bytes,
-                      .pids_max = (uint64_t)n->cfg.pids_max};
+                      .pids_max = (uint64_t)n->cfg.pids_max,
+                      .disk_bytes = (uint64_t)n->cfg.disk_bytes,
+                      .disk_inodes = (uint64_t)n->cfg.disk_inodes};
     int e = 0;
     n->driver = ka_namespaces_new(&o, &e);
     if (!n->driver)

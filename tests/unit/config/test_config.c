@@ -117,6 +117,8 @@ static void test_defaults_and_full_document(void **unused)
     /* untouched keys keep their defaults */
     assert_int_equal(cfg.max_processes, 10);
     assert_int_equal(cfg.spool_bytes, 10LL << 20);
+    assert_int_equal(cfg.disk_bytes, 10LL << 30);
+    assert_int_equal(cfg.disk_inodes, 0);
 
     assert_int_equal(s_load(&cfg, GUEST), 0);
     assert_string_equal(cfg.pools[0].name, KA_DEFAULT_POOL);
@@ -157,6 +159,8 @@ static void test_validation_rules(void **unused)
     assert_err(GUEST "pools:\n  - {name: a}\n  - {name: a}\n", "duplicate pool");
     assert_err(GUEST "pools:\n  - {name: a, class: microvm}\n", "unsupported sandbox class");
     assert_err(GUEST "node: {stateDir: relative/dir}\n", "node.stateDir: must be an absolute path");
+    assert_err(GUEST "  disk: 1Mi\n", "sandbox.disk: must be at least 16Mi");
+    assert_err(GUEST "  disk: 64Mi\n  diskInodes: 100000\n", "sandbox.diskInodes: must be 0");
 }
 
 static void test_value_parsers(void **unused)

@@ -189,6 +189,9 @@ static void test_type_and_metadata(void **unused)
                    "metadata.name: Invalid value: \"Scratch\": a lowercase RFC 1123 subdomain");
     s_expect_error(s_doc("  owner: me\n", IMAGE, "", SUB_OK), "unknown field \"metadata.owner\"");
     s_expect_error(s_doc("", IMAGE, "  command: [sh]\n", SUB_OK), "unknown field \"spec.command\"");
+    /* the operator's policy (cpu, memory, pids, disk) is not the template's to raise */
+    s_expect_error(s_doc("", IMAGE, "  resources: {disk: 100Gi}\n", SUB_OK),
+                   "unknown field \"spec.resources\"");
     s_expect_error(s_doc("", IMAGE, "  egressPolicyRefs: [web]\n", SUB_OK),
                    "spec.egressPolicyRefs: Unsupported value");
     s_expect_error(strdup("- a\n- b\n"), "the document must be a YAML map");
