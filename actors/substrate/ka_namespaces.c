@@ -413,7 +413,7 @@ static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
  * once the sandbox's own mount of it is gone too. */
 static int s_release_volume(const s_driver_t *d, ka_sandbox_t *sb)
 {
-    int rc = sb->vol[0] ? ka_volume_release(d->volume_dir, sb->vol) : 0;
+    int rc = sb->vol[0] ? ka_volume_release(d->volumes, sb->vol) : 0;
     sb->vol[0] = 0;
     return rc;
 }
@@ -919,7 +919,7 @@ static void s_cleanup_leftovers(const s_driver_t *d)
         ssize_t n = readlink(p, vol, sizeof(vol) - 1);
         if (n > 0) {
             vol[n] = 0;
-            ka_volume_release(d->volume_dir, vol);
+            ka_volume_release(d->volumes, vol);
         }
         snprintf(p, sizeof(p), "%s/%s", d->state_dir, e->d_name);
         s_rm_rf(p);
@@ -980,13 +980,13 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     if (rc < 0)
         goto fail;
     snprintf(d->volume_dir, sizeof(d->volume_dir), "%s/.volumes", d->state_dir);
-    s_cleanup_leftovers(d);
     ka_volume_opts_t vo = {.dir = d->volume_dir,
                            .bytes = opts->disk_bytes ? opts->disk_bytes : KA_VOLUME_DEFAULT_BYTES,
                            .inodes = opts->disk_inodes,
                            .spare = opts->disk_spare ? opts->disk_spare : 4};
     if (!(d->volumes = ka_volumes_new(&vo, &rc)))
         goto fail;
+    s_cleanup_leftovers(d);
     snprintf(d->guest_dir, sizeof(d->guest_dir), "%s/.guest", d->state_dir);
     if ((rc = ka_volume_file(d->guest_dir, d->guest_path, "guest")) < 0) {
         d->guest_dir[0] = 0;

@@ -37,7 +37,13 @@ struct ka_volumes {
     uint64_t next;               /* the next volume number */
     uint64_t ready[S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
     unsigned n_ready;
+    struct s_gone *gone; /* released volumes the filler still has to unmount and delete */
 };
+
+typedef struct s_gone {
+    struct s_gone *next;
+    uint64_t n;
+} s_gone_t;
 
 /* ---- one volume ----------------------------------------------------------------------------- */
 
@@ -146,19 +152,27 @@ static int s_make(const ka_volumes_t *v, uint64_t n)
     return rc;
 }
 
-int ka_volume_release(const char *dir, const char *path)
+/* The number of the volume at path if it is one of dir's, else 0. */
+static uint64_t s_number(const char *dir, const char *path)
 {
-    size_t n = strlen(dir);
-    if (strncmp(path, dir, n) != 0 || path[n] != '/' || !path[n + 1] ||
-        strspn(path + n + 1, "0123456789") != strlen(path + n + 1) || strlen(path) >= S_PATH)
-        return -EINVAL;
+    size_t n = strlen(dir), digits = strspn(path + n + 1, "0123456789");
+    if (strncmp(path, dir, n) != 0 || path[n] != '/' || digits == 0 || digits > 19 ||
+        path[n + 1 + digits] != 0)
+        return 0;
+    return strtoull(path + n + 1, NULL, 10);
+}
+
+/* Unmounts volume n (its loop device goes with its last mount) and deletes its image. */
+static int s_unmake(const ka_volumes_t *v, uint64_t n)
+{
+    char path[S_PATH], img[S_PATH + 8];
+    s_paths(v, n, path, img);
     int rc = 0;
     if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
         rc = -errno;
     if (rmdir(path) < 0 && errno != ENOENT && rc == 0)
         rc = -errno;
     static const char *const ext[] = {".img", ".used"};
-    char img[S_PATH + 8];
     for (size_t i = 0; i < 2; i++) {
         snprintf(img, sizeof(img), "%s%s", path, ext[i]);
         if (unlink(img) < 0 && errno != ENOENT && rc == 0)
@@ -215,15 +229,53 @@ int ka_volume_file(const char *dir, const char *src, const char *name)
 
 /* ---- the spares ----------------------------------------------------------------------------- */
 
+int ka_volume_release(ka_volumes_t *v, const char *path)
+{
+    uint64_t n = s_number(v->dir, path);
+    if (n == 0)
+        return -EINVAL;
+    char mnt[S_PATH], img[S_PATH + 8], used[S_PATH + 8];
+    s_paths(v, n, mnt, img);
+    snprintf(used, sizeof(used), "%s.used", mnt);
+    if (rename(used, img) < 0 && errno != ENOENT) /* unclaimed: a crash now leaves a spare */
+        return -errno;
+    s_gone_t *g = v->filler_started ? malloc(sizeof(*g)) : NULL;
+    if (!g)
+        return s_unmake(v, n);
+    g->n = n;
+    pthread_mutex_lock(&v->lock);
+    g->next = v->gone;
+    v->gone = g;
+    pthread_cond_signal(&v->wake);
+    pthread_mutex_unlock(&v->lock);
+    return 0;
+}
+
+/* Unmakes the released volumes; called and returns with v->lock held. */
+static void s_unmake_gone(ka_volumes_t *v)
+{
+    while (v->gone) {
+        s_gone_t *g = v->gone;
+        v->gone = g->next;
+        pthread_mutex_unlock(&v->lock);
+        s_unmake(v, g->n);
+        free(g);
+        pthread_mutex_lock(&v->lock);
+    }
+}
+
 static void *s_filler(void *arg)
 {
     ka_volumes_t *v = arg;
     pthread_mutex_lock(&v->lock);
     for (;;) {
-        while (!v->stopping && v->n_ready >= v->spare)
+        while (!v->stopping && !v->gone && v->n_ready >= v->spare)
             pthread_cond_wait(&v->wake, &v->lock);
+        s_unmake_gone(v);
         if (v->stopping)
             break;
+        if (v->n_ready >= v->spare)
+            continue;
         uint64_t n = v->next++;
         pthread_mutex_unlock(&v->lock);
         int rc = s_make(v, n);
@@ -252,7 +304,7 @@ int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap)
     if (rc == 0 && (symlink(mnt, link) < 0 || rename(img, used) < 0))
         rc = -errno;
     if (rc < 0) {
-        ka_volume_release(v->dir, mnt);
+        s_unmake(v, n);
         return rc;
     }
     snprintf(path, cap, "%s", mnt);
@@ -280,7 +332,7 @@ static void s_release_spares(ka_volumes_t *v)
         snprintf(p, sizeof(p), "%s/%.*s", v->dir, (int)digits, e->d_name);
         snprintf(used, sizeof(used), "%s.used", p);
         if (access(used, F_OK) != 0)
-            ka_volume_release(v->dir, p);
+            s_unmake(v, n);
     }
     closedir(dir);
 }
@@ -349,11 +401,11 @@ void ka_volumes_destroy(ka_volumes_t **self_p)
     pthread_mutex_unlock(&v->lock);
     if (v->filler_started)
         pthread_join(v->filler, NULL);
-    char mnt[S_PATH], img[S_PATH + 8];
-    for (unsigned i = 0; i < v->n_ready; i++) {
-        s_paths(v, v->ready[i], mnt, img);
-        ka_volume_release(v->dir, mnt);
-    }
+    pthread_mutex_lock(&v->lock);
+    s_unmake_gone(v);
+    pthread_mutex_unlock(&v->lock);
+    for (unsigned i = 0; i < v->n_ready; i++)
+        s_unmake(v, v->ready[i]);
     pthread_cond_destroy(&v->wake);
     pthread_mutex_destroy(&v->lock);
     free(v);

@@ -10,9 +10,11 @@
  * (this host has neither QFMT_V2 nor XFS_QUOTA) rule out project quotas on one shared
  * filesystem; a volume per sandbox needs only loop and ext4.
  *
- * Formatting (mkfs.ext4, ~10 ms) and mounting (~2-5 ms) are kept off the create path: a
- * thread keeps `spare` volumes formatted and mounted ahead, so a claim is a list pop. When the
- * spares run out, a claim formats one itself.
+ * Formatting (mkfs.ext4, ~10 ms), mounting (~2-5 ms) and unmounting (5-100 ms here: the file
+ * system's shutdown and the loop device's teardown) are kept off the start and stop paths: a
+ * thread keeps `spare` volumes formatted and mounted ahead, so a claim is a list pop and a
+ * rename, and unmounts and deletes released volumes. When the spares run out, a claim formats
+ * one itself.
  *
  * Thread-safe: claim and release may run on any thread.
  */
@@ -43,7 +45,8 @@ typedef struct ka_volume_opts {
  */
 ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err);
 
-/* Stops the filler and releases the spare volumes; claimed ones stay. NULLs *self_p. */
+/* Stops the filler, finishes the releases and deletes the spare volumes; claimed ones stay.
+ * NULLs *self_p. */
 void ka_volumes_destroy(ka_volumes_t **self_p);
 
 /*
@@ -55,12 +58,13 @@ void ka_volumes_destroy(ka_volumes_t **self_p);
 int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap);
 
 /*
- * Releases the volume mounted at path (one that claim returned, possibly by an earlier node):
- * detaches the mount (its loop device goes when the last mount of it, a sandbox's too, is
- * gone) and deletes the image, so its blocks return to the host. 0, -EINVAL if path is not a
- * volume of dir, or a negative errno.
+ * Releases the volume mounted at path (one that a claim returned, possibly an earlier node's):
+ * marks it unclaimed at once (a crash from here on leaves it to the next ka_volumes_new), then
+ * the filler thread detaches the mount (its loop device goes with the last mount of it, a
+ * sandbox's too) and deletes the image, so its blocks return to the host. 0, -EINVAL if path
+ * is not a volume of v's dir, or a negative errno.
  */
-int ka_volume_release(const char *dir, const char *path);
+int ka_volume_release(ka_volumes_t *v, const char *path);
 
 /*
  * Mounts at dir (created if missing; a leftover mount there is replaced) a tmpfs holding a copy
