@@ -409,11 +409,11 @@ static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
     return 0;
 }
 
-/* Gives the sandbox's volume back (before its directory goes): its blocks return to the host
- * once the sandbox's own mount of it is gone too. */
+/* Gives the sandbox's volume back once the sandbox is gone (its processes and its mounts): it
+ * is emptied for the next sandbox, or unmounted and deleted. */
 static int s_release_volume(const s_driver_t *d, ka_sandbox_t *sb)
 {
-    int rc = sb->vol[0] ? ka_volume_release(d->volumes, sb->vol) : 0;
+    int rc = sb->vol[0] ? ka_volume_release(d->volumes, sb->vol, true) : 0;
     sb->vol[0] = 0;
     return rc;
 }
@@ -673,8 +673,8 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     return 0;
 
 fail:
-    s_release_volume(d, sb);
     s_teardown(sb);
+    s_release_volume(d, sb);
 fail_free:
     if (c)
         s_close_layers(c);
@@ -705,8 +705,8 @@ static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
     if (sb->next)
         sb->next->prev = sb->prev;
     pthread_mutex_unlock(&d->lock);
-    int rc = s_release_volume(d, sb);
-    int r2 = s_teardown(sb);
+    int rc = s_teardown(sb);
+    int r2 = s_release_volume(d, sb);
     s_sandbox_free(sb);
     return rc < 0 ? rc : r2;
 }
@@ -919,7 +919,7 @@ static void s_cleanup_leftovers(const s_driver_t *d)
         ssize_t n = readlink(p, vol, sizeof(vol) - 1);
         if (n > 0) {
             vol[n] = 0;
-            ka_volume_release(d->volumes, vol);
+            ka_volume_release(d->volumes, vol, false); /* its processes: not seen to end */
         }
         snprintf(p, sizeof(p), "%s/%s", d->state_dir, e->d_name);
         s_rm_rf(p);

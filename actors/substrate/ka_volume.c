@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <linux/loop.h>
 #include <pthread.h>
@@ -43,6 +44,7 @@ struct ka_volumes {
 typedef struct s_gone {
     struct s_gone *next;
     uint64_t n;
+    bool reuse;
 } s_gone_t;
 
 /* ---- one volume ----------------------------------------------------------------------------- */
@@ -229,7 +231,7 @@ int ka_volume_file(const char *dir, const char *src, const char *name)
 
 /* ---- the spares ----------------------------------------------------------------------------- */
 
-int ka_volume_release(ka_volumes_t *v, const char *path)
+int ka_volume_release(ka_volumes_t *v, const char *path, bool reuse)
 {
     uint64_t n = s_number(v->dir, path);
     if (n == 0)
@@ -243,6 +245,7 @@ int ka_volume_release(ka_volumes_t *v, const char *path)
     if (!g)
         return s_unmake(v, n);
     g->n = n;
+    g->reuse = reuse;
     pthread_mutex_lock(&v->lock);
     g->next = v->gone;
     v->gone = g;
@@ -251,16 +254,61 @@ int ka_volume_release(ka_volumes_t *v, const char *path)
     return 0;
 }
 
-/* Unmakes the released volumes; called and returns with v->lock held. */
-static void s_unmake_gone(ka_volumes_t *v)
+static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag == FTW_DP || flag == FTW_D)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* Empties volume n (its sandbox is gone): 0 if only lost+found is left, else -ENOTEMPTY. */
+static int s_wipe(const ka_volumes_t *v, uint64_t n)
+{
+    char mnt[S_PATH], img[S_PATH + 8], p[S_PATH + 260];
+    s_paths(v, n, mnt, img);
+    DIR *dir = opendir(mnt);
+    if (!dir)
+        return -errno;
+    int left = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            strcmp(e->d_name, "lost+found") == 0)
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", mnt, e->d_name);
+        nftw(p, s_rm_cb, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+        left += access(p, F_OK) == 0 || errno != ENOENT;
+    }
+    closedir(dir);
+    return left ? -ENOTEMPTY : 0;
+}
+
+/* Recycles the released volumes: emptied into spares while spares are short, else unmade (also
+ * when emptying fails, e.g. a tree too deep to walk). Called and returns with v->lock held. */
+static void s_recycle_gone(ka_volumes_t *v)
 {
     while (v->gone) {
         s_gone_t *g = v->gone;
         v->gone = g->next;
+        bool keep = g->reuse && !v->stopping && v->n_ready < v->spare;
         pthread_mutex_unlock(&v->lock);
-        s_unmake(v, g->n);
-        free(g);
+        if (!keep || s_wipe(v, g->n) < 0) {
+            s_unmake(v, g->n);
+            keep = false;
+        }
         pthread_mutex_lock(&v->lock);
+        if (keep && v->n_ready < v->spare)
+            v->ready[v->n_ready++] = g->n;
+        else if (keep) {
+            pthread_mutex_unlock(&v->lock);
+            s_unmake(v, g->n);
+            pthread_mutex_lock(&v->lock);
+        }
+        free(g);
     }
 }
 
@@ -271,7 +319,7 @@ static void *s_filler(void *arg)
     for (;;) {
         while (!v->stopping && !v->gone && v->n_ready >= v->spare)
             pthread_cond_wait(&v->wake, &v->lock);
-        s_unmake_gone(v);
+        s_recycle_gone(v);
         if (v->stopping)
             break;
         if (v->n_ready >= v->spare)
@@ -402,7 +450,7 @@ void ka_volumes_destroy(ka_volumes_t **self_p)
     if (v->filler_started)
         pthread_join(v->filler, NULL);
     pthread_mutex_lock(&v->lock);
-    s_unmake_gone(v);
+    s_recycle_gone(v);
     pthread_mutex_unlock(&v->lock);
     for (unsigned i = 0; i < v->n_ready; i++)
         s_unmake(v, v->ready[i]);

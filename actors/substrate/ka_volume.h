@@ -13,14 +13,17 @@
  * Formatting (mkfs.ext4, ~10 ms), mounting (~2-5 ms) and unmounting (5-100 ms here: the file
  * system's shutdown and the loop device's teardown) are kept off the start and stop paths: a
  * thread keeps `spare` volumes formatted and mounted ahead, so a claim is a list pop and a
- * rename, and unmounts and deletes released volumes. When the spares run out, a claim formats
- * one itself.
+ * rename. A released volume (its sandbox gone) is emptied by that thread and becomes a spare
+ * again while spares are short (freed blocks were discarded: nothing of the last sandbox's
+ * stays readable, or in the image), else unmounted and deleted. When the spares run out, a
+ * claim formats one itself.
  *
  * Thread-safe: claim and release may run on any thread.
  */
 #ifndef KA_VOLUME_H
 #define KA_VOLUME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,11 +63,12 @@ int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap);
 /*
  * Releases the volume mounted at path (one that a claim returned, possibly an earlier node's):
  * marks it unclaimed at once (a crash from here on leaves it to the next ka_volumes_new), then
- * the filler thread detaches the mount (its loop device goes with the last mount of it, a
- * sandbox's too) and deletes the image, so its blocks return to the host. 0, -EINVAL if path
- * is not a volume of v's dir, or a negative errno.
+ * the filler thread empties it into a spare (only if reuse: the caller saw every process and
+ * mount of its sandbox end), or detaches the mount (its loop device goes with its last mount)
+ * and deletes the image, so its blocks return to the host. 0, -EINVAL if path is not a volume
+ * of v's dir, or a negative errno.
  */
-int ka_volume_release(ka_volumes_t *v, const char *path);
+int ka_volume_release(ka_volumes_t *v, const char *path, bool reuse);
 
 /*
  * Mounts at dir (created if missing; a leftover mount there is replaced) a tmpfs holding a copy
