@@ -141,7 +141,11 @@ int kb_auth_identify(const kb_auth_t *a, const char *authorization, const char *
                      size_t cap)
 {
     if (a->mode == KB_AUTH_USER_HEADER) {
-        const char *id = user_id && *user_id ? user_id : KB_AUTH_DEFAULT_USER;
+        const char *id = user_id ? user_id : "";
+        if (!*id) { /* no identity is no one's: the CLI sends its default explicitly */
+            snprintf(out, cap, "identity required: send the x-user-id header");
+            return -EACCES;
+        }
         if (!s_valid_id(id)) {
             snprintf(out, cap, "x-user-id must be 1-%d visible characters", KB_AUTH_ID_MAX);
             return -EACCES;

@@ -2,9 +2,9 @@
  * kb_auth: who is calling. One identity model for both bridges (gRPC metadata and MCP HTTP
  * headers): the caller's identity is what every ownership check in the control plane uses.
  *
- *   user-header  trusts the `x-user-id` value (the CLI's --user-id), defaulting to
- *                KB_AUTH_DEFAULT_USER when absent; the node refuses this mode unless it listens
- *                on loopback only.
+ *   user-header  trusts the `x-user-id` value (the CLI's --user-id, KB_AUTH_DEFAULT_USER by
+ *                default); a request without one is refused; the node refuses this mode unless
+ *                it listens on loopback only.
  *   tokens       `authorization: Bearer <token>`; the tokens file maps the SHA-256 (hex) of each
  *                token to an identity, one "<sha256-hex> <identity>" per line ('#' comments), so
  *                the file never holds a usable secret. Anything else is UNAUTHENTICATED.
