@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <linux/loop.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -424,8 +425,13 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
         goto fail;
     }
     s_release_spares(v);
-    if (v->spare > 0) {
-        if ((rc = -pthread_create(&v->filler, NULL, s_filler, v)) < 0)
+    if (v->spare > 0) { /* the filler takes no signal: they stay the caller's threads' */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = -pthread_create(&v->filler, NULL, s_filler, v);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc < 0)
             goto fail;
         v->filler_started = true;
     }
