@@ -36,8 +36,8 @@ struct ka_volumes {
     pthread_cond_t wake;
     pthread_t filler;
     bool filler_started, stopping;
-    uint64_t next;               /* the next volume number */
-    uint64_t ready[S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
+    uint64_t next;                   /* the next volume number */
+    uint64_t ready[2 * S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
     unsigned n_ready;
     struct s_gone *gone; /* released volumes the filler still has to unmount and delete */
 };
@@ -288,21 +288,23 @@ static int s_wipe(const ka_volumes_t *v, uint64_t n)
     return left ? -ENOTEMPTY : 0;
 }
 
-/* Recycles the released volumes: emptied into spares while spares are short, else unmade (also
- * when emptying fails, e.g. a tree too deep to walk). Called and returns with v->lock held. */
+/* Recycles the released volumes: emptied into spares while there are fewer than twice `spare`
+ * (new ones are formatted only below `spare`, so a steady start-stop rhythm formats and
+ * unmounts nothing), else unmade (also when emptying fails, e.g. a tree too deep to walk).
+ * Called and returns with v->lock held. */
 static void s_recycle_gone(ka_volumes_t *v)
 {
     while (v->gone) {
         s_gone_t *g = v->gone;
         v->gone = g->next;
-        bool keep = g->reuse && !v->stopping && v->n_ready < v->spare;
+        bool keep = g->reuse && !v->stopping && v->n_ready < 2 * v->spare;
         pthread_mutex_unlock(&v->lock);
         if (!keep || s_wipe(v, g->n) < 0) {
             s_unmake(v, g->n);
             keep = false;
         }
         pthread_mutex_lock(&v->lock);
-        if (keep && v->n_ready < v->spare)
+        if (keep && v->n_ready < 2 * v->spare)
             v->ready[v->n_ready++] = g->n;
         else if (keep) {
             pthread_mutex_unlock(&v->lock);

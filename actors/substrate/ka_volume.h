@@ -14,9 +14,10 @@
  * system's shutdown and the loop device's teardown) are kept off the start and stop paths: a
  * thread keeps `spare` volumes formatted and mounted ahead, so a claim is a list pop and a
  * rename. A released volume (its sandbox gone) is emptied by that thread and becomes a spare
- * again while spares are short (freed blocks were discarded: nothing of the last sandbox's
- * stays readable, or in the image), else unmounted and deleted. When the spares run out, a
- * claim formats one itself.
+ * again while there are fewer than twice `spare` (freed blocks were discarded: nothing of the
+ * last sandbox's stays readable, or in the image), else unmounted and deleted. New volumes are
+ * formatted only below `spare`, so a steady start-stop rhythm formats and unmounts nothing.
+ * When the spares run out, a claim formats one itself.
  *
  * Thread-safe: claim and release may run on any thread.
  */
