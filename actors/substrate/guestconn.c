@@ -256,6 +256,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
 {
     const uint8_t *body;
     size_t blen;
+    if (gc->in_off == gc->in_len) /* nothing buffered (before the first read, in is NULL) */
+        return -EAGAIN;
     long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_FRAME,
                                  &body, &blen);
     if (used < 0)
