@@ -278,7 +278,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
         gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
-    if (msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
+    if (ka_gp_frame_check(f->body, blen) != 0 ||
+        msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
         f->up.data.type != MSGPACK_OBJECT_MAP) {
         ka_gp_frame_free(&f);
         return -EPROTO;

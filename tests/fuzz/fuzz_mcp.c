@@ -60,8 +60,8 @@ static kb_mcp_t *s_bridge(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const accepts[] = {"application/json, text/event-stream",
-                                          "application/json", "text/event-stream", NULL};
+    static const char *const accepts[] = {"application/json, text/event-stream", "application/json",
+                                          "text/event-stream", NULL};
     static const char *const protocols[] = {NULL, "2025-06-18", "2024-11-05", "1999-01-01"};
     kb_mcp_t *m = s_bridge();
     uint8_t sel = size ? data[0] : 0;
