@@ -92,6 +92,14 @@ void ka_gp_frame_end(msgpack_sbuffer *sb, size_t off);
 long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t **body,
                       size_t *blen);
 
+/*
+ * Checks that body[0..len) starts with one msgpack object whose every declared length and count
+ * fits in the bytes there (each element takes at least one byte), before msgpack_unpack_next
+ * sizes its allocations from those counts: a 5-byte map header announcing 2^32 entries would
+ * make it allocate 100 GB. 0 or -EBADMSG.
+ */
+int ka_gp_frame_check(const uint8_t *body, size_t len);
+
 /* --- reading maps ------------------------------------------------------------------------- */
 
 /* The value under key in map m, or NULL (also if m is not a map). Borrowed. */

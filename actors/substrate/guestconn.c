@@ -256,6 +256,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
 {
     const uint8_t *body;
     size_t blen;
+    if (gc->in_off == gc->in_len) /* nothing buffered (before the first read, in is NULL) */
+        return -EAGAIN;
     long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_FRAME,
                                  &body, &blen);
     if (used < 0)
@@ -276,7 +278,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
         gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
-    if (msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
+    if (ka_gp_frame_check(f->body, blen) != 0 ||
+        msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
         f->up.data.type != MSGPACK_OBJECT_MAP) {
         ka_gp_frame_free(&f);
         return -EPROTO;

@@ -750,6 +750,30 @@ static void *s_job_main(void *arg)
     return NULL;
 }
 
+unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const char *session,
+                     const char *protocol, const char *body, size_t len, char **answer,
+                     size_t *answer_len)
+{
+    s_in_t in = {.method = "POST",
+                 .host = "localhost",
+                 .accept = accept,
+                 .content_type = "application/json",
+                 .session = session,
+                 .protocol = protocol,
+                 .user_id = user_id,
+                 .body = body,
+                 .len = len};
+    s_out_t out;
+    s_serve(m, &in, &out);
+    if (out.job) { /* no stream: the job's events go nowhere */
+        s_job_run(out.job);
+        s_job_free(out.job);
+    }
+    *answer = out.body;
+    *answer_len = out.body ? out.len : 0;
+    return out.status;
+}
+
 /* ---- kb_http glue ---------------------------------------------------------------------------- */
 
 static void s_handler(kb_http_req_t *req, void *arg)
