@@ -144,6 +144,9 @@ static const s_field_t s_sandbox_fields[] = {
     TYPED("processTimeout", F_DURATION, process_timeout_ms),
     TYPED("spoolBytes", F_BYTES, spool_bytes),
     INT("pidsMax", pids_max, 8, 1000000),
+    INT("maxOpenFiles", max_open_files, 64, 1048576),
+    INT("uidBase", uid_base, 100000, 4294967294LL),
+    INT("uidCount", uid_count, 1, 16777216),
 };
 static const s_field_t s_images_fields[] = {
     LIST("registries", registries, ka_registry_cfg_t, s_registry, n_registries, KA_CFG_MAX_REGS,
@@ -429,6 +432,9 @@ void ka_config_defaults(ka_config_t *cfg)
     cfg->process_timeout_ms = 3600000;
     cfg->spool_bytes = 10LL << 20;
     cfg->pids_max = 256;
+    cfg->max_open_files = 1024;
+    cfg->uid_base = 1000000;
+    cfg->uid_count = 65536;
     strcpy(cfg->pools[0].name, KA_DEFAULT_POOL);
     strcpy(cfg->pools[0].klass, "namespaces");
     cfg->pools[0].capacity = 1000;
@@ -495,6 +501,8 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
         return s_invalid(err, cap, "sandbox.defaultTTL/maxTTL: must be at least 1s");
     if (cfg->default_ttl_ms > cfg->max_ttl_ms)
         return s_invalid(err, cap, "sandbox.defaultTTL: must not exceed sandbox.maxTTL");
+    if (cfg->uid_base + cfg->uid_count > 4294967295LL)
+        return s_invalid(err, cap, "sandbox.uidBase + sandbox.uidCount: must stay below 2^32");
     if (cfg->memory_bytes < (16LL << 20))
         return s_invalid(err, cap, "sandbox.memory: must be at least 16Mi");
     if (strcmp(cfg->sandbox_class, "namespaces") != 0)

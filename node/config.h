@@ -73,6 +73,9 @@ typedef struct ka_config {
     int64_t process_timeout_ms;
     int64_t spool_bytes;
     int64_t pids_max;
+    int64_t max_open_files; /* RLIMIT_NOFILE of every process in a sandbox */
+    int64_t uid_base;       /* sandbox i runs as host uid = gid uid_base + i */
+    int64_t uid_count;
     /* pools */
     ka_pool_cfg_t pools[KA_CFG_MAX_POOLS];
     size_t n_pools;

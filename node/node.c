@@ -173,7 +173,10 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
                       .guest_path = guest,
                       .cpu_millis = (uint32_t)n->cfg.cpu_millis,
                       .mem_bytes = (uint64_t)n->cfg.memory_bytes,
-                      .pids_max = (uint64_t)n->cfg.pids_max};
+                      .pids_max = (uint64_t)n->cfg.pids_max,
+                      .nofile = (uint32_t)n->cfg.max_open_files,
+                      .uid_base = (uint32_t)n->cfg.uid_base,
+                      .uid_count = (uint32_t)n->cfg.uid_count};
     int e = 0;
     n->driver = ka_namespaces_new(&o, &e);
     if (!n->driver)

@@ -157,6 +157,9 @@ static void test_validation_rules(void **unused)
     assert_err(GUEST "pools:\n  - {name: a}\n  - {name: a}\n", "duplicate pool");
     assert_err(GUEST "pools:\n  - {name: a, class: microvm}\n", "unsupported sandbox class");
     assert_err(GUEST "node: {stateDir: relative/dir}\n", "node.stateDir: must be an absolute path");
+    assert_err(GUEST "  uidBase: 4294000000\n  uidCount: 16000000\n", "must stay below 2^32");
+    assert_err(GUEST "  uidBase: 1000\n", "sandbox.uidBase");
+    assert_err(GUEST "  maxOpenFiles: 2000000\n", "sandbox.maxOpenFiles");
 }
 
 static void test_value_parsers(void **unused)
