@@ -2,6 +2,7 @@
 #   node_start            builds the guest and tools images, writes a config, starts kagentd,
 #                         waits until it serves; sets WORK, STATE, PORT, API, TOOLS_REF, KAGENT
 #   node_apply_template NAME   applies and waits for Ready=True (namespace kagent)
+#   node_restart          starts kagentd again on the same config and state (after a kill)
 #   node_stop             SIGTERM, waits, checks nothing is left behind
 # Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR (set by ctest). Everything fails loudly.
 set -euo pipefail
@@ -35,6 +36,10 @@ sandbox:
     digest: "$guest"
   memory: 256Mi
 YAML
+  node_restart
+}
+
+node_restart() {
   "$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
   NODE_PID=$!
   for _ in $(seq 600); do
