@@ -164,8 +164,14 @@ static void s_accept_one(s_loop_t *lp, int fd, const struct sockaddr_storage *pe
         return;
     }
     SSL_set_accept_state(ssl);
-    *c = (s_conn_t){.net = fd, .app = -1, .handed = -1, .ssl = ssl, .peer = *peer,
-                    .peer_len = peer_len, .want_in = true, .net_ev = EPOLLIN};
+    *c = (s_conn_t){.net = fd,
+                    .app = -1,
+                    .handed = -1,
+                    .ssl = ssl,
+                    .peer = *peer,
+                    .peer_len = peer_len,
+                    .want_in = true,
+                    .net_ev = EPOLLIN};
     c->net_tag = (s_tag_t){S_TAG_NET, c};
     c->app_tag = (s_tag_t){S_TAG_APP, c};
     c->timed = true;
@@ -214,8 +220,7 @@ static int s_tls_wait(s_conn_t *c, int r)
     case SSL_ERROR_ZERO_RETURN: /* close_notify */
         return 1;
     case SSL_ERROR_SSL: /* a TCP close without close_notify is an end of stream here too */
-        return ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING ? 1
-                                                                                           : -1;
+        return ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING ? 1 : -1;
     default:
         return -1;
     }

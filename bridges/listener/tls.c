@@ -40,11 +40,9 @@ static int s_file_err(char *err, size_t cap, const char *what, const char *path)
         snprintf(err, cap, "%s %s: %s", what, path, strerror(errno));
     } else {
         fclose(f);
-        char why[256] = "not valid PEM";
-        unsigned long e = ERR_peek_last_error();
-        if (e)
-            ERR_error_string_n(e, why, sizeof why);
-        snprintf(err, cap, "%s %s: cannot be used (%s)", what, path, why);
+        unsigned long e = ERR_peek_error(); /* the first error is the cause */
+        const char *why = e ? ERR_reason_error_string(e) : NULL;
+        snprintf(err, cap, "%s %s: cannot be used (%s)", what, path, why ? why : "not valid PEM");
     }
     ERR_clear_error();
     return -EINVAL;
@@ -89,7 +87,9 @@ static SSL_CTX *s_build(const kb_tls_t *t, char *err, size_t cap)
     if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1)
         rc = s_file_err(err, cap, "certificate file", t->cert_file);
     else if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1)
-        rc = s_file_err(err, cap, "key file", t->key_file);
+        rc = ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH
+                 ? s_mismatch(t, err, cap)
+                 : s_file_err(err, cap, "key file", t->key_file);
     else if (SSL_CTX_check_private_key(ctx) != 1)
         rc = s_mismatch(t, err, cap);
     else if (t->client_ca_file)
