@@ -6,6 +6,7 @@
 #include "listener_int.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -445,6 +446,11 @@ static void s_close_all(s_loop_t *lp, s_list_t *ls)
 
 void kb_listener_tls_loop(kb_listener_t *l)
 {
+    /* OpenSSL writes with write(2): a peer gone must be EPIPE here, not a process-wide SIGPIPE */
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, NULL);
     s_loop_t lp = {.l = l, .ep = epoll_create1(EPOLL_CLOEXEC)};
     lp.wake_tag.kind = S_TAG_WAKE;
     lp.accept_tag.kind = S_TAG_ACCEPT;
