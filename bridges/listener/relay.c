@@ -116,9 +116,14 @@ static void s_close(s_loop_t *lp, s_conn_t *c)
         return;
     c->dead = true;
     s_unlink(s_list_of(lp, c), c);
-    close(c->net); /* closing removes it from the epoll set */
-    if (c->app >= 0)
+    /* removed explicitly: a fork elsewhere in the process can hold the sockets open for a while,
+     * and epoll would keep reporting them for a freed connection */
+    epoll_ctl(lp->ep, EPOLL_CTL_DEL, c->net, NULL);
+    close(c->net);
+    if (c->app >= 0) {
+        epoll_ctl(lp->ep, EPOLL_CTL_DEL, c->app, NULL);
         close(c->app);
+    }
     if (c->handed >= 0 && lp->l->opts.ids)
         kb_conn_ids_set(lp->l->opts.ids, c->handed, NULL);
     lp->n--;
