@@ -19,6 +19,8 @@ PACKAGES=(
   busybox-static iproute2 util-linux debootstrap skopeo docker-registry zstd curl binutils jq bubblewrap
   # test clients and benchmark peers
   python3 python3-grpcio python3-protobuf erlang-base
+  # TLS: test certificates (deploy/gen-test-certs.sh, run-node.sh --tls)
+  openssl
 )
 
 missing=()

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -114,9 +115,17 @@ static const s_field_t s_node_fields[] = {
     INT("id", node_id, 1, 65535),
     STR("stateDir", state_dir),
 };
+static const s_field_t s_tls_fields[] = {
+    STR("certFile", tls_cert_file),
+    STR("keyFile", tls_key_file),
+    STR("clientCAFile", tls_client_ca_file),
+    TYPED("requireClientCert", F_BOOL, tls_require_client_cert),
+};
+static const s_section_t s_tls = SECTION(s_tls_fields);
 static const s_field_t s_listen_fields[] = {
     STR("address", listen_address),
     INT("port", listen_port, 0, 65535), /* 0: an ephemeral port (tests) */
+    MAP("tls", s_tls),
 };
 static const s_field_t s_log_fields[] = {
     TYPED("level", F_LOGLEVEL, log_level),
@@ -485,6 +494,49 @@ static int s_validate_pools(const ka_config_t *cfg, char *err, size_t cap)
     return 0;
 }
 
+bool ka_config_tls(const ka_config_t *cfg)
+{
+    return cfg->tls_cert_file[0] != '\0';
+}
+
+bool ka_config_loopback(const char *address)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(address, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, address, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, address, &a6) != 1)
+        return false;
+    if (IN6_IS_ADDR_LOOPBACK(&a6))
+        return true;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+static int s_validate_listen(const ka_config_t *cfg, char *err, size_t cap)
+{
+    bool tls = ka_config_tls(cfg), loopback = ka_config_loopback(cfg->listen_address);
+    if (tls != (cfg->tls_key_file[0] != '\0'))
+        return s_invalid(err, cap, "listen.tls: certFile and keyFile go together (%s is missing)",
+                         tls ? "keyFile" : "certFile");
+    if (cfg->tls_client_ca_file[0] && !tls)
+        return s_invalid(err, cap, "listen.tls.clientCAFile: needs listen.tls.certFile/keyFile");
+    if (cfg->tls_require_client_cert && !cfg->tls_client_ca_file[0])
+        return s_invalid(err, cap, "listen.tls.requireClientCert: needs listen.tls.clientCAFile");
+    if (cfg->auth_mode == KA_AUTH_USER_HEADER && !loopback)
+        return s_invalid(err, cap,
+                         "auth.mode: user-header trusts any caller, so listen.address "
+                         "must be loopback (use auth.mode: tokens to listen on %s)",
+                         cfg->listen_address);
+    if (!loopback && !tls)
+        return s_invalid(err, cap,
+                         "listen.tls: required when listen.address (%s) is not loopback: bearer "
+                         "tokens and files must not cross the network in clear",
+                         cfg->listen_address);
+    return 0;
+}
+
 int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
 {
     if (!cfg->guest_image_digest[0])
@@ -512,13 +564,8 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
             cfg->sandbox_class);
     if (cfg->auth_mode == KA_AUTH_TOKENS && !cfg->tokens_file[0])
         return s_invalid(err, cap, "auth.tokensFile: required when auth.mode is tokens");
-    if (cfg->auth_mode == KA_AUTH_USER_HEADER && strcmp(cfg->listen_address, "127.0.0.1") &&
-        strcmp(cfg->listen_address, "::1") && strcmp(cfg->listen_address, "localhost"))
-        return s_invalid(err, cap,
-                         "auth.mode: user-header trusts any caller, so listen.address "
-                         "must be loopback (use auth.mode: tokens to listen on %s)",
-                         cfg->listen_address);
-    return s_validate_pools(cfg, err, cap);
+    int rc = s_validate_listen(cfg, err, cap);
+    return rc ? rc : s_validate_pools(cfg, err, cap);
 }
 
 int ka_config_load_buffer(ka_config_t *cfg, const char *origin, const char *yaml, size_t len,
