@@ -15,8 +15,8 @@
  * no_new_privs, RLIMIT_NOFILE bounded, and a seccomp filter in the spirit of Docker's default
  * profile. The guest runs as PID 1 and talks to the node over an inherited unix socket (fd 3).
  *
- * State: <state_dir>/<id>/{upper,root,data,cgroups,guest.log}. A node that crashed
- * leaves these behind; ka_namespaces_new() kills what the recorded cgroups still hold and
+ * State: <state_dir>/<id>/{upper,root,data,guest.log}. A node that crashed
+ * leaves these behind; ka_namespaces_new() kills what the cgroups named by each <id> still hold and
  * removes them and the directories. A stop leaves no mount, cgroup, process or directory.
  *
  * Must run as root (host uid 0). Limits use cgroup v1 or v2, detected at start.
