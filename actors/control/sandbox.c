@@ -712,6 +712,10 @@ static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr
         return;
     }
     if (type == KA_SBX_DELETE) {
+        if (self->a.record.deleted_ms) { /* retired: the tombstone, as for any deleted one */
+            s_reply_record(ctx, self, from, ref, type);
+            return;
+        }
         if (self->delete_pending || self->op_type == KA_SBX_DELETE) {
             s_reply_status(ctx, from, ref, type, KA_ABORTED, "a delete of this sandbox is running");
             return;
@@ -789,6 +793,15 @@ static void s_after_intent(krt_ctx_t *ctx, s_sbx_t *self)
         s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory");
 }
 
+/* The record is a tombstone. Calls the manager routed here before it learns that are still on
+ * their way, so the actor stays and answers them as a deleted sandbox (from its record) until
+ * the manager, which then routes nothing more here, stops it (KA_SBX_STOP_). */
+static void s_retire(krt_ctx_t *ctx)
+{
+    if (krt_send(ctx, krt_parent(ctx), KA_SBX_RETIRE_, NULL, 0))
+        krt_exit(ctx, KRT_EXIT_NORMAL); /* no manager: nothing routes here */
+}
+
 static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
 {
     self->store_ref = 0;
@@ -821,7 +834,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
     case SS_TOMBSTONE:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         s_finish(ctx, self, KA_OK, "");
-        krt_exit(ctx, KRT_EXIT_NORMAL);
+        s_retire(ctx);
         break;
     default:
         break;
@@ -917,6 +930,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             if (!s_busy(self))
                 s_start_delete(ctx, self);
         }
+        break;
+    case KA_SBX_STOP_:
+        if (msg->from == krt_parent(ctx) && self->a.record.deleted_ms)
+            krt_exit(ctx, KRT_EXIT_NORMAL);
         break;
     case KA_SBX_FORWARD_: {
         const ka_sbx_forward_t *f = msg->body;

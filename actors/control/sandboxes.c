@@ -584,6 +584,21 @@ static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
         }
 }
 
+/* A sandbox actor whose record is a tombstone: route nothing more to it (later calls read the
+ * record), then stop it. Everything routed to it before is already in its mailbox, ahead of
+ * the stop, and it answers those first. Unlinked first: its normal exit must not reach us as
+ * the exit of an actor that is not our child. */
+static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
+{
+    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (*a == who) {
+            zhashx_delete(self->live, zhashx_cursor(self->live));
+            krt_unlink(ctx, who);
+            krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
+            return;
+        }
+}
+
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
@@ -620,6 +635,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     }
     case KRT_MSG_DOWN:
         s_on_down(self, msg);
+        break;
+    case KA_SBX_RETIRE_:
+        s_on_retire(ctx, self, msg->from);
         break;
     case KRT_MSG_EXIT: { /* trapped: a child's exit is handled by DOWN; anyone else's stops us */
         const krt_exit_t *e = msg->body;

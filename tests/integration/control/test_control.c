@@ -536,6 +536,114 @@ static void test_concurrent_duplicates_one_sandbox(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, d[0].id, &o), KA_OK);
 }
 
+/* Guest calls sent back to back while their sandbox is deleted: each one is answered, by the
+ * guest (the sandbox was still live) or refused as not ready (deleting or deleted), never lost
+ * or answered UNAVAILABLE when it reaches the sandbox's actor as it retires. */
+enum { RACE_MAX = 3000 };
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    char id[KA_STORE_ID_LEN];
+    bool stop;
+    int sent, answered;
+    int codes[RACE_MAX];
+} s_race_t;
+
+typedef struct {
+    s_race_t *race;
+    int i;
+} s_race_call_t;
+
+static void s_race_frame(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_race_call_t *c = user;
+    if (!f->final)
+        return;
+    pthread_mutex_lock(&c->race->lock);
+    c->race->codes[c->i] = f->status.code;
+    c->race->answered++;
+    pthread_cond_broadcast(&c->race->cond);
+    pthread_mutex_unlock(&c->race->lock);
+}
+
+static void *s_race_sender(void *arg)
+{
+    s_race_t *r = arg;
+    s_race_call_t *calls = calloc(RACE_MAX, sizeof *calls);
+    for (int i = 0; i < RACE_MAX; i++) {
+        pthread_mutex_lock(&r->lock);
+        bool stop = r->stop;
+        pthread_mutex_unlock(&r->lock);
+        if (stop)
+            break;
+        ka_guest_req_t *q = ka_guest_req_new(ALICE, r->id, KA_GUEST_GET, 0);
+        q->proc = 999999; /* no such process: the guest answers NOT_FOUND */
+        calls[i] = (s_race_call_t){r, i};
+        r->codes[i] = -1;
+        assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_race_frame, &calls[i], NULL), 0);
+        free(q);
+        pthread_mutex_lock(&r->lock);
+        r->sent++;
+        pthread_mutex_unlock(&r->lock);
+        if (i % 8 == 7)
+            usleep(200);
+    }
+    return calls;
+}
+
+static void test_guest_calls_racing_delete_are_answered(void **unused)
+{
+    for (int round = 0; round < 10; round++) {
+        ka_sbx_reply_t r, o;
+        char req[64];
+        snprintf(req, sizeof req, "req-race-%d", round);
+        assert_int_equal(s_create(ALICE, req, "scratch", 0, &r), KA_OK);
+        s_race_t *race = calloc(1, sizeof *race);
+        pthread_mutex_init(&race->lock, NULL);
+        pthread_cond_init(&race->cond, NULL);
+        snprintf(race->id, sizeof race->id, "%s", r.sandbox.id);
+        pthread_t th;
+        pthread_create(&th, NULL, s_race_sender, race);
+        usleep(20 * 1000);
+        assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, race->id, &o), KA_OK);
+        usleep(30 * 1000);
+        pthread_mutex_lock(&race->lock);
+        race->stop = true;
+        pthread_mutex_unlock(&race->lock);
+        void *calls;
+        pthread_join(th, &calls);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 30;
+        pthread_mutex_lock(&race->lock);
+        while (race->answered < race->sent)
+            if (pthread_cond_timedwait(&race->cond, &race->lock, &until))
+                break;
+        int sent = race->sent, answered = race->answered;
+        pthread_mutex_unlock(&race->lock);
+        int live = 0, refused = 0;
+        for (int i = 0; i < sent; i++) {
+            if (race->codes[i] == KA_NOT_FOUND)
+                live++;
+            else if (race->codes[i] == KA_FAILED_PRECONDITION)
+                refused++;
+            else
+                fail_msg("round %d: guest call %d of %d racing the delete: code %d (answered "
+                         "%d)",
+                         round, i, sent, race->codes[i], answered);
+        }
+        fprintf(stderr, "race round %d: %d calls, %d answered by the guest, %d refused\n", round,
+                sent, live, refused);
+        assert_int_equal(answered, sent);
+        assert_true(refused > 0); /* the race was run: some calls came after the delete */
+        assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, race->id, &o), KA_OK);
+        assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+        free(calls);
+        free(race);
+    }
+}
+
 static void test_ttl_expiry_deletes(void **unused)
 {
     ka_sbx_reply_t r, o;
@@ -613,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_create_exec_files_delete),
         cmocka_unit_test(test_ownership_probes),
         cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
+        cmocka_unit_test(test_guest_calls_racing_delete_are_answered),
         cmocka_unit_test(test_ttl_expiry_deletes),
         cmocka_unit_test(test_suspend_resume_keeps_data),
         cmocka_unit_test(test_restart_recovers_records),
