@@ -261,15 +261,18 @@ typedef struct counts {
 static void s_counts(counts_t *c)
 {
     char cmd[400];
-    c->mounts = s_count_cmd("wc -l < /proc/self/mountinfo");
-    snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' | wc -l",
-             s_cgname);
+    /* only what this driver could leave: other tests and builds on the machine mount and
+     * unmount elsewhere, and their cgroups come and go (find's complaints are theirs) */
+    snprintf(cmd, sizeof(cmd), "grep -cF '%s' /proc/self/mountinfo", s_tmp);
+    c->mounts = s_count_cmd(cmd);
+    snprintf(cmd, sizeof(cmd),
+             "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' 2>/dev/null | wc -l", s_cgname);
     c->cgroups = s_count_cmd(cmd);
     c->children = s_children();
     snprintf(cmd, sizeof(cmd), "find '%s' | wc -l", s_state);
     c->dirs = s_count_cmd(cmd);
     c->fds = s_count_cmd("ls /proc/self/fd | wc -l"); /* the shell's: inherited from us */
-    assert_true(c->mounts > 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
+    assert_true(c->mounts >= 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
 }
 
 static void test_accounting_100_cycles(void **unused)
