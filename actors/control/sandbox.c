@@ -27,7 +27,9 @@
 
 #define STORE_TIMEOUT_MS 30000
 #define RETRY_DELETE_MS  1000
+#define RETRY_RESULT_MS  500
 #define MSG_TTL          (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
+#define MSG_RETRY_RESULT (KA_CTL_MSG_LAST_ + 2) /* write the result again (store was away) */
 #define FILE_SCHEME      "file://"
 
 typedef enum { JOB_NONE, JOB_BOOT, JOB_STOP, JOB_SUSPEND, JOB_RESUME } s_job_kind_t;
@@ -56,6 +58,15 @@ struct s_waiter {
 
 typedef enum { SS_IDLE, SS_INTENT, SS_RESULT, SS_TOMBSTONE } s_store_step_t;
 
+/* A replayed create (same creator and request id) that arrived while the create runs: it gets
+ * the create's own answer. */
+typedef struct s_joiner s_joiner_t;
+struct s_joiner {
+    s_joiner_t *next;
+    krt_addr_t to;
+    uint64_t ref;
+};
+
 typedef struct {
     ka_sandbox_args_t a; /* a.record is the live record */
     ka_sandbox_t *compute;
@@ -73,7 +84,10 @@ typedef struct {
     uint64_t job_ref;
     s_store_step_t store_step;
     uint64_t store_ref;
+    ka_store_sandbox_update_t result; /* the SS_RESULT write, kept to be sent again */
+    krt_timer_t result_retry;
     uint64_t runtime_ref; /* resume: waiting for the pinned revision's runtime */
+    s_joiner_t *joiners;  /* create: replays waiting for its answer */
     /* a delete that arrived during another mutation, or TTL expiry */
     bool delete_pending;
     krt_addr_t del_from;
@@ -278,8 +292,23 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
     s_copy(u.failure_reason, sizeof u.failure_reason, reason);
     s_copy(u.failure_message, sizeof u.failure_message, message);
     self->store_step = step;
+    if (step == SS_RESULT)
+        self->result = u;
     return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
                        &self->store_ref);
+}
+
+/* A result (READY, SUSPENDED, FAILED, ...) describes work already done (compute started or
+ * stopped): the record must catch up with it, so a write lost to an unavailable store is sent
+ * again until it lands, and the caller, who waits, then gets the result. Answering "retry"
+ * instead would leave the record behind the compute for good (a create's replay would read
+ * CREATING while the guest runs). */
+static void s_retry_result(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    self->store_step = SS_RESULT;
+    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &self->result, sizeof self->result,
+                    STORE_TIMEOUT_MS, &self->store_ref))
+        krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
 }
 
 static int s_store_tombstone(krt_ctx_t *ctx, s_sbx_t *self)
@@ -302,16 +331,32 @@ static void s_begin(s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref,
     self->op_answer = answer;
 }
 
-/* Ends the running mutation: answers its caller with the record (code OK) or an error, then
- * starts a delete that was waiting. */
+static void s_answer(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_t ref, uint32_t type,
+                     int code, const char *message)
+{
+    if (code == KA_OK)
+        s_reply_record(ctx, self, to, ref, type);
+    else
+        s_reply_status(ctx, to, ref, type, code, "%s", message);
+}
+
+static void s_answer_joiners(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
+{
+    while (self->joiners) {
+        s_joiner_t *j = self->joiners;
+        self->joiners = j->next;
+        s_answer(ctx, self, j->to, j->ref, KA_SBX_CREATE, code, message);
+        free(j);
+    }
+}
+
+/* Ends the running mutation: answers its caller (and a create's replays) with the record (code
+ * OK) or an error, then starts a delete that was waiting. */
 static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
 {
-    if (self->op_answer) {
-        if (code == KA_OK)
-            s_reply_record(ctx, self, self->op_from, self->op_ref, self->op_type);
-        else
-            s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, code, "%s", message);
-    }
+    if (self->op_answer)
+        s_answer(ctx, self, self->op_from, self->op_ref, self->op_type, code, message);
+    s_answer_joiners(ctx, self, code, message);
     self->op_type = 0;
     self->op_answer = false;
     self->store_step = SS_IDLE;
@@ -699,6 +744,31 @@ static bool s_busy(const s_sbx_t *self)
     return self->op_type != 0 || self->store_step != SS_IDLE;
 }
 
+/* A create replayed by the manager (its receipt names this sandbox): while the create runs, the
+ * replay waits for its answer; after, it gets the record as this actor knows it (which is ahead
+ * of the store's while a result is being written). */
+static void s_on_replay(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,
+                        const void *body, size_t len)
+{
+    const ka_sbx_create_t *c = body;
+    if (len != sizeof *c || !memchr(c->caller, 0, sizeof c->caller) ||
+        strcmp(c->caller, self->a.record.creator) != 0) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (self->op_type != KA_SBX_CREATE) {
+        s_reply_record(ctx, self, from, ref, KA_SBX_CREATE);
+        return;
+    }
+    s_joiner_t *j = malloc(sizeof *j);
+    if (!j) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    *j = (s_joiner_t){self->joiners, from, ref};
+    self->joiners = j;
+}
+
 static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t from,
                           uint64_t ref, const void *body, size_t len)
 {
@@ -821,6 +891,10 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
             krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, MSG_TTL, 0);
             return;
         }
+        if (step == SS_RESULT && err == KA_STORE_EUNAVAIL) { /* still busy: nothing else runs */
+            krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
+            return;
+        }
         s_finish(ctx, self, ka_code_of_store(err), "the sandbox store is unavailable; retry");
         return;
     }
@@ -885,6 +959,9 @@ static void s_dispatch(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t 
                        const void *body, size_t len)
 {
     switch (type) {
+    case KA_SBX_CREATE:
+        s_on_replay(ctx, self, from, ref, body, len);
+        break;
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
     case KA_SBX_DELETE:
@@ -921,6 +998,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KRT_MSG_FD_READY:
         s_on_guest_io(ctx, self);
+        break;
+    case MSG_RETRY_RESULT:
+        if (self->store_step == SS_RESULT && !self->store_ref)
+            s_retry_result(ctx, self);
         break;
     case MSG_TTL:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);
@@ -992,6 +1073,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     if (self->op_answer)
         s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, KA_UNAVAILABLE,
                        "the node is shutting down; retry");
+    s_answer_joiners(ctx, self, KA_UNAVAILABLE, "the node is shutting down; retry");
     if (self->delete_pending && self->del_answer)
         s_reply_status(ctx, self->del_from, self->del_ref, KA_SBX_DELETE, KA_UNAVAILABLE,
                        "the node is shutting down; retry");

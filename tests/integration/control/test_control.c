@@ -507,6 +507,7 @@ static void test_ownership_probes(void **unused)
 
 typedef struct {
     int code;
+    int state;
     char id[KA_STORE_ID_LEN];
 } s_dup_t;
 
@@ -515,6 +516,7 @@ static void *s_dup_create(void *arg)
     s_dup_t *d = arg;
     ka_sbx_reply_t r;
     d->code = s_create(ALICE, "req-dup", "scratch", 0, &r);
+    d->state = r.sandbox.state;
     snprintf(d->id, sizeof d->id, "%s", r.sandbox.id);
     return NULL;
 }
@@ -528,9 +530,10 @@ static void test_concurrent_duplicates_one_sandbox(void **unused)
         pthread_create(&th[i], NULL, s_dup_create, &d[i]);
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++) { /* the duplicates get the create's own answer: READY */
         assert_int_equal(d[i].code, KA_OK);
         assert_string_equal(d[i].id, d[0].id);
+        assert_int_equal(d[i].state, KA_STATE_READY);
     }
     ka_sbx_reply_t o;
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, d[0].id, &o), KA_OK);
@@ -644,6 +647,62 @@ static void test_guest_calls_racing_delete_are_answered(void **unused)
     }
 }
 
+/* psql against the test's PostgreSQL (tests/with-pg exports PGHOST, PGPORT, PGUSER...). */
+static void s_psql(const char *sql)
+{
+    s_sh("psql -v ON_ERROR_STOP=1 -Atqc \"%s\" >/dev/null", sql);
+}
+
+static void *s_pg_restart_later(void *arg)
+{
+    usleep(1000 * 1000); /* the READY write is in its trigger's sleep by now */
+    const char *base = getenv("PG_BASE");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s\"$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl\" -D '%s/data'"
+             " restart -m immediate -w -t 30 >/dev/null",
+             geteuid() == 0 ? "runuser -u postgres -- " : "", base);
+    *(int *)arg = system(cmd);
+    return NULL;
+}
+
+/* PostgreSQL restarts while a create's READY write is in flight (the record committed, the
+ * guest runs): the create still ends READY, in its answer and in the store, and a replay of
+ * its request id says READY too, never CREATING for good. */
+static void test_create_survives_pg_restart_at_ready(void **unused)
+{
+    if (!getenv("PG_BASE"))
+        fail_msg("PG_BASE not set: run under tests/with-pg");
+    /* hold the first READY write 3 s in the database, so the restart cuts it off */
+    s_psql("CREATE SEQUENCE ka_test_ready_hold;"
+           "CREATE FUNCTION ka_test_ready_hold() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN"
+           " IF NEW.state = 'RUNTIME_STATE_READY' AND OLD.state <> NEW.state THEN"
+           " IF nextval('ka_test_ready_hold') = 1 THEN PERFORM pg_sleep(3); END IF; END IF;"
+           " RETURN NEW; END \\$\\$;"
+           "CREATE TRIGGER ka_test_ready_hold BEFORE UPDATE ON ka_sandboxes FOR EACH ROW"
+           " EXECUTE FUNCTION ka_test_ready_hold();");
+    int restarted = -1;
+    pthread_t th;
+    pthread_create(&th, NULL, s_pg_restart_later, &restarted);
+    ka_sbx_reply_t r, o;
+    int code = s_create(ALICE, "req-pg-restart", "scratch", 0, &r);
+    pthread_join(th, NULL);
+    assert_int_equal(restarted, 0);
+    s_psql("DROP TRIGGER ka_test_ready_hold ON ka_sandboxes; DROP FUNCTION ka_test_ready_hold();"
+           "DROP SEQUENCE ka_test_ready_hold;");
+    assert_int_equal(code, KA_OK);
+    assert_int_equal(r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_create(ALICE, "req-pg-restart", "scratch", 0, &o), KA_OK);
+    assert_string_equal(o.sandbox.id, r.sandbox.id);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    s_frames_t c;
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_exec(r.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
+}
+
 static void test_ttl_expiry_deletes(void **unused)
 {
     ka_sbx_reply_t r, o;
@@ -722,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_ownership_probes),
         cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
         cmocka_unit_test(test_guest_calls_racing_delete_are_answered),
+        cmocka_unit_test(test_create_survives_pg_restart_at_ready),
         cmocka_unit_test(test_ttl_expiry_deletes),
         cmocka_unit_test(test_suspend_resume_keeps_data),
         cmocka_unit_test(test_restart_recovers_records),
