@@ -79,8 +79,9 @@ typedef struct {
     uint32_t op_type; /* KA_SBX_* being served, 0 if none */
     krt_addr_t op_from;
     uint64_t op_ref;
-    bool op_answer; /* someone waits for the answer */
-    s_job_t *job;   /* in flight on a job thread */
+    bool op_answer;              /* someone waits for the answer */
+    int before_state, before_op; /* the record's, when it began: back if the intent is lost */
+    s_job_t *job;                /* in flight on a job thread */
     uint64_t job_ref;
     s_store_step_t store_step;
     uint64_t store_ref;
@@ -329,6 +330,8 @@ static void s_begin(s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref,
     self->op_from = from;
     self->op_ref = ref;
     self->op_answer = answer;
+    self->before_state = self->a.record.state;
+    self->before_op = self->a.record.operation;
 }
 
 static void s_answer(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_t ref, uint32_t type,
@@ -859,6 +862,8 @@ static void s_after_intent(krt_ctx_t *ctx, s_sbx_t *self)
     s_job_kind_t kind = self->op_type == KA_SBX_DELETE    ? JOB_STOP
                         : self->op_type == KA_SBX_SUSPEND ? JOB_SUSPEND
                                                           : JOB_RESUME;
+    if (kind == JOB_SUSPEND) /* the guest stops with the compute: its callers learn it now */
+        s_fail_waiters(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
     if (s_submit(ctx, self, kind, self->a.runtime.rootfs, dir))
         s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory");
 }
@@ -895,6 +900,12 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
             krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
             return;
         }
+        if (step == SS_INTENT) { /* nothing was done: the sandbox stays as it was, usable */
+            self->a.record.state = self->before_state;
+            self->a.record.operation = self->before_op;
+        }
+        if (self->op_type == KA_SBX_DELETE) /* its TTL still ends it if nobody retries */
+            s_arm_ttl(ctx, self);
         s_finish(ctx, self, ka_code_of_store(err), "the sandbox store is unavailable; retry");
         return;
     }
@@ -1004,6 +1015,8 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             s_retry_result(ctx, self);
         break;
     case MSG_TTL:
+        if (self->a.record.deleted_ms) /* retired: a timer that fired as the delete ended */
+            break;
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);
         if (!self->delete_pending && self->op_type != KA_SBX_DELETE) {
             self->delete_pending = true;

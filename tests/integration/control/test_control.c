@@ -655,7 +655,7 @@ static void s_psql(const char *sql)
 
 static void *s_pg_restart_later(void *arg)
 {
-    usleep(1000 * 1000); /* the READY write is in its trigger's sleep by now */
+    usleep(1000 * 1000); /* the held write is in its trigger's sleep by now */
     const char *base = getenv("PG_BASE");
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
@@ -666,30 +666,60 @@ static void *s_pg_restart_later(void *arg)
     return NULL;
 }
 
+/* The first update of a sandbox row matching `when` (SQL over OLD and NEW) sleeps 3 s in the
+ * database, and 1 s in PostgreSQL restarts (immediate: a crash), cutting that write off as a
+ * restart would. Returns the restarting thread, for s_pg_unhold. */
+static pthread_t s_pg_hold_and_restart(const char *when, int *restarted)
+{
+    if (!getenv("PG_BASE"))
+        fail_msg("PG_BASE not set: run under tests/with-pg");
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "CREATE SEQUENCE ka_test_hold;"
+             "CREATE FUNCTION ka_test_hold() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN"
+             " IF %s THEN IF nextval('ka_test_hold') = 1 THEN PERFORM pg_sleep(3); END IF;"
+             " END IF; RETURN NEW; END \\$\\$;"
+             "CREATE TRIGGER ka_test_hold BEFORE UPDATE ON ka_sandboxes FOR EACH ROW"
+             " EXECUTE FUNCTION ka_test_hold();",
+             when);
+    s_psql(sql);
+    *restarted = -1;
+    pthread_t th;
+    pthread_create(&th, NULL, s_pg_restart_later, restarted);
+    return th;
+}
+
+static void s_pg_unhold(pthread_t th, const int *restarted)
+{
+    pthread_join(th, NULL);
+    assert_int_equal(*restarted, 0);
+    s_psql("DROP TRIGGER ka_test_hold ON ka_sandboxes; DROP FUNCTION ka_test_hold();"
+           "DROP SEQUENCE ka_test_hold;");
+    /* the store reconnects by itself (backing off up to 2 s): wait until it serves */
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, ALICE);
+    ka_sbx_list_t l;
+    int code = KA_UNAVAILABLE;
+    for (int i = 0; i < 300 && code == KA_UNAVAILABLE; i++) {
+        code = s_call(KA_SBX_LIST, &q, sizeof q, &l, sizeof l);
+        if (code == KA_UNAVAILABLE)
+            usleep(100 * 1000);
+    }
+    assert_int_equal(code, KA_OK);
+}
+
 /* PostgreSQL restarts while a create's READY write is in flight (the record committed, the
  * guest runs): the create still ends READY, in its answer and in the store, and a replay of
  * its request id says READY too, never CREATING for good. */
 static void test_create_survives_pg_restart_at_ready(void **unused)
 {
-    if (!getenv("PG_BASE"))
-        fail_msg("PG_BASE not set: run under tests/with-pg");
-    /* hold the first READY write 3 s in the database, so the restart cuts it off */
-    s_psql("CREATE SEQUENCE ka_test_ready_hold;"
-           "CREATE FUNCTION ka_test_ready_hold() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN"
-           " IF NEW.state = 'RUNTIME_STATE_READY' AND OLD.state <> NEW.state THEN"
-           " IF nextval('ka_test_ready_hold') = 1 THEN PERFORM pg_sleep(3); END IF; END IF;"
-           " RETURN NEW; END \\$\\$;"
-           "CREATE TRIGGER ka_test_ready_hold BEFORE UPDATE ON ka_sandboxes FOR EACH ROW"
-           " EXECUTE FUNCTION ka_test_ready_hold();");
-    int restarted = -1;
-    pthread_t th;
-    pthread_create(&th, NULL, s_pg_restart_later, &restarted);
+    int restarted;
+    pthread_t th = s_pg_hold_and_restart(
+        "NEW.state = 'RUNTIME_STATE_READY' AND OLD.state <> NEW.state", &restarted);
     ka_sbx_reply_t r, o;
     int code = s_create(ALICE, "req-pg-restart", "scratch", 0, &r);
-    pthread_join(th, NULL);
-    assert_int_equal(restarted, 0);
-    s_psql("DROP TRIGGER ka_test_ready_hold ON ka_sandboxes; DROP FUNCTION ka_test_ready_hold();"
-           "DROP SEQUENCE ka_test_ready_hold;");
+    s_pg_unhold(th, &restarted);
     assert_int_equal(code, KA_OK);
     assert_int_equal(r.sandbox.state, KA_STATE_READY);
     assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, r.sandbox.id, &o), KA_OK);
@@ -700,6 +730,26 @@ static void test_create_survives_pg_restart_at_ready(void **unused)
     s_frames_t c;
     const char *t[] = {"true", NULL};
     assert_int_equal(s_exec(r.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
+}
+
+/* PostgreSQL restarts while a suspend's intent is written: the suspend is refused as
+ * retryable, and the sandbox stays READY and usable (guest calls, a later suspend). */
+static void test_lost_suspend_intent_keeps_sandbox_usable(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-pg-intent", "scratch", 0, &r), KA_OK);
+    int restarted;
+    pthread_t th = s_pg_hold_and_restart("NEW.operation = 'RUNTIME_OPERATION_SUSPEND'", &restarted);
+    int code = s_lifecycle(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o);
+    s_pg_unhold(th, &restarted);
+    assert_int_equal(code, KA_UNAVAILABLE);
+    assert_non_null(strstr(o.status.message, "retry"));
+    s_frames_t c;
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_exec(r.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
 }
 
@@ -746,6 +796,40 @@ static void test_suspend_resume_keeps_data(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* A guest call in flight when its sandbox is suspended ends (its process stops with the
+ * compute): the follower is told, it does not wait forever. */
+static void test_suspend_ends_open_guest_calls(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-suspend-open", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    const char *sleeper[] = {"sleep", "60", NULL};
+    uint64_t proc = 0;
+    assert_int_equal(s_start(ALICE, id, sleeper, &proc), KA_OK);
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, KA_GUEST_OUTPUT, 0);
+    q->proc = proc;
+    q->follow = 1;
+    s_frames_t *c = calloc(1, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_on_frame, c, NULL), 0);
+    free(q);
+    usleep(200 * 1000); /* the follow is with the guest */
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&c->lock);
+    while (!c->done && pthread_cond_timedwait(&c->cond, &c->lock, &until) == 0)
+        ;
+    bool done = c->done;
+    pthread_mutex_unlock(&c->lock);
+    assert_true(done);
+    assert_int_equal(c->final.status.code, KA_FAILED_PRECONDITION);
+    free(c);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
 static void test_restart_recovers_records(void **unused)
 {
     ka_sbx_reply_t ready, susp, o;
@@ -782,8 +866,10 @@ int main(void)
         cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
         cmocka_unit_test(test_guest_calls_racing_delete_are_answered),
         cmocka_unit_test(test_create_survives_pg_restart_at_ready),
+        cmocka_unit_test(test_lost_suspend_intent_keeps_sandbox_usable),
         cmocka_unit_test(test_ttl_expiry_deletes),
         cmocka_unit_test(test_suspend_resume_keeps_data),
+        cmocka_unit_test(test_suspend_ends_open_guest_calls),
         cmocka_unit_test(test_restart_recovers_records),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
