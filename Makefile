@@ -3,10 +3,6 @@
 BUILD       ?= build
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
-# A test that fails is run once more before the suite fails: test_control fails rarely under
-# heavy load (a sandbox deleted right after READY; see the README's known gaps). A second
-# failure still fails the suite, and ctest prints every failed attempt. Remove this once fixed.
-CTEST_ARGS  ?= --repeat until-pass:2
 
 .PHONY: all deps configure build run test bench asan fuzz format format-check tidy clean help
 

@@ -76,6 +76,8 @@ enum {
     /* internal */
     KA_SBX_FORWARD_, /* manager -> sandbox actor: ka_sbx_forward_t (+ original body) */
     KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
+    KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
+    KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
     KA_CTL_MSG_LAST_
 };
 

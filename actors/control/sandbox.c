@@ -25,7 +25,9 @@
 
 #define STORE_TIMEOUT_MS     30000
 #define RETRY_DELETE_MS      1000
+#define RETRY_RESULT_MS      500
 #define MSG_TTL              (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
+#define MSG_RETRY_RESULT     (KA_CTL_MSG_LAST_ + 2) /* write the result again (store was away) */
 #define FILE_SCHEME          "file://"
 #define SNAPSHOT_DEADLINE_MS (10 * 60 * 1000) /* a snapshot copy ends by then, done or failed */
 
@@ -55,6 +57,15 @@ struct s_waiter {
 
 typedef enum { SS_IDLE, SS_INTENT, SS_RESULT, SS_TOMBSTONE } s_store_step_t;
 
+/* A replayed create (same creator and request id) that arrived while the create runs: it gets
+ * the create's own answer. */
+typedef struct s_joiner s_joiner_t;
+struct s_joiner {
+    s_joiner_t *next;
+    krt_addr_t to;
+    uint64_t ref;
+};
+
 typedef struct {
     ka_sandbox_args_t a; /* a.record is the live record */
     ka_sandbox_t *compute;
@@ -67,12 +78,16 @@ typedef struct {
     uint32_t op_type; /* KA_SBX_* being served, 0 if none */
     krt_addr_t op_from;
     uint64_t op_ref;
-    bool op_answer; /* someone waits for the answer */
-    s_job_t *job;   /* in flight on a job thread */
+    bool op_answer;              /* someone waits for the answer */
+    int before_state, before_op; /* the record's, when it began: back if the intent is lost */
+    s_job_t *job;                /* in flight on a job thread */
     uint64_t job_ref;
     s_store_step_t store_step;
     uint64_t store_ref;
+    ka_store_sandbox_update_t result; /* the SS_RESULT write, kept to be sent again */
+    krt_timer_t result_retry;
     uint64_t runtime_ref; /* resume: waiting for the pinned revision's runtime */
+    s_joiner_t *joiners;  /* create: replays waiting for its answer */
     /* a delete that arrived during another mutation, or TTL expiry */
     bool delete_pending;
     krt_addr_t del_from;
@@ -249,8 +264,23 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
     s_copy(u.failure_reason, sizeof u.failure_reason, reason);
     s_copy(u.failure_message, sizeof u.failure_message, message);
     self->store_step = step;
+    if (step == SS_RESULT)
+        self->result = u;
     return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
                        &self->store_ref);
+}
+
+/* A result (READY, SUSPENDED, FAILED, ...) describes work already done (compute started or
+ * stopped): the record must catch up with it, so a write lost to an unavailable store is sent
+ * again until it lands, and the caller, who waits, then gets the result. Answering "retry"
+ * instead would leave the record behind the compute for good (a create's replay would read
+ * CREATING while the guest runs). */
+static void s_retry_result(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    self->store_step = SS_RESULT;
+    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &self->result, sizeof self->result,
+                    STORE_TIMEOUT_MS, &self->store_ref))
+        krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
 }
 
 static int s_store_tombstone(krt_ctx_t *ctx, s_sbx_t *self)
@@ -271,18 +301,36 @@ static void s_begin(s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref,
     self->op_from = from;
     self->op_ref = ref;
     self->op_answer = answer;
+    self->before_state = self->a.record.state;
+    self->before_op = self->a.record.operation;
 }
 
-/* Ends the running mutation: answers its caller with the record (code OK) or an error, then
- * starts a delete that was waiting. */
+static void s_answer(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_t ref, uint32_t type,
+                     int code, const char *message)
+{
+    if (code == KA_OK)
+        s_reply_record(ctx, self, to, ref, type);
+    else
+        s_reply_status(ctx, to, ref, type, code, "%s", message);
+}
+
+static void s_answer_joiners(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
+{
+    while (self->joiners) {
+        s_joiner_t *j = self->joiners;
+        self->joiners = j->next;
+        s_answer(ctx, self, j->to, j->ref, KA_SBX_CREATE, code, message);
+        free(j);
+    }
+}
+
+/* Ends the running mutation: answers its caller (and a create's replays) with the record (code
+ * OK) or an error, then starts a delete that was waiting. */
 static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
 {
-    if (self->op_answer) {
-        if (code == KA_OK)
-            s_reply_record(ctx, self, self->op_from, self->op_ref, self->op_type);
-        else
-            s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, code, "%s", message);
-    }
+    if (self->op_answer)
+        s_answer(ctx, self, self->op_from, self->op_ref, self->op_type, code, message);
+    s_answer_joiners(ctx, self, code, message);
     self->op_type = 0;
     self->op_answer = false;
     self->store_step = SS_IDLE;
@@ -670,6 +718,31 @@ static bool s_busy(const s_sbx_t *self)
     return self->op_type != 0 || self->store_step != SS_IDLE;
 }
 
+/* A create replayed by the manager (its receipt names this sandbox): while the create runs, the
+ * replay waits for its answer; after, it gets the record as this actor knows it (which is ahead
+ * of the store's while a result is being written). */
+static void s_on_replay(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,
+                        const void *body, size_t len)
+{
+    const ka_sbx_create_t *c = body;
+    if (len != sizeof *c || !memchr(c->caller, 0, sizeof c->caller) ||
+        strcmp(c->caller, self->a.record.creator) != 0) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (self->op_type != KA_SBX_CREATE) {
+        s_reply_record(ctx, self, from, ref, KA_SBX_CREATE);
+        return;
+    }
+    s_joiner_t *j = malloc(sizeof *j);
+    if (!j) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    *j = (s_joiner_t){self->joiners, from, ref};
+    self->joiners = j;
+}
+
 static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t from,
                           uint64_t ref, const void *body, size_t len)
 {
@@ -683,6 +756,10 @@ static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr
         return;
     }
     if (type == KA_SBX_DELETE) {
+        if (self->a.record.deleted_ms) { /* retired: the tombstone, as for any deleted one */
+            s_reply_record(ctx, self, from, ref, type);
+            return;
+        }
         if (self->delete_pending || self->op_type == KA_SBX_DELETE) {
             s_reply_status(ctx, from, ref, type, KA_ABORTED, "a delete of this sandbox is running");
             return;
@@ -756,8 +833,19 @@ static void s_after_intent(krt_ctx_t *ctx, s_sbx_t *self)
     s_job_kind_t kind = self->op_type == KA_SBX_DELETE    ? JOB_STOP
                         : self->op_type == KA_SBX_SUSPEND ? JOB_SUSPEND
                                                           : JOB_RESUME;
+    if (kind == JOB_SUSPEND) /* the guest stops with the compute: its callers learn it now */
+        s_fail_waiters(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
     if (s_submit(ctx, self, kind, self->a.runtime.rootfs, dir))
         s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory");
+}
+
+/* The record is a tombstone. Calls the manager routed here before it learns that are still on
+ * their way, so the actor stays and answers them as a deleted sandbox (from its record) until
+ * the manager, which then routes nothing more here, stops it (KA_SBX_STOP_). */
+static void s_retire(krt_ctx_t *ctx)
+{
+    if (krt_send(ctx, krt_parent(ctx), KA_SBX_RETIRE_, NULL, 0))
+        krt_exit(ctx, KRT_EXIT_NORMAL); /* no manager: nothing routes here */
 }
 
 static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
@@ -779,6 +867,16 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
             krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, MSG_TTL, 0);
             return;
         }
+        if (step == SS_RESULT && err == KA_STORE_EUNAVAIL) { /* still busy: nothing else runs */
+            krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
+            return;
+        }
+        if (step == SS_INTENT) { /* nothing was done: the sandbox stays as it was, usable */
+            self->a.record.state = self->before_state;
+            self->a.record.operation = self->before_op;
+        }
+        if (self->op_type == KA_SBX_DELETE) /* its TTL still ends it if nobody retries */
+            s_arm_ttl(ctx, self);
         s_finish(ctx, self, ka_code_of_store(err), "the sandbox store is unavailable; retry");
         return;
     }
@@ -792,7 +890,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
     case SS_TOMBSTONE:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         s_finish(ctx, self, KA_OK, "");
-        krt_exit(ctx, KRT_EXIT_NORMAL);
+        s_retire(ctx);
         break;
     default:
         break;
@@ -843,6 +941,9 @@ static void s_dispatch(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t 
                        const void *body, size_t len)
 {
     switch (type) {
+    case KA_SBX_CREATE:
+        s_on_replay(ctx, self, from, ref, body, len);
+        break;
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
     case KA_SBX_DELETE:
@@ -880,7 +981,13 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KRT_MSG_FD_READY:
         s_on_guest_io(ctx, self);
         break;
+    case MSG_RETRY_RESULT:
+        if (self->store_step == SS_RESULT && !self->store_ref)
+            s_retry_result(ctx, self);
+        break;
     case MSG_TTL:
+        if (self->a.record.deleted_ms) /* retired: a timer that fired as the delete ended */
+            break;
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);
         if (!self->delete_pending && self->op_type != KA_SBX_DELETE) {
             self->delete_pending = true;
@@ -888,6 +995,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             if (!s_busy(self))
                 s_start_delete(ctx, self);
         }
+        break;
+    case KA_SBX_STOP_:
+        if (msg->from == krt_parent(ctx) && self->a.record.deleted_ms)
+            krt_exit(ctx, KRT_EXIT_NORMAL);
         break;
     case KA_SBX_FORWARD_: {
         const ka_sbx_forward_t *f = msg->body;
@@ -946,6 +1057,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     if (self->op_answer)
         s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, KA_UNAVAILABLE,
                        "the node is shutting down; retry");
+    s_answer_joiners(ctx, self, KA_UNAVAILABLE, "the node is shutting down; retry");
     if (self->delete_pending && self->del_answer)
         s_reply_status(ctx, self->del_from, self->del_ref, KA_SBX_DELETE, KA_UNAVAILABLE,
                        "the node is shutting down; retry");

@@ -84,6 +84,21 @@ void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap)
     snprintf(buf, cap, "rpc error: code = %s desc = %s", kb_rpc_code_name(st->code), st->message);
 }
 
+bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st)
+{
+    switch (st->code) {
+    case GRPC_STATUS_UNAVAILABLE:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+    case GRPC_STATUS_CANCELLED:
+    case GRPC_STATUS_UNKNOWN:
+    case GRPC_STATUS_INTERNAL:
+    case GRPC_STATUS_DATA_LOSS:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void s_status(kb_rpc_status_t *st, int code, const char *msg)
 {
     if (!st)

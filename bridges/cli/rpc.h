@@ -10,6 +10,7 @@
 #ifndef KB_RPC_H
 #define KB_RPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -84,5 +85,9 @@ void kb_rpc_reset_interrupt(void);
 const char *kb_rpc_code_name(int code);
 /* "rpc error: code = NotFound desc = <message>", as grpc-go formats a status error. */
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap);
+/* True when a failed call may still have taken effect on the server: it was cut off (UNAVAILABLE,
+ * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS). False for a
+ * refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...), which changed nothing. */
+bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st);
 
 #endif

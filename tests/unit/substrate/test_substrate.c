@@ -13,8 +13,6 @@
 
 #include <dirent.h>
 #include <signal.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -263,15 +261,18 @@ typedef struct counts {
 static void s_counts(counts_t *c)
 {
     char cmd[400];
-    c->mounts = s_count_cmd("wc -l < /proc/self/mountinfo");
-    snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' | wc -l",
-             s_cgname);
+    /* only what this driver could leave: other tests and builds on the machine mount and
+     * unmount elsewhere, and their cgroups come and go (find's complaints are theirs) */
+    snprintf(cmd, sizeof(cmd), "grep -cF '%s' /proc/self/mountinfo", s_tmp);
+    c->mounts = s_count_cmd(cmd);
+    snprintf(cmd, sizeof(cmd),
+             "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' 2>/dev/null | wc -l", s_cgname);
     c->cgroups = s_count_cmd(cmd);
     c->children = s_children();
     snprintf(cmd, sizeof(cmd), "find '%s' | wc -l", s_state);
     c->dirs = s_count_cmd(cmd);
     c->fds = s_count_cmd("ls /proc/self/fd | wc -l"); /* the shell's: inherited from us */
-    assert_true(c->mounts > 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
+    assert_true(c->mounts >= 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
 }
 
 static void test_accounting_100_cycles(void **unused)
@@ -324,12 +325,6 @@ static void test_accounting_100_cycles(void **unused)
 
 int main(void)
 {
-    /* a mount namespace of our own: the accounting counts our mounts, not those that tests
-     * running beside us make and remove on the host */
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-        perror("private mount namespace");
-        return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_start_exec_stop),
         cmocka_unit_test(test_bad_specs),
