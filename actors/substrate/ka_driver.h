@@ -50,6 +50,9 @@ typedef struct ka_driver_ops {
     int (*stats)(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
     /* The exec channel (borrowed fd, valid until stop). */
     int (*channel)(ka_driver_t *d, ka_sandbox_t *sb);
+    /* Kills the guest (SIGKILL) without waiting or cleaning up: never blocks, so an actor may
+     * call it (a guest that broke the protocol). stop still has to follow. */
+    int (*kill)(ka_driver_t *d, ka_sandbox_t *sb);
     /* Frees the driver (sandboxes still running are stopped first). */
     void (*destroy)(ka_driver_t *d);
 } ka_driver_ops_t;
@@ -67,6 +70,7 @@ int ka_driver_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t 
 int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb);
 int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
+int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb);
 /* Idempotent; NULLs *d_p. */
 void ka_driver_destroy(ka_driver_t **d_p);
 

@@ -3,8 +3,10 @@
  *
  * Every call is a guest stream of the service layer (frames, then a final frame). Unary
  * methods answer from the final frame; server streams forward frames one send at a time
- * (a queue absorbs what arrives while a send is in flight); client streams gather their
- * messages (64 MiB at most) and send one guest request at the end.
+ * (a queue absorbs what arrives while a send is in flight) and return each data frame's bytes
+ * as credit once gRPC core has taken them (ka_svc_stream_ack), so the queue never holds more
+ * than the stream's window: a client that does not read stalls its own stream, end to end;
+ * client streams gather their messages (64 MiB at most) and send one guest request at the end.
  */
 #include "api_int.h"
 
@@ -87,6 +89,7 @@ typedef struct {
     /* server streams */
     s_item_t *head, *tail;
     bool sending;
+    uint64_t in_flight; /* data bytes of the send in flight (credit once it is done) */
     bool final_seen;
     ka_status_t final;
     bool gone; /* the client went away: drop data, wait for the final frame */
@@ -250,6 +253,7 @@ static bool s_pump(s_call_t *c)
             b->len = f->tail_len;
         }
         c->sending = true;
+        c->in_flight = f->final ? 0 : f->tail_len;
         int rc = kb_grpc_stream_send(c->call, msg, s_on_sent, c);
         free(p.argv);
         free(i);
@@ -279,6 +283,9 @@ static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
     c->sending = false;
     if (status)
         c->gone = true;
+    else if (c->in_flight && c->stream)
+        ka_svc_stream_ack(c->api->o.svc, c->stream, c->in_flight);
+    c->in_flight = 0;
     if (!s_pump(c))
         pthread_mutex_unlock(&c->lock);
 }
