@@ -33,9 +33,10 @@
 #define MSG_SWEEP        (KA_CTL_MSG_LAST_ + 2) /* the guest calls' deadline sweep */
 #define MSG_GUEST_MORE   (KA_CTL_MSG_LAST_ + 3) /* frames left to read after a full turn */
 #define SWEEP_MS         5000
-#define GUEST_IDLE_MS    120000 /* a guest call with no frame for this long fails (streams get
-                                   keepalives every KA_GP_KEEPALIVE_MS) */
-#define MAX_GUEST_STREAMS 16    /* open streams per sandbox: KA_GP_WINDOW each in the node */
+#define GUEST_IDLE_MS                                                                              \
+    120000                   /* a guest call with no frame for this long fails (streams get        \
+                                keepalives every KA_GP_KEEPALIVE_MS) */
+#define MAX_GUEST_STREAMS 16 /* open streams per sandbox: KA_GP_WINDOW each in the node */
 #define MAX_GUEST_CALLS   64
 #define FRAMES_PER_TURN   64
 
@@ -551,8 +552,8 @@ static bool s_guest_frame(krt_ctx_t *ctx, s_sbx_t *self, const ka_gp_frame_t *f)
 {
     ka_gc_call_t *c;
     const char *why;
-    ka_gc_verdict_t v = ka_gc_check(&self->calls, ka_guestconn_last_id(self->gc), f,
-                                    krt_now_ms(), &c, &why);
+    ka_gc_verdict_t v =
+        ka_gc_check(&self->calls, ka_guestconn_last_id(self->gc), f, krt_now_ms(), &c, &why);
     if (v == KA_GC_FATAL) {
         s_guest_violation(ctx, self, why);
         return false;
@@ -744,7 +745,8 @@ static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t 
     }
     ka_gc_kind_t kind = s_guest_kind(q);
     bool streams = ka_gc_kind_streams(kind);
-    if (self->calls.n >= MAX_GUEST_CALLS || (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
+    if (self->calls.n >= MAX_GUEST_CALLS ||
+        (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
         s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
                        "too many open calls on this sandbox (%d streams and %d calls at most); "
                        "retry when one has ended",

@@ -202,13 +202,23 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     self->a.req = NULL;
     if (!rc)
         rc = krt_timer_arm(ctx, &self->bind, KA_SVC_BIND_MS, MSG_BIND_TIMEOUT, 0);
+    if (rc) { /* terminate does not run after a failed init: the caller learns it here */
+        ka_guest_reply_t f;
+        memset(&f, 0, sizeof f);
+        f.final = 1;
+        f.status.code = KA_UNAVAILABLE;
+        snprintf(f.status.message, sizeof f.status.message,
+                 "the sandbox service is not running; retry");
+        self->done = true;
+        self->a.cb(self->a.user, &f, sizeof f);
+    }
     return rc;
 }
 
 static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_sink_t *self = state;
-    if (!self->done) { /* stopped before its end (init failed, node shutting down) */
+    if (!self->done) { /* stopped before its end (node shutting down) */
         ka_guest_reply_t f;
         memset(&f, 0, sizeof f);
         f.final = 1;

@@ -133,8 +133,8 @@ int ka_guestconn_start(ka_guestconn_t *gc, const ka_gp_start_t *req, uint64_t *i
         if (!strchr(req->env[i], '='))
             return -EINVAL;
     bool win = req->follow && gc->window;
-    size_t off = s_begin(
-        gc, "start", 3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0) + win, id);
+    size_t off = s_begin(gc, "start",
+                         3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0) + win, id);
     if (req->follow) {
         s_key(gc, "follow");
         msgpack_pack_true(&gc->pk);
