@@ -413,8 +413,8 @@ static void fd_destroy(ka_driver_t *d)
     (void)d;
 }
 
-static const ka_driver_ops_t s_fake_ops = {"fake",   fd_start, fd_stop,   fd_stats,
-                                           fd_channel, fd_kill, fd_destroy};
+static const ka_driver_ops_t s_fake_ops = {"fake",     fd_start, fd_stop,   fd_stats,
+                                           fd_channel, fd_kill,  fd_destroy};
 static ka_driver_t s_fake_driver = {&s_fake_ops};
 
 /* The fake store: applies updates to one record and answers them. */
@@ -433,8 +433,7 @@ static void st_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         s_rec.operation = u->operation;
         if (u->set & KA_SB_SET_FAILURE) {
             snprintf(s_rec.failure_reason, sizeof s_rec.failure_reason, "%s", u->failure_reason);
-            snprintf(s_rec.failure_message, sizeof s_rec.failure_message, "%s",
-                     u->failure_message);
+            snprintf(s_rec.failure_message, sizeof s_rec.failure_message, "%s", u->failure_message);
         }
     }
     r.sandbox = s_rec;
