@@ -769,8 +769,10 @@ static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t 
     w->to = from;
     w->ref = ref;
     w->op = q->op;
-    if (!ref) /* a sink: it monitors this actor from now on, and returns credit here */
+    if (!ref) { /* a sink: each watches the other (a sink that vanishes frees its window) */
         krt_send(ctx, from, KA_SBX_GUEST_BOUND, NULL, 0);
+        krt_monitor(ctx, from);
+    }
     if (!krt_timer_armed(&self->sweep))
         krt_timer_arm(ctx, &self->sweep, SWEEP_MS, MSG_SWEEP, 0);
     s_guest_flush(ctx, self);
@@ -1082,6 +1084,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case MSG_SWEEP:
         s_on_sweep(ctx, self);
+        break;
+    case KRT_MSG_DOWN: /* a sink stopped: what it still had open ends */
+        if (msg->len == sizeof(krt_down_t))
+            s_on_cancel(ctx, self, ((const krt_down_t *)msg->body)->who);
         break;
     case MSG_TTL:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);

@@ -14,6 +14,7 @@ import hashlib
 import os
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, sys.argv[2])
 import grpc  # noqa: E402
@@ -162,11 +163,20 @@ def test_delete_mid_stream():
     assert took < 30, took
 
 
+def test_metrics():
+    text = urllib.request.urlopen(f"http://{target}/metrics", timeout=10).read().decode()
+    vals = {ln.split()[0]: int(ln.split()[1]) for ln in text.splitlines()
+            if ln.startswith("kagent_guest_")}
+    assert vals["kagent_guest_frames_total"] > 0, vals
+    assert vals["kagent_guest_protocol_violations_total"] == 0, vals  # a well-behaved guest
+
+
 def main():
     sid = create("streams-1")
     bench(sid)
     test_unread_downloads(sid)
     test_delete_mid_stream()
+    test_metrics()
     sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sid), metadata=ALICE)
     print("test_streams: ok")
 
