@@ -12,30 +12,29 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "guestconn.h"
 #include "ka_guestcalls.h"
-#include "ka_namespaces.h"
+#include "ka_tree.h"
 
-#define STORE_TIMEOUT_MS 30000
-#define RETRY_DELETE_MS  1000
-#define MSG_TTL          (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
-#define FILE_SCHEME      "file://"
-#define MSG_SWEEP        (KA_CTL_MSG_LAST_ + 2) /* the guest calls' deadline sweep */
-#define MSG_GUEST_MORE   (KA_CTL_MSG_LAST_ + 3) /* frames left to read after a full turn */
-#define SWEEP_MS         5000
-#define GUEST_IDLE_MS                                                                              \
-    120000                   /* a guest call with no frame for this long fails (streams get        \
-                                keepalives every KA_GP_KEEPALIVE_MS) */
+#define STORE_TIMEOUT_MS     30000
+#define RETRY_DELETE_MS      1000
+#define MSG_TTL              (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
+#define FILE_SCHEME          "file://"
+#define SNAPSHOT_DEADLINE_MS (10 * 60 * 1000) /* a snapshot copy ends by then, done or failed */
+#define MSG_SWEEP            (KA_CTL_MSG_LAST_ + 2) /* the guest calls' deadline sweep */
+#define MSG_GUEST_MORE       (KA_CTL_MSG_LAST_ + 3) /* frames left to read after a full turn */
+#define SWEEP_MS             5000
+/* a guest call with no frame for this long fails (streams get keepalives every
+ * KA_GP_KEEPALIVE_MS) */
+#define GUEST_IDLE_MS     120000
 #define MAX_GUEST_STREAMS 16 /* open streams per sandbox: KA_GP_WINDOW each in the node */
 #define MAX_GUEST_CALLS   64
 #define FRAMES_PER_TURN   64
@@ -94,13 +93,6 @@ static void s_start_delete(krt_ctx_t *ctx, s_sbx_t *self);
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static int64_t s_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void s_copy(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
@@ -157,48 +149,37 @@ static int s_snapshot_dir(const s_sbx_t *self, const char *location, char *out, 
 
 /* ---- blocking work (job threads) ---------------------------------------------------------- */
 
-/* Runs argv to completion (cp, rm); 0 or -EIO. */
-static int s_run(char *const argv[])
+/* A snapshot copy's budget: a sandbox cannot hold a job thread for longer. */
+static ka_tree_opts_t s_tree_opts(int64_t owner)
 {
-    pid_t pid;
-    extern char **environ;
-    if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0)
-        return -errno;
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+    return (ka_tree_opts_t){.deadline_ms = ka_mono_ms() + SNAPSHOT_DEADLINE_MS, .owner = owner};
 }
 
-static int s_mkdirs(const char *path)
+/* Saves /data: the sandbox is halted first (nothing inside runs while it is read), and the
+ * walk never follows a link out of it nor opens anything but regular files. */
+static int s_job_suspend(s_job_t *j)
 {
-    char tmp[PATH_MAX];
-    s_copy(tmp, sizeof tmp, path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0700) && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    return mkdir(tmp, 0700) && errno != EEXIST ? -errno : 0;
+    ka_tree_opts_t o = s_tree_opts(-1);
+    int rc = ka_driver_halt(j->driver, j->sb);
+    if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
+        rc = ka_tree_copy(ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, NULL);
+    if (rc) {
+        snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
+                 strerror(-rc));
+        return rc;
+    }
+    return ka_driver_stop(j->driver, &j->sb);
 }
 
-/* Copies the contents of src into dst (both directories), keeping owners and modes. */
-static int s_copy_tree(const char *src, const char *dst)
+/* Restores /data into a fresh sandbox, owned by its new host uid. */
+static int s_job_restore(s_job_t *j)
 {
-    char from[PATH_MAX + 3];
-    snprintf(from, sizeof from, "%s/.", src);
-    char *argv[] = {"cp", "-a", from, (char *)dst, NULL};
-    int rc = s_mkdirs(dst);
-    return rc ? rc : s_run(argv);
-}
-
-static int s_remove_tree(const char *path)
-{
-    char *argv[] = {"rm", "-rf", "--one-file-system", (char *)path, NULL};
-    return path[0] ? s_run(argv) : 0;
+    ka_tree_opts_t o = s_tree_opts(ka_driver_owner(j->driver, j->sb));
+    int rc = ka_tree_copy(j->snapshot, ka_driver_data_dir(j->driver, j->sb), &o, NULL);
+    if (rc)
+        snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed: %s",
+                 strerror(-rc));
+    return rc;
 }
 
 static int s_job_start(s_job_t *j)
@@ -214,29 +195,19 @@ static int s_job_start(s_job_t *j)
 static int s_job_run(void *arg)
 {
     s_job_t *j = arg;
-    char data[PATH_MAX];
     int rc = 0;
+    ka_tree_opts_t o = s_tree_opts(-1);
     switch (j->kind) {
     case JOB_BOOT:
         return s_job_start(j);
     case JOB_RESUME:
-        if ((rc = s_job_start(j)))
-            return rc;
-        snprintf(data, sizeof data, "%s/data", ka_namespaces_dir(j->sb));
-        if ((rc = s_copy_tree(j->snapshot, data)))
-            snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed");
-        return rc;
+        return (rc = s_job_start(j)) ? rc : s_job_restore(j);
     case JOB_SUSPEND:
-        snprintf(data, sizeof data, "%s/data", ka_namespaces_dir(j->sb));
-        if ((rc = s_remove_tree(j->snapshot)) || (rc = s_copy_tree(data, j->snapshot))) {
-            snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed");
-            return rc;
-        }
-        return ka_driver_stop(j->driver, &j->sb);
+        return s_job_suspend(j);
     case JOB_STOP:
         if (j->sb)
             rc = ka_driver_stop(j->driver, &j->sb);
-        s_remove_tree(j->snapshot);
+        ka_tree_remove(j->snapshot, &o);
         return rc;
     default:
         return 0;
@@ -330,7 +301,7 @@ static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *messag
 
 static void s_arm_ttl(krt_ctx_t *ctx, s_sbx_t *self)
 {
-    int64_t left = self->a.record.expires_ms - s_wall_ms();
+    int64_t left = self->a.record.expires_ms - ka_wall_ms();
     krt_timer_arm(ctx, &self->ttl, left > 0 ? (uint64_t)left : 0, MSG_TTL, 0);
 }
 
@@ -723,7 +694,7 @@ static bool s_guest_req_ok(const void *body, size_t len)
 static bool s_guest_ready(const s_sbx_t *self)
 {
     return self->gc && self->a.record.state == KA_STATE_READY &&
-           self->a.record.operation == KA_OP_NONE && s_wall_ms() < self->a.record.expires_ms;
+           self->a.record.operation == KA_OP_NONE && ka_wall_ms() < self->a.record.expires_ms;
 }
 
 static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,

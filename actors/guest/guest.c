@@ -998,6 +998,17 @@ static void s_shutdown(int code)
     exit(code);
 }
 
+/* As PID 1, only kill(2)/tgkill(2) from outside the sandbox count (the kernel fills their
+ * sender: pid 0 is a sender outside our PID namespace). Processes in the sandbox cannot stop
+ * the guest: their own kills carry their pid, a signal the kernel raises for a descriptor
+ * (F_SETOWN + F_SETSIG, SIGIO, SI_KERNEL) carries pid 0 but another code, and sigqueue's
+ * sender fields are the caller's to forge (SI_QUEUE). */
+static bool s_from_node(const struct signalfd_siginfo *si)
+{
+    int code = si->ssi_code;
+    return si->ssi_pid == 0 && (code == SI_USER || code == SI_TKILL);
+}
+
 static void s_on_signal(void)
 {
     struct signalfd_siginfo si;
@@ -1005,9 +1016,7 @@ static void s_on_signal(void)
         int sig = (int)si.ssi_signo;
         if (sig == SIGCHLD)
             continue;
-        /* As PID 1, only signals from outside the sandbox (pid 0 here) count: processes in
-         * the sandbox cannot stop the guest. */
-        if (G.pid1 && si.ssi_pid != 0)
+        if (G.pid1 && !s_from_node(&si))
             continue;
         if (sig == SIGTERM || sig == SIGINT)
             s_shutdown(0);

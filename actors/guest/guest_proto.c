@@ -38,6 +38,96 @@ long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t 
     return (long)n + 4;
 }
 
+/* Big-endian unsigned of n (1, 2 or 4) bytes. */
+static uint32_t s_be(const uint8_t *p, size_t n)
+{
+    uint32_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* One msgpack token at p[0..n): its header size, payload bytes and the elements it opens.
+ * False for the never-used byte 0xc1 or a header cut short. */
+static bool s_token(const uint8_t *p, size_t n, size_t *head, uint64_t *payload, uint64_t *opens)
+{
+    uint8_t b = p[0];
+    size_t w = 0; /* width of a length/count field after the type byte */
+    *head = 1;
+    *payload = 0;
+    *opens = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+        return true;
+    if (b <= 0x9f) { /* fixmap 0x80-0x8f, fixarray 0x90-0x9f */
+        *opens = (uint64_t)(b & 0x0f) * (b <= 0x8f ? 2 : 1);
+        return true;
+    }
+    if (b <= 0xbf) {
+        *payload = b & 0x1f;
+        return true;
+    }
+    static const uint8_t fixed[] = {[0xca - 0xc0] = 4, [0xcb - 0xc0] = 8, [0xcc - 0xc0] = 1,
+                                    [0xcd - 0xc0] = 2, [0xce - 0xc0] = 4, [0xcf - 0xc0] = 8,
+                                    [0xd0 - 0xc0] = 1, [0xd1 - 0xc0] = 2, [0xd2 - 0xc0] = 4,
+                                    [0xd3 - 0xc0] = 8, [0xd4 - 0xc0] = 2, [0xd5 - 0xc0] = 3,
+                                    [0xd6 - 0xc0] = 5, [0xd7 - 0xc0] = 9, [0xd8 - 0xc0] = 17};
+    if (b >= 0xca && b <= 0xd8) {
+        *payload = fixed[b - 0xc0];
+        return true;
+    }
+    switch (b) {
+    case 0xc4:
+    case 0xc7:
+    case 0xd9:
+        w = 1;
+        break;
+    case 0xc5:
+    case 0xc8:
+    case 0xda:
+    case 0xdc:
+    case 0xde:
+        w = 2;
+        break;
+    case 0xc6:
+    case 0xc9:
+    case 0xdb:
+    case 0xdd:
+    case 0xdf:
+        w = 4;
+        break;
+    default:
+        return false; /* 0xc1 */
+    }
+    if (n < 1 + w)
+        return false;
+    uint64_t v = s_be(p + 1, w);
+    *head = 1 + w;
+    if (b == 0xdc || b == 0xdd)
+        *opens = v;
+    else if (b == 0xde || b == 0xdf)
+        *opens = 2 * v;
+    else
+        *payload = v + (b >= 0xc7 && b <= 0xc9 ? 1 : 0); /* ext: a type byte, then the data */
+    return true;
+}
+
+int ka_gp_frame_check(const uint8_t *body, size_t len)
+{
+    uint64_t pending = 1; /* objects still to read */
+    size_t off = 0;
+    while (pending > 0) {
+        if (off >= len || pending > len - off)
+            return -EBADMSG; /* each pending object needs at least one more byte */
+        size_t head;
+        uint64_t payload, opens;
+        if (!s_token(body + off, len - off, &head, &payload, &opens) || payload > len - off - head)
+            return -EBADMSG;
+        off += head + (size_t)payload;
+        pending += opens - 1;
+    }
+    return 0; /* bytes after the object are left alone, as msgpack_unpack_next does */
+}
+
 const msgpack_object *ka_gp_get(const msgpack_object *m, const char *key)
 {
     if (!m || m->type != MSGPACK_OBJECT_MAP)
@@ -134,101 +224,4 @@ void ka_gp_pack_bytes(msgpack_packer *pk, const void *p, size_t n, bool bin)
         msgpack_pack_str(pk, n);
         msgpack_pack_str_body(pk, p, n);
     }
-}
-
-/* Big-endian unsigned of n bytes at p. */
-static uint64_t s_be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* Sizes of one msgpack item's header: *hdr bytes of header (type byte included), *skip bytes
- * of payload, *items nested values (arrays: n, maps: 2n). 0 or -EBADMSG. */
-static int s_item(const uint8_t *p, size_t left, size_t *hdr, uint64_t *skip, uint64_t *items)
-{
-    uint8_t t = p[0];
-    *hdr = 1;
-    *skip = 0;
-    *items = 0;
-    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
-        return 0;
-    if (t >= 0x80 && t <= 0x8f) {
-        *items = 2u * (t & 0x0f);
-        return 0;
-    }
-    if (t >= 0x90 && t <= 0x9f) {
-        *items = t & 0x0f;
-        return 0;
-    }
-    if (t >= 0xa0 && t <= 0xbf) {
-        *skip = t & 0x1f;
-        return 0;
-    }
-    static const struct {
-        uint8_t lo, hi;
-        uint8_t len_bytes; /* of a length field; 0: fixed payload */
-        uint8_t fixed;     /* payload bytes (plus the ext type byte) */
-        uint8_t kind;      /* 0 bytes, 1 array, 2 map */
-    } tab[] = {
-        {0xc4, 0xc4, 1, 0, 0},  {0xc5, 0xc5, 2, 0, 0}, {0xc6, 0xc6, 4, 0, 0}, {0xc7, 0xc7, 1, 1, 0},
-        {0xc8, 0xc8, 2, 1, 0},  {0xc9, 0xc9, 4, 1, 0}, {0xca, 0xca, 0, 4, 0}, {0xcb, 0xcb, 0, 8, 0},
-        {0xcc, 0xcc, 0, 1, 0},  {0xcd, 0xcd, 0, 2, 0}, {0xce, 0xce, 0, 4, 0}, {0xcf, 0xcf, 0, 8, 0},
-        {0xd0, 0xd0, 0, 1, 0},  {0xd1, 0xd1, 0, 2, 0}, {0xd2, 0xd2, 0, 4, 0}, {0xd3, 0xd3, 0, 8, 0},
-        {0xd4, 0xd4, 0, 2, 0},  {0xd5, 0xd5, 0, 3, 0}, {0xd6, 0xd6, 0, 5, 0}, {0xd7, 0xd7, 0, 9, 0},
-        {0xd8, 0xd8, 0, 17, 0}, {0xd9, 0xd9, 1, 0, 0}, {0xda, 0xda, 2, 0, 0}, {0xdb, 0xdb, 4, 0, 0},
-        {0xdc, 0xdc, 2, 0, 1},  {0xdd, 0xdd, 4, 0, 1}, {0xde, 0xde, 2, 0, 2}, {0xdf, 0xdf, 4, 0, 2},
-    };
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
-        if (t < tab[i].lo || t > tab[i].hi)
-            continue;
-        size_t lb = tab[i].len_bytes;
-        if (left < 1 + lb)
-            return -EBADMSG;
-        uint64_t n = lb ? s_be(p + 1, lb) : 0;
-        *hdr = 1 + lb;
-        if (tab[i].kind == 1)
-            *items = n;
-        else if (tab[i].kind == 2)
-            *items = 2 * n;
-        else
-            *skip = n + tab[i].fixed;
-        return 0;
-    }
-    return -EBADMSG; /* 0xc1: never used */
-}
-
-int ka_gp_check(const uint8_t *buf, size_t len, int max_depth)
-{
-    uint64_t stack[KA_GP_MAX_DEPTH + 2];
-    if (max_depth < 0 || max_depth > KA_GP_MAX_DEPTH)
-        max_depth = KA_GP_MAX_DEPTH;
-    int depth = 0;
-    stack[0] = 1; /* values still expected at each level */
-    size_t pos = 0;
-    while (depth >= 0) {
-        if (stack[depth] == 0) {
-            depth--;
-            continue;
-        }
-        if (pos >= len)
-            return -EBADMSG;
-        stack[depth]--;
-        size_t hdr;
-        uint64_t skip, items;
-        if (s_item(buf + pos, len - pos, &hdr, &skip, &items))
-            return -EBADMSG;
-        pos += hdr;
-        if (skip > len - pos)
-            return -EBADMSG;
-        pos += (size_t)skip;
-        if (items == 0)
-            continue;
-        if (items > len - pos || depth + 1 > max_depth) /* every value takes at least a byte */
-            return -EBADMSG;
-        stack[++depth] = items;
-    }
-    return pos == len ? 0 : -EBADMSG;
 }

@@ -10,7 +10,7 @@
  * Framing: 4-byte big-endian length, then that many bytes holding one msgpack map. Frames
  * larger than KA_GP_MAX_FRAME (node -> guest) or KA_GP_MAX_REPLY (guest -> node) are a
  * protocol error (the connection is dropped). The node checks every guest frame with
- * ka_gp_check before decoding it: every declared length and count must fit in the frame.
+ * ka_gp_frame_check before decoding it: every declared length and count must fit in it.
  *
  * Flow control (credits): a streaming request ("read", "output", "start" with follow) may
  * carry "window" (uint, bytes). The guest then sends at most that many data bytes ("chunk",
@@ -70,7 +70,6 @@
 #define KA_GP_MAX_REPLY                                                                            \
     ((2u << 20) + (64u << 10))               /* guest -> node: a chunk, or a process + argv        \
                                               */
-#define KA_GP_MAX_DEPTH    8                 /* nesting of a guest frame's msgpack */
 #define KA_GP_WINDOW       (1u << 20)        /* data bytes in flight per stream (credit) */
 #define KA_GP_KEEPALIVE_MS 15000             /* a quiet stream's keepalive period */
 #define KA_GP_FILE_CAP     (64u << 20)       /* file read/write transfer cap */
@@ -110,11 +109,12 @@ long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t 
                       size_t *blen);
 
 /*
- * Checks that buf[0..len) is exactly one msgpack value whose every declared length and count
- * fits in the bytes that follow, nested at most max_depth arrays/maps deep (so decoding it
- * allocates in proportion to its size). 0 or -EBADMSG.
+ * Checks that body[0..len) starts with one msgpack object whose every declared length and count
+ * fits in the bytes there (each element takes at least one byte), before msgpack_unpack_next
+ * sizes its allocations from those counts: a 5-byte map header announcing 2^32 entries would
+ * make it allocate 100 GB. 0 or -EBADMSG.
  */
-int ka_gp_check(const uint8_t *buf, size_t len, int max_depth);
+int ka_gp_frame_check(const uint8_t *body, size_t len);
 
 /* --- reading maps ------------------------------------------------------------------------- */
 

@@ -287,16 +287,14 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
 {
     const uint8_t *body;
     size_t blen;
+    if (gc->in_off == gc->in_len) /* nothing buffered (before the first read, in is NULL) */
+        return -EAGAIN;
     long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_REPLY,
                                  &body, &blen);
     if (used < 0)
         return -EMSGSIZE;
     if (used == 0)
         return -EAGAIN;
-    if (ka_gp_check(body, blen, KA_GP_MAX_DEPTH)) {
-        gc->in_off = gc->in_len = 0; /* the connection is unusable from here */
-        return -EBADMSG;
-    }
     ka_gp_frame_t *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
@@ -311,7 +309,8 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
         gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
-    if (msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
+    if (ka_gp_frame_check(f->body, blen) != 0 ||
+        msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
         f->up.data.type != MSGPACK_OBJECT_MAP) {
         ka_gp_frame_free(&f);
         return -EBADMSG;

@@ -64,7 +64,7 @@ int ka_guestconn_flush(ka_guestconn_t *gc);
 bool ka_guestconn_pending(const ka_guestconn_t *gc);
 /* Next reply frame (caller frees): 0, -EAGAIN (none yet), -ECONNRESET (guest gone), or a
  * protocol error: -EMSGSIZE (a frame over KA_GP_MAX_REPLY), -EBADMSG (not one bounded msgpack
- * map, see ka_gp_check). After a protocol error the connection is unusable. */
+ * map, see ka_gp_frame_check). After a protocol error the connection is unusable. */
 int ka_guestconn_recv(ka_guestconn_t *gc, ka_gp_frame_t **out);
 /* Blocking: flushes and waits up to timeout_ms (-1 forever) for the next frame. */
 int ka_guestconn_wait(ka_guestconn_t *gc, int timeout_ms, ka_gp_frame_t **out);

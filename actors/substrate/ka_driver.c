@@ -18,6 +18,23 @@ int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb)
     return d->ops->stop(d, sb);
 }
 
+int ka_driver_halt(ka_driver_t *d, ka_sandbox_t *sb)
+{
+    if (!d || !sb)
+        return -EINVAL;
+    return d->ops->halt(d, sb);
+}
+
+const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb)
+{
+    return d && sb ? d->ops->data_dir(d, sb) : NULL;
+}
+
+uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb)
+{
+    return d && sb ? d->ops->owner(d, sb) : 0;
+}
+
 int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
 {
     if (!d || !sb || !out)

@@ -47,7 +47,14 @@ typedef struct ka_driver_ops {
     /* Kills everything in the sandbox and removes its mounts, cgroups and directories.
      * Frees the sandbox and NULLs *sb (even on error). */
     int (*stop)(ka_driver_t *d, ka_sandbox_t **sb);
+    /* Kills every process in the sandbox and waits until none is left; its files stay until
+     * stop, so the host can read /data without anything inside racing it. */
+    int (*halt)(ka_driver_t *d, ka_sandbox_t *sb);
     int (*stats)(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+    /* The host directory behind the sandbox's /data (borrowed, valid until stop), and the
+     * host uid (= gid) that owns what the sandbox writes there. */
+    const char *(*data_dir)(ka_driver_t *d, ka_sandbox_t *sb);
+    uint32_t (*owner)(ka_driver_t *d, ka_sandbox_t *sb);
     /* The exec channel (borrowed fd, valid until stop). */
     int (*channel)(ka_driver_t *d, ka_sandbox_t *sb);
     /* Kills the guest (SIGKILL) without waiting or cleaning up: never blocks, so an actor may
@@ -68,7 +75,10 @@ static inline const char *ka_driver_name(const ka_driver_t *d)
 }
 int ka_driver_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t **out);
 int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb);
+int ka_driver_halt(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb);
+uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb);
 /* Idempotent; NULLs *d_p. */

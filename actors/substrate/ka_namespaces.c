@@ -2,11 +2,11 @@
 #include "ka_namespaces.h"
 #include "guest_proto.h"
 #include "ka_cgroup.h"
+#include "ka_tree.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -51,6 +52,10 @@
 #define S_DIR         470 /* a sandbox's dir */
 #define S_CDIR        480 /* the child's root and data */
 #define S_SANDBOX_UID KA_GP_UID
+#define S_UID_BASE    1000000u
+#define S_UID_COUNT   65536u
+#define S_NOFILE      1024u
+#define S_KEEP_MAX    (3 + KA_CGROUP_MAX_DIRS)
 
 typedef struct s_driver {
     ka_driver_t base;
@@ -58,13 +63,15 @@ typedef struct s_driver {
     char guest_path[S_PATH];
     char cgroup_name[64];
     ka_cgroup_limits_t lim;
-    uint32_t uid;
+    uint32_t uid_base, uid_count, nofile;
     uint64_t tmp_bytes;
     uint64_t rootfs_bytes;
     char **guest_args;
     struct sock_fprog filter; /* exported once; the child only installs it */
-    pthread_mutex_t lock;     /* guards the list of live sandboxes */
+    pthread_mutex_t lock;     /* guards the list of live sandboxes and the uid slots */
     struct ka_sandbox *live;
+    uint64_t *slots; /* one bit per uid of the range: taken */
+    uint32_t next_slot;
 } s_driver_t;
 
 struct ka_sandbox {
@@ -75,6 +82,9 @@ struct ka_sandbox {
     int pidfd;   /* of the guest */
     int channel; /* node end of the guest channel */
     ka_cgroup_t *cg;
+    char data[S_DIR + 8];
+    int slot;     /* in the driver's uid range; -1: none */
+    uint32_t uid; /* host uid = gid of everything in the sandbox */
 };
 
 /* Everything the child needs, prepared by the parent: the child only makes syscalls. */
@@ -83,6 +93,9 @@ typedef struct s_child {
     int sync_fd, channel_fd, log_fd;
     int cg_fds[KA_CGROUP_MAX_DIRS];
     int n_cg;
+    int keep[S_KEEP_MAX]; /* the descriptors the child keeps, ascending */
+    int n_keep;
+    uint32_t uid;
     const char *hostname;
     char root[S_CDIR], data[S_CDIR], overlay_opts[4096], tmp_opts[64], upper_opts[64];
     char scratch[S_CDIR], upper[S_PATH], work[S_PATH];
@@ -235,11 +248,20 @@ static void s_child_mounts(const s_child_t *c)
         s_fail(c, S_STEP_PIVOT);
 }
 
-/* User namespace, identity 65532, no capabilities. */
+/* Becomes uid = gid `id` with no supplementary groups. Raw syscalls: the glibc wrappers
+ * broadcast the change to every thread glibc knows of (__nptl_setxid), and after a raw clone3
+ * those are the parent's threads: it can hang. A credential change clears the parent-death
+ * signal, so it is armed again. */
+static void s_child_setid(const s_child_t *c, uint32_t id)
+{
+    if (syscall(SYS_setresgid, id, id, id) < 0 || syscall(SYS_setresuid, id, id, id) < 0 ||
+        prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        s_fail(c, S_STEP_CREDS);
+}
+
+/* User namespace owned by the sandbox's own host uid, identity 65532 inside, no capabilities. */
 static void s_child_creds(const s_child_t *c)
 {
-    /* raw syscalls: the glibc wrappers broadcast the change to every thread glibc knows of
-     * (__nptl_setxid), and after a raw clone3 those are the parent's threads: it can hang */
     if (syscall(SYS_setgroups, 0, NULL) < 0)
         s_fail(c, S_STEP_CREDS);
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -247,6 +269,15 @@ static void s_child_creds(const s_child_t *c)
         (void)!write(fd, "-999", 4);
         close(fd);
     }
+    /* the last privileged steps: limits that hold for everything the sandbox starts */
+    struct rlimit nofile = {c->d->nofile, c->d->nofile};
+    struct rlimit nproc = {c->d->lim.pids_max, c->d->lim.pids_max};
+    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 ||
+        (c->d->lim.pids_max && setrlimit(RLIMIT_NPROC, &nproc) < 0))
+        s_fail(c, S_STEP_CREDS);
+    /* the namespace's owner is the sandbox's host uid: the kernel charges its per-user pools
+     * there, never to host root */
+    s_child_setid(c, c->uid);
     if (unshare(CLONE_NEWUSER) < 0)
         s_fail(c, S_STEP_USERNS);
     s_report_t r = {.tag = 'U'};
@@ -260,9 +291,7 @@ static void s_child_creds(const s_child_t *c)
         prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) < 0)
         s_fail(c, S_STEP_CREDS);
-    if (syscall(SYS_setresgid, S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0 ||
-        syscall(SYS_setresuid, S_SANDBOX_UID, S_SANDBOX_UID, S_SANDBOX_UID) < 0)
-        s_fail(c, S_STEP_CREDS);
+    s_child_setid(c, S_SANDBOX_UID);
     struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
     memset(data, 0, sizeof(data));
@@ -270,8 +299,28 @@ static void s_child_creds(const s_child_t *c)
         s_fail(c, S_STEP_CREDS);
 }
 
+/* First thing in the clone: die with the node, and hold none of its descriptors (listening
+ * socket, client connections, the parent's end of the sync socket). The parent may already be
+ * gone: then the sync socket has hung up. */
+static void s_child_detach(const s_child_t *c)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        _exit(125);
+    unsigned lo = 3;
+    for (int i = 0; i < c->n_keep; i++) {
+        if ((unsigned)c->keep[i] > lo)
+            syscall(SYS_close_range, lo, (unsigned)c->keep[i] - 1, 0);
+        lo = (unsigned)c->keep[i] + 1;
+    }
+    syscall(SYS_close_range, lo, ~0U, 0);
+    struct pollfd p = {.fd = c->sync_fd, .events = 0};
+    if (poll(&p, 1, 0) != 0)
+        _exit(125); /* POLLHUP: the node died before the signal was armed */
+}
+
 __attribute__((noreturn)) static void s_child_main(const s_child_t *c)
 {
+    s_child_detach(c);
     umask(0);
     for (int i = 0; i < c->n_cg; i++) /* join the sandbox's cgroups, before the cgroup ns */
         if (write(c->cg_fds[i], "0", 1) != 1)
@@ -284,8 +333,6 @@ __attribute__((noreturn)) static void s_child_main(const s_child_t *c)
         s_fail(c, S_STEP_UTS);
     s_child_lo_up(c);
     s_child_creds(c);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-        s_fail(c, S_STEP_CREDS);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(c->log_fd, 2) < 0 ||
         dup2(c->channel_fd, KA_GP_CHANNEL_FD) < 0)
@@ -305,24 +352,45 @@ __attribute__((noreturn)) static void s_child_main(const s_child_t *c)
 /* ------------------------------------------------------------------------------------------ */
 /* Parent side                                                                                */
 
-static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP || flag == FTW_D)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
+/* Removes a sandbox's directory: its /data was the sandbox's to shape, so never by path. */
 static int s_rm_rf(const char *dir)
 {
-    if (nftw(dir, s_rm_cb, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 && errno != ENOENT)
-        return -errno;
-    if (access(dir, F_OK) == 0)
-        return -ENOTEMPTY;
-    return 0;
+    ka_tree_opts_t o = {.owner = -1};
+    return ka_tree_remove(dir, &o);
+}
+
+/* Takes a free uid of the range (under d->lock); -1 if all are taken. */
+static int s_slot_take(s_driver_t *d)
+{
+    for (uint32_t i = 0; i < d->uid_count; i++) {
+        uint32_t k = (d->next_slot + i) % d->uid_count;
+        if (!(d->slots[k / 64] & (1ull << (k % 64)))) {
+            d->slots[k / 64] |= 1ull << (k % 64);
+            d->next_slot = k + 1; /* round robin: a uid rests as long as possible */
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
+/* Gives the sandbox its own host uid; released only once nothing of it runs. */
+static int s_uid_take(s_driver_t *d, ka_sandbox_t *sb)
+{
+    pthread_mutex_lock(&d->lock);
+    sb->slot = s_slot_take(d);
+    pthread_mutex_unlock(&d->lock);
+    sb->uid = d->uid_base + (uint32_t)sb->slot;
+    return sb->slot < 0 ? -EAGAIN : 0;
+}
+
+static void s_uid_release(s_driver_t *d, ka_sandbox_t *sb)
+{
+    if (sb->slot < 0)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->slots[sb->slot / 64] &= ~(1ull << (sb->slot % 64));
+    pthread_mutex_unlock(&d->lock);
+    sb->slot = -1;
 }
 
 static int s_write_file(const char *path, const char *s)
@@ -336,10 +404,10 @@ static int s_write_file(const char *path, const char *s)
     return rc;
 }
 
-static int s_maps(const s_driver_t *d, pid_t pid)
+static int s_maps(const ka_sandbox_t *sb, pid_t pid)
 {
     char path[64], map[64];
-    snprintf(map, sizeof(map), "%d %u 1\n", S_SANDBOX_UID, d->uid);
+    snprintf(map, sizeof(map), "%d %u 1\n", S_SANDBOX_UID, sb->uid);
     snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
     int rc = s_write_file(path, map);
     snprintf(path, sizeof(path), "/proc/%d/setgroups", pid);
@@ -365,7 +433,7 @@ static bool s_valid_id(const char *id)
     return true;
 }
 
-static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
+static int s_mkdirs(const ka_sandbox_t *sb)
 {
     static const char *const sub[] = {"upper", "root", "data"};
     char p[S_PATH + 32];
@@ -379,7 +447,7 @@ static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
     static const char *const owned[] = {"data/workspace", "data/guest-logs"};
     for (size_t i = 0; i < 2; i++) {
         snprintf(p, sizeof(p), "%s/%s", sb->dir, owned[i]);
-        if (mkdir(p, i == 0 ? 0755 : 0750) < 0 || chown(p, d->uid, d->uid) < 0)
+        if (mkdir(p, i == 0 ? 0755 : 0750) < 0 || chown(p, sb->uid, sb->uid) < 0)
             return -errno;
     }
     return 0;
@@ -440,6 +508,24 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
         c->argv[a++] = d->guest_args[i];
     c->argv[a] = NULL;
     return 0;
+}
+
+/* The descriptors the child keeps, ascending: everything else of the node's it closes. */
+static void s_keep_list(s_child_t *c)
+{
+    int n = 0;
+    c->keep[n++] = c->sync_fd;
+    c->keep[n++] = c->channel_fd;
+    c->keep[n++] = c->log_fd;
+    for (int i = 0; i < c->n_cg; i++)
+        c->keep[n++] = c->cg_fds[i];
+    for (int i = 1; i < n; i++) /* insertion sort: a handful */
+        for (int j = i; j > 0 && c->keep[j - 1] > c->keep[j]; j--) {
+            int t = c->keep[j];
+            c->keep[j] = c->keep[j - 1];
+            c->keep[j - 1] = t;
+        }
+    c->n_keep = n;
 }
 
 /* Waits up to ms for one frame on fd and checks it is the guest's ready event. */
@@ -519,11 +605,12 @@ static void s_kill_wait(ka_sandbox_t *sb)
         ;
 }
 
-static int s_teardown(ka_sandbox_t *sb)
+static int s_teardown(s_driver_t *d, ka_sandbox_t *sb)
 {
     s_kill_wait(sb);
     int rc = ka_cgroup_remove(&sb->cg);
     int r2 = s_rm_rf(sb->dir);
+    s_uid_release(d, sb); /* nothing of the sandbox runs or owns files any more */
     return rc < 0 ? rc : r2;
 }
 
@@ -538,10 +625,14 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     if (!sb || !c)
         goto fail_free;
     sb->pidfd = sb->channel = -1;
+    sb->slot = -1;
     c->log_fd = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", spec->id);
     snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, spec->id);
-    rc = s_mkdirs(d, sb);
+    rc = s_uid_take(d, sb);
+    if (rc < 0)
+        goto fail_free;
+    rc = s_mkdirs(sb);
     if (rc == -EEXIST)
         goto fail_free; /* someone else's sandbox: do not touch it */
     if (rc < 0)
@@ -569,6 +660,8 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     if (rc < 0)
         goto fail;
     c->n_cg = rc;
+    c->uid = sb->uid;
+    s_keep_list(c);
 
     struct clone_args ca;
     memset(&ca, 0, sizeof(ca));
@@ -596,7 +689,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     s_report_t r;
     ssize_t n = read(sy[0], &r, sizeof(r));
     if (n == (ssize_t)sizeof(r) && r.tag == 'U') {
-        rc = s_maps(d, sb->pid);
+        rc = s_maps(sb, sb->pid);
         if (rc < 0)
             goto fail;
         if (write(sy[0], "G", 1) != 1) {
@@ -631,8 +724,10 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     return 0;
 
 fail:
-    s_teardown(sb);
+    s_teardown(d, sb);
 fail_free:
+    if (sb)
+        s_uid_release(d, sb);
     for (int i = 0; i < 2; i++) {
         if (ch[i] >= 0)
             close(ch[i]);
@@ -660,9 +755,29 @@ static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
     if (sb->next)
         sb->next->prev = sb->prev;
     pthread_mutex_unlock(&d->lock);
-    int rc = s_teardown(sb);
+    int rc = s_teardown(d, sb);
     s_sandbox_free(sb);
     return rc;
+}
+
+static int s_halt(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    s_kill_wait(sb);
+    return 0;
+}
+
+static const char *s_data_dir(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    snprintf(sb->data, sizeof sb->data, "%s/data", sb->dir);
+    return sb->data;
+}
+
+static uint32_t s_owner(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    return sb->uid;
 }
 
 static int s_stats(ka_driver_t *base, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
@@ -695,6 +810,7 @@ static void s_destroy(ka_driver_t *base)
         s_stop(base, &sb);
     }
     pthread_mutex_destroy(&d->lock);
+    free(d->slots);
     ka_cgroup_remove_parent(d->cgroup_name);
     free(d->filter.filter);
     if (d->guest_args) {
@@ -709,7 +825,10 @@ static const ka_driver_ops_t s_ops = {
     .name = "namespaces",
     .start = s_start,
     .stop = s_stop,
+    .halt = s_halt,
     .stats = s_stats,
+    .data_dir = s_data_dir,
+    .owner = s_owner,
     .channel = s_channel,
     .kill = s_kill,
     .destroy = s_destroy,
@@ -910,7 +1029,15 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     d->lim.mem_bytes = opts->mem_bytes;
     d->lim.cpu_millis = opts->cpu_millis;
     d->lim.pids_max = opts->pids_max;
-    d->uid = opts->uid ? opts->uid : S_SANDBOX_UID;
+    d->uid_base = opts->uid_base ? opts->uid_base : S_UID_BASE;
+    d->uid_count = opts->uid_count ? opts->uid_count : S_UID_COUNT;
+    d->nofile = opts->nofile ? opts->nofile : S_NOFILE;
+    rc = -EINVAL;
+    if ((uint64_t)d->uid_base + d->uid_count > UINT32_MAX || d->uid_base <= S_SANDBOX_UID)
+        goto fail;
+    rc = -ENOMEM;
+    if (!(d->slots = calloc((d->uid_count + 63) / 64, sizeof(uint64_t))))
+        goto fail;
     d->tmp_bytes = opts->tmp_bytes ? opts->tmp_bytes : (64u << 20);
     d->rootfs_bytes = opts->rootfs_bytes ? opts->rootfs_bytes : (256u << 20);
     size_t na = 0;

@@ -4,12 +4,15 @@
  * Each sandbox is a process tree in new mount, PID, network (loopback only, up), UTS, IPC,
  * cgroup and user namespaces. Its root is an overlayfs of the caller's read-only image layers
  * and a per-sandbox upper dir (on a tmpfs private to the sandbox's mount namespace); /data is a
- * per-sandbox host directory (workspace and guest-logs owned by uid/gid 65532); the guest binary is
- * bind-mounted read-only at /run/kagent/guest; /dev is minimal (null zero full random urandom tty
- * pts/ptmx shm), /proc is fresh, /tmp a tmpfs. All mounts are made by the host in the sandbox's own
- * mount namespace before it enters its user namespace, so nothing is mounted on the host and
- * nothing in the sandbox can undo them. The only uid inside is 65532 (mapped to opts.uid on the
- * host), with no capabilities, no_new_privs and a seccomp filter in the spirit of Docker's default
+ * per-sandbox host directory (workspace and guest-logs owned by the sandbox's host uid); the guest
+ * binary is bind-mounted read-only at /run/kagent/guest; /dev is minimal (null zero full random
+ * urandom tty pts/ptmx shm), /proc is fresh, /tmp a tmpfs. All mounts are made by the host in the
+ * sandbox's own mount namespace before it enters its user namespace, so nothing is mounted on the
+ * host and nothing in the sandbox can undo them. The only uid inside is 65532, mapped to a host uid
+ * (= gid) of its own from the node's range: the user namespace is created by that unprivileged uid,
+ * so the kernel's per-user pools (inotify instances, POSIX message-queue bytes, pending signals,
+ * processes) are charged to the sandbox and not to host root or a neighbour. No capabilities,
+ * no_new_privs, RLIMIT_NOFILE bounded, and a seccomp filter in the spirit of Docker's default
  * profile. The guest runs as PID 1 and talks to the node over an inherited unix socket (fd 3).
  *
  * State: <state_dir>/<id>/{upper,root,data,cgroups,guest.log}. A node that crashed
@@ -32,7 +35,9 @@ typedef struct ka_ns_opts {
     uint64_t mem_bytes;      /* memory limit per sandbox; 0 = none */
     uint64_t pids_max;       /* tasks per sandbox; 0 = none */
     const char *cgroup_name; /* parent cgroup name for this node's sandboxes; NULL: "kagent" */
-    uint32_t uid;            /* host uid and gid that sandbox uid 65532 maps to; 0: 65532 */
+    uint32_t uid_base;       /* first host uid (= gid) of this node's sandboxes; 0: 1000000 */
+    uint32_t uid_count;      /* uids in the range = most live sandboxes; 0: 65536 */
+    uint32_t nofile;         /* RLIMIT_NOFILE of every process inside; 0: 1024 */
     uint64_t tmp_bytes;      /* size of /tmp and /dev/shm each; 0: 64 MiB */
     uint64_t rootfs_bytes;   /* room for changes to the root (a tmpfs upper); 0: 256 MiB */
     const char *const *guest_args; /* extra guest arguments, NULL-terminated; may be NULL */

@@ -28,6 +28,8 @@ typedef struct kb_rpc_opts {
     const char *token;       /* sent as "authorization: Bearer <token>" when non-empty */
     const char *ca_file;     /* PEM roots for https; "" = system roots */
     const char *server_name; /* TLS server name override; "" = from the URL */
+    const char *cert_file;   /* PEM client certificate for mutual TLS; "" = none */
+    const char *key_file;    /* PEM key of cert_file; set together with it */
     int64_t timeout_ms;      /* whole-command budget from now; <= 0 = none */
     FILE *trace;             /* non-NULL: one line per finished call (method, status, ms) */
 } kb_rpc_opts_t;
@@ -38,7 +40,8 @@ typedef struct kb_rpc_status {
     char message[KB_RPC_MSG_CAP];
 } kb_rpc_status_t;
 
-/* Opens a channel (lazily connected). NULL on a bad URL or CA file, with err set. */
+/* Opens a channel (lazily connected). NULL on a bad URL, an unreadable CA, certificate or key
+ * file, TLS files with an http:// URL, or a certificate without its key, with err set. */
 kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *opts, char *err, size_t errcap);
 /* Closes the channel; idempotent, NULLs *self. No call may be open. */
 void kb_rpc_destroy(kb_rpc_t **self);

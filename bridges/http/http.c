@@ -139,6 +139,13 @@ const char *kb_http_req_header(const kb_http_req_t *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+int kb_http_req_conn_fd(const kb_http_req_t *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
 const char *kb_http_req_body(const kb_http_req_t *req, size_t *len)
 {
     if (len)

@@ -24,6 +24,7 @@
 
 #include "images_actor.h"
 #include "ka_namespaces.h"
+#include "ka_tree.h"
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
@@ -579,6 +580,59 @@ static void test_suspend_resume_keeps_data(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* A swapper in the sandbox turns /data/workspace/d into a symlink to a host directory and back,
+ * and files into fifos, as fast as it can. */
+static const char S_SWAPPER[] =
+    "cd /data/workspace && (setsid sh -c 'while :; do mkdir -p d.x; echo plain > d.x/f; "
+    "mv d.x d; mv d d.x; ln -s %s d; rm -f d.x/f; mkfifo d.x/f; mkfifo p.$$; rm -f d; "
+    "mv p.$$ q 2>/dev/null; done' </dev/null >/dev/null 2>&1 &); sleep 0.3; echo started";
+
+static void s_start_swapper(const char *id, const char *host_dir)
+{
+    char script[1024];
+    snprintf(script, sizeof script, S_SWAPPER, host_dir);
+    const char *sh[] = {"sh", "-c", script, NULL};
+    s_frames_t c;
+    assert_int_equal(s_exec(id, sh, &c), 0);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "started\n");
+}
+
+/* Suspend and delete of a sandbox that races its /data against the copy: nothing from outside
+ * its /data ever appears in it, nothing of the host is touched, and every job ends. */
+static void test_suspend_delete_under_attack(void **unused)
+{
+    char host_dir[PATH_MAX + 16];
+    snprintf(host_dir, sizeof host_dir, "%s/host-secret-dir", T.dir);
+    s_sh("mkdir -p %s && echo top-secret-host-data > %s/secret.txt && chmod 600 %s/secret.txt",
+         host_dir, host_dir, host_dir);
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-attack", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    for (int round = 0; round < 5; round++) {
+        s_start_swapper(id, host_dir);
+        int64_t t0 = ka_mono_ms();
+        assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+        assert_true(ka_mono_ms() - t0 < 10000); /* a fifo never holds the job */
+        assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+        const char *grep[] = {"sh", "-c",
+                              "grep -rqs top-secret /data && echo LEAK; ls /data/workspace | wc -l",
+                              NULL};
+        s_frames_t c;
+        assert_int_equal(s_exec(id, grep, &c), 0);
+        c.out[c.out_len] = '\0';
+        assert_null(strstr(c.out, "LEAK"));
+        assert_true(atoi(c.out) >= 1); /* the swapper's entries came back (links as links) */
+    }
+    s_start_swapper(id, host_dir);
+    int64_t t0 = ka_mono_ms();
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_true(ka_mono_ms() - t0 < 10000);
+    char secret[PATH_MAX + 32];
+    snprintf(secret, sizeof secret, "%s/secret.txt", host_dir);
+    assert_int_equal(access(secret, F_OK), 0); /* the host's file survived the delete */
+}
+
 static void test_restart_recovers_records(void **unused)
 {
     ka_sbx_reply_t ready, susp, o;
@@ -615,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
         cmocka_unit_test(test_ttl_expiry_deletes),
         cmocka_unit_test(test_suspend_resume_keeps_data),
+        cmocka_unit_test(test_suspend_delete_under_attack),
         cmocka_unit_test(test_restart_recovers_records),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);

@@ -3,12 +3,22 @@
  * forbidden action; it tries it and prints "<name> ok" if the action SUCCEEDED (an escape) or
  * "<name> denied <errno>" if the kernel refused it. Exit status 0 when every action was
  * denied, 1 otherwise.
+ *
+ * Three commands instead of actions:
+ *   hold-pools   takes the kernel's per-user pools to their limits (inotify instances, POSIX
+ *                message-queue bytes, pending real-time signals), prints "held ..." and holds
+ *                them until killed;
+ *   pools-free   takes one of each; exit 0 if all three were granted;
+ *   signal-pid1  asks the kernel to signal the guest (PID 1) on its behalf: SIGTERM through
+ *                F_SETOWN + F_SETSIG on a pipe, and a sigqueue forging sender pid 0.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
 #include <linux/keyctl.h>
 #include <linux/perf_event.h>
+#include <mqueue.h>
+#include <sys/inotify.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -89,8 +99,83 @@ static long s_try(const char *name)
     exit(2);
 }
 
+static int s_mq(int i)
+{
+    char name[32];
+    struct mq_attr a = {.mq_maxmsg = 10, .mq_msgsize = 8192};
+    snprintf(name, sizeof(name), "/probe-%d-%d", (int)getpid(), i);
+    return mq_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600, &a);
+}
+
+static int s_sig(void)
+{
+    union sigval v = {0};
+    return sigqueue(getpid(), SIGRTMIN, v);
+}
+
+static void s_block_rt(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGRTMIN);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+static int s_hold_pools(void)
+{
+    int ino = 0, mq = 0, sig = 0;
+    s_block_rt();
+    while (inotify_init1(IN_CLOEXEC) >= 0)
+        ino++;
+    int ino_errno = errno;
+    while (s_mq(mq) >= 0)
+        mq++;
+    int mq_errno = errno;
+    while (s_sig() == 0)
+        sig++;
+    printf("held inotify=%d (%d) mq=%d (%d) sig=%d (%d)\n", ino, ino_errno, mq, mq_errno, sig,
+           errno);
+    fflush(stdout);
+    while (pause() < 0 && errno == EINTR)
+        ;
+    return 0;
+}
+
+static int s_pools_free(void)
+{
+    s_block_rt();
+    int ino = inotify_init1(IN_CLOEXEC), mq = s_mq(0), sig = s_sig();
+    printf("inotify %s mq %s sig %s\n", ino >= 0 ? "ok" : "refused", mq >= 0 ? "ok" : "refused",
+           sig == 0 ? "ok" : "refused");
+    return ino >= 0 && mq >= 0 && sig == 0 ? 0 : 1;
+}
+
+static int s_signal_pid1(void)
+{
+    int p[2];
+    if (pipe(p) < 0 || fcntl(p[0], F_SETOWN, 1) < 0 || fcntl(p[0], F_SETSIG, SIGTERM) < 0 ||
+        fcntl(p[0], F_SETFL, O_ASYNC | O_NONBLOCK) < 0 || write(p[1], "x", 1) != 1)
+        return 2;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    si.si_signo = SIGTERM;
+    si.si_code = SI_QUEUE;
+    si.si_pid = 0; /* pretend to be the node */
+    si.si_uid = 0;
+    long rc = syscall(SYS_rt_sigqueueinfo, 1, SIGTERM, &si);
+    printf("sigio sent, sigqueue %s\n", rc == 0 ? "sent" : "refused");
+    usleep(200000);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "hold-pools"))
+        return s_hold_pools();
+    if (argc == 2 && !strcmp(argv[1], "pools-free"))
+        return s_pools_free();
+    if (argc == 2 && !strcmp(argv[1], "signal-pid1"))
+        return s_signal_pid1();
     int escaped = 0;
     for (int i = 1; i < argc; i++) {
         errno = 0;

@@ -12,6 +12,9 @@
 #include "sbx_fixture.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <mqueue.h>
+#include <sys/inotify.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -374,6 +377,93 @@ static void test_no_inherited_fds(void **unused)
     sbx_out_free(&o);
 }
 
+static int s_in(ka_guestconn_t *gc, const char *script, sbx_out_t *o)
+{
+    return sbx_sh(gc, script, o);
+}
+
+/* Starts a probe holding the kernel's per-user pools in the background; returns what it held. */
+static void s_hold_pools(ka_guestconn_t *gc)
+{
+    sbx_out_t o;
+    assert_int_equal(s_in(gc,
+                          "setsid /bin/probe hold-pools > /tmp/held 2>&1 < /dev/null & "
+                          "for i in $(seq 200); do grep -q held /tmp/held && break; sleep 0.05; "
+                          "done; cat /tmp/held",
+                          &o),
+                     0);
+    fprintf(stderr, "sandbox %s", o.out ? o.out : "(nothing)\n");
+    assert_non_null(strstr(o.out ? o.out : "", "held inotify="));
+    assert_null(strstr(o.out, "inotify=0 ")); /* it did take something of each */
+    assert_null(strstr(o.out, "mq=0 "));
+    assert_null(strstr(o.out, "sig=0 "));
+    sbx_out_free(&o);
+}
+
+/* Host root still gets an inotify instance, a message queue and a queued signal. */
+static void s_host_root_pools_free(void)
+{
+    int ino = inotify_init1(IN_CLOEXEC);
+    assert_true(ino >= 0);
+    close(ino);
+    char name[64];
+    snprintf(name, sizeof(name), "/kagent-escape-%d", (int)getpid());
+    struct mq_attr a = {.mq_maxmsg = 10, .mq_msgsize = 8192};
+    mqd_t q = mq_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600, &a);
+    assert_true(q != (mqd_t)-1);
+    mq_close(q);
+    mq_unlink(name);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGRTMIN + 1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    union sigval v = {0};
+    assert_int_equal(sigqueue(getpid(), SIGRTMIN + 1, v), 0);
+    struct timespec zero = {0, 0};
+    assert_int_equal(sigtimedwait(&set, NULL, &zero), SIGRTMIN + 1);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+}
+
+/* Two sandboxes hold inotify, mqueue and signal pools at their limits: host root and a third
+ * sandbox still get theirs (each sandbox's user namespace belongs to its own host uid). */
+static void test_kernel_pools_per_sandbox(void **unused)
+{
+    (void)unused;
+    assert_int_not_equal(ka_driver_owner(s_d, s_a), ka_driver_owner(s_d, s_b));
+    assert_true(ka_driver_owner(s_d, s_a) >= 1000000 && ka_driver_owner(s_d, s_b) >= 1000000);
+    s_hold_pools(s_ga);
+    s_hold_pools(s_gb);
+    s_host_root_pools_free();
+    const char *lower[] = {s_rootfs};
+    ka_sandbox_spec_t sc = {.id = "third", .lowerdirs = lower, .n_lower = 1};
+    ka_sandbox_t *c = NULL;
+    assert_int_equal(ka_driver_start(s_d, &sc, &c), 0);
+    ka_guestconn_t *gc = ka_guestconn_new(ka_driver_channel(s_d, c), false);
+    sbx_out_t o;
+    int rc = s_in(gc, "/bin/probe pools-free; grep 'open files' /proc/self/limits", &o);
+    fprintf(stderr, "third sandbox: %s", o.out ? o.out : "(nothing)\n");
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(o.out, "inotify ok mq ok sig ok"));
+    assert_non_null(strstr(o.out, "1024                 1024")); /* RLIMIT_NOFILE bounded */
+    sbx_out_free(&o);
+    ka_guestconn_destroy(&gc);
+    assert_int_equal(ka_driver_stop(s_d, &c), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(s_in(i ? s_gb : s_ga, "kill $(pidof probe)", &o), 0), sbx_out_free(&o);
+}
+
+/* The kernel signalling PID 1 on a descriptor's behalf (F_SETOWN + F_SETSIG) carries no sender
+ * pid, and sigqueue lets the caller forge one: neither stops the guest. */
+static void test_signal_guest(void **unused)
+{
+    (void)unused;
+    sbx_out_t o;
+    assert_int_equal(s_in_a("/bin/probe signal-pid1", &o), 0);
+    assert_non_null(strstr(o.out, "sigio sent"));
+    sbx_out_free(&o);
+    s_guest_alive();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -391,6 +481,8 @@ int main(void)
         cmocka_unit_test(test_kernel_interfaces),
         cmocka_unit_test(test_setuid_binaries),
         cmocka_unit_test(test_no_inherited_fds),
+        cmocka_unit_test(test_signal_guest),
+        cmocka_unit_test(test_kernel_pools_per_sandbox),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -194,7 +194,7 @@ r = await fetch(url, { method: 'POST', headers: { ...hdrs, 'mcp-protocol-version
 assert.equal(r.status, 400);
 r = await fetch(url, { method: 'POST', headers: { ...hdrs, origin: 'http://evil.example.com' }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' });
 assert.equal(r.status, 403);
-r = await fetch(url, { method: 'GET', headers: { accept: 'text/event-stream' } });
+r = await fetch(url, { method: 'GET', headers: { accept: 'text/event-stream', 'x-user-id': 'alice@example.com' } });
 assert.equal(r.status, 405);
 step('raw HTTP checks');
 

@@ -32,7 +32,9 @@ cp "$here/agent_flow.mjs" "$npmdir/"
 work=$(mktemp -d /tmp/kagent-mcp-test.XXXXXX)
 chmod 755 "$work"
 pid=
+proxy=
 cleanup() {
+  [ -n "$proxy" ] && kill "$proxy" 2>/dev/null
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kids=$(pgrep -P "$pid" || true) # helpers the node forked (they block SIGTERM)
     kill -TERM "$pid" 2>/dev/null || true
@@ -81,9 +83,22 @@ for _ in $(seq 600); do grep -q 'path=node-1 event=started\|start_failed' "$work
 grep -q 'path=node-1 event=started' "$work/log" || { cat "$work/log"; fail "kagentd did not start"; }
 port=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$work/log")
 url=http://127.0.0.1:$port/mcp
+ping='{"jsonrpc":"2.0","id":1,"method":"ping"}'
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' \
-  -H 'accept: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"ping"}' "$url")
+  -H 'accept: application/json' -H 'x-user-id: alice@example.com' -d "$ping" "$url")
 [ "$code" = 200 ] || fail "POST /mcp answered $code: kagentd does not serve the MCP bridge (kb_mcp_new)"
+# no identity is no one's: refused, never a default user
+code=$(curl -s -o "$work/anon.json" -w '%{http_code}' -X POST -H 'content-type: application/json' \
+  -H 'accept: application/json' -d "$ping" "$url")
+[ "$code" = 401 ] && grep -q 'identity required' "$work/anon.json" ||
+  fail "a request without x-user-id answered $code: $(cat "$work/anon.json")"
+echo "PASS no identity refused"
+# the Inspector CLI and the conformance suite cannot send headers: they go through a proxy
+# that adds the identity, as the kagent CLI would
+node "$here/identity_proxy.mjs" "$port" alice@example.com > "$work/proxy.port" &
+proxy=$!
+for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
+purl=http://127.0.0.1:$(cat "$work/proxy.port")/mcp
 
 cat > "$work/template.yaml" <<YAML
 apiVersion: api.kagent.dev/v1alpha3
@@ -109,16 +124,16 @@ YAML
 # --- 2. the Inspector CLI
 insp=$npmdir/node_modules/.bin/mcp-inspector-cli
 [ -x "$insp" ] || fail "mcp-inspector-cli missing from node_modules"
-(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$url" --transport http --method tools/list) \
+(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$purl" --transport http --method tools/list) \
   > "$work/insp-list.json" 2>"$work/insp.err" || { cat "$work/insp.err"; fail "inspector tools/list"; }
 node -e 'const t=JSON.parse(require("fs").readFileSync(process.argv[1])).tools;
   if (t.length !== 13 || !t.some(x => x.name === "read_sandbox_outputs")) process.exit(1)' "$work/insp-list.json" ||
   fail "inspector tools/list: $(head -c 300 "$work/insp-list.json")"
-(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$url" --transport http --method tools/call \
+(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$purl" --transport http --method tools/call \
   --tool-name list_sandbox_templates --tool-arg namespace=kagent) > "$work/insp-call.json" 2>"$work/insp.err" ||
   { cat "$work/insp.err"; fail "inspector tools/call"; }
 grep -q '\\"name\\":\\"busybox\\"' "$work/insp-call.json" || fail "inspector tools/call: $(cat "$work/insp-call.json")"
-(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$url" --transport http --method tools/call \
+(cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$purl" --transport http --method tools/call \
   --tool-name get_sandbox --tool-arg sandbox_id=nope) > "$work/insp-err.json" 2>"$work/insp.err" || true
 grep -q '"isError": true' "$work/insp-err.json" && grep -q 'Sandbox ID must be a UUID' "$work/insp-err.json" ||
   fail "inspector error result: $(cat "$work/insp-err.json" "$work/insp.err")"
@@ -129,7 +144,7 @@ echo "PASS inspector"
 #     completions, sampling or elicitation, which this server does not offer)
 scenarios="server-initialize ping tools-list prompts-list logging-set-level server-sse-multiple-streams dns-rebinding-protection"
 for s in $scenarios; do
-  (cd "$work" && "$npmdir/node_modules/.bin/conformance" server --url "$url" --scenario "$s") \
+  (cd "$work" && "$npmdir/node_modules/.bin/conformance" server --url "$purl" --scenario "$s") \
     > "$work/conf-$s.log" 2>&1 || { cat "$work/conf-$s.log"; fail "conformance $s"; }
   grep -q 'FAILURE\|Failed: [1-9]' "$work/conf-$s.log" && { cat "$work/conf-$s.log"; fail "conformance $s"; }
   echo "PASS conformance $s"

