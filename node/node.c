@@ -17,6 +17,7 @@
 #include "grpc_server.h"
 #include "http.h"
 #include "images_actor.h"
+#include "ka_guestcalls.h"
 #include "ka_namespaces.h"
 #include "krt.h"
 #include "listener.h"
@@ -231,6 +232,27 @@ static bool s_ready(void *arg)
     return ((ka_node_t *)arg)->ready;
 }
 
+/* What hostile or broken guests sent (ka_guestcalls). */
+static int s_guest_metrics(kb_http_buf_t *b)
+{
+    ka_gc_stats_t g;
+    ka_gc_stats(&g);
+    return kb_http_buf_printf(
+        b,
+        "# HELP kagent_guest_frames_total Frames from sandbox guests checked.\n"
+        "# TYPE kagent_guest_frames_total counter\nkagent_guest_frames_total %llu\n"
+        "# HELP kagent_guest_frames_forged_total Guest frames with ids the node never issued "
+        "(dropped).\n"
+        "# TYPE kagent_guest_frames_forged_total counter\nkagent_guest_frames_forged_total %llu\n"
+        "# HELP kagent_guest_frames_stale_total Guest frames for calls already ended (dropped).\n"
+        "# TYPE kagent_guest_frames_stale_total counter\nkagent_guest_frames_stale_total %llu\n"
+        "# HELP kagent_guest_protocol_violations_total Guests killed for breaking the protocol.\n"
+        "# TYPE kagent_guest_protocol_violations_total counter\n"
+        "kagent_guest_protocol_violations_total %llu\n",
+        (unsigned long long)g.frames, (unsigned long long)g.forged, (unsigned long long)g.stale,
+        (unsigned long long)g.violations);
+}
+
 static int s_metrics(kb_http_buf_t *b, void *arg)
 {
     ka_node_t *n = arg;
@@ -243,7 +265,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
     if (ka_svc_call_sync(n->svc, KA_SBX_COUNT, NULL, 0, 2000, &r) == KA_OK)
         live = ((const ka_sbx_count_t *)r.body)->live;
     krt_reply_free(&r);
-    return kb_http_buf_printf(
+    int rc = kb_http_buf_printf(
         b,
         "# HELP kagent_sandboxes_live Sandboxes with an actor on this node.\n"
         "# TYPE kagent_sandboxes_live gauge\nkagent_sandboxes_live %llu\n"
@@ -263,6 +285,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
         (unsigned long long)st.actors_spawned, (unsigned long long)st.messages,
         (unsigned long long)st.timers_armed, (unsigned long long)gs.calls_started,
         (unsigned long long)gs.calls_live);
+    return rc ? rc : s_guest_metrics(b);
 }
 
 static void s_on_grpc(int fd, const struct sockaddr *peer, socklen_t len, void *arg)

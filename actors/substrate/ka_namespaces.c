@@ -776,6 +776,14 @@ static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
     return sb->channel;
 }
 
+static int s_kill(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    if (sb->pidfd < 0)
+        return -ESRCH;
+    return syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 ? -errno : 0;
+}
+
 static void s_destroy(ka_driver_t *base)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -804,6 +812,7 @@ static const ka_driver_ops_t s_ops = {
     .data_dir = s_data_dir,
     .owner = s_owner,
     .channel = s_channel,
+    .kill = s_kill,
     .destroy = s_destroy,
 };
 
