@@ -31,8 +31,8 @@
 #define MSG_RETRY_RESULT     (KA_CTL_MSG_LAST_ + 2) /* write the result again (store was away) */
 #define FILE_SCHEME          "file://"
 #define SNAPSHOT_DEADLINE_MS (10 * 60 * 1000) /* a snapshot copy ends by then, done or failed */
-#define MSG_SWEEP            (KA_CTL_MSG_LAST_ + 2) /* the guest calls' deadline sweep */
-#define MSG_GUEST_MORE       (KA_CTL_MSG_LAST_ + 3) /* frames left to read after a full turn */
+#define MSG_SWEEP            (KA_CTL_MSG_LAST_ + 3) /* the guest calls' deadline sweep */
+#define MSG_GUEST_MORE       (KA_CTL_MSG_LAST_ + 4) /* frames left to read after a full turn */
 #define SWEEP_MS             5000
 /* a guest call with no frame for this long fails (streams get keepalives every
  * KA_GP_KEEPALIVE_MS) */
