@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake pkg-config clang-format clang-tidy cppcheck
+  # fuzzing (make fuzz): clang with its libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev
   # libraries named by the design card and chosen beside them
   libzmq3-dev libczmq-dev libmsgpack-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libpq-dev libyaml-dev libcmocka-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
@@ -19,6 +21,8 @@ PACKAGES=(
   e2fsprogs
   # test clients and benchmark peers
   python3 python3-grpcio python3-protobuf erlang-base
+  # TLS: test certificates (deploy/gen-test-certs.sh, run-node.sh --tls)
+  openssl
 )
 
 missing=()

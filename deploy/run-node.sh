@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # `make run`: one kagentd node in the foreground with a working default.
-#   deploy/run-node.sh BUILD_DIR
+#   deploy/run-node.sh [--tls] BUILD_DIR
+# --tls: the same node with TLS and tokens auth (var/kagentd-tls.yaml): a self-signed test CA,
+# a server certificate (localhost, 127.0.0.1, ::1, this host's name, and KAGENT_TLS_SANS such as
+# "DNS:kagent.example IP:10.0.0.5"), a client certificate for mTLS and a bearer token, all under
+# var/tls/ (made once with openssl by deploy/gen-test-certs.sh); KAGENT_LISTEN_ADDRESS (default
+# 127.0.0.1) may then be 0.0.0.0. It prints how to call it with the CLI, curl and MCP.
 # State lives in ./var (images, sandboxes, the embedded PostgreSQL). The first run builds the
 # guest image and the default tools image (Debian minbase + python3, a few minutes), writes
 # var/kagentd.yaml, starts the node, applies the template `scratch` in namespace `kagent` and
@@ -8,9 +13,11 @@
 # node cleanly.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+tls=
+if [ "${1:-}" = --tls ]; then tls=1; shift; fi
 build=$(cd "${1:-$top/build}" && pwd)
 state=${KAGENT_STATE_DIR:-$top/var}
-config=$state/kagentd.yaml
+config=$state/kagentd${tls:+-tls}.yaml
 kagentd=$build/node/kagentd
 kagent=$build/bridges/cli/kagent
 say() { echo "run-node: $*" >&2; }
@@ -26,10 +33,32 @@ say "tools image (first run: debootstrap of Debian minbase + python3; cached aft
 tools=$("$top/deploy/build-tools-image.sh" "$state" "$build" | tail -1)
 
 # 2. config: written once, the guest digest refreshed on every run
+if [ -n "$tls" ]; then
+  tlsdir=$state/tls
+  if [ ! -f "$tlsdir/server.pem" ]; then
+    sans="DNS:localhost IP:127.0.0.1 IP:::1 DNS:$(hostname) ${KAGENT_TLS_SANS:-}"
+    # shellcheck disable=SC2086 # one SAN per word
+    "$top/deploy/gen-test-certs.sh" ca "$tlsdir" &&
+      "$top/deploy/gen-test-certs.sh" server "$tlsdir" server $sans &&
+      "$top/deploy/gen-test-certs.sh" client "$tlsdir" client admin@kagent.dev
+    (umask 077 && openssl rand -hex 24 > "$tlsdir/token")
+    printf '%s admin@kagent.dev\n' "$(tr -d '\n' < "$tlsdir/token" | sha256sum | cut -d' ' -f1)" \
+      > "$tlsdir/tokens"
+    say "wrote a test CA, server and client certificates and a token into $tlsdir"
+  fi
+fi
 if [ ! -f "$config" ]; then
   sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" \
       -e "s|    digest: \"\"  |    digest: \"$guest\"|" \
       "$top/deploy/kagentd.example.yaml" > "$config"
+  if [ -n "$tls" ]; then
+    sed -i -e "s|^  address: 127.0.0.1|  address: ${KAGENT_LISTEN_ADDRESS:-127.0.0.1}|" \
+        -e "s|^    certFile: \"\"|    certFile: $tlsdir/server.pem|" \
+        -e "s|^    keyFile: \"\"|    keyFile: $tlsdir/server.key|" \
+        -e "s|^    clientCAFile: \"\"|    clientCAFile: $tlsdir/ca.pem|" \
+        -e "s|^  mode: user-header|  mode: tokens|" \
+        -e "s|^  tokensFile: \"\"|  tokensFile: $tlsdir/tokens|" "$config"
+  fi
   say "wrote $config"
 else
   sed -i -E "s|^(    digest: )\"?[^ #\"]*\"?|\1\"$guest\"|" "$config"
@@ -41,9 +70,17 @@ fi
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true' INT TERM
 port=$(sed -n 's/^  port: *\([0-9]*\).*/\1/p' "$config" | head -1)
-api=http://127.0.0.1:${port:-8083}
+if [ -n "$tls" ]; then
+  api=https://127.0.0.1:${port:-8083}
+  cli=(--api-url "$api" --ca-file "$tlsdir/ca.pem" --token "$(cat "$tlsdir/token")")
+  curlflags=(--cacert "$tlsdir/ca.pem" --http1.1)
+else
+  api=http://127.0.0.1:${port:-8083}
+  cli=(--api-url "$api")
+  curlflags=()
+fi
 for _ in $(seq 600); do
-  curl -fsS "$api/readyz" >/dev/null 2>&1 && break
+  curl -fsS "${curlflags[@]}" "$api/readyz" >/dev/null 2>&1 && break
   kill -0 $pid 2>/dev/null || { wait $pid; exit $?; }
   sleep 0.1
 done
@@ -67,14 +104,33 @@ spec:
     snapshotPolicy:
       location: file://$state/snapshots/
 YAML
-"$kagent" --api-url "$api" apply -f "$state/scratch.yaml" >&2
+"$kagent" "${cli[@]}" apply -f "$state/scratch.yaml" >&2
 for _ in $(seq 600); do
-  "$kagent" --api-url "$api" get template scratch -o json 2>/dev/null | grep -q '"Prepared"' && break
+  "$kagent" "${cli[@]}" get template scratch -o json 2>/dev/null | grep -q '"Prepared"' && break
   sleep 0.2
 done
-"$kagent" --api-url "$api" get template scratch >&2 || true
+"$kagent" "${cli[@]}" get template scratch >&2 || true
 
-cat >&2 <<MSG
+if [ -n "$tls" ]; then
+  cat >&2 <<MSG
+
+kagentd is running with TLS and tokens on $api (state in $state, certificates in $tlsdir).
+Try, in another terminal:
+
+  export PATH=$build/bridges/cli:\$PATH
+  kagent --api-url $api --ca-file $tlsdir/ca.pem --token \$(cat $tlsdir/token) sandbox templates
+  # mutual TLS: the client certificate's CN (admin@kagent.dev) is the caller, no token needed
+  kagent --api-url $api --ca-file $tlsdir/ca.pem --cert-file $tlsdir/client.pem --key-file $tlsdir/client.key sandbox list
+  # from another machine (KAGENT_LISTEN_ADDRESS=0.0.0.0): the name must be in the certificate,
+  # or name one it has: --server-name localhost
+  curl --cacert $tlsdir/ca.pem --http1.1 $api/healthz
+  # MCP: https://127.0.0.1:${port:-8083}/mcp with "authorization: Bearer <token>"; Node clients:
+  #   NODE_EXTRA_CA_CERTS=$tlsdir/ca.pem
+
+SIGHUP re-reads the certificate files; Ctrl-C stops the node.
+MSG
+else
+  cat >&2 <<MSG
 
 kagentd is running on $api (state in $state). Try, in another terminal:
 
@@ -86,6 +142,7 @@ kagentd is running on $api (state in $state). Try, in another terminal:
 
 Ctrl-C stops the node.
 MSG
+fi
 rc=0
 while :; do # a trapped signal interrupts wait: wait again until the node has stopped
   wait $pid && rc=0 || rc=$?

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -114,9 +115,17 @@ static const s_field_t s_node_fields[] = {
     INT("id", node_id, 1, 65535),
     STR("stateDir", state_dir),
 };
+static const s_field_t s_tls_fields[] = {
+    STR("certFile", tls_cert_file),
+    STR("keyFile", tls_key_file),
+    STR("clientCAFile", tls_client_ca_file),
+    TYPED("requireClientCert", F_BOOL, tls_require_client_cert),
+};
+static const s_section_t s_tls = SECTION(s_tls_fields);
 static const s_field_t s_listen_fields[] = {
     STR("address", listen_address),
     INT("port", listen_port, 0, 65535), /* 0: an ephemeral port (tests) */
+    MAP("tls", s_tls),
 };
 static const s_field_t s_log_fields[] = {
     TYPED("level", F_LOGLEVEL, log_level),
@@ -146,6 +155,9 @@ static const s_field_t s_sandbox_fields[] = {
     INT("pidsMax", pids_max, 8, 1000000),
     TYPED("disk", F_BYTES, disk_bytes),
     INT("diskInodes", disk_inodes, 0, 4294967295LL),
+    INT("maxOpenFiles", max_open_files, 64, 1048576),
+    INT("uidBase", uid_base, 100000, 4294967294LL),
+    INT("uidCount", uid_count, 1, 16777216),
 };
 static const s_field_t s_images_fields[] = {
     LIST("registries", registries, ka_registry_cfg_t, s_registry, n_registries, KA_CFG_MAX_REGS,
@@ -432,6 +444,9 @@ void ka_config_defaults(ka_config_t *cfg)
     cfg->spool_bytes = 10LL << 20;
     cfg->pids_max = 256;
     cfg->disk_bytes = 10LL << 30;
+    cfg->max_open_files = 1024;
+    cfg->uid_base = 1000000;
+    cfg->uid_count = 65536;
     strcpy(cfg->pools[0].name, KA_DEFAULT_POOL);
     strcpy(cfg->pools[0].klass, "namespaces");
     cfg->pools[0].capacity = 1000;
@@ -482,6 +497,49 @@ static int s_validate_pools(const ka_config_t *cfg, char *err, size_t cap)
     return 0;
 }
 
+bool ka_config_tls(const ka_config_t *cfg)
+{
+    return cfg->tls_cert_file[0] != '\0';
+}
+
+bool ka_config_loopback(const char *address)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(address, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, address, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, address, &a6) != 1)
+        return false;
+    if (IN6_IS_ADDR_LOOPBACK(&a6))
+        return true;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+static int s_validate_listen(const ka_config_t *cfg, char *err, size_t cap)
+{
+    bool tls = ka_config_tls(cfg), loopback = ka_config_loopback(cfg->listen_address);
+    if (tls != (cfg->tls_key_file[0] != '\0'))
+        return s_invalid(err, cap, "listen.tls: certFile and keyFile go together (%s is missing)",
+                         tls ? "keyFile" : "certFile");
+    if (cfg->tls_client_ca_file[0] && !tls)
+        return s_invalid(err, cap, "listen.tls.clientCAFile: needs listen.tls.certFile/keyFile");
+    if (cfg->tls_require_client_cert && !cfg->tls_client_ca_file[0])
+        return s_invalid(err, cap, "listen.tls.requireClientCert: needs listen.tls.clientCAFile");
+    if (cfg->auth_mode == KA_AUTH_USER_HEADER && !loopback)
+        return s_invalid(err, cap,
+                         "auth.mode: user-header trusts any caller, so listen.address "
+                         "must be loopback (use auth.mode: tokens to listen on %s)",
+                         cfg->listen_address);
+    if (!loopback && !tls)
+        return s_invalid(err, cap,
+                         "listen.tls: required when listen.address (%s) is not loopback: bearer "
+                         "tokens and files must not cross the network in clear",
+                         cfg->listen_address);
+    return 0;
+}
+
 int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
 {
     if (!cfg->guest_image_digest[0])
@@ -498,6 +556,8 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
         return s_invalid(err, cap, "sandbox.defaultTTL/maxTTL: must be at least 1s");
     if (cfg->default_ttl_ms > cfg->max_ttl_ms)
         return s_invalid(err, cap, "sandbox.defaultTTL: must not exceed sandbox.maxTTL");
+    if (cfg->uid_base + cfg->uid_count > 4294967295LL)
+        return s_invalid(err, cap, "sandbox.uidBase + sandbox.uidCount: must stay below 2^32");
     if (cfg->memory_bytes < (16LL << 20))
         return s_invalid(err, cap, "sandbox.memory: must be at least 16Mi");
     if (cfg->disk_bytes < (16LL << 20))
@@ -514,13 +574,8 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
             cfg->sandbox_class);
     if (cfg->auth_mode == KA_AUTH_TOKENS && !cfg->tokens_file[0])
         return s_invalid(err, cap, "auth.tokensFile: required when auth.mode is tokens");
-    if (cfg->auth_mode == KA_AUTH_USER_HEADER && strcmp(cfg->listen_address, "127.0.0.1") &&
-        strcmp(cfg->listen_address, "::1") && strcmp(cfg->listen_address, "localhost"))
-        return s_invalid(err, cap,
-                         "auth.mode: user-header trusts any caller, so listen.address "
-                         "must be loopback (use auth.mode: tokens to listen on %s)",
-                         cfg->listen_address);
-    return s_validate_pools(cfg, err, cap);
+    int rc = s_validate_listen(cfg, err, cap);
+    return rc ? rc : s_validate_pools(cfg, err, cap);
 }
 
 int ka_config_load_buffer(ka_config_t *cfg, const char *origin, const char *yaml, size_t len,

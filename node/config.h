@@ -51,6 +51,10 @@ typedef struct ka_config {
     /* listen */
     char listen_address[KA_CFG_NAME_MAX];
     int64_t listen_port;
+    char tls_cert_file[KA_CFG_PATH_MAX];      /* PEM chain; "" = cleartext port */
+    char tls_key_file[KA_CFG_PATH_MAX];       /* PEM key of the certificate */
+    char tls_client_ca_file[KA_CFG_PATH_MAX]; /* "" = no client certificates (mTLS off) */
+    bool tls_require_client_cert;             /* with a client CA: refuse clients without one */
     /* log */
     int log_level; /* krt_log_level_t */
     bool log_json;
@@ -73,8 +77,11 @@ typedef struct ka_config {
     int64_t process_timeout_ms;
     int64_t spool_bytes;
     int64_t pids_max;
-    int64_t disk_bytes;  /* /data and changes to the root together */
-    int64_t disk_inodes; /* files on that disk; 0: one per 16 KiB of disk_bytes */
+    int64_t disk_bytes;     /* /data and changes to the root together */
+    int64_t disk_inodes;    /* files on that disk; 0: one per 16 KiB of disk_bytes */
+    int64_t max_open_files; /* RLIMIT_NOFILE of every process in a sandbox */
+    int64_t uid_base;       /* sandbox i runs as host uid = gid uid_base + i */
+    int64_t uid_count;
     /* pools */
     ka_pool_cfg_t pools[KA_CFG_MAX_POOLS];
     size_t n_pools;
@@ -99,6 +106,10 @@ int ka_config_load_buffer(ka_config_t *cfg, const char *origin, const char *yaml
 int ka_config_load_file(ka_config_t *cfg, const char *path, char *err, size_t errcap);
 /* Checks cross-key rules (ttl ordering, digest format, ranges). 0 or -EINVAL with err. */
 int ka_config_validate(const ka_config_t *cfg, char *err, size_t errcap);
+/* True if the node serves TLS (listen.tls.certFile set). */
+bool ka_config_tls(const ka_config_t *cfg);
+/* True if address is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z) or "localhost". */
+bool ka_config_loopback(const char *address);
 /* Writes the effective configuration as YAML (for --print-config). */
 void ka_config_print(const ka_config_t *cfg, FILE *out);
 

@@ -5,7 +5,8 @@
  *   kagentd --version | --help
  *
  * Loads and validates the configuration, starts the actor runtime and the node's actors, and
- * runs until SIGINT or SIGTERM, then stops everything in reverse order and exits 0.
+ * runs until SIGINT or SIGTERM, then stops everything in reverse order and exits 0. SIGHUP
+ * re-reads the TLS certificate, key and client CA (listen.tls).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -36,7 +37,8 @@ static const char *s_usage =
     "  -V, --version       print the version and exit\n"
     "  -h, --help          print this help and exit\n"
     "\n"
-    "Signals: SIGINT or SIGTERM stop the node cleanly.\n";
+    "Signals: SIGINT or SIGTERM stop the node cleanly; SIGHUP re-reads the TLS certificate,\n"
+    "key and client CA files (listen.tls) for new connections.\n";
 
 typedef struct {
     const char *config_path;
@@ -99,20 +101,31 @@ static int s_load_config(const s_args_t *args, ka_config_t *cfg)
     return rc;
 }
 
-/* Blocks the stop signals in every thread; the main thread takes them with sigwait. */
+/* Blocks the node's signals in every thread; the main thread takes them with sigwait. */
 static void s_block_signals(sigset_t *set)
 {
     sigemptyset(set);
     sigaddset(set, SIGINT);
     sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, set, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* SIGHUP: the TLS files again; a failure is logged and changes nothing. */
+static void s_reload(ka_node_t *node, const ka_config_t *cfg)
+{
+    char err[KA_NODE_ERR_CAP];
+    if (ka_node_reload_tls(node, err, sizeof err))
+        krt_log(KRT_LOG_ERROR, cfg->node_name, "reload_failed", "error=\"%s\"", err);
+    else
+        krt_log(KRT_LOG_INFO, cfg->node_name, "reloaded", "what=tls cert=%s", cfg->tls_cert_file);
+}
+
 static int s_run(const ka_config_t *cfg)
 {
-    sigset_t stop_signals;
-    s_block_signals(&stop_signals);
+    sigset_t signals;
+    s_block_signals(&signals);
     char err[KA_NODE_ERR_CAP];
     ka_node_t *node = ka_node_start(cfg, err, sizeof err);
     if (!node) {
@@ -121,11 +134,12 @@ static int s_run(const ka_config_t *cfg)
         return 1;
     }
     krt_log(KRT_LOG_INFO, cfg->node_name, "started",
-            "version=%s pid=%d listen=%s:%d state_dir=%s database=%s", KAGENT_VERSION,
+            "version=%s pid=%d listen=%s:%d state_dir=%s database=%s tls=%s", KAGENT_VERSION,
             (int)getpid(), cfg->listen_address, ka_node_port(node), cfg->state_dir,
-            cfg->database_url[0] ? "external" : "embedded");
+            cfg->database_url[0] ? "external" : "embedded", ka_config_tls(cfg) ? "on" : "off");
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
+        s_reload(node, cfg);
     krt_log(KRT_LOG_INFO, cfg->node_name, "stopping", "signal=%s", strsignal(sig));
     ka_node_stop(&node);
     krt_log(KRT_LOG_INFO, cfg->node_name, "stopped", NULL);

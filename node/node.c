@@ -17,6 +17,7 @@
 #include "grpc_server.h"
 #include "http.h"
 #include "images_actor.h"
+#include "ka_guestcalls.h"
 #include "ka_namespaces.h"
 #include "krt.h"
 #include "listener.h"
@@ -52,6 +53,8 @@ struct ka_node {
     kb_http_t *http;
     kb_mcp_t *mcp;
     const char *mcp_hosts[KA_CFG_MAX_HOSTS + 1];
+    kb_tls_t *tls;           /* NULL: cleartext port */
+    kb_conn_ids_t *conn_ids; /* TLS client identities, for kb_auth */
     kb_listener_t *listener;
     bool ready;
 };
@@ -175,7 +178,10 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
                       .mem_bytes = (uint64_t)n->cfg.memory_bytes,
                       .pids_max = (uint64_t)n->cfg.pids_max,
                       .disk_bytes = (uint64_t)n->cfg.disk_bytes,
-                      .disk_inodes = (uint64_t)n->cfg.disk_inodes};
+                      .disk_inodes = (uint64_t)n->cfg.disk_inodes,
+                      .nofile = (uint32_t)n->cfg.max_open_files,
+                      .uid_base = (uint32_t)n->cfg.uid_base,
+                      .uid_count = (uint32_t)n->cfg.uid_count};
     int e = 0;
     n->driver = ka_namespaces_new(&o, &e);
     if (!n->driver)
@@ -228,6 +234,27 @@ static bool s_ready(void *arg)
     return ((ka_node_t *)arg)->ready;
 }
 
+/* What hostile or broken guests sent (ka_guestcalls). */
+static int s_guest_metrics(kb_http_buf_t *b)
+{
+    ka_gc_stats_t g;
+    ka_gc_stats(&g);
+    return kb_http_buf_printf(
+        b,
+        "# HELP kagent_guest_frames_total Frames from sandbox guests checked.\n"
+        "# TYPE kagent_guest_frames_total counter\nkagent_guest_frames_total %llu\n"
+        "# HELP kagent_guest_frames_forged_total Guest frames with ids the node never issued "
+        "(dropped).\n"
+        "# TYPE kagent_guest_frames_forged_total counter\nkagent_guest_frames_forged_total %llu\n"
+        "# HELP kagent_guest_frames_stale_total Guest frames for calls already ended (dropped).\n"
+        "# TYPE kagent_guest_frames_stale_total counter\nkagent_guest_frames_stale_total %llu\n"
+        "# HELP kagent_guest_protocol_violations_total Guests killed for breaking the protocol.\n"
+        "# TYPE kagent_guest_protocol_violations_total counter\n"
+        "kagent_guest_protocol_violations_total %llu\n",
+        (unsigned long long)g.frames, (unsigned long long)g.forged, (unsigned long long)g.stale,
+        (unsigned long long)g.violations);
+}
+
 static int s_metrics(kb_http_buf_t *b, void *arg)
 {
     ka_node_t *n = arg;
@@ -240,7 +267,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
     if (ka_svc_call_sync(n->svc, KA_SBX_COUNT, NULL, 0, 2000, &r) == KA_OK)
         live = ((const ka_sbx_count_t *)r.body)->live;
     krt_reply_free(&r);
-    return kb_http_buf_printf(
+    int rc = kb_http_buf_printf(
         b,
         "# HELP kagent_sandboxes_live Sandboxes with an actor on this node.\n"
         "# TYPE kagent_sandboxes_live gauge\nkagent_sandboxes_live %llu\n"
@@ -260,6 +287,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
         (unsigned long long)st.actors_spawned, (unsigned long long)st.messages,
         (unsigned long long)st.timers_armed, (unsigned long long)gs.calls_started,
         (unsigned long long)gs.calls_live);
+    return rc ? rc : s_guest_metrics(b);
 }
 
 static void s_on_grpc(int fd, const struct sockaddr *peer, socklen_t len, void *arg)
@@ -272,6 +300,28 @@ static void s_on_http(int fd, const struct sockaddr *peer, socklen_t len, void *
     kb_http_add_connection(((ka_node_t *)arg)->http, fd, peer, len);
 }
 
+static int s_conn_identity(int fd, char *out, size_t cap, void *arg)
+{
+    return kb_conn_ids_get(arg, fd, out, cap);
+}
+
+/* The port's TLS context from listen.tls (none when certFile is empty). */
+static int s_tls(ka_node_t *n, char *err, size_t cap)
+{
+    if (!ka_config_tls(&n->cfg))
+        return 0;
+    kb_tls_files_t f = {.cert_file = n->cfg.tls_cert_file,
+                        .key_file = n->cfg.tls_key_file,
+                        .client_ca_file = n->cfg.tls_client_ca_file,
+                        .require_client_cert = n->cfg.tls_require_client_cert};
+    char why[KB_TLS_ERR_CAP];
+    n->tls = kb_tls_new(&f, why, sizeof why);
+    if (!n->tls)
+        return s_fail(err, cap, "listen.tls: %s", why);
+    n->conn_ids = kb_conn_ids_new();
+    return n->conn_ids ? 0 : s_fail(err, cap, "out of memory");
+}
+
 static int s_bridges(ka_node_t *n, char *err, size_t cap)
 {
     char why[256] = "";
@@ -280,6 +330,8 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                           n->cfg.tokens_file, &e, why, sizeof why);
     if (!n->auth)
         return s_fail(err, cap, "auth: %s", why[0] ? why : strerror(-e));
+    if (n->conn_ids)
+        kb_auth_set_conn_lookup(n->auth, s_conn_identity, n->conn_ids);
     for (size_t i = 0; i < n->cfg.n_pools; i++)
         n->pools[i] =
             (kb_api_pool_t){n->cfg.pools[i].name, n->cfg.pools[i].klass, n->cfg.pools[i].capacity};
@@ -316,7 +368,9 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                                 .port = (int)n->cfg.listen_port,
                                 .on_grpc = s_on_grpc,
                                 .on_http = s_on_http,
-                                .arg = n};
+                                .arg = n,
+                                .tls = n->tls,
+                                .ids = n->conn_ids};
     n->listener = kb_listener_new(&lo, &e);
     if (!n->listener)
         return s_fail(err, cap, "cannot listen on %s:%lld: %s", n->cfg.listen_address,
@@ -336,8 +390,8 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     }
     n->cfg = *cfg;
     snprintf(n->path, sizeof n->path, "%s", cfg->node_name);
-    int rc = s_mkdirs(cfg->state_dir, 0755);
-    if (rc)
+    int rc = s_tls(n, err, cap); /* first: a bad certificate fails before anything starts */
+    if (!rc && (rc = s_mkdirs(cfg->state_dir, 0755)) != 0)
         s_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
     if (!rc)
         rc = s_database(n, err, cap);
@@ -372,6 +426,16 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     return n;
 }
 
+int ka_node_reload_tls(ka_node_t *n, char *err, size_t cap)
+{
+    if (!n->tls)
+        return s_fail(err, cap, "listen.tls is not configured: nothing to reload");
+    char why[KB_TLS_ERR_CAP];
+    if (kb_tls_reload(n->tls, why, sizeof why))
+        return s_fail(err, cap, "listen.tls: %s (the previous certificate stays in use)", why);
+    return 0;
+}
+
 int ka_node_port(const ka_node_t *node)
 {
     return node->listener ? kb_listener_port(node->listener) : 0;
@@ -392,6 +456,8 @@ void ka_node_stop(ka_node_t **node_p)
     kb_api_destroy(&n->api);
     ka_service_destroy(&n->svc);
     kb_auth_destroy(&n->auth);
+    kb_conn_ids_destroy(&n->conn_ids); /* after the servers: their calls look identities up */
+    kb_tls_destroy(&n->tls);
     ka_driver_destroy(&n->driver);
     if (n->embedded_db && ka_pg_embedded_stop(n->cfg.state_dir))
         krt_log(KRT_LOG_WARN, n->path, "database_stop_failed", "error=\"%s\"",

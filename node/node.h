@@ -19,6 +19,9 @@ typedef struct ka_node ka_node_t;
 /* Starts everything (blocking: a few hundred ms, more on the first start when the embedded
  * database is created). NULL on failure with err set; nothing is left running. */
 ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t errcap);
+/* Re-reads listen.tls's certificate, key and client CA (SIGHUP): new connections use them.
+ * 0, or -1 with err set; on failure the previous ones stay in use. */
+int ka_node_reload_tls(ka_node_t *node, char *err, size_t errcap);
 /* The port the node serves (useful with listen.port 0). */
 int ka_node_port(const ka_node_t *node);
 /* Stops everything in reverse order: no sandbox, mount or database process is left behind.

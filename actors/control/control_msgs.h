@@ -73,9 +73,13 @@ enum {
     KA_SBX_COUNT,        /* empty -> ka_sbx_count_t (live sandboxes on this node) */
     KA_SBX_GUEST_FRAME,  /* sandbox actor -> stream sink: ka_guest_reply_t (+ tail) */
     KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
+    KA_SBX_GUEST_BOUND,  /* sandbox actor -> stream sink, empty: the call is open (monitor me) */
+    KA_SBX_GUEST_CREDIT, /* stream sink -> sandbox actor: ka_sbx_credit_t, data consumed */
     /* internal */
     KA_SBX_FORWARD_, /* manager -> sandbox actor: ka_sbx_forward_t (+ original body) */
     KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
+    KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
+    KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
     KA_CTL_MSG_LAST_
 };
 
@@ -185,6 +189,11 @@ typedef struct ka_guest_req {
     uint32_t tail_len;
     char tail[];
 } ka_guest_req_t;
+
+/* Flow control: the reader of a stream consumed `bytes` of its data frames' tails. */
+typedef struct ka_sbx_credit {
+    uint64_t bytes;
+} ka_sbx_credit_t;
 
 /* A process as the guest reports it. */
 typedef struct ka_process_info {

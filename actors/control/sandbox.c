@@ -21,13 +21,25 @@
 #include <unistd.h>
 
 #include "guestconn.h"
+#include "ka_guestcalls.h"
 #include "ka_tree.h"
 
 #define STORE_TIMEOUT_MS     30000
 #define RETRY_DELETE_MS      1000
+#define RETRY_RESULT_MS      500
 #define MSG_TTL              (KA_CTL_MSG_LAST_ + 1) /* the TTL timer's message type */
+#define MSG_RETRY_RESULT     (KA_CTL_MSG_LAST_ + 2) /* write the result again (store was away) */
 #define FILE_SCHEME          "file://"
 #define SNAPSHOT_DEADLINE_MS (10 * 60 * 1000) /* a snapshot copy ends by then, done or failed */
+#define MSG_SWEEP            (KA_CTL_MSG_LAST_ + 3) /* the guest calls' deadline sweep */
+#define MSG_GUEST_MORE       (KA_CTL_MSG_LAST_ + 4) /* frames left to read after a full turn */
+#define SWEEP_MS             5000
+/* a guest call with no frame for this long fails (streams get keepalives every
+ * KA_GP_KEEPALIVE_MS) */
+#define GUEST_IDLE_MS     120000
+#define MAX_GUEST_STREAMS 16 /* open streams per sandbox: KA_GP_WINDOW each in the node */
+#define MAX_GUEST_CALLS   64
+#define FRAMES_PER_TURN   64
 
 typedef enum { JOB_NONE, JOB_BOOT, JOB_STOP, JOB_SUSPEND, JOB_RESUME } s_job_kind_t;
 
@@ -42,18 +54,24 @@ typedef struct s_job {
     char err[256];
 } s_job_t;
 
-/* A caller waiting for guest frames. ref != 0: one reply (krt_reply_to); 0: a stream whose
- * frames go to `to` as KA_SBX_GUEST_FRAME messages. */
-typedef struct s_waiter s_waiter_t;
-struct s_waiter {
-    s_waiter_t *next;
-    uint64_t gid; /* guest request id */
+/* The caller of a guest call (the user of its ka_gc_call_t). ref != 0: one reply
+ * (krt_reply_to); 0: a stream sink whose frames go to `to` as KA_SBX_GUEST_FRAME messages. */
+typedef struct s_waiter {
     krt_addr_t to;
     uint64_t ref;
     int op;
-};
+} s_waiter_t;
 
 typedef enum { SS_IDLE, SS_INTENT, SS_RESULT, SS_TOMBSTONE } s_store_step_t;
+
+/* A replayed create (same creator and request id) that arrived while the create runs: it gets
+ * the create's own answer. */
+typedef struct s_joiner s_joiner_t;
+struct s_joiner {
+    s_joiner_t *next;
+    krt_addr_t to;
+    uint64_t ref;
+};
 
 typedef struct {
     ka_sandbox_args_t a; /* a.record is the live record */
@@ -62,17 +80,23 @@ typedef struct {
     bool watching;
     uint32_t watch_ev; /* what the armed watch waits for */
     krt_timer_t ttl;
-    s_waiter_t *waiters;
+    ka_gc_table_t calls; /* guest calls in flight, each checked frame by frame */
+    krt_timer_t sweep;   /* their deadlines */
+    uint64_t dropped;    /* guest frames dropped (forged or stale) */
     /* the running mutation */
     uint32_t op_type; /* KA_SBX_* being served, 0 if none */
     krt_addr_t op_from;
     uint64_t op_ref;
-    bool op_answer; /* someone waits for the answer */
-    s_job_t *job;   /* in flight on a job thread */
+    bool op_answer;              /* someone waits for the answer */
+    int before_state, before_op; /* the record's, when it began: back if the intent is lost */
+    s_job_t *job;                /* in flight on a job thread */
     uint64_t job_ref;
     s_store_step_t store_step;
     uint64_t store_ref;
+    ka_store_sandbox_update_t result; /* the SS_RESULT write, kept to be sent again */
+    krt_timer_t result_retry;
     uint64_t runtime_ref; /* resume: waiting for the pinned revision's runtime */
+    s_joiner_t *joiners;  /* create: replays waiting for its answer */
     /* a delete that arrived during another mutation, or TTL expiry */
     bool delete_pending;
     krt_addr_t del_from;
@@ -249,8 +273,23 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
     s_copy(u.failure_reason, sizeof u.failure_reason, reason);
     s_copy(u.failure_message, sizeof u.failure_message, message);
     self->store_step = step;
+    if (step == SS_RESULT)
+        self->result = u;
     return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
                        &self->store_ref);
+}
+
+/* A result (READY, SUSPENDED, FAILED, ...) describes work already done (compute started or
+ * stopped): the record must catch up with it, so a write lost to an unavailable store is sent
+ * again until it lands, and the caller, who waits, then gets the result. Answering "retry"
+ * instead would leave the record behind the compute for good (a create's replay would read
+ * CREATING while the guest runs). */
+static void s_retry_result(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    self->store_step = SS_RESULT;
+    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &self->result, sizeof self->result,
+                    STORE_TIMEOUT_MS, &self->store_ref))
+        krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
 }
 
 static int s_store_tombstone(krt_ctx_t *ctx, s_sbx_t *self)
@@ -271,18 +310,36 @@ static void s_begin(s_sbx_t *self, uint32_t type, krt_addr_t from, uint64_t ref,
     self->op_from = from;
     self->op_ref = ref;
     self->op_answer = answer;
+    self->before_state = self->a.record.state;
+    self->before_op = self->a.record.operation;
 }
 
-/* Ends the running mutation: answers its caller with the record (code OK) or an error, then
- * starts a delete that was waiting. */
+static void s_answer(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_t ref, uint32_t type,
+                     int code, const char *message)
+{
+    if (code == KA_OK)
+        s_reply_record(ctx, self, to, ref, type);
+    else
+        s_reply_status(ctx, to, ref, type, code, "%s", message);
+}
+
+static void s_answer_joiners(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
+{
+    while (self->joiners) {
+        s_joiner_t *j = self->joiners;
+        self->joiners = j->next;
+        s_answer(ctx, self, j->to, j->ref, KA_SBX_CREATE, code, message);
+        free(j);
+    }
+}
+
+/* Ends the running mutation: answers its caller (and a create's replays) with the record (code
+ * OK) or an error, then starts a delete that was waiting. */
 static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
 {
-    if (self->op_answer) {
-        if (code == KA_OK)
-            s_reply_record(ctx, self, self->op_from, self->op_ref, self->op_type);
-        else
-            s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, code, "%s", message);
-    }
+    if (self->op_answer)
+        s_answer(ctx, self, self->op_from, self->op_ref, self->op_type, code, message);
+    s_answer_joiners(ctx, self, code, message);
     self->op_type = 0;
     self->op_answer = false;
     self->store_step = SS_IDLE;
@@ -314,14 +371,22 @@ static void s_watch(krt_ctx_t *ctx, s_sbx_t *self)
     self->watch_ev = ev;
 }
 
+/* Ends guest call c: its caller gets a final frame with code (nothing if KA_OK: the frame
+ * went already). */
+static void s_end_call(krt_ctx_t *ctx, s_sbx_t *self, ka_gc_call_t *c, int code,
+                       const char *message)
+{
+    s_waiter_t *w = c->user;
+    if (code != KA_OK)
+        s_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, code, "%s", message);
+    free(w);
+    ka_gc_remove(&self->calls, c);
+}
+
 static void s_fail_waiters(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *message)
 {
-    while (self->waiters) {
-        s_waiter_t *w = self->waiters;
-        self->waiters = w->next;
-        s_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, code, "%s", message);
-        free(w);
-    }
+    while (self->calls.head)
+        s_end_call(ctx, self, self->calls.head, code, message);
 }
 
 static int s_code_of_errno(int err)
@@ -451,8 +516,6 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
     return true;
 }
 
-static void s_guest_lost(krt_ctx_t *ctx, s_sbx_t *self);
-
 /* Records a state change nobody asked for (guest lost, compute lost at node start). */
 static void s_mark(krt_ctx_t *ctx, s_sbx_t *self, int state, const char *reason,
                    const char *message)
@@ -464,9 +527,72 @@ static void s_mark(krt_ctx_t *ctx, s_sbx_t *self, int state, const char *reason,
         self->store_step = SS_IDLE;
 }
 
-static void s_on_guest_io(krt_ctx_t *ctx, s_sbx_t *self)
+/* The guest is gone or was stopped: every caller learns it, the sandbox is FAILED with reason
+ * (unless a lifecycle operation is running, which decides the state itself). */
+static void s_drop_guest(krt_ctx_t *ctx, s_sbx_t *self, const char *reason, const char *message)
 {
+    s_fail_waiters(ctx, self, KA_UNAVAILABLE, message);
+    if (self->watching && self->gc)
+        krt_fd_unwatch(ctx, ka_guestconn_fd(self->gc));
+    ka_guestconn_destroy(&self->gc);
     self->watching = false;
+    if (self->op_type == 0 && !self->delete_pending)
+        s_mark(ctx, self, KA_STATE_FAILED, reason, message);
+}
+
+/* The guest exited (its channel closed). */
+static void s_guest_lost(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    krt_log_actor(ctx, KRT_LOG_WARN, "guest_lost", "sandbox=%s", self->a.record.id);
+    s_drop_guest(ctx, self, KA_FAIL_GUEST_EXITED,
+                 "the sandbox guest exited; delete the sandbox and create a new one");
+}
+
+/* The guest broke the protocol (guest_proto.h): it is hostile or broken. It is killed, never
+ * trusted again; the node goes on. */
+static void s_guest_violation(krt_ctx_t *ctx, s_sbx_t *self, const char *why)
+{
+    ka_gc_count_violation();
+    krt_log_actor(ctx, KRT_LOG_WARN, "guest_protocol_violation", "sandbox=%s why=\"%s\"",
+                  self->a.record.id, why);
+    if (self->compute)
+        ka_driver_kill(self->a.driver, self->compute);
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "the sandbox guest broke the protocol (%s) and was stopped; delete the sandbox and "
+             "create a new one",
+             why);
+    s_drop_guest(ctx, self, KA_FAIL_GUEST_PROTO, msg);
+}
+
+/* Acts on one frame the guest sent: delivered, dropped (counted) or fatal. False when the
+ * guest was dropped. */
+static bool s_guest_frame(krt_ctx_t *ctx, s_sbx_t *self, const ka_gp_frame_t *f)
+{
+    ka_gc_call_t *c;
+    const char *why;
+    ka_gc_verdict_t v =
+        ka_gc_check(&self->calls, ka_guestconn_last_id(self->gc), f, krt_now_ms(), &c, &why);
+    if (v == KA_GC_FATAL) {
+        s_guest_violation(ctx, self, why);
+        return false;
+    }
+    uint64_t n = v == KA_GC_DROP && why ? ++self->dropped : 0;
+    if (n && !(n & (n - 1))) /* the 1st, 2nd, 4th, 8th, ... */
+        krt_log_actor(ctx, KRT_LOG_WARN, "guest_frame_dropped",
+                      "sandbox=%s why=\"%s\" dropped=%llu", self->a.record.id, why,
+                      (unsigned long long)self->dropped);
+    if (v == KA_GC_DELIVER && s_route_frame(ctx, c->user, f))
+        s_end_call(ctx, self, c, KA_OK, "");
+    return true;
+}
+
+/* Reads and routes what the guest sent, FRAMES_PER_TURN frames at most per turn (a flood
+ * cannot hold a scheduler thread). from_fd: the watch fired (it is one-shot). */
+static void s_on_guest_io(krt_ctx_t *ctx, s_sbx_t *self, bool from_fd)
+{
+    if (from_fd)
+        self->watching = false;
     if (!self->gc)
         return;
     int rc = ka_guestconn_flush(self->gc);
@@ -474,40 +600,29 @@ static void s_on_guest_io(krt_ctx_t *ctx, s_sbx_t *self)
         s_guest_lost(ctx, self);
         return;
     }
-    for (;;) {
+    for (int i = 0; i < FRAMES_PER_TURN; i++) {
         ka_gp_frame_t *f = NULL;
         rc = ka_guestconn_recv(self->gc, &f);
-        if (rc == -EAGAIN)
-            break;
+        if (rc == -EAGAIN) {
+            s_watch(ctx, self);
+            return;
+        }
+        if (rc == -EMSGSIZE || rc == -EBADMSG) {
+            s_guest_violation(ctx, self,
+                              rc == -EMSGSIZE ? "a frame over the size limit"
+                                              : "a frame that is not one bounded msgpack map");
+            return;
+        }
         if (rc) {
             s_guest_lost(ctx, self);
             return;
         }
-        uint64_t id = ka_gp_frame_id(f);
-        for (s_waiter_t **pp = &self->waiters; *pp; pp = &(*pp)->next)
-            if ((*pp)->gid == id) {
-                s_waiter_t *w = *pp;
-                if (s_route_frame(ctx, w, f)) {
-                    *pp = w->next;
-                    free(w);
-                }
-                break;
-            }
+        bool alive = s_guest_frame(ctx, self, f);
         ka_gp_frame_free(&f);
+        if (!alive)
+            return;
     }
-    s_watch(ctx, self);
-}
-
-/* The guest is gone: every caller learns it, the sandbox is FAILED (its record says why). */
-static void s_guest_lost(krt_ctx_t *ctx, s_sbx_t *self)
-{
-    krt_log_actor(ctx, KRT_LOG_WARN, "guest_lost", "sandbox=%s", self->a.record.id);
-    s_fail_waiters(ctx, self, KA_UNAVAILABLE, "the sandbox guest exited");
-    ka_guestconn_destroy(&self->gc);
-    self->watching = false;
-    if (self->op_type == 0 && !self->delete_pending)
-        s_mark(ctx, self, KA_STATE_FAILED, KA_FAIL_GUEST_EXITED,
-               "the sandbox guest exited; delete the sandbox and create a new one");
+    krt_send(ctx, krt_self(ctx), MSG_GUEST_MORE, NULL, 0);
 }
 
 /* ---- guest requests ------------------------------------------------------------------------- */
@@ -585,6 +700,37 @@ static int s_guest_send(s_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
     }
 }
 
+/* What the guest's frames for q may be. */
+static ka_gc_kind_t s_guest_kind(const ka_guest_req_t *q)
+{
+    switch (q->op) {
+    case KA_GUEST_START:
+        return KA_GC_START;
+    case KA_GUEST_GET:
+    case KA_GUEST_SIGNAL:
+        return KA_GC_PROC;
+    case KA_GUEST_OUTPUT:
+        return KA_GC_OUTPUT;
+    case KA_GUEST_READ:
+        return KA_GC_READ;
+    default:
+        return KA_GC_UNARY;
+    }
+}
+
+/* Writes what is queued for the guest and watches the channel. */
+static void s_guest_flush(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    if (!self->gc)
+        return;
+    int rc = ka_guestconn_flush(self->gc);
+    if (rc && rc != -EAGAIN) {
+        s_guest_lost(ctx, self);
+        return;
+    }
+    s_watch(ctx, self);
+}
+
 static bool s_guest_req_ok(const void *body, size_t len)
 {
     const ka_guest_req_t *q = body;
@@ -616,8 +762,23 @@ static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t 
         s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
         return;
     }
+    ka_gc_kind_t kind = s_guest_kind(q);
+    bool streams = ka_gc_kind_streams(kind);
+    if (self->calls.n >= MAX_GUEST_CALLS ||
+        (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
+        s_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
+                       "too many open calls on this sandbox (%d streams and %d calls at most); "
+                       "retry when one has ended",
+                       MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
+        return;
+    }
     s_waiter_t *w = calloc(1, sizeof *w);
-    int rc = w ? s_guest_send(self, q, &w->gid) : -ENOMEM;
+    uint64_t gid = 0;
+    int rc = w ? s_guest_send(self, q, &gid) : -ENOMEM;
+    const uint64_t off[2] = {q->stdout_offset, q->stderr_offset};
+    if (!rc && !ka_gc_add(&self->calls, gid, kind, q->proc, off, streams ? KA_GP_WINDOW : 0,
+                          krt_now_ms(), w))
+        rc = -ENOMEM; /* the request went out: its reply will be dropped as stale */
     if (rc) {
         free(w);
         s_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",
@@ -627,26 +788,75 @@ static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t 
     w->to = from;
     w->ref = ref;
     w->op = q->op;
-    w->next = self->waiters;
-    self->waiters = w;
-    rc = ka_guestconn_flush(self->gc);
-    if (rc && rc != -EAGAIN) {
-        s_guest_lost(ctx, self);
-        return;
+    if (!ref) { /* a sink: each watches the other (a sink that vanishes frees its window) */
+        krt_send(ctx, from, KA_SBX_GUEST_BOUND, NULL, 0);
+        krt_monitor(ctx, from);
     }
-    s_watch(ctx, self);
+    if (!krt_timer_armed(&self->sweep))
+        krt_timer_arm(ctx, &self->sweep, SWEEP_MS, MSG_SWEEP, 0);
+    s_guest_flush(ctx, self);
 }
 
-/* A stream's reader went away: cancel its guest streams, answer nothing more. */
+/* The guest stream call of sink `from` (NULL if none). */
+static ka_gc_call_t *s_call_of(s_sbx_t *self, krt_addr_t from)
+{
+    for (ka_gc_call_t *c = self->calls.head; c; c = c->next) {
+        const s_waiter_t *w = c->user;
+        if (w->to == from && !w->ref)
+            return c;
+    }
+    return NULL;
+}
+
+/* A sink's reader went away: its call ends here and now (a stream is cancelled in the guest;
+ * what the guest still sends for it is dropped as stale), nothing more is answered. */
 static void s_on_cancel(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from)
 {
-    for (s_waiter_t *w = self->waiters; w; w = w->next)
-        if (w->to == from && !w->ref && self->gc)
-            ka_guestconn_cancel(self->gc, w->gid, NULL);
-    if (self->gc) {
-        ka_guestconn_flush(self->gc);
-        s_watch(ctx, self);
+    ka_gc_call_t *c;
+    while ((c = s_call_of(self, from))) {
+        if (self->gc && ka_gc_kind_streams(c->kind))
+            ka_guestconn_cancel(self->gc, c->id, NULL);
+        s_end_call(ctx, self, c, KA_OK, "");
     }
+    s_guest_flush(ctx, self);
+}
+
+/* A sink's reader consumed data: the guest may send that much more (never more than was
+ * delivered: a sink cannot grant the guest credit it did not spend). */
+static void s_on_credit(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, const void *body,
+                        size_t len)
+{
+    const ka_sbx_credit_t *cr = body;
+    ka_gc_call_t *c = len == sizeof *cr ? s_call_of(self, from) : NULL;
+    if (!c || !self->gc || !ka_gc_kind_streams(c->kind))
+        return;
+    uint64_t grant = ka_gc_credit(c, cr->bytes);
+    if (grant && ka_guestconn_credit(self->gc, c->id, grant) == 0)
+        s_guest_flush(ctx, self);
+}
+
+/* Deadlines: a call whose guest sent nothing for GUEST_IDLE_MS fails (a stream waiting for
+ * its reader to take data is not waiting for the guest); without a guest every call fails. */
+static void s_on_sweep(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    uint64_t now = krt_now_ms();
+    ka_gc_call_t *c = self->calls.head;
+    while (c) {
+        ka_gc_call_t *next = c->next;
+        bool blocked = c->credit == 0;
+        if (!self->gc)
+            s_end_call(ctx, self, c, KA_UNAVAILABLE, "the sandbox guest is not running");
+        else if (!blocked && now - c->last_ms > GUEST_IDLE_MS) {
+            if (ka_gc_kind_streams(c->kind))
+                ka_guestconn_cancel(self->gc, c->id, NULL);
+            s_end_call(ctx, self, c, KA_DEADLINE_EXCEEDED,
+                       "the sandbox guest did not answer in time");
+        }
+        c = next;
+    }
+    s_guest_flush(ctx, self);
+    if (self->calls.head)
+        krt_timer_arm(ctx, &self->sweep, SWEEP_MS, MSG_SWEEP, 0);
 }
 
 /* ---- lifecycle requests -----------------------------------------------------------------------
@@ -670,6 +880,31 @@ static bool s_busy(const s_sbx_t *self)
     return self->op_type != 0 || self->store_step != SS_IDLE;
 }
 
+/* A create replayed by the manager (its receipt names this sandbox): while the create runs, the
+ * replay waits for its answer; after, it gets the record as this actor knows it (which is ahead
+ * of the store's while a result is being written). */
+static void s_on_replay(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,
+                        const void *body, size_t len)
+{
+    const ka_sbx_create_t *c = body;
+    if (len != sizeof *c || !memchr(c->caller, 0, sizeof c->caller) ||
+        strcmp(c->caller, self->a.record.creator) != 0) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (self->op_type != KA_SBX_CREATE) {
+        s_reply_record(ctx, self, from, ref, KA_SBX_CREATE);
+        return;
+    }
+    s_joiner_t *j = malloc(sizeof *j);
+    if (!j) {
+        s_reply_status(ctx, from, ref, KA_SBX_CREATE, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    *j = (s_joiner_t){self->joiners, from, ref};
+    self->joiners = j;
+}
+
 static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t from,
                           uint64_t ref, const void *body, size_t len)
 {
@@ -683,6 +918,10 @@ static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr
         return;
     }
     if (type == KA_SBX_DELETE) {
+        if (self->a.record.deleted_ms) { /* retired: the tombstone, as for any deleted one */
+            s_reply_record(ctx, self, from, ref, type);
+            return;
+        }
         if (self->delete_pending || self->op_type == KA_SBX_DELETE) {
             s_reply_status(ctx, from, ref, type, KA_ABORTED, "a delete of this sandbox is running");
             return;
@@ -756,8 +995,19 @@ static void s_after_intent(krt_ctx_t *ctx, s_sbx_t *self)
     s_job_kind_t kind = self->op_type == KA_SBX_DELETE    ? JOB_STOP
                         : self->op_type == KA_SBX_SUSPEND ? JOB_SUSPEND
                                                           : JOB_RESUME;
+    if (kind == JOB_SUSPEND) /* the guest stops with the compute: its callers learn it now */
+        s_fail_waiters(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
     if (s_submit(ctx, self, kind, self->a.runtime.rootfs, dir))
         s_finish(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory");
+}
+
+/* The record is a tombstone. Calls the manager routed here before it learns that are still on
+ * their way, so the actor stays and answers them as a deleted sandbox (from its record) until
+ * the manager, which then routes nothing more here, stops it (KA_SBX_STOP_). */
+static void s_retire(krt_ctx_t *ctx)
+{
+    if (krt_send(ctx, krt_parent(ctx), KA_SBX_RETIRE_, NULL, 0))
+        krt_exit(ctx, KRT_EXIT_NORMAL); /* no manager: nothing routes here */
 }
 
 static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
@@ -779,6 +1029,16 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
             krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, MSG_TTL, 0);
             return;
         }
+        if (step == SS_RESULT && err == KA_STORE_EUNAVAIL) { /* still busy: nothing else runs */
+            krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
+            return;
+        }
+        if (step == SS_INTENT) { /* nothing was done: the sandbox stays as it was, usable */
+            self->a.record.state = self->before_state;
+            self->a.record.operation = self->before_op;
+        }
+        if (self->op_type == KA_SBX_DELETE) /* its TTL still ends it if nobody retries */
+            s_arm_ttl(ctx, self);
         s_finish(ctx, self, ka_code_of_store(err), "the sandbox store is unavailable; retry");
         return;
     }
@@ -792,7 +1052,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
     case SS_TOMBSTONE:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         s_finish(ctx, self, KA_OK, "");
-        krt_exit(ctx, KRT_EXIT_NORMAL);
+        s_retire(ctx);
         break;
     default:
         break;
@@ -801,8 +1061,13 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
 
 static void s_adopt_compute(krt_ctx_t *ctx, s_sbx_t *self, ka_sandbox_t *sb)
 {
+    /* calls of an earlier guest (before a suspend) cannot be answered by this one, and its
+     * ids start over */
+    s_fail_waiters(ctx, self, KA_UNAVAILABLE, "the sandbox guest restarted");
     self->compute = sb;
     self->gc = ka_guestconn_new(ka_driver_channel(self->a.driver, sb), false);
+    if (self->gc)
+        ka_guestconn_set_window(self->gc, KA_GP_WINDOW);
     s_watch(ctx, self);
 }
 
@@ -843,6 +1108,9 @@ static void s_dispatch(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t 
                        const void *body, size_t len)
 {
     switch (type) {
+    case KA_SBX_CREATE:
+        s_on_replay(ctx, self, from, ref, body, len);
+        break;
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
     case KA_SBX_DELETE:
@@ -853,6 +1121,9 @@ static void s_dispatch(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr_t 
         break;
     case KA_SBX_GUEST_CANCEL:
         s_on_cancel(ctx, self, from);
+        break;
+    case KA_SBX_GUEST_CREDIT:
+        s_on_credit(ctx, self, from, body, len);
         break;
     case KA_SBX_GET:
         s_reply_record(ctx, self, from, ref, type);
@@ -878,9 +1149,25 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         s_on_job_done(ctx, self, msg);
         break;
     case KRT_MSG_FD_READY:
-        s_on_guest_io(ctx, self);
+        s_on_guest_io(ctx, self, true);
+        break;
+    case MSG_GUEST_MORE:
+        s_on_guest_io(ctx, self, false);
+        break;
+    case MSG_SWEEP:
+        s_on_sweep(ctx, self);
+        break;
+    case KRT_MSG_DOWN: /* a sink stopped: what it still had open ends */
+        if (msg->len == sizeof(krt_down_t))
+            s_on_cancel(ctx, self, ((const krt_down_t *)msg->body)->who);
+        break;
+    case MSG_RETRY_RESULT:
+        if (self->store_step == SS_RESULT && !self->store_ref)
+            s_retry_result(ctx, self);
         break;
     case MSG_TTL:
+        if (self->a.record.deleted_ms) /* retired: a timer that fired as the delete ended */
+            break;
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_expired", "sandbox=%s", self->a.record.id);
         if (!self->delete_pending && self->op_type != KA_SBX_DELETE) {
             self->delete_pending = true;
@@ -888,6 +1175,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             if (!s_busy(self))
                 s_start_delete(ctx, self);
         }
+        break;
+    case KA_SBX_STOP_:
+        if (msg->from == krt_parent(ctx) && self->a.record.deleted_ms)
+            krt_exit(ctx, KRT_EXIT_NORMAL);
         break;
     case KA_SBX_FORWARD_: {
         const ka_sbx_forward_t *f = msg->body;
@@ -946,6 +1237,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     if (self->op_answer)
         s_reply_status(ctx, self->op_from, self->op_ref, self->op_type, KA_UNAVAILABLE,
                        "the node is shutting down; retry");
+    s_answer_joiners(ctx, self, KA_UNAVAILABLE, "the node is shutting down; retry");
     if (self->delete_pending && self->del_answer)
         s_reply_status(ctx, self->del_from, self->del_ref, KA_SBX_DELETE, KA_UNAVAILABLE,
                        "the node is shutting down; retry");
@@ -959,9 +1251,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 static void s_describe(const void *state, char *out, size_t cap)
 {
     const s_sbx_t *self = state;
-    size_t n = 0;
-    for (const s_waiter_t *w = self->waiters; w; w = w->next)
-        n++;
+    size_t n = self->calls.n;
     snprintf(out, cap,
              "{\"id\":\"%s\",\"creator\":\"%s\",\"state\":\"%s\",\"operation\":\"%s\","
              "\"expires_ms\":%lld,\"guest_calls\":%zu}",

@@ -176,6 +176,25 @@ static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
     return 0;
 }
 
+/* Hands a call to a live sandbox's actor, which answers the original requester. */
+static void s_forward(krt_ctx_t *ctx, krt_addr_t actor, krt_addr_t from, uint64_t ref,
+                      uint32_t type, const void *body, size_t len)
+{
+    ka_sbx_forward_t *f = malloc(sizeof *f + len);
+    if (!f) {
+        s_fail(ctx, from, ref, type, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    f->from = from;
+    f->ref = ref;
+    f->type = type;
+    f->len = len;
+    memcpy(f->body, body, len);
+    if (krt_send(ctx, actor, KA_SBX_FORWARD_, f, sizeof *f + len))
+        s_fail(ctx, from, ref, type, KA_UNAVAILABLE, "the sandbox is restarting; retry");
+    free(f);
+}
+
 /* ---- create ------------------------------------------------------------------------------- */
 
 static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *why, size_t cap)
@@ -262,6 +281,12 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
         s_fail_op(ctx, op,
                   ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
                   msg->len >= sizeof *r ? r->status.message : "malformed store reply");
+        return;
+    }
+    krt_addr_t actor = r->created ? KRT_ADDR_NONE : s_live(self, r->sandbox.id);
+    if (actor) { /* idempotent replay of a live sandbox: its actor knows more than the row */
+        s_forward(ctx, actor, op->from, op->from_ref, op->type, &op->cr, sizeof op->cr);
+        s_op_free(op);
         return;
     }
     if (!r->created) { /* idempotent replay: the winning insert, even after delete */
@@ -419,18 +444,7 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     }
     krt_addr_t actor = s_live(self, id);
     if (actor) {
-        ka_sbx_forward_t *f = malloc(sizeof *f + msg->len);
-        if (!f)
-            return;
-        f->from = msg->from;
-        f->ref = msg->ref;
-        f->type = msg->type;
-        f->len = msg->len;
-        memcpy(f->body, msg->body, msg->len);
-        if (krt_send(ctx, actor, KA_SBX_FORWARD_, f, sizeof *f + msg->len))
-            s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE,
-                   "the sandbox is restarting; retry");
-        free(f);
+        s_forward(ctx, actor, msg->from, msg->ref, msg->type, msg->body, msg->len);
         return;
     }
     if (msg->type == KA_SBX_GUEST_CANCEL)
@@ -438,6 +452,7 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     s_op_t *op = s_op_new(msg);
     if (!op || !(op->body = malloc(msg->len))) {
         s_op_free(op);
+        s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE, "out of memory; retry");
         return;
     }
     memcpy(op->body, msg->body, msg->len);
@@ -584,6 +599,21 @@ static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
         }
 }
 
+/* A sandbox actor whose record is a tombstone: route nothing more to it (later calls read the
+ * record), then stop it. Everything routed to it before is already in its mailbox, ahead of
+ * the stop, and it answers those first. Unlinked first: its normal exit must not reach us as
+ * the exit of an actor that is not our child. */
+static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
+{
+    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (*a == who) {
+            zhashx_delete(self->live, zhashx_cursor(self->live));
+            krt_unlink(ctx, who);
+            krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
+            return;
+        }
+}
+
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
@@ -620,6 +650,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     }
     case KRT_MSG_DOWN:
         s_on_down(self, msg);
+        break;
+    case KA_SBX_RETIRE_:
+        s_on_retire(ctx, self, msg->from);
         break;
     case KRT_MSG_EXIT: { /* trapped: a child's exit is handled by DOWN; anyone else's stops us */
         const krt_exit_t *e = msg->body;

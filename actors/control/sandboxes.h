@@ -61,6 +61,7 @@ extern const krt_behaviour_t ka_sandbox_behaviour;
 #define KA_FAIL_START        "StartFailed"
 #define KA_FAIL_COMPUTE_LOST "ComputeLost"
 #define KA_FAIL_GUEST_EXITED "GuestExited"
+#define KA_FAIL_GUEST_PROTO  "GuestProtocolViolation"
 #define KA_FAIL_RESUME       "ResumeFailed"
 #define KA_FAIL_SUSPEND      "SuspendFailed"
 

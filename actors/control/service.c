@@ -5,6 +5,8 @@
 #include <string.h>
 
 #define MSG_STREAM_CANCEL (KA_CTL_MSG_LAST_ + 16)
+#define MSG_STREAM_ACK    (KA_CTL_MSG_LAST_ + 17) /* body uint64_t: bytes the reader consumed */
+#define MSG_BIND_TIMEOUT  (KA_CTL_MSG_LAST_ + 18)
 
 struct ka_service {
     krt_system_t *sys;
@@ -108,7 +110,14 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
     return ((const ka_status_t *)reply->body)->code;
 }
 
-/* ---- streams: one sink actor per stream ---------------------------------------------------- */
+/* ---- streams: one sink actor per stream -----------------------------------------------------
+ *
+ * The sink sends the request to the sandboxes manager, which forwards it to the sandbox's
+ * actor; that actor answers KA_SBX_GUEST_BOUND when it takes the call (or a final frame if it
+ * refuses it). From then on the sink monitors it (its end ends the call with UNAVAILABLE) and
+ * returns the reader's credit to it directly. A call that no actor takes within
+ * KA_SVC_BIND_MS (the actor was stopping, the message was dropped) ends UNAVAILABLE too: no
+ * caller waits forever. */
 
 typedef struct {
     ka_svc_frame_cb cb;
@@ -122,6 +131,9 @@ typedef struct {
 typedef struct {
     s_sink_args_t a;
     bool done;
+    krt_addr_t sandbox; /* the sandbox actor that took the call (0 until then) */
+    uint64_t monitor;
+    krt_timer_t bind;
 } s_sink_t;
 
 static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t *f, size_t len)
@@ -129,6 +141,25 @@ static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t 
     self->done = true;
     self->a.cb(self->a.user, f, len);
     krt_exit(ctx, KRT_EXIT_NORMAL);
+}
+
+static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int code, const char *message)
+{
+    ka_guest_reply_t f;
+    memset(&f, 0, sizeof f);
+    f.final = 1;
+    f.status.code = code;
+    snprintf(f.status.message, sizeof f.status.message, "%s", message);
+    s_sink_final(ctx, self, &f, sizeof f);
+}
+
+static void s_sink_bound(krt_ctx_t *ctx, s_sink_t *self, krt_addr_t sandbox)
+{
+    if (self->sandbox)
+        return;
+    krt_timer_cancel(ctx, &self->bind);
+    self->sandbox = sandbox;
+    self->monitor = krt_monitor(ctx, sandbox);
 }
 
 static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -142,14 +173,22 @@ static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             s_sink_final(ctx, self, f, msg->len);
         else
             self->a.cb(self->a.user, f, msg->len);
+    } else if (msg->type == KA_SBX_GUEST_BOUND) {
+        s_sink_bound(ctx, self, msg->from);
+    } else if (msg->type == MSG_STREAM_ACK && msg->len == sizeof(uint64_t) && self->sandbox) {
+        ka_sbx_credit_t cr = {.bytes = *(const uint64_t *)msg->body};
+        krt_send(ctx, self->sandbox, KA_SBX_GUEST_CREDIT, &cr, sizeof cr);
+    } else if (msg->type == KRT_MSG_DOWN && self->monitor &&
+               ((const krt_down_t *)msg->body)->ref == self->monitor) {
+        s_sink_fail(ctx, self, KA_UNAVAILABLE,
+                    "the sandbox went away while the call was open (deleted, stopped or "
+                    "restarting); the call may have had effects");
+    } else if (msg->type == MSG_BIND_TIMEOUT) {
+        s_sink_fail(ctx, self, KA_UNAVAILABLE, "the sandbox did not take the call; retry");
     } else if (msg->type == MSG_STREAM_CANCEL) {
-        krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST_CANCEL, &self->a.key, sizeof self->a.key);
-        ka_guest_reply_t f;
-        memset(&f, 0, sizeof f);
-        f.final = 1;
-        f.status.code = KA_CANCELLED;
-        snprintf(f.status.message, sizeof f.status.message, "the call was cancelled");
-        s_sink_final(ctx, self, &f, sizeof f);
+        krt_send(ctx, self->sandbox ? self->sandbox : self->a.sandboxes, KA_SBX_GUEST_CANCEL,
+                 &self->a.key, sizeof self->a.key);
+        s_sink_fail(ctx, self, KA_CANCELLED, "the call was cancelled");
     }
 }
 
@@ -161,13 +200,25 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     int rc = krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST, self->a.req, self->a.len);
     free(self->a.req);
     self->a.req = NULL;
+    if (!rc)
+        rc = krt_timer_arm(ctx, &self->bind, KA_SVC_BIND_MS, MSG_BIND_TIMEOUT, 0);
+    if (rc) { /* terminate does not run after a failed init: the caller learns it here */
+        ka_guest_reply_t f;
+        memset(&f, 0, sizeof f);
+        f.final = 1;
+        f.status.code = KA_UNAVAILABLE;
+        snprintf(f.status.message, sizeof f.status.message,
+                 "the sandbox service is not running; retry");
+        self->done = true;
+        self->a.cb(self->a.user, &f, sizeof f);
+    }
     return rc;
 }
 
 static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_sink_t *self = state;
-    if (!self->done) { /* stopped before its end (init failed, node shutting down) */
+    if (!self->done) { /* stopped before its end (node shutting down) */
         ka_guest_reply_t f;
         memset(&f, 0, sizeof f);
         f.final = 1;
@@ -219,6 +270,12 @@ int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_s
 void ka_svc_stream_cancel(ka_service_t *svc, krt_addr_t stream)
 {
     krt_system_send(svc->sys, stream, MSG_STREAM_CANCEL, NULL, 0);
+}
+
+void ka_svc_stream_ack(ka_service_t *svc, krt_addr_t stream, uint64_t bytes)
+{
+    if (bytes)
+        krt_system_send(svc->sys, stream, MSG_STREAM_ACK, &bytes, sizeof bytes);
 }
 
 ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,

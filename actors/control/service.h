@@ -40,14 +40,26 @@ int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, 
 int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
                      krt_reply_t *reply);
 
+/* How long a guest call may wait for the sandbox's actor to take it. */
+#define KA_SVC_BIND_MS 15000
+
 /* A guest call whose reply is frames (OUTPUT, READ), or any guest call. on_frame gets each
- * frame; the last has final = 1 and carries the status. */
+ * frame; the last has final = 1 and carries the status.
+ *
+ * Flow control: a stream's data frames stop once KA_GP_WINDOW bytes of their tails are
+ * outstanding; the reader returns each frame's tail_len with ka_svc_stream_ack once it has
+ * passed the bytes on (sent them to its client), and the guest sends that much more. A reader
+ * that never acks holds at most one window. Every call ends: with its final frame, or
+ * UNAVAILABLE when the sandbox's actor goes away or never takes the call, or
+ * DEADLINE_EXCEEDED when the guest stops answering (see actors/substrate/README.md). */
 typedef void (*ka_svc_frame_cb)(void *user, const ka_guest_reply_t *frame, size_t len);
 int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
                   void *user, krt_addr_t *stream);
 /* Ends a stream early: the callback gets one final CANCELLED frame unless the final frame was
  * already delivered. Safe to call at any time, also after the end (then it does nothing). */
 void ka_svc_stream_cancel(ka_service_t *svc, krt_addr_t stream);
+/* The reader consumed `bytes` of data (tail_len of data frames) of stream. Any thread. */
+void ka_svc_stream_ack(ka_service_t *svc, krt_addr_t stream, uint64_t bytes);
 
 /* Builds a guest request with a tail of `tail_len` bytes (zeroed). Free with free(). */
 ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,

@@ -56,11 +56,16 @@ typedef struct s_proc {
     struct s_proc *next;
 } s_proc_t;
 
+/* An open reply stream: a process's output, or a file being read. */
 typedef struct s_stream {
     uint64_t req;
-    s_proc_t *p;
+    s_proc_t *p; /* output streams */
     uint64_t off[2];
     bool follow;
+    int fd; /* read streams: the file (-1 when none) */
+    uint64_t roff, rsize;
+    uint64_t credit;  /* data bytes it may still send (UINT64_MAX: not credit-bound) */
+    uint64_t last_ms; /* monotonic ms of its last frame (keepalives) */
     struct s_stream *next;
 } s_stream_t;
 
@@ -213,28 +218,48 @@ static bool s_proc_done(const s_proc_t *p)
     return p->state == KA_GP_STATE_EXITED && p->pipe_fd[0] < 0 && p->pipe_fd[1] < 0;
 }
 
-/* Sends what s can send now; true when s is finished (its end frame queued). */
-static bool s_stream_pump(s_stream_t *s)
+/* How many bytes s may send now (at most a chunk), 0 when it must wait. */
+static size_t s_allowance(const s_stream_t *s, uint64_t avail)
+{
+    uint64_t n = avail < KA_GP_CHUNK ? avail : KA_GP_CHUNK;
+    if (n > s->credit)
+        n = s->credit;
+    return s_queued() > S_OUTBUF_HIGH ? 0 : (size_t)n;
+}
+
+/* Queues one data frame of stream s under key. */
+static void s_data_frame(s_stream_t *s, const char *key, const char *data, size_t n,
+                         const uint64_t *offset)
+{
+    size_t off = s_begin(s->req, offset ? 2 : 1);
+    s_key(key);
+    ka_gp_pack_bytes(&G.pk, data, n, true);
+    if (offset) {
+        s_key("offset");
+        msgpack_pack_uint64(&G.pk, *offset);
+    }
+    s_end(off);
+    if (s->credit != UINT64_MAX)
+        s->credit -= n;
+    s->last_ms = s_mono_ms();
+}
+
+static char s_chunk[KA_GP_CHUNK];
+
+/* Sends what an output stream can send now; true when it is finished (end frame queued). */
+static bool s_output_pump(s_stream_t *s)
 {
     static const char *names[2] = {"stdout", "stderr"};
-    static char chunk[KA_GP_CHUNK];
     s_proc_t *p = s->p;
     for (int k = 0; k < 2; k++) {
         while (s->off[k] < p->spooled[k]) {
-            if (s_queued() > S_OUTBUF_HIGH)
-                return false; /* resumed after the channel drains */
-            size_t want = p->spooled[k] - s->off[k];
-            if (want > sizeof(chunk))
-                want = sizeof(chunk);
-            ssize_t n = pread(p->spool_fd[k], chunk, want, (off_t)s->off[k]);
+            size_t want = s_allowance(s, p->spooled[k] - s->off[k]);
+            if (want == 0)
+                return false; /* resumed when the channel drains or credit returns */
+            ssize_t n = pread(p->spool_fd[k], s_chunk, want, (off_t)s->off[k]);
             if (n <= 0)
                 break;
-            size_t off = s_begin(s->req, 2);
-            s_key(names[k]);
-            ka_gp_pack_bytes(&G.pk, chunk, (size_t)n, true);
-            s_key("offset");
-            msgpack_pack_uint64(&G.pk, s->off[k]);
-            s_end(off);
+            s_data_frame(s, names[k], s_chunk, (size_t)n, &s->off[k]);
             s->off[k] += (uint64_t)n;
         }
     }
@@ -252,6 +277,76 @@ static bool s_stream_pump(s_stream_t *s)
     return true;
 }
 
+/* Sends what a read stream can send now (the file, a chunk at a time); true when finished. */
+static bool s_read_pump(s_stream_t *s)
+{
+    while (s->fd >= 0 && s->roff < s->rsize) {
+        size_t want = s_allowance(s, s->rsize - s->roff);
+        if (want == 0)
+            return false;
+        ssize_t n = pread(s->fd, s_chunk, want, (off_t)s->roff);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) { /* the file shrank: what was read is what there is */
+            s->rsize = s->roff;
+            break;
+        }
+        s_data_frame(s, "chunk", s_chunk, (size_t)n, NULL);
+        s->roff += (uint64_t)n;
+    }
+    size_t fo = s_begin(s->req, 2);
+    s_key("size");
+    msgpack_pack_uint64(&G.pk, s->roff);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(fo);
+    return true;
+}
+
+static bool s_stream_pump(s_stream_t *s)
+{
+    return s->p ? s_output_pump(s) : s_read_pump(s);
+}
+
+static void s_stream_free(s_stream_t *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s);
+}
+
+/* A new stream for request id: credit from the request's "window" (none: not bound). */
+static s_stream_t *s_stream_new(uint64_t id, const msgpack_object *req)
+{
+    s_stream_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->req = id;
+    s->fd = -1;
+    s->credit = UINT64_MAX;
+    ka_gp_get_u64(req, "window", &s->credit);
+    s->last_ms = s_mono_ms();
+    return s;
+}
+
+static void s_stream_add(s_stream_t *s)
+{
+    s->next = G.streams;
+    G.streams = s;
+}
+
+/* Keepalives for streams that have been quiet for KA_GP_KEEPALIVE_MS. */
+static void s_keepalive(void)
+{
+    uint64_t now = s_mono_ms();
+    for (s_stream_t *s = G.streams; s; s = s->next) {
+        if (now - s->last_ms < KA_GP_KEEPALIVE_MS)
+            continue;
+        s_end(s_begin(s->req, 0));
+        s->last_ms = now;
+    }
+}
+
 static void s_pump_all(void)
 {
     s_stream_t **pp = &G.streams;
@@ -259,7 +354,7 @@ static void s_pump_all(void)
         s_stream_t *s = *pp;
         if (s_stream_pump(s)) {
             *pp = s->next;
-            free(s);
+            s_stream_free(s);
         } else {
             pp = &s->next;
         }
@@ -591,7 +686,7 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     G.running++;
     bool follow = false;
     ka_gp_get_bool(req, "follow", &follow);
-    s_stream_t *s = follow ? calloc(1, sizeof(*s)) : NULL;
+    s_stream_t *s = follow ? s_stream_new(id, req) : NULL;
     if (!s) {
         s_reply_process(id, p);
         return;
@@ -601,11 +696,9 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     s_key("process");
     s_pack_process(p);
     s_end(off);
-    s->req = id;
     s->p = p;
     s->follow = true;
-    s->next = G.streams;
-    G.streams = s;
+    s_stream_add(s);
     return;
 
 fail_errno:
@@ -697,22 +790,20 @@ static void s_op_output(uint64_t id, const msgpack_object *req)
         s_reply_err(id, -ENOENT, "no such process");
         return;
     }
-    s_stream_t *s = calloc(1, sizeof(*s));
+    s_stream_t *s = s_stream_new(id, req);
     if (!s) {
         s_reply_err(id, -ENOMEM, "out of memory");
         return;
     }
-    s->req = id;
     s->p = p;
     ka_gp_get_u64(req, "stdout_offset", &s->off[0]);
     ka_gp_get_u64(req, "stderr_offset", &s->off[1]);
     ka_gp_get_bool(req, "follow", &s->follow);
     if (s_stream_pump(s)) {
-        free(s);
+        s_stream_free(s);
         return;
     }
-    s->next = G.streams;
-    G.streams = s;
+    s_stream_add(s);
 }
 
 static void s_op_cancel(uint64_t id, const msgpack_object *req)
@@ -724,11 +815,23 @@ static void s_op_cancel(uint64_t id, const msgpack_object *req)
             s_stream_t *s = *pp;
             *pp = s->next;
             s_reply_end(s->req);
-            free(s);
+            s_stream_free(s);
             break;
         }
     }
     s_reply_end(id);
+}
+
+/* Credit returned by the node for one stream (no reply). */
+static void s_op_credit(uint64_t id, const msgpack_object *req)
+{
+    uint64_t target = 0, bytes = 0;
+    (void)id;
+    ka_gp_get_u64(req, "target", &target);
+    ka_gp_get_u64(req, "bytes", &bytes);
+    for (s_stream_t *s = G.streams; s; s = s->next)
+        if (s->req == target && s->credit != UINT64_MAX)
+            s->credit = UINT64_MAX - s->credit > bytes ? s->credit + bytes : UINT64_MAX - 1;
 }
 
 static void s_op_read(uint64_t id, const msgpack_object *req)
@@ -741,27 +844,23 @@ static void s_op_read(uint64_t id, const msgpack_object *req)
         return;
     }
     ka_gp_get_u64(req, "mode", &mode);
-    char *data = NULL;
-    size_t len = 0;
-    int rc = ka_gf_read(G.ws_fd, path, pn, (unsigned)mode, KA_GP_FILE_CAP, &data, &len);
-    if (rc < 0) {
-        s_reply_err(id, rc, ka_gf_strerror(rc));
+    int fd = -1;
+    size_t size = 0;
+    int rc = ka_gf_open_read(G.ws_fd, path, pn, (unsigned)mode, KA_GP_FILE_CAP, &fd, &size);
+    s_stream_t *s = rc < 0 ? NULL : s_stream_new(id, req);
+    if (!s) {
+        if (fd >= 0)
+            close(fd);
+        rc = rc < 0 ? rc : -ENOMEM;
+        s_reply_err(id, rc, rc == -ENOMEM ? "out of memory" : ka_gf_strerror(rc));
         return;
     }
-    for (size_t off = 0; off < len; off += KA_GP_CHUNK) {
-        size_t n = len - off < KA_GP_CHUNK ? len - off : KA_GP_CHUNK;
-        size_t fo = s_begin(id, 1);
-        s_key("chunk");
-        ka_gp_pack_bytes(&G.pk, data + off, n, true);
-        s_end(fo);
-    }
-    free(data);
-    size_t fo = s_begin(id, 2);
-    s_key("size");
-    msgpack_pack_uint64(&G.pk, len);
-    s_key("end");
-    msgpack_pack_true(&G.pk);
-    s_end(fo);
+    s->fd = fd;
+    s->rsize = size;
+    if (s_stream_pump(s))
+        s_stream_free(s);
+    else
+        s_stream_add(s);
 }
 
 static void s_op_write(uint64_t id, const msgpack_object *req)
@@ -817,7 +916,7 @@ static void s_dispatch(const uint8_t *body, size_t len)
             void (*fn)(uint64_t, const msgpack_object *);
         } ops[] = {{"start", s_op_start}, {"get", s_op_get},       {"signal", s_op_signal},
                    {"input", s_op_input}, {"output", s_op_output}, {"read", s_op_read},
-                   {"write", s_op_write}, {"cancel", s_op_cancel}};
+                   {"write", s_op_write}, {"cancel", s_op_cancel}, {"credit", s_op_credit}};
         bool found = false;
         if (on == 4 && memcmp(op, "ping", 4) == 0) {
             s_reply_end(id);
@@ -1078,9 +1177,14 @@ static int s_poll_timeout(void)
         if (!next || p->deadline < next)
             next = p->deadline;
     }
+    for (s_stream_t *s = G.streams; s; s = s->next) {
+        uint64_t due = s->last_ms + KA_GP_KEEPALIVE_MS;
+        if (!next || due < next)
+            next = due;
+    }
     if (!next)
         return -1;
-    return (int)(next - now);
+    return next > now ? (int)(next - now) : 0;
 }
 
 int main(int argc, char **argv)
@@ -1128,8 +1232,12 @@ int main(int argc, char **argv)
         int rc = poll(pfd, n, s_poll_timeout());
         if (rc < 0 && errno != EINTR)
             return 4;
-        if (rc <= 0)
+        s_keepalive();
+        if (rc <= 0) {
+            if (s_channel_flush() < 0)
+                s_shutdown(0);
             continue;
+        }
         if (pfd[1].revents)
             s_on_signal();
         for (size_t i = 2; i < n; i++) {

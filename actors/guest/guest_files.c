@@ -123,13 +123,13 @@ static int s_check_regular(int fd, size_t cap, size_t *size)
     return 0;
 }
 
-int ka_gf_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_t cap, char **data,
-               size_t *len)
+int ka_gf_open_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_t cap,
+                    int *fd_out, size_t *size)
 {
     int rc;
     char *rel = s_rel(path, pathlen, &rc);
-    *data = NULL;
-    *len = 0;
+    *fd_out = -1;
+    *size = 0;
     if (!rel)
         return rc;
     int fd = s_open(ws_fd, rel, O_RDONLY | O_NONBLOCK, 0);
@@ -150,32 +150,12 @@ int ka_gf_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_
     free(rel);
     if (fd < 0)
         return fd;
-    size_t size = 0;
-    rc = s_check_regular(fd, cap, &size);
-    char *buf = NULL;
-    if (rc == 0 && size > 0) {
-        buf = malloc(size);
-        if (!buf)
-            rc = -ENOMEM;
-    }
-    size_t got = 0;
-    while (rc == 0 && got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = -errno;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd);
+    rc = s_check_regular(fd, cap, size);
     if (rc < 0) {
-        free(buf);
+        close(fd);
         return rc;
     }
-    *data = buf;
-    *len = got;
+    *fd_out = fd;
     return 0;
 }
 

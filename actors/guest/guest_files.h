@@ -14,12 +14,13 @@
 #include <stdint.h>
 
 /*
- * Reads path into a malloc'd buffer (*data, caller frees; NULL when empty).
- * A missing file with mode != 0 is created empty (with its parents) and reads as empty.
+ * Opens path for reading: *fd (caller closes) and its *size now, so the caller can stream it
+ * in chunks (nothing holds the whole file). A missing file with mode != 0 is created empty
+ * (with its parents) and reads as empty: 0 with *fd = -1 and *size = 0.
  * Errors: -ENOENT, -EACCES (escape), -EISDIR / -EINVAL (not a regular file), -EFBIG (> cap).
  */
-int ka_gf_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_t cap, char **data,
-               size_t *len);
+int ka_gf_open_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, size_t cap, int *fd,
+                    size_t *size);
 /*
  * Writes len bytes at seek (0 = truncate first), creating the file (mode, default 0644) and
  * its parents. A non-zero mode is applied to an existing file too.

@@ -38,6 +38,96 @@ long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t 
     return (long)n + 4;
 }
 
+/* Big-endian unsigned of n (1, 2 or 4) bytes. */
+static uint32_t s_be(const uint8_t *p, size_t n)
+{
+    uint32_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* One msgpack token at p[0..n): its header size, payload bytes and the elements it opens.
+ * False for the never-used byte 0xc1 or a header cut short. */
+static bool s_token(const uint8_t *p, size_t n, size_t *head, uint64_t *payload, uint64_t *opens)
+{
+    uint8_t b = p[0];
+    size_t w = 0; /* width of a length/count field after the type byte */
+    *head = 1;
+    *payload = 0;
+    *opens = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+        return true;
+    if (b <= 0x9f) { /* fixmap 0x80-0x8f, fixarray 0x90-0x9f */
+        *opens = (uint64_t)(b & 0x0f) * (b <= 0x8f ? 2 : 1);
+        return true;
+    }
+    if (b <= 0xbf) {
+        *payload = b & 0x1f;
+        return true;
+    }
+    static const uint8_t fixed[] = {[0xca - 0xc0] = 4, [0xcb - 0xc0] = 8, [0xcc - 0xc0] = 1,
+                                    [0xcd - 0xc0] = 2, [0xce - 0xc0] = 4, [0xcf - 0xc0] = 8,
+                                    [0xd0 - 0xc0] = 1, [0xd1 - 0xc0] = 2, [0xd2 - 0xc0] = 4,
+                                    [0xd3 - 0xc0] = 8, [0xd4 - 0xc0] = 2, [0xd5 - 0xc0] = 3,
+                                    [0xd6 - 0xc0] = 5, [0xd7 - 0xc0] = 9, [0xd8 - 0xc0] = 17};
+    if (b >= 0xca && b <= 0xd8) {
+        *payload = fixed[b - 0xc0];
+        return true;
+    }
+    switch (b) {
+    case 0xc4:
+    case 0xc7:
+    case 0xd9:
+        w = 1;
+        break;
+    case 0xc5:
+    case 0xc8:
+    case 0xda:
+    case 0xdc:
+    case 0xde:
+        w = 2;
+        break;
+    case 0xc6:
+    case 0xc9:
+    case 0xdb:
+    case 0xdd:
+    case 0xdf:
+        w = 4;
+        break;
+    default:
+        return false; /* 0xc1 */
+    }
+    if (n < 1 + w)
+        return false;
+    uint64_t v = s_be(p + 1, w);
+    *head = 1 + w;
+    if (b == 0xdc || b == 0xdd)
+        *opens = v;
+    else if (b == 0xde || b == 0xdf)
+        *opens = 2 * v;
+    else
+        *payload = v + (b >= 0xc7 && b <= 0xc9 ? 1 : 0); /* ext: a type byte, then the data */
+    return true;
+}
+
+int ka_gp_frame_check(const uint8_t *body, size_t len)
+{
+    uint64_t pending = 1; /* objects still to read */
+    size_t off = 0;
+    while (pending > 0) {
+        if (off >= len || pending > len - off)
+            return -EBADMSG; /* each pending object needs at least one more byte */
+        size_t head;
+        uint64_t payload, opens;
+        if (!s_token(body + off, len - off, &head, &payload, &opens) || payload > len - off - head)
+            return -EBADMSG;
+        off += head + (size_t)payload;
+        pending += opens - 1;
+    }
+    return 0; /* bytes after the object are left alone, as msgpack_unpack_next does */
+}
+
 const msgpack_object *ka_gp_get(const msgpack_object *m, const char *key)
 {
     if (!m || m->type != MSGPACK_OBJECT_MAP)

@@ -8,7 +8,17 @@
  * (--socket). Never the network.
  *
  * Framing: 4-byte big-endian length, then that many bytes holding one msgpack map. Frames
- * larger than KA_GP_MAX_FRAME are a protocol error (the connection is dropped).
+ * larger than KA_GP_MAX_FRAME (node -> guest) or KA_GP_MAX_REPLY (guest -> node) are a
+ * protocol error (the connection is dropped). The node checks every guest frame with
+ * ka_gp_frame_check before decoding it: every declared length and count must fit in it.
+ *
+ * Flow control (credits): a streaming request ("read", "output", "start" with follow) may
+ * carry "window" (uint, bytes). The guest then sends at most that many data bytes ("chunk",
+ * "stdout", "stderr" payloads) on the stream before the node returns credit with
+ * {"op": "credit", "target": stream id, "bytes": n} (no reply). Without "window" the stream
+ * is not credit-bound. A guest that sends past its credit breaks the protocol (the node kills
+ * it). A stream that has sent nothing for KA_GP_KEEPALIVE_MS sends a keepalive frame {"id"}
+ * (no data, no "end"), so the node can tell a quiet stream from a dead guest.
  *
  * Requests (node -> guest) are maps with "op" (str) and "id" (uint, chosen by the node, echoed
  * in every reply frame). Replies (guest -> node) are maps with "id" and:
@@ -35,8 +45,9 @@
  *            -ENOENT (missing and mode 0), -EFBIG (> 64 MiB), -EACCES (escape)
  *   "write"  path str, mode uint?, seek_offset uint?, data bin -> {"written": uint, "end"}
  *            seek_offset 0 truncates; > 0 writes at the offset and keeps the rest.
- *   "cancel" target uint (id of an "output" stream) -> {"end"} (the cancelled stream gets its
- *            own {"end"} first)
+ *   "cancel" target uint (id of an "output" or "read" stream) -> {"end"} (the cancelled
+ *            stream gets its own {"end"} first)
+ *   "credit" target uint, bytes uint -> no reply (see flow control)
  *
  * P, a process: {"proc": uint, "argv": [str], "pid": int, "state": uint (KA_GP_STATE_*),
  *                "exit_code": int, "started_ms": uint, "finished_ms": uint} (unix ms; 0 = not
@@ -54,17 +65,22 @@
 #include <stdint.h>
 
 #define KA_GP_VERSION    1
-#define KA_GP_CHANNEL_FD 3                 /* the inherited channel in the guest */
-#define KA_GP_MAX_FRAME  ((65u << 20))     /* 64 MiB file + headroom */
-#define KA_GP_FILE_CAP   (64u << 20)       /* file read/write transfer cap */
-#define KA_GP_CHUNK      (256u << 10)      /* bytes per output / read chunk frame */
-#define KA_GP_MAX_PROCS  10                /* concurrent running processes (default) */
-#define KA_GP_TIMEOUT_MS (3600u * 1000u)   /* default process timeout */
-#define KA_GP_SPOOL_CAP  (10u << 20)       /* bytes spooled per stream (default) */
-#define KA_GP_UID        65532             /* uid/gid user processes run as */
-#define KA_GP_WORKSPACE  "/data/workspace" /* default cwd, root of the file API */
-#define KA_GP_LOG_DIR    "/data/guest-logs"
-#define KA_GP_GUEST_PATH "/run/kagent/guest"
+#define KA_GP_CHANNEL_FD 3             /* the inherited channel in the guest */
+#define KA_GP_MAX_FRAME  ((65u << 20)) /* node -> guest: 64 MiB file + headroom */
+#define KA_GP_MAX_REPLY                                                                            \
+    ((2u << 20) + (64u << 10))               /* guest -> node: a chunk, or a process + argv        \
+                                              */
+#define KA_GP_WINDOW       (1u << 20)        /* data bytes in flight per stream (credit) */
+#define KA_GP_KEEPALIVE_MS 15000             /* a quiet stream's keepalive period */
+#define KA_GP_FILE_CAP     (64u << 20)       /* file read/write transfer cap */
+#define KA_GP_CHUNK        (256u << 10)      /* bytes per output / read chunk frame */
+#define KA_GP_MAX_PROCS    10                /* concurrent running processes (default) */
+#define KA_GP_TIMEOUT_MS   (3600u * 1000u)   /* default process timeout */
+#define KA_GP_SPOOL_CAP    (10u << 20)       /* bytes spooled per stream (default) */
+#define KA_GP_UID          65532             /* uid/gid user processes run as */
+#define KA_GP_WORKSPACE    "/data/workspace" /* default cwd, root of the file API */
+#define KA_GP_LOG_DIR      "/data/guest-logs"
+#define KA_GP_GUEST_PATH   "/run/kagent/guest"
 
 enum { KA_GP_STATE_RUNNING = 1, KA_GP_STATE_EXITED = 2 };
 
@@ -91,6 +107,14 @@ void ka_gp_frame_end(msgpack_sbuffer *sb, size_t off);
  */
 long ka_gp_frame_next(const uint8_t *buf, size_t len, size_t max, const uint8_t **body,
                       size_t *blen);
+
+/*
+ * Checks that body[0..len) starts with one msgpack object whose every declared length and count
+ * fits in the bytes there (each element takes at least one byte), before msgpack_unpack_next
+ * sizes its allocations from those counts: a 5-byte map header announcing 2^32 entries would
+ * make it allocate 100 GB. 0 or -EBADMSG.
+ */
+int ka_gp_frame_check(const uint8_t *body, size_t len);
 
 /* --- reading maps ------------------------------------------------------------------------- */
 

@@ -96,6 +96,15 @@ static const char s_v1[] =
     "CREATE TRIGGER ka_templates_changed AFTER INSERT OR UPDATE ON ka_templates"
     "  FOR EACH ROW EXECUTE FUNCTION ka_template_notify();";
 
+/* Sandbox ids are UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version 7, then random, so
+ * ids sort by creation time as in the original's examples. */
+static const char s_v2[] =
+    "CREATE FUNCTION ka_uuidv7() RETURNS uuid LANGUAGE sql VOLATILE AS $$"
+    " SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING"
+    "  substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)"
+    "  FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid $$;"
+    "ALTER TABLE ka_sandboxes ALTER COLUMN id SET DEFAULT ka_uuidv7();";
+
 typedef struct s_migration {
     int version;
     const char *sql;
@@ -103,6 +112,7 @@ typedef struct s_migration {
 
 static const s_migration_t s_migrations[] = {
     {1, s_v1},
+    {2, s_v2},
 };
 
 _Static_assert(sizeof(s_migrations) / sizeof(s_migrations[0]) == KA_SCHEMA_VERSION,

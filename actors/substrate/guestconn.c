@@ -13,6 +13,7 @@ struct ka_guestconn {
     int fd;
     bool own_fd;
     uint64_t next_id;
+    uint64_t window; /* credit per stream request; 0: streams are not credit-bound */
     msgpack_sbuffer out;
     size_t out_off;
     msgpack_packer pk;
@@ -61,6 +62,16 @@ int ka_guestconn_fd(const ka_guestconn_t *gc)
     return gc->fd;
 }
 
+void ka_guestconn_set_window(ka_guestconn_t *gc, uint64_t bytes)
+{
+    gc->window = bytes;
+}
+
+uint64_t ka_guestconn_last_id(const ka_guestconn_t *gc)
+{
+    return gc->next_id;
+}
+
 /* --- encoding ------------------------------------------------------------------------------- */
 
 static void s_key(ka_guestconn_t *gc, const char *k)
@@ -97,6 +108,13 @@ static void s_kv_u64(ka_guestconn_t *gc, const char *k, uint64_t v)
     msgpack_pack_uint64(&gc->pk, v);
 }
 
+/* The "window" key of a stream request, if the connection sets one. */
+static void s_window(ka_guestconn_t *gc)
+{
+    if (gc->window)
+        s_kv_u64(gc, "window", gc->window);
+}
+
 int ka_guestconn_ping(ka_guestconn_t *gc, uint64_t *id)
 {
     return s_end(gc, s_begin(gc, "ping", 0, id));
@@ -114,12 +132,15 @@ int ka_guestconn_start(ka_guestconn_t *gc, const ka_gp_start_t *req, uint64_t *i
     for (size_t i = 0; i < envc; i++)
         if (!strchr(req->env[i], '='))
             return -EINVAL;
-    size_t off =
-        s_begin(gc, "start", 3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0), id);
+    bool win = req->follow && gc->window;
+    size_t off = s_begin(gc, "start",
+                         3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0) + win, id);
     if (req->follow) {
         s_key(gc, "follow");
         msgpack_pack_true(&gc->pk);
     }
+    if (win)
+        s_window(gc);
     s_key(gc, "argv");
     msgpack_pack_array(&gc->pk, argc);
     for (size_t i = 0; i < argc; i++)
@@ -180,7 +201,8 @@ int ka_guestconn_input(ka_guestconn_t *gc, uint64_t proc, const void *data, size
 int ka_guestconn_output(ka_guestconn_t *gc, uint64_t proc, uint64_t stdout_off, uint64_t stderr_off,
                         bool follow, uint64_t *id)
 {
-    size_t off = s_begin(gc, "output", 4, id);
+    size_t off = s_begin(gc, "output", 4 + (gc->window ? 1 : 0), id);
+    s_window(gc);
     s_kv_u64(gc, "proc", proc);
     s_kv_u64(gc, "stdout_offset", stdout_off);
     s_kv_u64(gc, "stderr_offset", stderr_off);
@@ -196,7 +218,8 @@ int ka_guestconn_read(ka_guestconn_t *gc, const char *path, uint32_t mode, uint6
 {
     if (!path)
         return -EINVAL;
-    size_t off = s_begin(gc, "read", 2, id);
+    size_t off = s_begin(gc, "read", 2 + (gc->window ? 1 : 0), id);
+    s_window(gc);
     s_key(gc, "path");
     ka_gp_pack_cstr(&gc->pk, path);
     s_kv_u64(gc, "mode", mode);
@@ -224,6 +247,14 @@ int ka_guestconn_cancel(ka_guestconn_t *gc, uint64_t target, uint64_t *id)
 {
     size_t off = s_begin(gc, "cancel", 1, id);
     s_kv_u64(gc, "target", target);
+    return s_end(gc, off);
+}
+
+int ka_guestconn_credit(ka_guestconn_t *gc, uint64_t target, uint64_t bytes)
+{
+    size_t off = s_begin(gc, "credit", 2, NULL);
+    s_kv_u64(gc, "target", target);
+    s_kv_u64(gc, "bytes", bytes);
     return s_end(gc, off);
 }
 
@@ -256,10 +287,12 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
 {
     const uint8_t *body;
     size_t blen;
-    long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_FRAME,
+    if (gc->in_off == gc->in_len) /* nothing buffered (before the first read, in is NULL) */
+        return -EAGAIN;
+    long used = ka_gp_frame_next(gc->in + gc->in_off, gc->in_len - gc->in_off, KA_GP_MAX_REPLY,
                                  &body, &blen);
     if (used < 0)
-        return -EPROTO;
+        return -EMSGSIZE;
     if (used == 0)
         return -EAGAIN;
     ka_gp_frame_t *f = calloc(1, sizeof(*f));
@@ -276,10 +309,11 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
         gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
-    if (msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
+    if (ka_gp_frame_check(f->body, blen) != 0 ||
+        msgpack_unpack_next(&f->up, (const char *)f->body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
         f->up.data.type != MSGPACK_OBJECT_MAP) {
         ka_gp_frame_free(&f);
-        return -EPROTO;
+        return -EBADMSG;
     }
     const char *m;
     size_t mn;

@@ -37,6 +37,11 @@ ka_guestconn_t *ka_guestconn_new(int fd, bool own_fd);
 /* Idempotent; NULLs *gc_p. */
 void ka_guestconn_destroy(ka_guestconn_t **gc_p);
 int ka_guestconn_fd(const ka_guestconn_t *gc);
+/* Stream requests made from now on carry a credit window of bytes (guest_proto.h flow
+ * control); the caller returns credit with ka_guestconn_credit as it consumes data. 0: off. */
+void ka_guestconn_set_window(ka_guestconn_t *gc, uint64_t bytes);
+/* The highest request id issued so far (ids are 1, 2, ...): a reply id above it is forged. */
+uint64_t ka_guestconn_last_id(const ka_guestconn_t *gc);
 
 /* Requests: each queues one frame; *id (may be NULL) gets its id. 0 or -ENOMEM/-EINVAL. */
 int ka_guestconn_ping(ka_guestconn_t *gc, uint64_t *id);
@@ -51,11 +56,15 @@ int ka_guestconn_read(ka_guestconn_t *gc, const char *path, uint32_t mode, uint6
 int ka_guestconn_write(ka_guestconn_t *gc, const char *path, uint32_t mode, uint64_t seek,
                        const void *data, size_t len, uint64_t *id);
 int ka_guestconn_cancel(ka_guestconn_t *gc, uint64_t target, uint64_t *id);
+/* Returns bytes of credit to stream target (no reply). */
+int ka_guestconn_credit(ka_guestconn_t *gc, uint64_t target, uint64_t bytes);
 
 /* Writes queued bytes: 0 when all are sent, -EAGAIN if some remain, else -errno. */
 int ka_guestconn_flush(ka_guestconn_t *gc);
 bool ka_guestconn_pending(const ka_guestconn_t *gc);
-/* Next reply frame (caller frees): 0, -EAGAIN (none yet), -ECONNRESET (guest gone), -EPROTO. */
+/* Next reply frame (caller frees): 0, -EAGAIN (none yet), -ECONNRESET (guest gone), or a
+ * protocol error: -EMSGSIZE (a frame over KA_GP_MAX_REPLY), -EBADMSG (not one bounded msgpack
+ * map, see ka_gp_frame_check). After a protocol error the connection is unusable. */
 int ka_guestconn_recv(ka_guestconn_t *gc, ka_gp_frame_t **out);
 /* Blocking: flushes and waits up to timeout_ms (-1 forever) for the next frame. */
 int ka_guestconn_wait(ka_guestconn_t *gc, int timeout_ms, ka_gp_frame_t **out);

@@ -257,13 +257,6 @@ fail:
     return NULL;
 }
 
-size_t ka_cgroup_dirs(const ka_cgroup_t *cg, const char *dirs[KA_CGROUP_MAX_DIRS])
-{
-    for (size_t i = 0; i < cg->n; i++)
-        dirs[i] = cg->dir[i];
-    return cg->n;
-}
-
 int ka_cgroup_procs_fds(const ka_cgroup_t *cg, int fds[KA_CGROUP_MAX_DIRS])
 {
     for (size_t i = 0; i < cg->n; i++) {
@@ -364,6 +357,20 @@ int ka_cgroup_remove(ka_cgroup_t **cg_p)
     }
     free(cg);
     *cg_p = NULL;
+    return rc;
+}
+
+int ka_cgroup_remove_id(const char *parent, const char *id)
+{
+    pthread_once(&S.once, s_detect);
+    int rc = S.err;
+    for (int i = 0; i < S_NCTRL && rc == 0; i++) {
+        if (!S.base[i][0])
+            continue;
+        char p[700];
+        snprintf(p, sizeof(p), "%s/%s/%s", S.base[i], parent, id);
+        rc = ka_cgroup_remove_dir(p);
+    }
     return rc;
 }
 

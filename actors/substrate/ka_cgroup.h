@@ -33,8 +33,6 @@ bool ka_cgroup_is_v2(void);
 /* Creates the cgroups for id and applies limits. NULL on failure (*err set, nothing left). */
 ka_cgroup_t *ka_cgroup_new(const char *parent, const char *id, const ka_cgroup_limits_t *lim,
                            int *err);
-/* The directories (borrowed), e.g. to record them for crash cleanup. Returns their count. */
-size_t ka_cgroup_dirs(const ka_cgroup_t *cg, const char *dirs[KA_CGROUP_MAX_DIRS]);
 /* Opens each dir's cgroup.procs for writing (O_CLOEXEC); returns the count or -errno. */
 int ka_cgroup_procs_fds(const ka_cgroup_t *cg, int fds[KA_CGROUP_MAX_DIRS]);
 int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out);
@@ -42,6 +40,8 @@ int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out);
 int ka_cgroup_remove(ka_cgroup_t **cg_p);
 /* Crash cleanup: kills the tasks in one cgroup dir and removes it (0 if already gone). */
 int ka_cgroup_remove_dir(const char *dir);
+/* Crash cleanup of sandbox id's cgroups under parent, in every hierarchy (0 if none). */
+int ka_cgroup_remove_id(const char *parent, const char *id);
 /* Removes <self>/<parent> in every hierarchy if it is empty (errors ignored). */
 void ka_cgroup_remove_parent(const char *parent);
 

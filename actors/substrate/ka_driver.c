@@ -49,6 +49,13 @@ int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb)
     return d->ops->channel(d, sb);
 }
 
+int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb)
+{
+    if (!d || !sb)
+        return -EINVAL;
+    return d->ops->kill ? d->ops->kill(d, sb) : -ENOSYS;
+}
+
 void ka_driver_destroy(ka_driver_t **d_p)
 {
     if (!d_p || !*d_p)

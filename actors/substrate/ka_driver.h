@@ -57,6 +57,9 @@ typedef struct ka_driver_ops {
     uint32_t (*owner)(ka_driver_t *d, ka_sandbox_t *sb);
     /* The exec channel (borrowed fd, valid until stop). */
     int (*channel)(ka_driver_t *d, ka_sandbox_t *sb);
+    /* Kills the guest (SIGKILL) without waiting or cleaning up: never blocks, so an actor may
+     * call it (a guest that broke the protocol). stop still has to follow. */
+    int (*kill)(ka_driver_t *d, ka_sandbox_t *sb);
     /* Frees the driver (sandboxes still running are stopped first). */
     void (*destroy)(ka_driver_t *d);
 } ka_driver_ops_t;
@@ -77,6 +80,7 @@ int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
 const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb);
 uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
+int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb);
 /* Idempotent; NULLs *d_p. */
 void ka_driver_destroy(ka_driver_t **d_p);
 

@@ -486,21 +486,6 @@ static int s_release_volume(const s_driver_t *d, ka_sandbox_t *sb)
     return rc;
 }
 
-/* Records the cgroups first, so a crash after this point is cleaned at the next start. */
-static int s_record(const ka_sandbox_t *sb)
-{
-    const char *dirs[KA_CGROUP_MAX_DIRS];
-    size_t n = ka_cgroup_dirs(sb->cg, dirs);
-    char p[S_PATH + 32];
-    snprintf(p, sizeof(p), "%s/cgroups", sb->dir);
-    FILE *f = fopen(p, "we");
-    if (!f)
-        return -errno;
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%s\n", dirs[i]);
-    return fclose(f) == 0 ? 0 : -errno;
-}
-
 static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *sb,
                            s_child_t *c)
 {
@@ -683,9 +668,6 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     sb->cg = ka_cgroup_new(d->cgroup_name, sb->id, &d->lim, &rc);
     if (!sb->cg)
         goto fail;
-    rc = s_record(sb);
-    if (rc < 0)
-        goto fail;
     rc = s_prepare_child(d, spec, sb, c);
     if (rc < 0)
         goto fail;
@@ -842,6 +824,14 @@ static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
     return sb->channel;
 }
 
+static int s_kill(ka_driver_t *base, ka_sandbox_t *sb)
+{
+    (void)base;
+    if (sb->pidfd < 0)
+        return -ESRCH;
+    return syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 ? -errno : 0;
+}
+
 static void s_destroy(ka_driver_t *base)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -873,6 +863,7 @@ static const ka_driver_ops_t s_ops = {
     .data_dir = s_data_dir,
     .owner = s_owner,
     .channel = s_channel,
+    .kill = s_kill,
     .destroy = s_destroy,
 };
 
@@ -1023,18 +1014,9 @@ static void s_cleanup_leftovers(const s_driver_t *d)
     while ((e = readdir(dir)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
+        /* the directory exists before its cgroups: a crash at any point leaves it to name them */
+        ka_cgroup_remove_id(d->cgroup_name, e->d_name);
         char p[S_PATH + 300];
-        snprintf(p, sizeof(p), "%s/%s/cgroups", d->state_dir, e->d_name);
-        FILE *f = fopen(p, "re");
-        if (f) {
-            char line[1024];
-            while (fgets(line, sizeof(line), f)) {
-                line[strcspn(line, "\n")] = 0;
-                if (strncmp(line, "/sys/fs/cgroup/", 15) == 0 && !strstr(line, ".."))
-                    ka_cgroup_remove_dir(line);
-            }
-            fclose(f);
-        }
         char vol[S_PATH];
         snprintf(p, sizeof(p), "%s/%s/vol", d->state_dir, e->d_name);
         ssize_t n = readlink(p, vol, sizeof(vol) - 1);

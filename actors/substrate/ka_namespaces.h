@@ -17,11 +17,11 @@
  * no_new_privs, RLIMIT_NOFILE bounded, and a seccomp filter in the spirit of Docker's default
  * profile. The guest runs as PID 1 and talks to the node over an inherited unix socket (fd 3).
  *
- * State: <state_dir>/<id>/{root,vol,data,cgroups,guest.log} (vol: a link to the sandbox's volume,
+ * State: <state_dir>/<id>/{root,vol,data,guest.log} (vol: a link to the sandbox's volume,
  * mounted under <state_dir>/.volumes; data: a link to vol/data), <state_dir>/.guest (the guest
- * copy). A node that crashed leaves these behind; ka_namespaces_new() kills what the recorded
- * cgroups still hold and removes them, the volumes and the directories. A stop leaves no mount,
- * cgroup, process, directory or volume.
+ * copy). A node that crashed leaves these behind; ka_namespaces_new() kills what the cgroups
+ * named by each <id> still hold and removes them, the volumes and the directories. A stop
+ * leaves no mount, cgroup, process, directory or volume.
  *
  * Must run as root (host uid 0). Limits use cgroup v1 or v2, detected at start.
  */

@@ -5,7 +5,9 @@
  * Against kb_test_server on the shared port (listener -> kb_grpc): unary
  * /kbtest.TestService/Ping with an empty request, first SEQ_CALLS one after another (latency
  * p50/p99 and round trips/s), then CONC_CALLS with IN_FLIGHT outstanding (round trips/s).
- * Prints a table and BENCH lines (no peer); SUFFIX is appended to the BENCH names. */
+ * Prints a table and BENCH lines (no peer); SUFFIX is appended to the BENCH names. With
+ * BENCH_GRPC_CA=FILE (PEM) the channel is TLS, verifying the server against that CA for the
+ * name "localhost". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,25 @@ static int s_finish(s_call_t *c)
     return st;
 }
 
+/* Insecure, or TLS with the roots in $BENCH_GRPC_CA. NULL if that file cannot be read. */
+static grpc_channel_credentials *s_creds(void)
+{
+    const char *ca = getenv("BENCH_GRPC_CA");
+    if (!ca)
+        return grpc_insecure_credentials_create();
+    FILE *f = fopen(ca, "r");
+    static char roots[64 * 1024];
+    size_t n = f ? fread(roots, 1, sizeof roots - 1, f) : 0;
+    if (f)
+        fclose(f);
+    if (!n) {
+        fprintf(stderr, "bench_grpc: cannot read BENCH_GRPC_CA %s\n", ca);
+        return NULL;
+    }
+    roots[n] = '\0';
+    return grpc_ssl_credentials_create(roots, NULL, NULL, NULL);
+}
+
 static int s_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -91,12 +112,20 @@ int main(int argc, char **argv)
     int conc_n = argc > 3 ? atoi(argv[3]) : 20000;
     int inflight = argc > 4 ? atoi(argv[4]) : 16;
     const char *sfx = argc > 5 ? argv[5] : "";
-    const char *where = *sfx ? "gRPC core's own port" : "shared port";
+    const char *where = strstr(sfx, "direct") ? "gRPC core's own port"
+                        : strstr(sfx, "tls")  ? "shared port over TLS"
+                                              : "shared port";
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%s", argv[1]);
     grpc_init();
-    grpc_channel_credentials *cc = grpc_insecure_credentials_create();
-    grpc_channel *ch = grpc_channel_create(target, cc, NULL);
+    grpc_channel_credentials *cc = s_creds();
+    if (!cc)
+        return 1;
+    grpc_arg name = {.type = GRPC_ARG_STRING,
+                     .key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+                     .value.string = (char *)"localhost"};
+    grpc_channel_args args = {.num_args = getenv("BENCH_GRPC_CA") ? 1 : 0, .args = &name};
+    grpc_channel *ch = grpc_channel_create(target, cc, &args);
     grpc_channel_credentials_release(cc);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     gpr_timespec forever = gpr_inf_future(GPR_CLOCK_REALTIME);

@@ -2,6 +2,7 @@
 #include "api_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,11 +35,25 @@ static char *s_meta(kb_grpc_call_t *call, const char *key)
     return kb_grpc_call_metadata_one(call, key, &v) == 0 ? v : NULL;
 }
 
+/* The socket gRPC core adopted for the call's connection: its peer reads "fd:N"; -1 otherwise.
+ * The call holds its connection open, so N cannot name another connection meanwhile. */
+static int s_conn_fd(kb_grpc_call_t *call)
+{
+    char *peer = kb_grpc_call_peer(call);
+    int fd = -1, end = 0;
+    if (peer && sscanf(peer, "fd:%d%n", &fd, &end) == 1 && peer[end] == '\0' && fd >= 0) {
+        free(peer);
+        return fd;
+    }
+    free(peer);
+    return -1;
+}
+
 int kb_api_caller(kb_api_t *api, kb_grpc_call_t *call, char *out, size_t cap)
 {
     char *authz = s_meta(call, "authorization");
     char *user = s_meta(call, "x-user-id");
-    int rc = kb_auth_identify(api->o.auth, authz, user, out, cap);
+    int rc = kb_auth_identify_conn(api->o.auth, s_conn_fd(call), authz, user, out, cap);
     free(authz);
     free(user);
     if (rc) {

@@ -3,8 +3,14 @@
  *
  * Every call is a guest stream of the service layer (frames, then a final frame). Unary
  * methods answer from the final frame; server streams forward frames one send at a time
- * (a queue absorbs what arrives while a send is in flight); client streams gather their
- * messages (64 MiB at most) and send one guest request at the end.
+ * (a queue absorbs what arrives while a send is in flight) and return each data frame's bytes
+ * as credit once gRPC core has taken them (ka_svc_stream_ack), so the queue never holds more
+ * than the stream's window: a client that does not read stalls its own stream, end to end;
+ * client streams (WriteFile, WriteProcessInput) go to the guest in chunks of what arrived
+ * (KB_API_CHUNK or more): while one chunk's guest request is in flight the call reads no
+ * further message, so the client's HTTP/2 window holds the rest and the node never holds
+ * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
+ * written before it).
  */
 #include "api_int.h"
 
@@ -87,6 +93,7 @@ typedef struct {
     /* server streams */
     s_item_t *head, *tail;
     bool sending;
+    uint64_t in_flight; /* data bytes of the send in flight (credit once it is done) */
     bool final_seen;
     ka_status_t final;
     bool gone; /* the client went away: drop data, wait for the final frame */
@@ -97,9 +104,17 @@ typedef struct {
     int64_t seek;
     uint64_t proc;
     bool close_input;
-    char *data;
+    char *data; /* the chunk being gathered */
     size_t len, cap;
+    uint64_t sent;  /* bytes the guest has taken */
+    bool writing;   /* a chunk's guest request is in flight (receiving is paused) */
+    bool ended;     /* the client half-closed */
+    bool last;      /* the chunk in flight is the last one */
+    bool answered;  /* the call was completed (c lives on while a chunk is in flight) */
+    size_t pending; /* bytes of the chunk in flight */
 } s_call_t;
+
+#define KB_API_CHUNK (1u << 20)
 
 static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
 {
@@ -187,8 +202,7 @@ static void s_answer(s_call_t *c, const ka_guest_reply_t *f)
         free(p.argv);
         break;
     }
-    case K_GET:
-    case K_SIGNAL: {
+    default: { /* K_GET, K_SIGNAL */
         s_process(&p, f);
         /* GetProcessResponse and SignalProcessResponse share one shape */
         Ateenv__V1alpha__GetProcessResponse g = ATEENV__V1ALPHA__GET_PROCESS_RESPONSE__INIT;
@@ -196,19 +210,6 @@ static void s_answer(s_call_t *c, const ka_guest_reply_t *f)
         g.process = s.process = &p.p;
         kb_grpc_reply(c->call, c->kind == K_GET ? &g.base : &s.base);
         free(p.argv);
-        break;
-    }
-    case K_INPUT: {
-        Ateenv__V1alpha__WriteProcessInputResponse r =
-            ATEENV__V1ALPHA__WRITE_PROCESS_INPUT_RESPONSE__INIT;
-        r.bytes_written = (int64_t)f->written;
-        kb_grpc_reply(c->call, &r.base);
-        break;
-    }
-    default: {
-        Ateenv__V1alpha__WriteFileResponse r = ATEENV__V1ALPHA__WRITE_FILE_RESPONSE__INIT;
-        r.bytes_written = (int64_t)f->written;
-        kb_grpc_reply(c->call, &r.base);
         break;
     }
     }
@@ -250,6 +251,7 @@ static bool s_pump(s_call_t *c)
             b->len = f->tail_len;
         }
         c->sending = true;
+        c->in_flight = f->final ? 0 : f->tail_len;
         int rc = kb_grpc_stream_send(c->call, msg, s_on_sent, c);
         free(p.argv);
         free(i);
@@ -279,6 +281,9 @@ static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
     c->sending = false;
     if (status)
         c->gone = true;
+    else if (c->in_flight && c->stream)
+        ka_svc_stream_ack(c->api->o.svc, c->stream, c->in_flight);
+    c->in_flight = 0;
     if (!s_pump(c))
         pthread_mutex_unlock(&c->lock);
 }
@@ -485,13 +490,21 @@ static void s_input_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void 
     s_client_start(call, user, K_INPUT);
 }
 
-/* Appends bytes; false (after answering) past the 64 MiB cap. */
+/* Completes a client-streaming call with an error; c stays (a chunk may be in flight). */
+static void s_client_fail(s_call_t *c, kb_grpc_code_t code, const char *message)
+{
+    kb_grpc_call_set_data(c->call, NULL);
+    kb_grpc_fail(c->call, code, message);
+    c->answered = true;
+}
+
+/* Appends bytes to the chunk; false (after answering) past the 64 MiB cap. */
 static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 {
     if (n == 0) /* a message with only a close flag, or the first with only a path */
         return true;
-    if (c->len + n > KB_API_MAX_FILE) {
-        kb_grpc_fail(c->call, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    if (c->sent + c->pending + c->len + n > KB_API_MAX_FILE) {
+        s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
         return false;
     }
     if (c->len + n > c->cap) {
@@ -500,7 +513,7 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
             cap *= 2;
         char *grown = realloc(c->data, cap);
         if (!grown) {
-            kb_grpc_fail(c->call, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return false;
         }
         c->data = grown;
@@ -511,43 +524,139 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
     return true;
 }
 
+static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len);
+
+/* Sends the gathered chunk as one guest request (the last one once the client half-closed).
+ * Called with c->lock held and receiving paused; false (after answering) if it failed. */
+static bool s_send_chunk(s_call_t *c)
+{
+    bool write = c->kind == K_WRITE;
+    ka_guest_req_t *q =
+        ka_guest_req_new(c->caller, c->sandbox, write ? KA_GUEST_WRITE : KA_GUEST_INPUT, c->len);
+    if (!q) {
+        s_client_fail(c, KB_GRPC_INTERNAL, "out of memory");
+        return false;
+    }
+    if (c->len)
+        memcpy(q->tail, c->data, c->len);
+    snprintf(q->path, sizeof q->path, "%s", c->path);
+    q->mode = c->mode;
+    q->seek_offset = (uint64_t)c->seek + c->sent; /* 0 only for the first: it truncates */
+    q->proc = c->proc;
+    q->close = c->ended && c->close_input;
+    c->pending = c->len;
+    c->len = 0;
+    c->writing = true;
+    c->last = c->ended;
+    int rc = ka_svc_stream(c->api->o.svc, q, sizeof *q + q->tail_len, s_on_chunk, c, NULL);
+    free(q);
+    if (rc) {
+        c->writing = false;
+        s_client_fail(c, KB_GRPC_UNAVAILABLE, "the control plane is not running");
+        return false;
+    }
+    return true;
+}
+
+/* Answers the call from the totals (unless it was answered) and frees c. Called with c->lock
+ * held; releases it. */
+static void s_client_done(s_call_t *c)
+{
+    if (!c->answered) {
+        kb_grpc_call_set_data(c->call, NULL);
+        if (c->kind == K_WRITE) {
+            Ateenv__V1alpha__WriteFileResponse r = ATEENV__V1ALPHA__WRITE_FILE_RESPONSE__INIT;
+            r.bytes_written = (int64_t)c->sent;
+            kb_grpc_reply(c->call, &r.base);
+        } else {
+            Ateenv__V1alpha__WriteProcessInputResponse r =
+                ATEENV__V1ALPHA__WRITE_PROCESS_INPUT_RESPONSE__INIT;
+            r.bytes_written = (int64_t)c->sent;
+            kb_grpc_reply(c->call, &r.base);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    s_call_free(c);
+}
+
+/* A chunk's guest request ended: read on, send the last chunk, or answer. */
+static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_call_t *c = user;
+    if (!f->final)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->writing = false;
+    if (!c->answered && f->status.code != KA_OK) {
+        kb_grpc_call_set_data(c->call, NULL);
+        kb_api_fail(c->call, &f->status);
+        c->answered = true;
+    }
+    c->sent += c->kind == K_WRITE ? f->written : c->pending;
+    c->pending = 0;
+    if (c->answered || c->last || (c->ended && !s_send_chunk(c))) {
+        s_client_done(c);
+        return;
+    }
+    bool resume = !c->ended; /* else the last chunk is in flight */
+    pthread_mutex_unlock(&c->lock);
+    if (resume)
+        kb_grpc_call_resume_recv(c->call);
+}
+
+/* The first message names the target; false (after answering) if it is invalid. */
+static bool s_first(s_call_t *c, const ProtobufCMessage *m)
+{
+    c->started = true;
+    if (c->kind == K_WRITE) {
+        const Ateenv__V1alpha__WriteFileRequest *w = (const void *)m;
+        if (!w->path[0] || strlen(w->path) >= sizeof c->path || w->seek_offset < 0) {
+            s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
+                          w->seek_offset < 0 ? "seek_offset must be nonnegative"
+                                             : "path must be 1-1023 characters");
+            return false;
+        }
+        snprintf(c->path, sizeof c->path, "%s", w->path);
+        c->mode = w->mode;
+        c->seek = w->seek_offset;
+        return true;
+    }
+    const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
+    if (s_proc_id(in->process_id, &c->proc)) {
+        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
+                      "process_id must be a process id from StartProcess");
+        return false;
+    }
+    return true;
+}
+
 static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
 {
     s_call_t *c = kb_grpc_call_data(call);
-    bool ok = c != NULL;
+    if (!c) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    bool ok = c->started || s_first(c, m);
     if (ok && c->kind == K_WRITE) {
         const Ateenv__V1alpha__WriteFileRequest *w = (const void *)m;
-        if (!c->started) {
-            c->started = true;
-            if (!w->path[0] || strlen(w->path) >= sizeof c->path || w->seek_offset < 0) {
-                kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                             w->seek_offset < 0 ? "seek_offset must be nonnegative"
-                                                : "path must be 1-1023 characters");
-                ok = false;
-            }
-            snprintf(c->path, sizeof c->path, "%s", w->path);
-            c->mode = w->mode;
-            c->seek = w->seek_offset;
-        }
-        ok = ok && s_gather(c, w->chunk.data, w->chunk.len);
+        ok = s_gather(c, w->chunk.data, w->chunk.len);
     } else if (ok) {
         const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
-        if (!c->started) {
-            c->started = true;
-            if (s_proc_id(in->process_id, &c->proc)) {
-                kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                             "process_id must be a process id from StartProcess");
-                ok = false;
-            }
-        }
         c->close_input = c->close_input || in->close;
-        ok = ok && s_gather(c, in->data.data, in->data.len);
+        ok = s_gather(c, in->data.data, in->data.len);
     }
     protobuf_c_message_free_unpacked(m, NULL);
-    if (c && !ok) {
-        kb_grpc_call_set_data(call, NULL);
-        s_call_free(c);
+    if (ok && c->len >= KB_API_CHUNK) {
+        kb_grpc_call_pause_recv(call); /* before the send: its answer may resume at once */
+        s_send_chunk(c);
     }
+    if (c->answered && !c->writing) {
+        s_client_done(c);
+        return;
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 static void s_on_end(kb_grpc_call_t *call, int status, void *user)
@@ -555,34 +664,22 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
     s_call_t *c = kb_grpc_call_data(call);
     if (!c)
         return;
-    kb_grpc_call_set_data(call, NULL);
-    if (status) {
-        kb_grpc_fail(call, status == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT : KB_GRPC_CANCELLED,
-                     "the request stream ended abnormally");
-        s_call_free(c);
+    pthread_mutex_lock(&c->lock);
+    c->ended = true;
+    if (status)
+        s_client_fail(c, status == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT : KB_GRPC_CANCELLED,
+                      "the request stream ended abnormally");
+    else if (!c->started)
+        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
+                      c->kind == K_WRITE ? "the first message must name the path"
+                                         : "the first message must name the process");
+    else if (!c->writing) /* else the chunk in flight sends the last one when it ends */
+        s_send_chunk(c);
+    if (c->answered && !c->writing) {
+        s_client_done(c);
         return;
     }
-    if (!c->started) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     c->kind == K_WRITE ? "the first message must name the path"
-                                        : "the first message must name the process");
-        s_call_free(c);
-        return;
-    }
-    int op = c->kind == K_WRITE ? KA_GUEST_WRITE : KA_GUEST_INPUT;
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, op, c->len);
-    if (q) {
-        if (c->len)
-            memcpy(q->tail, c->data, c->len);
-        snprintf(q->path, sizeof q->path, "%s", c->path);
-        q->mode = c->mode;
-        q->seek_offset = (uint64_t)c->seek;
-        q->proc = c->proc;
-        q->close = c->close_input;
-    }
-    free(c->data);
-    c->data = NULL;
-    s_open(c, q);
+    pthread_mutex_unlock(&c->lock);
 }
 
 #define PSVC "/ateenv.v1alpha.ProcessService/"

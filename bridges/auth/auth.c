@@ -20,6 +20,8 @@ struct kb_auth {
     kb_auth_mode_t mode;
     s_token_t *tokens;
     size_t n;
+    kb_auth_conn_fn conn_fn; /* per-connection identities (TLS client certificates) */
+    void *conn_arg;
 };
 
 static int s_unhex(const char *hex, unsigned char out[32])
@@ -171,4 +173,18 @@ int kb_auth_identify(const kb_auth_t *a, const char *authorization, const char *
         }
     snprintf(out, cap, "invalid bearer token");
     return -EACCES;
+}
+
+void kb_auth_set_conn_lookup(kb_auth_t *a, kb_auth_conn_fn fn, void *arg)
+{
+    a->conn_fn = fn;
+    a->conn_arg = arg;
+}
+
+int kb_auth_identify_conn(const kb_auth_t *a, int fd, const char *authorization,
+                          const char *user_id, char *out, size_t cap)
+{
+    if (fd >= 0 && a->conn_fn && a->conn_fn(fd, out, cap, a->conn_arg) == 0)
+        return 0;
+    return kb_auth_identify(a, authorization, user_id, out, cap);
 }

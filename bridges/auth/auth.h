@@ -8,6 +8,10 @@
  *   tokens       `authorization: Bearer <token>`; the tokens file maps the SHA-256 (hex) of each
  *                token to an identity, one "<sha256-hex> <identity>" per line ('#' comments), so
  *                the file never holds a usable secret. Anything else is UNAUTHENTICATED.
+ *
+ * A connection can carry its own identity (a verified TLS client certificate, see
+ * kb_listener_conn_identity): kb_auth_identify_conn asks the lookup set with
+ * kb_auth_set_conn_lookup, and that identity replaces the headers' in either mode.
  */
 #ifndef KB_AUTH_H
 #define KB_AUTH_H
@@ -32,5 +36,15 @@ kb_auth_mode_t kb_auth_mode(const kb_auth_t *a);
  * out, or -EACCES with out holding the message for an UNAUTHENTICATED answer. Thread-safe. */
 int kb_auth_identify(const kb_auth_t *a, const char *authorization, const char *user_id, char *out,
                      size_t cap);
+
+/* Resolves the identity of the connection whose socket the bridge holds as fd: 0 and the
+ * identity in out, or -ENOENT. Must be thread-safe. */
+typedef int (*kb_auth_conn_fn)(int fd, char *out, size_t cap, void *arg);
+/* Sets (fn non-NULL) or clears the lookup. Before the bridges serve. */
+void kb_auth_set_conn_lookup(kb_auth_t *a, kb_auth_conn_fn fn, void *arg);
+/* kb_auth_identify for a request on connection fd (-1 = unknown): the connection's own
+ * identity when it has one, else the headers'. */
+int kb_auth_identify_conn(const kb_auth_t *a, int fd, const char *authorization,
+                          const char *user_id, char *out, size_t cap);
 
 #endif

@@ -19,10 +19,15 @@
 
 static const kb_flag_t s_global_flags[] = {
     {"api-url", 0, KB_F_STRING, "http://localhost:8083",
-     "control-plane API URL (gRPC and /mcp share this port)", "string"},
+     "control-plane API URL (gRPC and /mcp share this port); https://HOST:PORT for TLS", "string"},
     {"gateway-url", 0, KB_F_STRING, "http://localhost:8083", "A2A and MCP gateway URL", "string"},
-    {"ca-file", 0, KB_F_STRING, NULL, "CA certificate for kagent endpoints", "string"},
-    {"server-name", 0, KB_F_STRING, NULL, "TLS server name override", "string"},
+    {"ca-file", 0, KB_F_STRING, NULL,
+     "CA certificate (PEM) that signed the server's, for https:// (default: system roots)",
+     "string"},
+    {"server-name", 0, KB_F_STRING, NULL,
+     "TLS server name override: the name the server certificate must carry", "string"},
+    {"cert-file", 0, KB_F_STRING, NULL, "client certificate (PEM) for mutual TLS", "string"},
+    {"key-file", 0, KB_F_STRING, NULL, "private key (PEM) of --cert-file", "string"},
     {"namespace", 'n', KB_F_STRING, "kagent", "namespace", "string"},
     {"output-format", 'o', KB_F_STRING, "table", "output format: table or json", "string"},
     {"timeout", 0, KB_F_DURATION, "5m0s", "bounds the whole command", "duration"},
@@ -441,6 +446,8 @@ kb_rpc_t *kb_cli_rpc(kb_cli_t *cli)
         .token = cli->token,
         .ca_file = cli->ca_file,
         .server_name = cli->server_name,
+        .cert_file = cli->cert_file,
+        .key_file = cli->key_file,
         .timeout_ms = cli->timeout_ns > 0 ? (cli->timeout_ns + 999999) / 1000000 : 0,
         .trace = cli->verbose ? cli->err : NULL,
     };
@@ -546,6 +553,8 @@ static int s_apply_globals(kb_cli_t *cli, const kb_args_t *a)
     cli->token = kb_args_str(a, "token");
     cli->ca_file = kb_args_str(a, "ca-file");
     cli->server_name = kb_args_str(a, "server-name");
+    cli->cert_file = kb_args_str(a, "cert-file");
+    cli->key_file = kb_args_str(a, "key-file");
     cli->verbose = kb_args_bool(a, "verbose");
     cli->timeout_ns = kb_args_duration(a, "timeout");
     const char *of = kb_args_str(a, "output-format");

@@ -82,6 +82,8 @@ struct kb_cli {
     const char *token;
     const char *ca_file;
     const char *server_name;
+    const char *cert_file; /* mutual TLS: client certificate and key */
+    const char *key_file;
     bool json;
     bool verbose;
     int64_t timeout_ns;

@@ -215,10 +215,10 @@ static int s_run_exec(kb_cli_t *cli, const kb_args_t *a)
                      &ateenv__v1alpha__start_process_response__descriptor, &resp, &st) != 0) {
         char cause[KB_RPC_MSG_CAP + 64];
         kb_cli_cause(&st, cause, sizeof cause);
-        rc = kb_cli_fail(cli,
-                         "start process in sandbox %s: command may have started; do not blindly "
-                         "retry: %s",
-                         sandbox_id, cause);
+        rc = kb_cli_fail(
+            cli, "start process in sandbox %s: %s%s", sandbox_id,
+            kb_rpc_outcome_unknown(&st) ? "command may have started; do not blindly retry: " : "",
+            cause);
         goto out;
     }
     Ateenv__V1alpha__StartProcessResponse *r = (Ateenv__V1alpha__StartProcessResponse *)resp;

@@ -84,6 +84,21 @@ void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap)
     snprintf(buf, cap, "rpc error: code = %s desc = %s", kb_rpc_code_name(st->code), st->message);
 }
 
+bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st)
+{
+    switch (st->code) {
+    case GRPC_STATUS_UNAVAILABLE:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+    case GRPC_STATUS_CANCELLED:
+    case GRPC_STATUS_UNKNOWN:
+    case GRPC_STATUS_INTERNAL:
+    case GRPC_STATUS_DATA_LOSS:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void s_status(kb_rpc_status_t *st, int code, const char *msg)
 {
     if (!st)
@@ -149,6 +164,55 @@ static int s_parse_url(const char *url, char *target, size_t cap, bool *tls)
     return 0;
 }
 
+static bool s_set(const char *s)
+{
+    return s && *s;
+}
+
+/* Reads one PEM file named by a flag into *out (caller frees). 0, or -1 with err set. */
+static int s_read_flag(const char *flag, const char *path, char **out, char *err, size_t cap)
+{
+    *out = s_read_file(path);
+    if (*out)
+        return 0;
+    snprintf(err, cap, "read --%s %s: %s", flag, path, strerror(errno));
+    return -1;
+}
+
+/* The channel's credentials: TLS (roots from --ca-file or the system, a client certificate
+ * from --cert-file/--key-file) for https://, insecure for http://. NULL with err set. */
+static grpc_channel_credentials *s_creds(const kb_rpc_opts_t *o, bool tls, char *err, size_t cap)
+{
+    bool pair = s_set(o->cert_file) || s_set(o->key_file);
+    if (!tls && (pair || s_set(o->ca_file))) {
+        snprintf(err, cap, "--ca-file, --cert-file and --key-file need an https:// --api-url");
+        return NULL;
+    }
+    if (!tls)
+        return grpc_insecure_credentials_create();
+    if (pair && !(s_set(o->cert_file) && s_set(o->key_file))) {
+        snprintf(err, cap, "--cert-file and --key-file go together");
+        return NULL;
+    }
+    char *roots = NULL, *cert = NULL, *key = NULL;
+    grpc_channel_credentials *creds = NULL;
+    if ((!s_set(o->ca_file) || !s_read_flag("ca-file", o->ca_file, &roots, err, cap)) &&
+        (!pair || (!s_read_flag("cert-file", o->cert_file, &cert, err, cap) &&
+                   !s_read_flag("key-file", o->key_file, &key, err, cap)))) {
+        grpc_ssl_pem_key_cert_pair kp = {.private_key = key, .cert_chain = cert};
+        creds = grpc_ssl_credentials_create(roots, pair ? &kp : NULL, NULL, NULL);
+        if (!creds)
+            snprintf(err, cap, "cannot create TLS credentials");
+    }
+    free(roots);
+    free(cert);
+    if (key) {
+        explicit_bzero(key, strlen(key));
+        free(key);
+    }
+    return creds;
+}
+
 kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
 {
     char target[S_TARGET_CAP];
@@ -168,20 +232,10 @@ kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
     self->user_id = strdup(o->user_id ? o->user_id : "");
     if (o->token && *o->token && asprintf(&self->auth, "Bearer %s", o->token) < 0)
         self->auth = NULL;
-    grpc_channel_credentials *creds = NULL;
-    char *roots = NULL;
-    if (tls) {
-        if (o->ca_file && *o->ca_file) {
-            roots = s_read_file(o->ca_file);
-            if (!roots) {
-                snprintf(err, errcap, "read --ca-file %s: %s", o->ca_file, strerror(errno));
-                kb_rpc_destroy(&self);
-                return NULL;
-            }
-        }
-        creds = grpc_ssl_credentials_create(roots, NULL, NULL, NULL);
-    } else {
-        creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = s_creds(o, tls, err, errcap);
+    if (!creds) {
+        kb_rpc_destroy(&self);
+        return NULL;
     }
     grpc_arg args[2];
     size_t nargs = 0;
@@ -198,7 +252,6 @@ kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
     grpc_channel_args cargs = {.num_args = nargs, .args = args};
     self->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
-    free(roots);
     self->cq = grpc_completion_queue_create_for_pluck(NULL);
     self->trace = o->trace;
     if (o->timeout_ms > 0)

@@ -10,6 +10,7 @@
 #ifndef KB_RPC_H
 #define KB_RPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +29,8 @@ typedef struct kb_rpc_opts {
     const char *token;       /* sent as "authorization: Bearer <token>" when non-empty */
     const char *ca_file;     /* PEM roots for https; "" = system roots */
     const char *server_name; /* TLS server name override; "" = from the URL */
+    const char *cert_file;   /* PEM client certificate for mutual TLS; "" = none */
+    const char *key_file;    /* PEM key of cert_file; set together with it */
     int64_t timeout_ms;      /* whole-command budget from now; <= 0 = none */
     FILE *trace;             /* non-NULL: one line per finished call (method, status, ms) */
 } kb_rpc_opts_t;
@@ -38,7 +41,8 @@ typedef struct kb_rpc_status {
     char message[KB_RPC_MSG_CAP];
 } kb_rpc_status_t;
 
-/* Opens a channel (lazily connected). NULL on a bad URL or CA file, with err set. */
+/* Opens a channel (lazily connected). NULL on a bad URL, an unreadable CA, certificate or key
+ * file, TLS files with an http:// URL, or a certificate without its key, with err set. */
 kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *opts, char *err, size_t errcap);
 /* Closes the channel; idempotent, NULLs *self. No call may be open. */
 void kb_rpc_destroy(kb_rpc_t **self);
@@ -81,5 +85,9 @@ void kb_rpc_reset_interrupt(void);
 const char *kb_rpc_code_name(int code);
 /* "rpc error: code = NotFound desc = <message>", as grpc-go formats a status error. */
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap);
+/* True when a failed call may still have taken effect on the server: it was cut off (UNAVAILABLE,
+ * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS). False for a
+ * refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...), which changed nothing. */
+bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st);
 
 #endif

@@ -59,6 +59,8 @@ struct kb_grpc_call {
     bool send_busy;               /* a t_send batch is in flight */
     bool pending_finish;          /* finish requested while a send was in flight */
     bool end_delivered;           /* on_end was called */
+    bool recv_paused;             /* the handler holds the next message back */
+    bool recv_parked;             /* ... and a RECV_MESSAGE is due once it resumes */
     bool live;                    /* counted in calls_started */
     kb_grpc_call_t *eos_next;     /* in srv->eos_head while an end of stream is held back */
     int64_t eos_at_ms;            /* when the end of stream arrived */
@@ -288,6 +290,28 @@ static bool s_recv_locked(kb_grpc_call_t *c)
         return false;
     }
     return true;
+}
+
+static void s_deliver_end(kb_grpc_call_t *c, int status);
+
+void kb_grpc_call_pause_recv(kb_grpc_call_t *call)
+{
+    pthread_mutex_lock(&call->mu);
+    call->recv_paused = true;
+    pthread_mutex_unlock(&call->mu);
+}
+
+void kb_grpc_call_resume_recv(kb_grpc_call_t *call)
+{
+    pthread_mutex_lock(&call->mu);
+    call->recv_paused = false;
+    bool parked = call->recv_parked;
+    call->recv_parked = false;
+    bool more = parked && !call->completed && !call->status_sent;
+    bool broken = more && (call->cancelled || !s_recv_locked(call));
+    pthread_mutex_unlock(&call->mu);
+    if (broken)
+        s_deliver_end(call, -ECANCELED);
 }
 
 /* Server-side completion (no handler holds the call): answer and release the hold. */
@@ -656,6 +680,10 @@ static void s_on_recv(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
             m->on_message(c, msg, m->user);
             pthread_mutex_lock(&c->mu);
             bool more = !c->completed && !c->status_sent;
+            if (more && c->recv_paused && !c->cancelled) { /* kb_grpc_call_resume_recv reads on */
+                c->recv_parked = true;
+                more = false;
+            }
             bool broken = more && (c->cancelled || !s_recv_locked(c));
             pthread_mutex_unlock(&c->mu);
             if (broken) /* the stream will not deliver more: tell the handler */

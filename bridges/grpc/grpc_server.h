@@ -154,6 +154,12 @@ void *kb_grpc_call_data(const kb_grpc_call_t *call);
 /* Registers the cancellation callback (replacing an earlier one). 0, or -ECANCELED when the
  * call is already cancelled (fn is then not registered and never runs). */
 int kb_grpc_call_on_cancel(kb_grpc_call_t *call, kb_grpc_cancel_fn fn, void *arg);
+/* Client-streaming flow control: called from on_message, the next message is not read (the
+ * HTTP/2 window then stops the client) until kb_grpc_call_resume_recv, which may be called
+ * from any thread (also before on_message returned). If the stream broke meanwhile, resume
+ * delivers on_end(-ECANCELED) on the calling thread. */
+void kb_grpc_call_pause_recv(kb_grpc_call_t *call);
+void kb_grpc_call_resume_recv(kb_grpc_call_t *call);
 /* True once the call was cancelled or a send to the client failed. */
 bool kb_grpc_call_is_cancelled(kb_grpc_call_t *call);
 

@@ -139,6 +139,13 @@ const char *kb_http_req_header(const kb_http_req_t *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+int kb_http_req_conn_fd(const kb_http_req_t *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
 const char *kb_http_req_body(const kb_http_req_t *req, size_t *len)
 {
     if (len)
@@ -541,8 +548,11 @@ kb_http_t *kb_http_new(const kb_http_options_t *opts)
         kb_http_route(h, "/readyz", KB_HTTP_GET | KB_HTTP_HEAD, s_readyz, h) < 0 ||
         kb_http_route(h, "/metrics", KB_HTTP_GET | KB_HTTP_HEAD, s_metrics, h) < 0)
         goto fail;
+    /* poll(), not select(): a node with hundreds of sandboxes holds descriptors past FD_SETSIZE
+     * (select() would refuse them). Not epoll: libmicrohttpd has no epoll with a thread per
+     * connection, which the streamed responses need (their reader blocks, s_stream_read). */
     h->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_THREAD_PER_CONNECTION |
-                                MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
+                                MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC,
                             0, NULL, NULL, s_access, h, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned int)h->opts.connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
                             s_completed, h, MHD_OPTION_END);

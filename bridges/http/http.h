@@ -82,6 +82,8 @@ const char *kb_http_req_method(const kb_http_req_t *req);
 const char *kb_http_req_path(const kb_http_req_t *req);
 /* A request header (case-insensitive name) or NULL. Borrowed. */
 const char *kb_http_req_header(const kb_http_req_t *req, const char *name);
+/* The socket of the request's connection (the one kb_http_add_connection got), or -1. */
+int kb_http_req_conn_fd(const kb_http_req_t *req);
 /* The request body (borrowed, NUL-terminated for convenience) and its length. */
 const char *kb_http_req_body(const kb_http_req_t *req, size_t *len);
 /* Adds a response header for the coming respond call. 0 or -ENOMEM. */

@@ -1,5 +1,5 @@
 /* kb_listener: accept, peek, dispatch. See listener.h. */
-#include "listener.h"
+#include "listener_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,30 +17,10 @@
 
 #include "krt.h"
 
-#define LOG_PATH "bridges/listener"
+#define LOG_PATH KB_LISTENER_LOG_PATH
 
 static const char PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define PREFACE_LEN (sizeof PREFACE - 1)
-
-/* A connection whose protocol is not known yet. */
-typedef struct {
-    int fd;
-    int64_t deadline_ms;
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-} s_pending_t;
-
-struct kb_listener {
-    kb_listener_options_t opts;
-    int lfd;
-    int wake[2]; /* pipe: a byte stops the thread */
-    int port;
-    pthread_t thread;
-    s_pending_t *pending;
-    int n_pending;
-    pthread_mutex_t mu;
-    kb_listener_stats_t stats;
-};
 
 int kb_listener_classify(const void *bytes, size_t len)
 {
@@ -50,18 +30,23 @@ int kb_listener_classify(const void *bytes, size_t len)
     return len >= PREFACE_LEN ? 1 : -EAGAIN;
 }
 
-static int64_t s_now_ms(void)
+int64_t kb_listener_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void s_bump(kb_listener_t *l, uint64_t *counter)
+void kb_listener_count(kb_listener_t *l, uint64_t *counter, int64_t delta)
 {
     pthread_mutex_lock(&l->mu);
-    (*counter)++;
+    *counter += (uint64_t)delta;
     pthread_mutex_unlock(&l->mu);
+}
+
+static void s_bump(kb_listener_t *l, uint64_t *counter)
+{
+    kb_listener_count(l, counter, 1);
 }
 
 static void s_drop(kb_listener_t *l, int i)
@@ -72,7 +57,7 @@ static void s_drop(kb_listener_t *l, int i)
 static void s_accept_all(kb_listener_t *l)
 {
     for (;;) {
-        s_pending_t p;
+        kb_pending_t p;
         p.peer_len = sizeof p.peer;
         p.fd =
             accept4(l->lfd, (struct sockaddr *)&p.peer, &p.peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -92,7 +77,7 @@ static void s_accept_all(kb_listener_t *l)
         }
         int one = 1;
         setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        p.deadline_ms = s_now_ms() + l->opts.peek_timeout_ms;
+        p.deadline_ms = kb_listener_now_ms() + l->opts.peek_timeout_ms;
         l->pending[l->n_pending++] = p;
     }
 }
@@ -100,7 +85,7 @@ static void s_accept_all(kb_listener_t *l)
 /* Looks at pending[i]; hands it over or drops it when decided. Returns true if removed. */
 static bool s_peek(kb_listener_t *l, int i)
 {
-    s_pending_t *p = &l->pending[i];
+    kb_pending_t *p = &l->pending[i];
     char buf[PREFACE_LEN];
     ssize_t n = recv(p->fd, buf, sizeof buf, MSG_PEEK);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -114,7 +99,7 @@ static bool s_peek(kb_listener_t *l, int i)
     int kind = kb_listener_classify(buf, (size_t)n);
     if (kind == -EAGAIN)
         return false;
-    s_pending_t done = *p;
+    kb_pending_t done = *p;
     s_drop(l, i);
     if (kind == 1) {
         s_bump(l, &l->stats.to_grpc);
@@ -129,13 +114,17 @@ static bool s_peek(kb_listener_t *l, int i)
 static void *s_thread(void *arg)
 {
     kb_listener_t *l = arg;
+    if (l->opts.tls) {
+        kb_listener_tls_loop(l);
+        return NULL;
+    }
     struct pollfd *pfd = calloc((size_t)l->opts.max_peeking + 2, sizeof *pfd);
     if (!pfd) {
         krt_log(KRT_LOG_ERROR, LOG_PATH, "out_of_memory", "where=poll_set");
         return NULL;
     }
     for (;;) {
-        int64_t now = s_now_ms();
+        int64_t now = kb_listener_now_ms();
         /* expire slow clients */
         for (int i = 0; i < l->n_pending;) {
             if (l->pending[i].deadline_ms <= now) {
@@ -196,6 +185,8 @@ kb_listener_t *kb_listener_new(const kb_listener_options_t *opts, int *err)
         l->opts.peek_timeout_ms = KB_LISTENER_DEFAULT_PEEK_MS;
     if (l->opts.max_peeking <= 0)
         l->opts.max_peeking = KB_LISTENER_DEFAULT_MAX_PEEKING;
+    if (l->opts.max_tls <= 0)
+        l->opts.max_tls = KB_LISTENER_DEFAULT_MAX_TLS;
     l->lfd = l->wake[0] = l->wake[1] = -1;
     pthread_mutex_init(&l->mu, NULL);
 
@@ -247,7 +238,8 @@ kb_listener_t *kb_listener_new(const kb_listener_options_t *opts, int *err)
         *err = -EAGAIN;
         goto fail;
     }
-    krt_log(KRT_LOG_INFO, LOG_PATH, "listening", "addr=%s port=%d", l->opts.host, l->port);
+    krt_log(KRT_LOG_INFO, LOG_PATH, "listening", "addr=%s port=%d tls=%s", l->opts.host, l->port,
+            l->opts.tls ? "on" : "off");
     *err = 0;
     return l;
 fail:

@@ -18,12 +18,25 @@
  *                                                   .on_http = to_http, .arg = app}, &err).
  * Shutdown order: kb_listener_destroy, kb_grpc_server_destroy, kb_http_destroy, then whatever
  * the handlers use.
+ *
+ * TLS (options.tls set): every connection must open with a TLS handshake (anything else is
+ * closed when the handshake fails or times out). The listener's thread terminates TLS with
+ * non-blocking OpenSSL in one epoll loop and relays the plaintext over a socketpair, whose other
+ * end is what on_grpc (ALPN "h2") or on_http (ALPN "http/1.1", or none) receive. Each relayed
+ * connection holds two fixed KB_LISTENER_TLS_BUF buffers; a side whose peer does not drain is
+ * not read (backpressure), and at most max_tls connections exist at once. A verified client
+ * certificate's identity (its subject CN) is recorded in options.ids for the handed-over socket
+ * and forgotten when the connection ends.
  */
 #ifndef KB_LISTENER_H
 #define KB_LISTENER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#include "conn_ids.h"
+#include "tls.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +45,8 @@ extern "C" {
 #define KB_LISTENER_DEFAULT_PORT        8083
 #define KB_LISTENER_DEFAULT_PEEK_MS     5000
 #define KB_LISTENER_DEFAULT_MAX_PEEKING 1024
+#define KB_LISTENER_DEFAULT_MAX_TLS     1024
+#define KB_LISTENER_TLS_BUF             16384 /* bytes per direction per TLS connection */
 
 /* Takes ownership of fd (a connected, non-blocking socket whose bytes are all still unread).
  * Runs on the listener thread: must not block. */
@@ -43,6 +58,9 @@ typedef struct {
     int port;                  /* 0 = an ephemeral port (see kb_listener_port) */
     int peek_timeout_ms;       /* 0 = KB_LISTENER_DEFAULT_PEEK_MS */
     int max_peeking;           /* undecided connections kept at once; 0 = default */
+    kb_tls_t *tls;             /* borrowed, outlives the listener; NULL = cleartext */
+    int max_tls;               /* TLS connections (handshaking or relayed); 0 = default */
+    kb_conn_ids_t *ids;        /* borrowed: client identities; NULL = not recorded */
     kb_listener_fd_fn on_grpc; /* HTTP/2 preface seen */
     kb_listener_fd_fn on_http; /* anything else */
     void *arg;                 /* passed to both */
@@ -51,6 +69,8 @@ typedef struct {
 /* Counters since start. */
 typedef struct {
     uint64_t accepted, to_grpc, to_http, timed_out, closed_early, refused;
+    uint64_t tls_failed; /* handshakes that failed (plaintext, bad client certificate, ...) */
+    uint64_t tls_live;   /* TLS connections open now */
 } kb_listener_stats_t;
 
 typedef struct kb_listener kb_listener_t;

@@ -80,6 +80,7 @@ typedef struct {
     const char *method; /* HTTP method */
     const char *host, *origin, *accept, *content_type, *session, *protocol;
     const char *authorization, *user_id;
+    int conn_fd; /* the connection's socket: its TLS client identity, if any */
     const char *body;
     size_t len;
 } s_in_t;
@@ -654,7 +655,8 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
         return;
     }
     char caller[KB_AUTH_ID_MAX + 1], why[KB_AUTH_ID_MAX + 1];
-    if (kb_auth_identify(m->auth, in->authorization, in->user_id, caller, sizeof caller)) {
+    if (kb_auth_identify_conn(m->auth, in->conn_fd, in->authorization, in->user_id, caller,
+                              sizeof caller)) {
         snprintf(why, sizeof why, "%s", caller);
         char msg[KB_AUTH_ID_MAX + 32];
         snprintf(msg, sizeof msg, "Unauthorized: %s", why);
@@ -750,6 +752,30 @@ static void *s_job_main(void *arg)
     return NULL;
 }
 
+unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const char *session,
+                     const char *protocol, const char *body, size_t len, char **answer,
+                     size_t *answer_len)
+{
+    s_in_t in = {.method = "POST",
+                 .host = "localhost",
+                 .accept = accept,
+                 .content_type = "application/json",
+                 .session = session,
+                 .protocol = protocol,
+                 .user_id = user_id,
+                 .body = body,
+                 .len = len};
+    s_out_t out;
+    s_serve(m, &in, &out);
+    if (out.job) { /* no stream: the job's events go nowhere */
+        s_job_run(out.job);
+        s_job_free(out.job);
+    }
+    *answer = out.body;
+    *answer_len = out.body ? out.len : 0;
+    return out.status;
+}
+
 /* ---- kb_http glue ---------------------------------------------------------------------------- */
 
 static void s_handler(kb_http_req_t *req, void *arg)
@@ -763,7 +789,8 @@ static void s_handler(kb_http_req_t *req, void *arg)
                  .session = kb_http_req_header(req, "Mcp-Session-Id"),
                  .protocol = kb_http_req_header(req, "Mcp-Protocol-Version"),
                  .authorization = kb_http_req_header(req, "Authorization"),
-                 .user_id = kb_http_req_header(req, "X-User-Id")};
+                 .user_id = kb_http_req_header(req, "X-User-Id"),
+                 .conn_fd = kb_http_req_conn_fd(req)};
     in.body = kb_http_req_body(req, &in.len);
     s_out_t out;
     s_serve(m, &in, &out);

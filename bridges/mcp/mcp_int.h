@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mcp.h"
 #include "service.h"
 
 #define KB_MCP_FILE_CAP      ((size_t)1 << 20) /* MCP transfers: 1 MiB of decoded data */
@@ -45,6 +46,14 @@ json_t *kb_mcp_prompts_list(void);
 json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, size_t cap);
 /* The server instructions of the initialize result. */
 const char *kb_mcp_instructions(void);
+
+/* One POST /mcp without HTTP (what the kb_http handler does, for the fuzz target): the headers
+ * that matter (NULL = absent; Host is localhost, Content-Type application/json) and the body.
+ * A tools/call answered as a progress stream runs to its end here, its events discarded.
+ * Returns the HTTP status; *body (may be NULL) receives the answer (malloc'd, caller frees). */
+unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const char *session,
+                     const char *protocol, const char *body, size_t len, char **answer,
+                     size_t *answer_len);
 
 /* ---- helpers (exposed for unit tests) ---- */
 

@@ -275,6 +275,8 @@ static int s_guest(kb_mcp_call_t *c, ka_guest_req_t *q, s_data_fn on_data, void 
         } else if (!cancelled && on_data && fr->len >= sizeof *f + f->tail_len && !on_data(u, f)) {
             cancelled = true;
             ka_svc_stream_cancel(c->svc, stream);
+        } else {
+            ka_svc_stream_ack(c->svc, stream, f->tail_len); /* taken: the guest may send more */
         }
         free(fr);
         pthread_mutex_lock(&w.mu);

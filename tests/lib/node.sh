@@ -2,8 +2,12 @@
 #   node_start            builds the guest and tools images, writes a config, starts kagentd,
 #                         waits until it serves; sets WORK, STATE, PORT, API, TOOLS_REF, KAGENT
 #   node_apply_template NAME   applies and waits for Ready=True (namespace kagent)
+#   node_restart          starts kagentd again on the same config and state (after a kill)
 #   node_stop             SIGTERM, waits, checks nothing is left behind
 # Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR (set by ctest). Everything fails loudly.
+# Hooks: a function node_prestart, if defined, runs once WORK exists (before the config is
+# written); NODE_LISTEN_YAML is added under `listen:` and NODE_EXTRA_YAML at the end of the
+# config; NODE_SCHEME (http) starts API; NODE_CLI_FLAGS are passed to every kagent call here.
 set -euo pipefail
 
 node_fail() { echo "FAIL: $*" >&2; [ -f "${WORK:-/nonexistent}/node.log" ] && tail -30 "$WORK/node.log" >&2; exit 1; }
@@ -17,6 +21,7 @@ node_start() {
   chmod 755 "$WORK" # the embedded PostgreSQL runs as `postgres` and must reach the state dir
   STATE=$WORK/state
   trap node_cleanup EXIT
+  if declare -F node_prestart >/dev/null; then node_prestart; fi
   local guest rootfs=$WORK/tools-rootfs
   guest=$("$src/deploy/build-guest-image.sh" "$build" "$STATE")
   mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/tmp"
@@ -30,11 +35,17 @@ node:
   stateDir: $STATE
 listen:
   port: 0
+${NODE_LISTEN_YAML:-}
 sandbox:
   guestImage:
     digest: "$guest"
   memory: 256Mi
+${NODE_EXTRA_YAML:-}
 YAML
+  node_restart
+}
+
+node_restart() {
   "$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
   NODE_PID=$!
   for _ in $(seq 600); do
@@ -44,7 +55,7 @@ YAML
   done
   grep -q 'path=node-1 event=started' "$WORK/node.log" || node_fail "kagentd did not start"
   PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
-  API=http://127.0.0.1:$PORT
+  API=${NODE_SCHEME:-http}://127.0.0.1:$PORT
 }
 
 node_apply_template() {
@@ -67,9 +78,12 @@ spec:
     snapshotPolicy:
       location: file://$WORK/snapshots/
 YAML
-  "$KAGENT" --api-url "$API" apply -f "$WORK/$name.yaml" >/dev/null || node_fail "apply $name"
+  # shellcheck disable=SC2086 # NODE_CLI_FLAGS are words
+  "$KAGENT" ${NODE_CLI_FLAGS:-} --api-url "$API" apply -f "$WORK/$name.yaml" >/dev/null ||
+    node_fail "apply $name"
   for _ in $(seq 300); do
-    "$KAGENT" --api-url "$API" get template "$name" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
+    # shellcheck disable=SC2086
+    "$KAGENT" ${NODE_CLI_FLAGS:-} --api-url "$API" get template "$name" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
     sleep 0.1
   done
   node_fail "template $name never became Ready"

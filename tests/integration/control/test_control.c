@@ -24,6 +24,7 @@
 
 #include "images_actor.h"
 #include "ka_namespaces.h"
+#include "ka_tree.h"
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
@@ -507,6 +508,7 @@ static void test_ownership_probes(void **unused)
 
 typedef struct {
     int code;
+    int state;
     char id[KA_STORE_ID_LEN];
 } s_dup_t;
 
@@ -515,6 +517,7 @@ static void *s_dup_create(void *arg)
     s_dup_t *d = arg;
     ka_sbx_reply_t r;
     d->code = s_create(ALICE, "req-dup", "scratch", 0, &r);
+    d->state = r.sandbox.state;
     snprintf(d->id, sizeof d->id, "%s", r.sandbox.id);
     return NULL;
 }
@@ -528,12 +531,227 @@ static void test_concurrent_duplicates_one_sandbox(void **unused)
         pthread_create(&th[i], NULL, s_dup_create, &d[i]);
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++) { /* the duplicates get the create's own answer: READY */
         assert_int_equal(d[i].code, KA_OK);
         assert_string_equal(d[i].id, d[0].id);
+        assert_int_equal(d[i].state, KA_STATE_READY);
     }
     ka_sbx_reply_t o;
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, d[0].id, &o), KA_OK);
+}
+
+/* Guest calls sent back to back while their sandbox is deleted: each one is answered, by the
+ * guest (the sandbox was still live) or refused as not ready (deleting or deleted), never lost
+ * or answered UNAVAILABLE when it reaches the sandbox's actor as it retires. */
+enum { RACE_MAX = 3000 };
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    char id[KA_STORE_ID_LEN];
+    bool stop;
+    int sent, answered;
+    int codes[RACE_MAX];
+} s_race_t;
+
+typedef struct {
+    s_race_t *race;
+    int i;
+} s_race_call_t;
+
+static void s_race_frame(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_race_call_t *c = user;
+    if (!f->final)
+        return;
+    pthread_mutex_lock(&c->race->lock);
+    c->race->codes[c->i] = f->status.code;
+    c->race->answered++;
+    pthread_cond_broadcast(&c->race->cond);
+    pthread_mutex_unlock(&c->race->lock);
+}
+
+static void *s_race_sender(void *arg)
+{
+    s_race_t *r = arg;
+    s_race_call_t *calls = calloc(RACE_MAX, sizeof *calls);
+    for (int i = 0; i < RACE_MAX; i++) {
+        pthread_mutex_lock(&r->lock);
+        bool stop = r->stop;
+        pthread_mutex_unlock(&r->lock);
+        if (stop)
+            break;
+        ka_guest_req_t *q = ka_guest_req_new(ALICE, r->id, KA_GUEST_GET, 0);
+        q->proc = 999999; /* no such process: the guest answers NOT_FOUND */
+        calls[i] = (s_race_call_t){r, i};
+        r->codes[i] = -1;
+        assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_race_frame, &calls[i], NULL), 0);
+        free(q);
+        pthread_mutex_lock(&r->lock);
+        r->sent++;
+        pthread_mutex_unlock(&r->lock);
+        if (i % 8 == 7)
+            usleep(200);
+    }
+    return calls;
+}
+
+static void test_guest_calls_racing_delete_are_answered(void **unused)
+{
+    for (int round = 0; round < 10; round++) {
+        ka_sbx_reply_t r, o;
+        char req[64];
+        snprintf(req, sizeof req, "req-race-%d", round);
+        assert_int_equal(s_create(ALICE, req, "scratch", 0, &r), KA_OK);
+        s_race_t *race = calloc(1, sizeof *race);
+        pthread_mutex_init(&race->lock, NULL);
+        pthread_cond_init(&race->cond, NULL);
+        snprintf(race->id, sizeof race->id, "%s", r.sandbox.id);
+        pthread_t th;
+        pthread_create(&th, NULL, s_race_sender, race);
+        usleep(20 * 1000);
+        assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, race->id, &o), KA_OK);
+        usleep(30 * 1000);
+        pthread_mutex_lock(&race->lock);
+        race->stop = true;
+        pthread_mutex_unlock(&race->lock);
+        void *calls;
+        pthread_join(th, &calls);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 30;
+        pthread_mutex_lock(&race->lock);
+        while (race->answered < race->sent)
+            if (pthread_cond_timedwait(&race->cond, &race->lock, &until))
+                break;
+        int sent = race->sent, answered = race->answered;
+        pthread_mutex_unlock(&race->lock);
+        int live = 0, refused = 0;
+        for (int i = 0; i < sent; i++) {
+            if (race->codes[i] == KA_NOT_FOUND)
+                live++;
+            else if (race->codes[i] == KA_FAILED_PRECONDITION)
+                refused++;
+            else
+                fail_msg("round %d: guest call %d of %d racing the delete: code %d (answered "
+                         "%d)",
+                         round, i, sent, race->codes[i], answered);
+        }
+        fprintf(stderr, "race round %d: %d calls, %d answered by the guest, %d refused\n", round,
+                sent, live, refused);
+        assert_int_equal(answered, sent);
+        assert_true(refused > 0); /* the race was run: some calls came after the delete */
+        assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, race->id, &o), KA_OK);
+        assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+        free(calls);
+        free(race);
+    }
+}
+
+/* psql against the test's PostgreSQL (tests/with-pg exports PGHOST, PGPORT, PGUSER...). */
+static void s_psql(const char *sql)
+{
+    s_sh("psql -v ON_ERROR_STOP=1 -Atqc \"%s\" >/dev/null", sql);
+}
+
+static void *s_pg_restart_later(void *arg)
+{
+    usleep(1000 * 1000); /* the held write is in its trigger's sleep by now */
+    const char *base = getenv("PG_BASE");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s\"$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl\" -D '%s/data'"
+             " restart -m immediate -w -t 30 >/dev/null",
+             geteuid() == 0 ? "runuser -u postgres -- " : "", base);
+    *(int *)arg = system(cmd);
+    return NULL;
+}
+
+/* The first update of a sandbox row matching `when` (SQL over OLD and NEW) sleeps 3 s in the
+ * database, and 1 s in PostgreSQL restarts (immediate: a crash), cutting that write off as a
+ * restart would. Returns the restarting thread, for s_pg_unhold. */
+static pthread_t s_pg_hold_and_restart(const char *when, int *restarted)
+{
+    if (!getenv("PG_BASE"))
+        fail_msg("PG_BASE not set: run under tests/with-pg");
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "CREATE SEQUENCE ka_test_hold;"
+             "CREATE FUNCTION ka_test_hold() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN"
+             " IF %s THEN IF nextval('ka_test_hold') = 1 THEN PERFORM pg_sleep(3); END IF;"
+             " END IF; RETURN NEW; END \\$\\$;"
+             "CREATE TRIGGER ka_test_hold BEFORE UPDATE ON ka_sandboxes FOR EACH ROW"
+             " EXECUTE FUNCTION ka_test_hold();",
+             when);
+    s_psql(sql);
+    *restarted = -1;
+    pthread_t th;
+    pthread_create(&th, NULL, s_pg_restart_later, restarted);
+    return th;
+}
+
+static void s_pg_unhold(pthread_t th, const int *restarted)
+{
+    pthread_join(th, NULL);
+    assert_int_equal(*restarted, 0);
+    s_psql("DROP TRIGGER ka_test_hold ON ka_sandboxes; DROP FUNCTION ka_test_hold();"
+           "DROP SEQUENCE ka_test_hold;");
+    /* the store reconnects by itself (backing off up to 2 s): wait until it serves */
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, ALICE);
+    ka_sbx_list_t l;
+    int code = KA_UNAVAILABLE;
+    for (int i = 0; i < 300 && code == KA_UNAVAILABLE; i++) {
+        code = s_call(KA_SBX_LIST, &q, sizeof q, &l, sizeof l);
+        if (code == KA_UNAVAILABLE)
+            usleep(100 * 1000);
+    }
+    assert_int_equal(code, KA_OK);
+}
+
+/* PostgreSQL restarts while a create's READY write is in flight (the record committed, the
+ * guest runs): the create still ends READY, in its answer and in the store, and a replay of
+ * its request id says READY too, never CREATING for good. */
+static void test_create_survives_pg_restart_at_ready(void **unused)
+{
+    int restarted;
+    pthread_t th = s_pg_hold_and_restart(
+        "NEW.state = 'RUNTIME_STATE_READY' AND OLD.state <> NEW.state", &restarted);
+    ka_sbx_reply_t r, o;
+    int code = s_create(ALICE, "req-pg-restart", "scratch", 0, &r);
+    s_pg_unhold(th, &restarted);
+    assert_int_equal(code, KA_OK);
+    assert_int_equal(r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_create(ALICE, "req-pg-restart", "scratch", 0, &o), KA_OK);
+    assert_string_equal(o.sandbox.id, r.sandbox.id);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    s_frames_t c;
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_exec(r.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
+}
+
+/* PostgreSQL restarts while a suspend's intent is written: the suspend is refused as
+ * retryable, and the sandbox stays READY and usable (guest calls, a later suspend). */
+static void test_lost_suspend_intent_keeps_sandbox_usable(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-pg-intent", "scratch", 0, &r), KA_OK);
+    int restarted;
+    pthread_t th = s_pg_hold_and_restart("NEW.operation = 'RUNTIME_OPERATION_SUSPEND'", &restarted);
+    int code = s_lifecycle(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o);
+    s_pg_unhold(th, &restarted);
+    assert_int_equal(code, KA_UNAVAILABLE);
+    assert_non_null(strstr(o.status.message, "retry"));
+    s_frames_t c;
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_exec(r.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
 }
 
 static void test_ttl_expiry_deletes(void **unused)
@@ -579,6 +797,93 @@ static void test_suspend_resume_keeps_data(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* A swapper in the sandbox turns /data/workspace/d into a symlink to a host directory and back,
+ * and files into fifos, as fast as it can. */
+static const char S_SWAPPER[] =
+    "cd /data/workspace && (setsid sh -c 'while :; do mkdir -p d.x; echo plain > d.x/f; "
+    "mv d.x d; mv d d.x; ln -s %s d; rm -f d.x/f; mkfifo d.x/f; mkfifo p.$$; rm -f d; "
+    "mv p.$$ q 2>/dev/null; done' </dev/null >/dev/null 2>&1 &); sleep 0.3; echo started";
+
+static void s_start_swapper(const char *id, const char *host_dir)
+{
+    char script[1024];
+    snprintf(script, sizeof script, S_SWAPPER, host_dir);
+    const char *sh[] = {"sh", "-c", script, NULL};
+    s_frames_t c;
+    assert_int_equal(s_exec(id, sh, &c), 0);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "started\n");
+}
+
+/* Suspend and delete of a sandbox that races its /data against the copy: nothing from outside
+ * its /data ever appears in it, nothing of the host is touched, and every job ends. */
+static void test_suspend_delete_under_attack(void **unused)
+{
+    char host_dir[PATH_MAX + 16];
+    snprintf(host_dir, sizeof host_dir, "%s/host-secret-dir", T.dir);
+    s_sh("mkdir -p %s && echo top-secret-host-data > %s/secret.txt && chmod 600 %s/secret.txt",
+         host_dir, host_dir, host_dir);
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-attack", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    for (int round = 0; round < 5; round++) {
+        s_start_swapper(id, host_dir);
+        int64_t t0 = ka_mono_ms();
+        assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+        assert_true(ka_mono_ms() - t0 < 10000); /* a fifo never holds the job */
+        assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+        const char *grep[] = {"sh", "-c",
+                              "grep -rqs top-secret /data && echo LEAK; ls /data/workspace | wc -l",
+                              NULL};
+        s_frames_t c;
+        assert_int_equal(s_exec(id, grep, &c), 0);
+        c.out[c.out_len] = '\0';
+        assert_null(strstr(c.out, "LEAK"));
+        assert_true(atoi(c.out) >= 1); /* the swapper's entries came back (links as links) */
+    }
+    s_start_swapper(id, host_dir);
+    int64_t t0 = ka_mono_ms();
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_true(ka_mono_ms() - t0 < 10000);
+    char secret[PATH_MAX + 32];
+    snprintf(secret, sizeof secret, "%s/secret.txt", host_dir);
+    assert_int_equal(access(secret, F_OK), 0); /* the host's file survived the delete */
+}
+
+/* A guest call in flight when its sandbox is suspended ends (its process stops with the
+ * compute): the follower is told, it does not wait forever. */
+static void test_suspend_ends_open_guest_calls(void **unused)
+{
+    ka_sbx_reply_t r, o;
+    assert_int_equal(s_create(ALICE, "req-suspend-open", "scratch", 0, &r), KA_OK);
+    const char *id = r.sandbox.id;
+    const char *sleeper[] = {"sleep", "60", NULL};
+    uint64_t proc = 0;
+    assert_int_equal(s_start(ALICE, id, sleeper, &proc), KA_OK);
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, KA_GUEST_OUTPUT, 0);
+    q->proc = proc;
+    q->follow = 1;
+    s_frames_t *c = calloc(1, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_on_frame, c, NULL), 0);
+    free(q);
+    usleep(200 * 1000); /* the follow is with the guest */
+    assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&c->lock);
+    while (!c->done && pthread_cond_timedwait(&c->cond, &c->lock, &until) == 0)
+        ;
+    bool done = c->done;
+    pthread_mutex_unlock(&c->lock);
+    assert_true(done);
+    assert_int_equal(c->final.status.code, KA_FAILED_PRECONDITION);
+    free(c);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
 static void test_restart_recovers_records(void **unused)
 {
     ka_sbx_reply_t ready, susp, o;
@@ -613,8 +918,13 @@ int main(void)
         cmocka_unit_test(test_create_exec_files_delete),
         cmocka_unit_test(test_ownership_probes),
         cmocka_unit_test(test_concurrent_duplicates_one_sandbox),
+        cmocka_unit_test(test_guest_calls_racing_delete_are_answered),
+        cmocka_unit_test(test_create_survives_pg_restart_at_ready),
+        cmocka_unit_test(test_lost_suspend_intent_keeps_sandbox_usable),
         cmocka_unit_test(test_ttl_expiry_deletes),
         cmocka_unit_test(test_suspend_resume_keeps_data),
+        cmocka_unit_test(test_suspend_delete_under_attack),
+        cmocka_unit_test(test_suspend_ends_open_guest_calls),
         cmocka_unit_test(test_restart_recovers_records),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);

@@ -22,15 +22,7 @@ kill -KILL "$NODE_PID"
 wait "$NODE_PID" 2>/dev/null || true
 sleep 4 # `short` expires while the node is down
 
-"$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
-NODE_PID=$!
-for _ in $(seq 600); do
-  grep -q 'path=node-1 event=started\|start_failed' "$WORK/node.log" && break
-  sleep 0.1
-done
-grep -q 'path=node-1 event=started' "$WORK/node.log" || fail "kagentd did not restart"
-PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
-API=http://127.0.0.1:$PORT
+node_restart
 
 state() { k sandbox get "$1" -o json | field state; }
 for _ in $(seq 100); do [ "$(state "$live")" = RUNTIME_STATE_FAILED ] && break; sleep 0.1; done

@@ -4,6 +4,7 @@
  *   kb_test_server [--host H] [--port N] [--protoset FILE] [--not-ready] [--grpc-addr H:P]
  *
  * --grpc-addr also binds gRPC core's own listener there (no shared port), for comparisons.
+ * --tls-cert FILE --tls-key FILE serve the shared port over TLS (the listener's relay).
  * Prints "PORT <n>" on stdout once serving; SIGTERM/SIGINT shut down cleanly (exit 0).
  */
 #include <errno.h>
@@ -25,6 +26,7 @@ typedef struct {
     kb_grpc_server_t *grpc;
     kb_http_t *http;
     kb_listener_t *listener;
+    kb_tls_t *tls; /* --tls-cert/--tls-key; NULL = cleartext */
     bool ready;
 } s_app_t;
 
@@ -82,6 +84,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
 int main(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *protoset = NULL, *grpc_addr = NULL;
+    kb_tls_files_t tls_files = {0};
     int port = 0;
     bool not_ready = false;
     for (int i = 1; i < argc; i++) {
@@ -93,12 +96,16 @@ int main(int argc, char **argv)
             protoset = argv[++i];
         else if (strcmp(argv[i], "--grpc-addr") == 0 && i + 1 < argc)
             grpc_addr = argv[++i];
+        else if (strcmp(argv[i], "--tls-cert") == 0 && i + 1 < argc)
+            tls_files.cert_file = argv[++i];
+        else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc)
+            tls_files.key_file = argv[++i];
         else if (strcmp(argv[i], "--not-ready") == 0)
             not_ready = true;
         else {
             fprintf(stderr,
                     "usage: %s [--host H] [--port N] [--protoset FILE] [--not-ready] "
-                    "[--grpc-addr H:P]\n",
+                    "[--grpc-addr H:P] [--tls-cert FILE --tls-key FILE]\n",
                     argv[0]);
             return 2;
         }
@@ -134,12 +141,18 @@ int main(int argc, char **argv)
     app.http = kb_http_new(&hopts);
     if (!app.http)
         goto out;
+    char tls_err[KB_TLS_ERR_CAP];
+    if (tls_files.cert_file && !(app.tls = kb_tls_new(&tls_files, tls_err, sizeof tls_err))) {
+        fprintf(stderr, "kb_test_server: %s\n", tls_err);
+        goto out;
+    }
     kb_listener_options_t lopts = {.host = host,
                                    .port = port,
                                    .peek_timeout_ms = 2000,
                                    .on_grpc = s_to_grpc,
                                    .on_http = s_to_http,
-                                   .arg = &app};
+                                   .arg = &app,
+                                   .tls = app.tls};
     int err = 0;
     app.listener = kb_listener_new(&lopts, &err);
     if (!app.listener) {
@@ -162,5 +175,6 @@ out:
     kb_http_destroy(&app.http);
     kbt_service_destroy(&svc);
     kb_grpc_reflection_destroy(&refl);
+    kb_tls_destroy(&app.tls);
     return status;
 }

@@ -985,15 +985,46 @@ static void test_exec_follows_stream_to_exit_code(void **state)
              "Process proc-1 in sandbox " SB_ID ": started");
     assert_int_equal(s_calls(), 1);
 
-    /* start failure: never retried, with the advice */
-    s_fake_reset();
-    s_fake.fail_code = GRPC_STATUS_INVALID_ARGUMENT;
-    s_fake.fail_msg = "Sandbox ID must be a UUID";
-    s_expect(s_run("sandbox", "exec", "bad-id", "--", "x", NULL), 1, NULL,
-             "Error: start process in sandbox bad-id: command may have started; do not blindly "
-             "retry: rpc error: code = InvalidArgument desc = Sandbox ID must be a UUID\n");
-    assert_int_equal(s_calls(), 1);
-    assert_string_equal(s_call(0)->sandbox_id, "bad-id");
+    /* a refused start: never retried, and no "may have started" (nothing ran) */
+    static const struct {
+        int code;
+        const char *name;
+    } refusals[] = {{GRPC_STATUS_INVALID_ARGUMENT, "InvalidArgument"},
+                    {GRPC_STATUS_NOT_FOUND, "NotFound"},
+                    {GRPC_STATUS_PERMISSION_DENIED, "PermissionDenied"},
+                    {GRPC_STATUS_FAILED_PRECONDITION, "FailedPrecondition"}};
+    char want[256];
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        s_fake_reset();
+        s_fake.fail_code = refusals[i].code;
+        s_fake.fail_msg = "Sandbox ID must be a UUID";
+        snprintf(want, sizeof want,
+                 "Error: start process in sandbox bad-id: rpc error: code = %s desc = Sandbox ID "
+                 "must be a UUID\n",
+                 refusals[i].name);
+        s_expect(s_run("sandbox", "exec", "bad-id", "--", "x", NULL), 1, NULL, want);
+        assert_null(strstr(s_last.err, "may have started"));
+        assert_int_equal(s_calls(), 1);
+        assert_string_equal(s_call(0)->sandbox_id, "bad-id");
+    }
+    /* an unknown outcome: never retried, with the advice */
+    static const struct {
+        int code;
+        const char *name;
+    } unknown[] = {{GRPC_STATUS_UNAVAILABLE, "Unavailable"},
+                   {GRPC_STATUS_DEADLINE_EXCEEDED, "DeadlineExceeded"},
+                   {GRPC_STATUS_UNKNOWN, "Unknown"}};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        s_fake_reset();
+        s_fake.fail_code = unknown[i].code;
+        s_fake.fail_msg = "connection lost";
+        snprintf(want, sizeof want,
+                 "Error: start process in sandbox " SB_ID ": command may have started; do not "
+                 "blindly retry: rpc error: code = %s desc = connection lost\n",
+                 unknown[i].name);
+        s_expect(s_run("sandbox", "exec", SB_ID, "--", "x", NULL), 1, NULL, want);
+        assert_int_equal(s_calls(), 1);
+    }
 }
 
 static void test_wait_interrupted_by_timeout(void **state)

@@ -161,6 +161,54 @@ static void test_validation_rules(void **unused)
     assert_err(GUEST "node: {stateDir: relative/dir}\n", "node.stateDir: must be an absolute path");
     assert_err(GUEST "  disk: 1Mi\n", "sandbox.disk: must be at least 16Mi");
     assert_err(GUEST "  disk: 64Mi\n  diskInodes: 100000\n", "sandbox.diskInodes: must be 0");
+    assert_err(GUEST "  uidBase: 4294000000\n  uidCount: 16000000\n", "must stay below 2^32");
+    assert_err(GUEST "  uidBase: 1000\n", "sandbox.uidBase");
+    assert_err(GUEST "  maxOpenFiles: 2000000\n", "sandbox.maxOpenFiles");
+}
+
+static void test_listen_tls(void **unused)
+{
+    ka_config_t cfg;
+    assert_int_equal(s_load(&cfg, GUEST "listen:\n  tls:\n    certFile: /c.pem\n    keyFile: "
+                                        "/k.pem\n    clientCAFile: /ca.pem\n"
+                                        "    requireClientCert: true\n"),
+                     0);
+    assert_true(ka_config_tls(&cfg));
+    assert_string_equal(cfg.tls_cert_file, "/c.pem");
+    assert_string_equal(cfg.tls_key_file, "/k.pem");
+    assert_string_equal(cfg.tls_client_ca_file, "/ca.pem");
+    assert_true(cfg.tls_require_client_cert);
+    assert_int_equal(s_load(&cfg, GUEST), 0);
+    assert_false(ka_config_tls(&cfg));
+    assert_err(GUEST "listen:\n  tls:\n    certFIle: /c.pem\n",
+               "test.yaml:6: listen.tls.certFIle: unknown key");
+    assert_err(GUEST "listen:\n  tls:\n    certFile: /c.pem\n", "keyFile is missing");
+    assert_err(GUEST "listen:\n  tls:\n    keyFile: /k.pem\n", "certFile is missing");
+    assert_err(GUEST "listen:\n  tls:\n    clientCAFile: /ca.pem\n",
+               "listen.tls.clientCAFile: needs listen.tls.certFile");
+    assert_err(GUEST "listen:\n  tls:\n    certFile: /c\n    keyFile: /k\n"
+                     "    requireClientCert: true\n",
+               "listen.tls.requireClientCert: needs listen.tls.clientCAFile");
+    assert_err(GUEST "listen:\n  tls:\n    requireClientCert: yes\n",
+               "listen.tls.requireClientCert: expected true or false");
+    /* off loopback: tokens and TLS both required */
+    assert_err(GUEST "auth: {mode: tokens, tokensFile: /t}\nlisten: {address: 0.0.0.0}\n",
+               "listen.tls: required when listen.address (0.0.0.0) is not loopback");
+    assert_err(GUEST "listen:\n  address: 10.0.0.5\n  tls: {certFile: /c, keyFile: /k}\n",
+               "user-header trusts any caller");
+    assert_int_equal(s_load(&cfg, GUEST "auth: {mode: tokens, tokensFile: /t}\nlisten:\n  "
+                                        "address: 0.0.0.0\n  tls: {certFile: /c, keyFile: /k}\n"),
+                     0);
+}
+
+static void test_loopback(void **unused)
+{
+    const char *yes[] = {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "localhost"};
+    const char *no[] = {"0.0.0.0", "10.0.0.1", "::", "::ffff:10.0.0.1", "128.0.0.1", "local"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        assert_true(ka_config_loopback(yes[i]));
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        assert_false(ka_config_loopback(no[i]));
 }
 
 static void test_value_parsers(void **unused)
@@ -216,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_unknown_key_names_key_and_line),
         cmocka_unit_test(test_wrong_types_name_key_and_line),
         cmocka_unit_test(test_validation_rules),
+        cmocka_unit_test(test_listen_tls),
+        cmocka_unit_test(test_loopback),
         cmocka_unit_test(test_value_parsers),
         cmocka_unit_test(test_print_round_trips),
     };

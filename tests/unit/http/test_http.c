@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -228,6 +229,32 @@ static void test_builtin_routes(void **state)
     assert_true(kb_http_requests(f->h) >= 5);
 }
 
+/* A node with ~500 sandboxes holds >1024 descriptors: a connection numbered past FD_SETSIZE is
+ * still served (a select()-based server would reset it). */
+static void test_high_descriptor_numbers(void **state)
+{
+    fx_t *f = *state;
+    enum { N = 1100 };
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < N + 64) {
+        rl.rlim_cur = N + 64 < rl.rlim_max ? N + 64 : rl.rlim_max;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    assert_true(rl.rlim_cur >= N + 64); /* else this test proves nothing: fail loudly */
+    int fds[N];
+    for (int i = 0; i < N; i++)
+        assert_true((fds[i] = dup(2)) >= 0);
+    for (int i = 0; i < 3; i++) {
+        char *r = s_request(f->h, "GET", "/healthz", NULL);
+        assert_int_equal(s_status(r), 200);
+        assert_string_equal(s_body(r), "ok\n");
+        free(r);
+    }
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+}
+
 static void test_errors(void **state)
 {
     fx_t *f = *state;
@@ -384,6 +411,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_builtin_routes, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_high_descriptor_numbers, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_errors, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_custom_route, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_streaming, s_setup, s_teardown),

@@ -84,6 +84,15 @@ static void test_sandbox_lifecycle(void **unused)
     assert_int_equal(s_create("alice", "life-1", &a), 0);
     assert_int_equal(a.created, 1);
     assert_int_equal(strlen(a.sandbox.id), 36);
+    /* UUIDv7: version 7, RFC 9562 variant, the first 48 bits the creation time in ms */
+    assert_int_equal(a.sandbox.id[14], '7');
+    assert_non_null(strchr("89ab", a.sandbox.id[19]));
+    char ms_hex[13];
+    memcpy(ms_hex, a.sandbox.id, 8);
+    memcpy(ms_hex + 8, a.sandbox.id + 9, 4);
+    ms_hex[12] = '\0';
+    int64_t id_ms = (int64_t)strtoll(ms_hex, NULL, 16);
+    assert_true(llabs(id_ms - a.sandbox.created_ms) < 5000);
     assert_int_equal(a.sandbox.state, KA_STATE_CREATING);
     assert_int_equal(a.sandbox.operation, KA_OP_CREATE);
     assert_true(a.sandbox.expires_ms - a.sandbox.created_ms == 3600000);

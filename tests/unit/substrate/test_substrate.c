@@ -258,27 +258,31 @@ typedef struct counts {
     long mounts, cgroups, children, dirs, fds, volumes, loops;
 } counts_t;
 
-/* Spare volumes come and go with the driver's filler thread: mounts and dirs are counted
- * without any driver's volumes and guest copy; volumes counts the claimed ones of this test,
- * loops the loop devices backed by a file in its state dir. */
 static void s_counts(counts_t *c)
 {
     char cmd[400];
-    c->mounts =
-        s_count_cmd("grep -v -e '/\\.volumes/' -e '/\\.guest ' /proc/self/mountinfo | wc -l");
+    /* only what this driver could leave: other tests and builds on the machine mount and
+     * unmount elsewhere, and their cgroups come and go (find's complaints are theirs); the
+     * spare volumes (and the guest's copy) come and go with the driver's filler thread, so
+     * they are counted apart: the claimed volumes, and the loop devices behind any of them */
+    snprintf(cmd, sizeof(cmd),
+             "grep -F '%s' /proc/self/mountinfo | grep -v -e '/\\.volumes/' -e '/\\.guest ' | "
+             "wc -l",
+             s_tmp);
+    c->mounts = s_count_cmd(cmd);
     snprintf(cmd, sizeof(cmd), "ls '%s/.volumes' 2>/dev/null | grep -c '\\.used$'", s_state);
     c->volumes = s_count_cmd(cmd);
     snprintf(cmd, sizeof(cmd),
              "cat /sys/block/loop*/loop/backing_file 2>/dev/null | grep -c '^%s/'", s_state);
     c->loops = s_count_cmd(cmd);
-    snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' | wc -l",
-             s_cgname);
+    snprintf(cmd, sizeof(cmd),
+             "find /sys/fs/cgroup -maxdepth 6 -type d -path '*%s*' 2>/dev/null | wc -l", s_cgname);
     c->cgroups = s_count_cmd(cmd);
     c->children = s_children();
     snprintf(cmd, sizeof(cmd), "find '%s' -path '*/.volumes' -prune -o -print | wc -l", s_state);
     c->dirs = s_count_cmd(cmd);
     c->fds = s_count_cmd("ls /proc/self/fd | wc -l"); /* the shell's: inherited from us */
-    assert_true(c->mounts > 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
+    assert_true(c->mounts >= 0 && c->cgroups >= 0 && c->children >= 0 && c->dirs > 0);
 }
 
 static void test_accounting_100_cycles(void **unused)

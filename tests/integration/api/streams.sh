@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Flow control and stream ends on a real node through Debian's python3-grpcio: eight 60 MiB
+# downloads that are never read keep kagentd's RSS bounded while the node serves other calls;
+# one is then read fully and checked; streams whose sandbox is deleted end with an error;
+# 64 MiB upload/download throughput and the guest's RSS are reported (BENCH lines).
+set -euo pipefail
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
+node_start
+node_apply_template streams
+. "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
+stubs=$(api_stubs)
+/usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_streams.py" "127.0.0.1:$PORT" \
+  "$stubs" streams "$NODE_PID"
+node_stop
