@@ -243,6 +243,11 @@ typedef struct krt_timer {
     uint64_t opaque_[8]; /* runtime-private; zero-initialised (state is zeroed) = idle */
 } krt_timer_t;
 
+/* Clocks in milliseconds: CLOCK_MONOTONIC for deadlines and durations, CLOCK_REALTIME for
+ * timestamps. */
+int64_t krt_mono_ms(void);
+int64_t krt_wall_ms(void);
+
 /* (Re)arms t: after delay_ms the owning actor receives a message of `type` (body empty, ref =
  * `ref`). Re-arming an armed timer moves it. */
 int krt_timer_arm(krt_ctx_t *ctx, krt_timer_t *t, uint64_t delay_ms, uint32_t type, uint64_t ref);

@@ -11,6 +11,7 @@
 #include "krt_int.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 /* A krt_send_after timer: allocated, fires once, then frees itself. */
@@ -319,4 +320,18 @@ int krt_send_after(krt_ctx_t *ctx, krt_addr_t to, uint64_t delay_ms, uint32_t ty
     krt__wheel_add(w, &h->t);
     pthread_mutex_unlock(&w->lock);
     return 0;
+}
+
+int64_t krt_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t krt_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -202,13 +202,6 @@ struct krt_mesh {
     uint64_t next_hb;
 };
 
-static uint64_t s_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static bool s_bit(const _Atomic uint64_t *set, uint16_t node)
 {
     return (atomic_load_explicit(&set[node / 64], memory_order_acquire) >> (node % 64)) & 1;
@@ -332,7 +325,7 @@ static void s_peer_down(krt_mesh_t *m, s_peer_t *p)
     p->state = S_PEER_DOWN;
     s_bit_set(m->up, p->node, false);
     krt_log(KRT_LOG_WARN, m->path, "node_down", "node=%u silent_ms=%llu", p->node,
-            (unsigned long long)(s_now_ms() - p->last_rx));
+            (unsigned long long)((uint64_t)krt_mono_ms() - p->last_rx));
     size_t keep = 0;
     for (size_t i = 0; i < m->n_mons; i++) {
         if (m->mons[i].node == p->node)
@@ -404,7 +397,7 @@ static void s_do_peer(krt_mesh_t *m, s_item_t *it)
     } else {
         p->dealer = it->sock;
         if (p->state == S_PEER_UNKNOWN)
-            p->last_rx = s_now_ms(); /* silence is counted from the connect */
+            p->last_rx = (uint64_t)krt_mono_ms(); /* silence is counted from the connect */
         p->has_key = m->curve;
         memcpy(p->key, it->key, sizeof p->key);
     }
@@ -653,11 +646,11 @@ static void *s_io_main(void *arg)
     zmq_pollitem_t items[3] = {
         {m->router, 0, ZMQ_POLLIN, 0}, {NULL, m->efd, ZMQ_POLLIN, 0}, {m->zap, 0, ZMQ_POLLIN, 0}};
     int n_items = m->zap ? 3 : 2;
-    m->next_hb = s_now_ms();
+    m->next_hb = (uint64_t)krt_mono_ms();
     while (atomic_load(&m->io_run)) {
         long timeout = -1;
         if (m->heartbeat_ms > 0) {
-            uint64_t now = s_now_ms();
+            uint64_t now = (uint64_t)krt_mono_ms();
             timeout = m->next_hb > now ? (long)(m->next_hb - now) : 0;
         }
         atomic_store(&m->armed, true);
@@ -677,7 +670,7 @@ static void *s_io_main(void *arg)
         s_drain(m); /* first: peers (and their keys) added before a handshake are known */
         if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
             s_zap_handle(m);
-        uint64_t now = s_now_ms();
+        uint64_t now = (uint64_t)krt_mono_ms();
         if (items[0].revents & ZMQ_POLLIN)
             s_recv_batch(m, now);
         s_heartbeat(m, now);

@@ -167,7 +167,7 @@ static int s_snapshot_dir(const s_sbx_t *self, const char *location, char *out, 
 /* A snapshot copy's budget: a sandbox cannot hold a job thread for longer. */
 static ka_tree_opts_t s_tree_opts(int64_t owner)
 {
-    return (ka_tree_opts_t){.deadline_ms = ka_mono_ms() + SNAPSHOT_DEADLINE_MS, .owner = owner};
+    return (ka_tree_opts_t){.deadline_ms = krt_mono_ms() + SNAPSHOT_DEADLINE_MS, .owner = owner};
 }
 
 /* Saves /data: the sandbox is halted first (nothing inside runs while it is read), and the
@@ -349,7 +349,7 @@ static void s_finish(krt_ctx_t *ctx, s_sbx_t *self, int code, const char *messag
 
 static void s_arm_ttl(krt_ctx_t *ctx, s_sbx_t *self)
 {
-    int64_t left = self->a.record.expires_ms - ka_wall_ms();
+    int64_t left = self->a.record.expires_ms - krt_wall_ms();
     krt_timer_arm(ctx, &self->ttl, left > 0 ? (uint64_t)left : 0, MSG_TTL, 0);
 }
 
@@ -742,7 +742,7 @@ static bool s_guest_req_ok(const void *body, size_t len)
 static bool s_guest_ready(const s_sbx_t *self)
 {
     return self->gc && self->a.record.state == KA_STATE_READY &&
-           self->a.record.operation == KA_OP_NONE && ka_wall_ms() < self->a.record.expires_ms;
+           self->a.record.operation == KA_OP_NONE && krt_wall_ms() < self->a.record.expires_ms;
 }
 
 static void s_on_guest(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t from, uint64_t ref,

@@ -48,13 +48,6 @@ const char *ka_images_root(const ka_images_t *self)
     return self->root;
 }
 
-static uint64_t s_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* ---- handle ------------------------------------------------------------------------------ */
 
 ka_images_t *ka_images_new(const ka_images_opts_t *opts)
@@ -781,7 +774,7 @@ static int s_commit(ka_images_t *self, ka_blob_txn_t *t, s_results_t *res, const
 int ka_images_import(ka_images_t *self, const char *path, const char *name, char **ref_out)
 {
     ka_img_clear_error();
-    uint64_t t0 = s_ms();
+    int64_t t0 = krt_mono_ms();
     struct stat st;
     if (stat(path, &st) < 0)
         return ka_img_fail(-errno, "cannot import %s: %s", path, strerror(errno));
@@ -823,7 +816,7 @@ int ka_images_import(ka_images_t *self, const char *path, const char *name, char
         rc = s_commit(self, t, &res, name, ref_out);
     if (rc == 0)
         krt_log(KRT_LOG_INFO, S_LOG, "imported", "path=%s images=%zu first=%s ms=%llu", path, res.n,
-                res.v[0].digest, (unsigned long long)(s_ms() - t0));
+                res.v[0].digest, (unsigned long long)(krt_mono_ms() - t0));
     ka_blob_txn_destroy(&t);
     if (work)
         ka_fs_rmtree(work);
@@ -963,7 +956,7 @@ static char *s_endpoint(ka_images_t *self, const char *reg)
 int ka_images_pull(ka_images_t *self, const char *ref, char **ref_out)
 {
     ka_img_clear_error();
-    uint64_t t0 = s_ms();
+    int64_t t0 = krt_mono_ms();
     char *reg = NULL, *repo = NULL, *endpoint = NULL, *name = NULL;
     s_desc_t d = {.size = -1};
     int rc = s_parse_pull_ref(ref, &reg, &repo, d.digest);
@@ -992,7 +985,7 @@ int ka_images_pull(ka_images_t *self, const char *ref, char **ref_out)
         rc = s_commit(self, t, &res, NULL, ref_out);
     if (rc == 0)
         krt_log(KRT_LOG_INFO, S_LOG, "pulled", "ref=%s endpoint=%s ms=%llu", ref, endpoint,
-                (unsigned long long)(s_ms() - t0));
+                (unsigned long long)(krt_mono_ms() - t0));
     ka_blob_txn_destroy(&t);
     s_results_free(&res);
     free(reg);
@@ -1316,7 +1309,7 @@ static int s_ensure_layer(ka_images_t *self, ka_blob_txn_t *t, const char *diges
     int rc = (final && marker && tmp_root) ? 0 : -ENOMEM;
     if (rc == 0 && stat(final, &st) == 0)
         goto done;
-    uint64_t t0 = s_ms();
+    int64_t t0 = krt_mono_ms();
     blob = ka_blob_txn_path(t, digest);
     if (rc == 0 && !blob)
         rc = ka_img_fail(-ENOENT, "layer blob %s is missing from the store", digest);
@@ -1343,7 +1336,7 @@ static int s_ensure_layer(ka_images_t *self, ka_blob_txn_t *t, const char *diges
         krt_log(KRT_LOG_INFO, S_LOG, "layer_unpacked",
                 "digest=%s entries=%llu bytes=%llu skipped=%llu ms=%llu", digest,
                 (unsigned long long)ls.entries, (unsigned long long)ls.bytes,
-                (unsigned long long)ls.skipped, (unsigned long long)(s_ms() - t0));
+                (unsigned long long)ls.skipped, (unsigned long long)(krt_mono_ms() - t0));
     }
 done:
     if (rc == 0)
@@ -1384,7 +1377,7 @@ static int s_prepare(ka_images_t *self, ka_blob_txn_t *t, const char *digest, ch
     if (rc == 0 && (!final || !tmp_root))
         rc = -ENOMEM;
     if (rc == 0 && stat(final, &st) < 0) {
-        uint64_t t0 = s_ms();
+        int64_t t0 = krt_mono_ms();
         rc = ka_fs_mkdtemp(tmp_root, "rootfs", &work);
         if (rc == 0)
             chmod(work, 0755);
@@ -1405,7 +1398,7 @@ static int s_prepare(ka_images_t *self, ka_blob_txn_t *t, const char *digest, ch
         }
         if (rc == 0)
             krt_log(KRT_LOG_INFO, S_LOG, "rootfs_prepared", "digest=%s layers=%zu ms=%llu", digest,
-                    m.n_layers, (unsigned long long)(s_ms() - t0));
+                    m.n_layers, (unsigned long long)(krt_mono_ms() - t0));
         if (work)
             ka_fs_rmtree(work);
     }

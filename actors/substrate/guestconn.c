@@ -1,5 +1,6 @@
 /* guestconn: node side of the guest protocol (see guestconn.h). */
 #include "guestconn.h"
+#include "krt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -359,16 +360,9 @@ int ka_guestconn_recv(ka_guestconn_t *gc, ka_gp_frame_t **out)
     }
 }
 
-static int64_t s_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int ka_guestconn_wait(ka_guestconn_t *gc, int timeout_ms, ka_gp_frame_t **out)
 {
-    int64_t until = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    int64_t until = timeout_ms < 0 ? -1 : krt_mono_ms() + timeout_ms;
     for (;;) {
         int frc = ka_guestconn_flush(gc);
         if (frc < 0 && frc != -EAGAIN)
@@ -378,7 +372,7 @@ int ka_guestconn_wait(ka_guestconn_t *gc, int timeout_ms, ka_gp_frame_t **out)
             return rc;
         int left = -1;
         if (until >= 0) {
-            int64_t l = until - s_now_ms();
+            int64_t l = until - krt_mono_ms();
             if (l <= 0)
                 return -ETIMEDOUT;
             left = (int)l;
@@ -392,12 +386,12 @@ int ka_guestconn_wait(ka_guestconn_t *gc, int timeout_ms, ka_gp_frame_t **out)
 int ka_guestconn_call(ka_guestconn_t *gc, uint64_t id, int timeout_ms, ka_gp_data_cb cb, void *user,
                       ka_gp_frame_t **final)
 {
-    int64_t until = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    int64_t until = timeout_ms < 0 ? -1 : krt_mono_ms() + timeout_ms;
     static const char *const keys[] = {"stdout", "stderr", "chunk"};
     for (;;) {
         int left = -1;
         if (until >= 0) {
-            int64_t l = until - s_now_ms();
+            int64_t l = until - krt_mono_ms();
             left = l < 0 ? 0 : (int)l;
         }
         ka_gp_frame_t *f = NULL;

@@ -1,5 +1,6 @@
 /* ka_tree: descriptor-relative copies and removals of sandbox-controlled trees (ka_tree.h). */
 #include "ka_tree.h"
+#include "krt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,20 +25,6 @@ typedef struct s_walk {
     uint64_t entries;
 } s_walk_t;
 
-int64_t ka_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t ka_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int ka_mkdirs(const char *path, mode_t mode)
 {
     char tmp[PATH_MAX];
@@ -57,7 +44,7 @@ int ka_mkdirs(const char *path, mode_t mode)
 /* The walk's budget: time and entries. */
 static int s_tick(s_walk_t *w)
 {
-    if (w->o->deadline_ms && ka_mono_ms() > w->o->deadline_ms)
+    if (w->o->deadline_ms && krt_mono_ms() > w->o->deadline_ms)
         return -ETIMEDOUT;
     if (w->o->max_entries && ++w->entries > w->o->max_entries)
         return -EFBIG;
@@ -97,7 +84,7 @@ static int s_create(int dfd, const char *name)
 static int s_copy_bytes(s_walk_t *w, int in, int out)
 {
     for (;;) {
-        if (w->o->deadline_ms && ka_mono_ms() > w->o->deadline_ms)
+        if (w->o->deadline_ms && krt_mono_ms() > w->o->deadline_ms)
             return -ETIMEDOUT;
         ssize_t n = copy_file_range(in, NULL, out, NULL, S_CHUNK, 0);
         if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))

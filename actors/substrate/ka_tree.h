@@ -18,7 +18,7 @@
 #define KA_TREE_MAX_DEPTH 256
 
 typedef struct ka_tree_opts {
-    int64_t deadline_ms;  /* CLOCK_MONOTONIC ms (ka_mono_ms) after which the walk stops; 0: none */
+    int64_t deadline_ms;  /* CLOCK_MONOTONIC ms (krt_mono_ms) after which the walk stops; 0: none */
     uint64_t max_bytes;   /* file bytes to copy at most; 0: no bound */
     uint64_t max_entries; /* entries to visit at most; 0: no bound */
     int64_t owner;        /* copy: uid=gid every created entry gets; -1: the caller's */
@@ -43,9 +43,5 @@ int ka_tree_remove(const char *path, const ka_tree_opts_t *o);
 
 /* mkdir -p with mode for every directory it creates; 0 or -errno. */
 int ka_mkdirs(const char *path, mode_t mode);
-
-/* CLOCK_MONOTONIC and CLOCK_REALTIME in milliseconds. */
-int64_t ka_mono_ms(void);
-int64_t ka_wall_ms(void);
 
 #endif

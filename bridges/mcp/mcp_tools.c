@@ -68,13 +68,6 @@ static json_t *s_ok(kb_mcp_call_t *c, json_t *obj)
     return r;
 }
 
-static int64_t s_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static const char *s_str(const json_t *args, const char *key, const char *def)
 {
     const char *v = json_string_value(json_object_get(args, key));
@@ -250,12 +243,12 @@ static int s_guest(kb_mcp_call_t *c, ka_guest_req_t *q, s_data_fn on_data, void 
                  "the sandbox service is not running");
         return KA_UNAVAILABLE;
     }
-    int64_t deadline = s_mono_ms() + KB_MCP_GUEST_WAIT_MS;
+    int64_t deadline = krt_mono_ms() + KB_MCP_GUEST_WAIT_MS;
     bool cancelled = false, have_final = false;
     pthread_mutex_lock(&w.mu);
     while (!have_final && !w.done) {
         if (!w.head) {
-            if (!cancelled && s_mono_ms() > deadline) {
+            if (!cancelled && krt_mono_ms() > deadline) {
                 cancelled = true;
                 ka_svc_stream_cancel(c->svc, stream);
             }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "ka_tree.h"
+#include "krt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,7 +85,7 @@ static void s_reset(void)
 
 static ka_tree_opts_t s_opts(int64_t owner)
 {
-    return (ka_tree_opts_t){.deadline_ms = ka_mono_ms() + 20000, .owner = owner};
+    return (ka_tree_opts_t){.deadline_ms = krt_mono_ms() + 20000, .owner = owner};
 }
 
 static void test_copy_keeps_shape_never_follows(void **unused)
@@ -184,10 +185,10 @@ static void test_copy_under_attack(void **unused)
     assert_int_equal(pthread_create(&t, NULL, s_attack, &at), 0);
     for (int i = 0; i < 400; i++) {
         ka_tree_opts_t o = s_opts(-1);
-        int64_t t0 = ka_mono_ms();
+        int64_t t0 = krt_mono_ms();
         int rc = ka_tree_copy(s_src, s_dst, &o, NULL);
         assert_true(rc == 0 || rc == -ENOENT || rc == -EEXIST || rc == -EISDIR);
-        assert_true(ka_mono_ms() - t0 < 5000); /* a fifo never holds it */
+        assert_true(krt_mono_ms() - t0 < 5000); /* a fifo never holds it */
         assert_false(s_leaked(s_dst));
         char dx[512];
         s_path(dx, sizeof dx, s_dst, "d");
@@ -242,7 +243,7 @@ static void test_bounds(void **unused)
     o.max_bytes = 8;
     assert_int_equal(ka_tree_copy(s_src, s_dst, &o, NULL), -EFBIG);
     o = s_opts(-1);
-    o.deadline_ms = ka_mono_ms() - 1;
+    o.deadline_ms = krt_mono_ms() - 1;
     assert_int_equal(ka_tree_copy(s_src, s_dst, &o, NULL), -ETIMEDOUT);
     o = s_opts(-1);
     o.max_entries = 0;
