@@ -19,6 +19,7 @@
 #include "images_actor.h"
 #include "ka_guestcalls.h"
 #include "ka_namespaces.h"
+#include "ka_tree.h"
 #include "krt.h"
 #include "listener.h"
 #include "mcp.h"
@@ -68,20 +69,6 @@ static int s_fail(char *err, size_t cap, const char *fmt, ...)
     vsnprintf(err, cap, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-static int s_mkdirs(const char *path, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, mode) && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    return mkdir(tmp, mode) && errno != EEXIST ? -errno : 0;
 }
 
 /* ---- database and store ------------------------------------------------------------------- */
@@ -391,7 +378,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     n->cfg = *cfg;
     snprintf(n->path, sizeof n->path, "%s", cfg->node_name);
     int rc = s_tls(n, err, cap); /* first: a bad certificate fails before anything starts */
-    if (!rc && (rc = s_mkdirs(cfg->state_dir, 0755)) != 0)
+    if (!rc && (rc = ka_mkdirs(cfg->state_dir, 0755)) != 0)
         s_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
     if (!rc)
         rc = s_database(n, err, cap);
