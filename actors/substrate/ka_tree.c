@@ -254,7 +254,16 @@ int ka_tree_copy(const char *src, const char *dst, const ka_tree_opts_t *o, ka_t
 
 /* ---- removal ------------------------------------------------------------------------------ */
 
+#define S_REMOVE_PASSES 16 /* rereads of a directory that keeps filling (something races us) */
+
 static int s_remove_dir(s_walk_t *w, int dfd, int depth);
+
+/* An entry that changed under the walk: it is taken again on the next pass. */
+static bool s_raced(int e)
+{
+    return e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENOTEMPTY || e == EISDIR ||
+           e == EEXIST;
+}
 
 static int s_remove_entry(s_walk_t *w, int dfd, const char *name, int depth)
 {
@@ -265,22 +274,23 @@ static int s_remove_entry(s_walk_t *w, int dfd, const char *name, int depth)
     if (depth >= KA_TREE_MAX_DEPTH)
         return -ELOOP;
     int sub = openat(dfd, name, S_DIRFLAG);
-    if (sub < 0) /* replaced under the walk: try again as a non-directory */
-        return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+    if (sub < 0)
+        return s_raced(errno) ? 0 : -errno;
     struct stat st;
     int rc = fstat(sub, &st) < 0 ? -errno : st.st_dev != w->dev ? -EBUSY : 0;
     if (rc == 0)
         rc = s_remove_dir(w, sub, depth + 1);
     close(sub);
-    if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && !s_raced(errno))
         rc = -errno;
     return rc;
 }
 
-/* Empties the directory open on dfd; entries that appear meanwhile are taken on the next pass. */
+/* Empties the directory open on dfd; entries that appear meanwhile are taken on the next pass,
+ * and a directory still refilling after S_REMOVE_PASSES is -ENOTEMPTY. */
 static int s_remove_dir(s_walk_t *w, int dfd, int depth)
 {
-    for (;;) {
+    for (int pass = 0; pass < S_REMOVE_PASSES; pass++) {
         int fd = s_dup_rewound(dfd);
         DIR *d = fd < 0 ? NULL : fdopendir(fd);
         if (!d) {
@@ -299,6 +309,7 @@ static int s_remove_dir(s_walk_t *w, int dfd, int depth)
         if (rc || seen == 0)
             return rc;
     }
+    return -ENOTEMPTY;
 }
 
 int ka_tree_remove(const char *path, const ka_tree_opts_t *o)
