@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "db_watch.h"
 #include "embedded.h"
 #include "grpc_reflection.h"
 #include "grpc_server.h"
@@ -57,6 +58,7 @@ struct ka_node {
     kb_tls_t *tls;           /* NULL: cleartext port */
     kb_conn_ids_t *conn_ids; /* TLS client identities, for kb_auth */
     kb_listener_t *listener;
+    ka_db_watch_t *db_watch; /* restarts the embedded database; store health for /readyz */
     bool ready;
 };
 
@@ -218,7 +220,8 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
 
 static bool s_ready(void *arg)
 {
-    return ((ka_node_t *)arg)->ready;
+    const ka_node_t *n = arg;
+    return n->ready && ka_db_watch_ok(n->db_watch);
 }
 
 /* What hostile or broken guests sent (ka_guestcalls). */
@@ -405,6 +408,9 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
         rc = s_control(n, err, cap);
     if (!rc)
         rc = s_bridges(n, err, cap);
+    if (!rc && !(n->db_watch = ka_db_watch_start(
+                     n->sys, n->store, n->embedded_db ? n->cfg.state_dir : NULL, n->path)))
+        rc = s_fail(err, cap, "cannot start the database watch: out of memory");
     if (rc) {
         ka_node_stop(&n);
         return NULL;
@@ -434,6 +440,7 @@ void ka_node_stop(ka_node_t **node_p)
     if (!n)
         return;
     n->ready = false;
+    ka_db_watch_stop(&n->db_watch);    /* before the database stops: no restart of it */
     kb_listener_destroy(&n->listener); /* no new connections */
     kb_grpc_server_destroy(&n->grpc);  /* in-flight calls cancelled and completed */
     kb_http_destroy(&n->http);
