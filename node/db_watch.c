@@ -45,11 +45,9 @@ static void s_restart_embedded(ka_db_watch_t *w)
             w->state_dir);
     char *conninfo = NULL;
     if (ka_pg_embedded_start(w->state_dir, &conninfo) == 0)
-        krt_log(KRT_LOG_INFO, w->path, "database_restarted", "embedded=%s/postgres",
-                w->state_dir);
+        krt_log(KRT_LOG_INFO, w->path, "database_restarted", "embedded=%s/postgres", w->state_dir);
     else
-        krt_log(KRT_LOG_ERROR, w->path, "database_restart_failed", "%s",
-                ka_pg_embedded_error());
+        krt_log(KRT_LOG_ERROR, w->path, "database_restart_failed", "%s", ka_pg_embedded_error());
     free(conninfo);
 }
 

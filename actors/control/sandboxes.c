@@ -4,6 +4,7 @@
  * live records at start.
  */
 #include "sandboxes.h"
+#include "checks.h"
 
 #include <ctype.h>
 #include <czmq.h>
@@ -207,8 +208,11 @@ static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *w
     if (!c->caller[0])
         return snprintf(why, cap, "creating a sandbox requires an authenticated owner"),
                KA_UNAUTHENTICATED;
-    if (!c->request_id[0])
-        return snprintf(why, cap, "request_id must not be empty"), KA_INVALID_ARGUMENT;
+    const char *bad = ka_check_request_id(c->request_id);
+    if (!bad)
+        bad = ka_check_sandbox_name(c->name);
+    if (bad)
+        return snprintf(why, cap, "%s", bad), KA_INVALID_ARGUMENT;
     if (ka_check_dns_label(c->template_namespace))
         return snprintf(why, cap,
                         "sandbox_template.namespace: must be a DNS label of 1-63 characters"),

@@ -12,6 +12,7 @@
  * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
  * written before it).
  */
+#include "checks.h"
 #include "api_int.h"
 
 #include <pthread.h>
@@ -346,22 +347,18 @@ static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     s_call_t *c = s_call_new(user, call, K_START);
     if (!c)
         return;
-    const char *why = NULL;
     size_t tail = 0;
-    if (req->n_command == 0 || !req->command[0][0])
-        why = "command must not be empty";
-    else if (strlen(req->cwd) >= 1024)
-        why = "cwd is too long";
+    const char *why = ka_check_command(req->n_command, req->n_command ? req->command[0] : NULL);
+    if (!why)
+        why = ka_check_cwd(req->cwd);
     for (size_t i = 0; !why && i < req->n_command; i++)
         tail += strlen(req->command[i]) + 1;
     for (size_t i = 0; !why && i < req->n_env; i++) {
-        const char *k = req->env[i]->key;
-        if (!k[0] || strchr(k, '='))
-            why = "env keys must be non-empty and must not contain '='";
-        tail += strlen(k) + strlen(req->env[i]->value) + 2;
+        why = ka_check_env_key(req->env[i]->key);
+        tail += strlen(req->env[i]->key) + strlen(req->env[i]->value) + 2;
     }
-    if (!why && tail > (1u << 20))
-        why = "command and env are too large (1 MiB at most)";
+    if (!why)
+        why = ka_check_start_size(tail);
     if (why) {
         kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why);
         s_call_free(c);

@@ -1,4 +1,5 @@
 /* kagent.api.v1.SandboxService: the sandbox lifecycle. */
+#include "checks.h"
 #include "api_int.h"
 
 #include <stdlib.h>
@@ -120,10 +121,9 @@ static void s_create(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
     const char *why = NULL;
     if (!req->sandbox_template || !req->sandbox_template->name[0])
         why = "sandbox_template is required";
-    else if (strlen(req->request_id) == 0 || strlen(req->request_id) > 128)
-        why = "request_id must be between 1 and 128 characters";
-    else if (strlen(req->name) > 200)
-        why = "name must be at most 200 characters";
+    else if ((why = ka_check_request_id(req->request_id)) ||
+             (why = ka_check_sandbox_name(req->name)))
+        ;
     else if (strlen(req->sandbox_template->namespace_) >= sizeof c.template_namespace ||
              strlen(req->sandbox_template->name) >= sizeof c.template_name)
         why = "sandbox_template namespace or name is too long";

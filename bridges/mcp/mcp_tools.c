@@ -4,6 +4,7 @@
  * become results with isError: true and the service's message, so an agent can correct itself.
  * Waiting on the service happens here, on the caller's thread, with a periodic tick (progress).
  */
+#include "checks.h"
 #include "mcp_int.h"
 
 #include <errno.h>
@@ -403,10 +404,13 @@ static json_t *t_create(kb_mcp_call_t *c, json_t *args)
     if (!s_put(q.template_name, sizeof q.template_name, s_str(args, "template", "")))
         return s_error(KA_INVALID_ARGUMENT,
                        "sandbox_template.name: must be a DNS subdomain of 1-253 characters");
-    if (!s_put(q.request_id, sizeof q.request_id, s_str(args, "request_id", "")))
-        return s_error(KA_INVALID_ARGUMENT, "request_id must be 1-128 characters");
-    if (!s_put(q.name, sizeof q.name, s_str(args, "name", "")))
-        return s_error(KA_INVALID_ARGUMENT, "name must be at most 200 characters");
+    const char *why = ka_check_request_id(s_str(args, "request_id", ""));
+    if (!why)
+        why = ka_check_sandbox_name(s_str(args, "name", ""));
+    if (why)
+        return s_error(KA_INVALID_ARGUMENT, "%s", why);
+    s_put(q.request_id, sizeof q.request_id, s_str(args, "request_id", ""));
+    s_put(q.name, sizeof q.name, s_str(args, "name", ""));
     int64_t ttl = s_int(args, "ttl_seconds", 0);
     q.ttl_ms = ttl * 1000;
     ka_status_t st;
@@ -528,8 +532,6 @@ static ka_guest_req_t *s_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_
     return q;
 }
 
-#define S_START_TAIL_MAX ((size_t)256 << 10)
-
 static json_t *t_start(kb_mcp_call_t *c, json_t *args)
 {
     json_t *cmd = json_object_get(args, "command"), *env = json_object_get(args, "env");
@@ -537,27 +539,26 @@ static json_t *t_start(kb_mcp_call_t *c, json_t *args)
     size_t i;
     json_t *v;
     const char *key;
-    if (json_array_size(cmd) == 0)
-        return s_error(KA_INVALID_ARGUMENT, "command must not be empty");
+    const char *why =
+        ka_check_command(json_array_size(cmd), json_string_value(json_array_get(cmd, 0)));
+    if (why)
+        return s_error(KA_INVALID_ARGUMENT, "%s", why);
     json_array_foreach(cmd, i, v) tail += strlen(json_string_value(v)) + 1;
     json_object_foreach(env, key, v)
     {
-        if (!*key || strchr(key, '='))
-            return s_error(KA_INVALID_ARGUMENT, "env name \"%s\" is not valid", key);
+        if ((why = ka_check_env_key(key)))
+            return s_error(KA_INVALID_ARGUMENT, "%s", why);
         tail += strlen(key) + 1 + strlen(json_string_value(v)) + 1;
         n_env++;
     }
-    if (tail > S_START_TAIL_MAX)
-        return s_error(KA_INVALID_ARGUMENT, "command and env exceed 256 KiB");
     const char *cwd = s_str(args, "cwd", "");
+    if ((why = ka_check_start_size(tail)) || (why = ka_check_cwd(cwd)))
+        return s_error(KA_INVALID_ARGUMENT, "%s", why);
     json_t *err = NULL;
     ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_START, tail, false, &err);
     if (!q)
         return err;
-    if (!s_put(q->cwd, sizeof q->cwd, cwd)) {
-        free(q);
-        return s_error(KA_INVALID_ARGUMENT, "cwd must be at most 1023 bytes");
-    }
+    s_put(q->cwd, sizeof q->cwd, cwd);
     char *p = q->tail;
     json_array_foreach(cmd, i, v) p = stpcpy(p, json_string_value(v)) + 1;
     json_object_foreach(env, key, v)
@@ -1160,8 +1161,8 @@ static int s_check_value(const char *name, const json_t *prop, const json_t *v, 
         bool hi = mx && (json_int_t)n > json_integer_value(mx);
         if ((lo || hi) && mn && mx && json_integer_value(mn) > 0)
             return snprintf(msg, cap,
-                            "%s must be %" JSON_INTEGER_FORMAT "-%" JSON_INTEGER_FORMAT
-                            " characters",
+                            "%s must be between %" JSON_INTEGER_FORMAT " and %" JSON_INTEGER_FORMAT
+                            " characters", /* the wording of actors/control/checks.c */
                             name, json_integer_value(mn), json_integer_value(mx)),
                    -1;
         if (lo)

@@ -9,4 +9,6 @@ node_apply_template apitest
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
 stubs=$(api_stubs)
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_api.py" "127.0.0.1:$PORT" "$stubs" apitest
+# every invalid input through both bridges, the same message from each
+/usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_validation.py" "127.0.0.1:$PORT" "$stubs" apitest
 node_stop

@@ -670,7 +670,7 @@ static void test_tool_argument_errors(void **unused)
         {"create_sandbox", "{\"namespace\":\"kagent\",\"template\":\"python\"}",
          "INVALID_ARGUMENT: request_id is required"},
         {"create_sandbox", "{\"namespace\":\"kagent\",\"template\":\"python\",\"request_id\":\"\"}",
-         "INVALID_ARGUMENT: request_id must be 1-128 characters"},
+         "INVALID_ARGUMENT: request_id must be between 1 and 128 characters"},
         {"create_sandbox",
          "{\"namespace\":\"kagent\",\"template\":\"python\",\"request_id\":\"r\",\"ttl_seconds\":"
          "\"60\"}",
