@@ -9,10 +9,10 @@
 
 #include <stddef.h>
 
-#define KA_REQUEST_ID_MAX 128
+#define KA_REQUEST_ID_MAX   128
 #define KA_SANDBOX_NAME_MAX 200
-#define KA_CWD_MAX        1023
-#define KA_START_TAIL_MAX ((size_t)1 << 20) /* argv and env of a process together */
+#define KA_CWD_MAX          1023
+#define KA_START_TAIL_MAX   ((size_t)1 << 20) /* argv and env of a process together */
 
 const char *ka_check_request_id(const char *request_id);
 const char *ka_check_sandbox_name(const char *name);

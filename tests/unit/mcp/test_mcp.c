@@ -18,6 +18,9 @@
 
 #include "mcp.c"
 #include "mcp_tools.c"
+#include "mcp_content.c"
+#include "mcp_pager.c"
+#include "mcp_schema.c"
 
 #define CHUNK (256u << 10)
 #define ALICE "alice@example.com"
