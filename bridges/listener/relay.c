@@ -116,6 +116,8 @@ static void s_close(s_loop_t *lp, s_conn_t *c)
         return;
     c->dead = true;
     s_unlink(s_list_of(lp, c), c);
+    /* counted before the peer can see the close (a test reads the stats right after it) */
+    kb_listener_count(lp->l, &lp->l->stats.tls_live, -1);
     /* removed explicitly: a fork elsewhere in the process can hold the sockets open for a while,
      * and epoll would keep reporting them for a freed connection */
     epoll_ctl(lp->ep, EPOLL_CTL_DEL, c->net, NULL);
@@ -127,7 +129,6 @@ static void s_close(s_loop_t *lp, s_conn_t *c)
     if (c->handed >= 0 && lp->l->opts.ids)
         kb_conn_ids_set(lp->l->opts.ids, c->handed, NULL);
     lp->n--;
-    kb_listener_count(lp->l, &lp->l->stats.tls_live, -1);
     c->next = lp->dead;
     lp->dead = c;
 }
