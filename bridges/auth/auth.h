@@ -2,7 +2,7 @@
  * kb_auth: who is calling. One identity model for both bridges (gRPC metadata and MCP HTTP
  * headers): the caller's identity is what every ownership check in the control plane uses.
  *
- *   user-header  trusts the `x-user-id` value (the CLI's --user-id, KB_AUTH_DEFAULT_USER by
+ *   user-header  trusts the `x-user-id` value (the CLI's --user-id, admin@kagent.dev by
  *                default); a request without one is refused; the node refuses this mode unless
  *                it listens on loopback only.
  *   tokens       `authorization: Bearer <token>`; the tokens file maps the SHA-256 (hex) of each
@@ -18,8 +18,7 @@
 
 #include <stddef.h>
 
-#define KB_AUTH_DEFAULT_USER "admin@kagent.dev"
-#define KB_AUTH_ID_MAX       255
+#define KB_AUTH_ID_MAX 255
 
 typedef enum { KB_AUTH_USER_HEADER, KB_AUTH_TOKENS } kb_auth_mode_t;
 
