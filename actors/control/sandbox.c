@@ -211,7 +211,6 @@ static int s_job_run(void *arg)
 {
     s_job_t *j = arg;
     int rc = 0;
-    ka_tree_opts_t o = s_tree_opts(-1);
     switch (j->kind) {
     case JOB_BOOT:
         return s_job_start(j);
@@ -219,11 +218,13 @@ static int s_job_run(void *arg)
         return (rc = s_job_start(j)) ? rc : s_job_restore(j);
     case JOB_SUSPEND:
         return s_job_suspend(j);
-    case JOB_STOP:
+    case JOB_STOP: {
+        ka_tree_opts_t o = s_tree_opts(-1);
         if (j->sb)
             rc = ka_driver_stop(j->driver, &j->sb);
         ka_tree_remove(j->snapshot, &o);
         return rc;
+    }
     default:
         return 0;
     }
@@ -587,22 +588,31 @@ static bool s_guest_frame(krt_ctx_t *ctx, s_sbx_t *self, const ka_gp_frame_t *f)
     return true;
 }
 
+/* Writes what is queued for the guest; false if there is no guest (any more: a failed write
+ * means it is lost). */
+static bool s_flush_or_lose(krt_ctx_t *ctx, s_sbx_t *self)
+{
+    if (!self->gc)
+        return false;
+    int rc = ka_guestconn_flush(self->gc);
+    if (rc && rc != -EAGAIN) {
+        s_guest_lost(ctx, self);
+        return false;
+    }
+    return true;
+}
+
 /* Reads and routes what the guest sent, FRAMES_PER_TURN frames at most per turn (a flood
  * cannot hold a scheduler thread). from_fd: the watch fired (it is one-shot). */
 static void s_on_guest_io(krt_ctx_t *ctx, s_sbx_t *self, bool from_fd)
 {
     if (from_fd)
         self->watching = false;
-    if (!self->gc)
+    if (!s_flush_or_lose(ctx, self))
         return;
-    int rc = ka_guestconn_flush(self->gc);
-    if (rc && rc != -EAGAIN) {
-        s_guest_lost(ctx, self);
-        return;
-    }
     for (int i = 0; i < FRAMES_PER_TURN; i++) {
         ka_gp_frame_t *f = NULL;
-        rc = ka_guestconn_recv(self->gc, &f);
+        int rc = ka_guestconn_recv(self->gc, &f);
         if (rc == -EAGAIN) {
             s_watch(ctx, self);
             return;
@@ -721,14 +731,8 @@ static ka_gc_kind_t s_guest_kind(const ka_guest_req_t *q)
 /* Writes what is queued for the guest and watches the channel. */
 static void s_guest_flush(krt_ctx_t *ctx, s_sbx_t *self)
 {
-    if (!self->gc)
-        return;
-    int rc = ka_guestconn_flush(self->gc);
-    if (rc && rc != -EAGAIN) {
-        s_guest_lost(ctx, self);
-        return;
-    }
-    s_watch(ctx, self);
+    if (s_flush_or_lose(ctx, self))
+        s_watch(ctx, self);
 }
 
 static bool s_guest_req_ok(const void *body, size_t len)

@@ -24,7 +24,6 @@
 
 #include "images_actor.h"
 #include "ka_namespaces.h"
-#include "ka_tree.h"
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
