@@ -69,8 +69,9 @@ static void *s_main(void *arg)
 {
     ka_db_watch_t *w = arg;
     do {
-        s_restart_embedded(w);
         bool ok = s_store_connected(w);
+        if (!ok) /* a connected store has a database: look (pg_ctl status) only when it has not */
+            s_restart_embedded(w);
         if (ok != atomic_load(&w->ok))
             krt_log(ok ? KRT_LOG_INFO : KRT_LOG_WARN, w->path, ok ? "ready" : "not_ready",
                     "database %s", ok ? "connected" : "unreachable");

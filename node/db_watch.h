@@ -1,8 +1,8 @@
 /*
- * ka_db_watch: the node's watch over its database. A thread that, once a second, starts the
- * embedded PostgreSQL again if its postmaster died (the node owns that cluster, as a supervisor
- * owns a child), and asks the store whether it is connected, so /readyz says 503 while the
- * database is away instead of 200.
+ * ka_db_watch: the node's watch over its database. A thread that, once a second, asks the store
+ * whether it is connected (so /readyz says 503 while the database is away instead of 200) and,
+ * only when it is not, starts the embedded PostgreSQL again if its postmaster died (the node
+ * owns that cluster, as a supervisor owns a child).
  */
 #ifndef KA_DB_WATCH_H
 #define KA_DB_WATCH_H
