@@ -24,6 +24,7 @@
 #include "krt.h"
 #include "listener.h"
 #include "mcp.h"
+#include "metrics.h"
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
@@ -245,6 +246,46 @@ static int s_guest_metrics(kb_http_buf_t *b)
         (unsigned long long)g.violations);
 }
 
+/* Pools (capacity, in use) and this node, as gauges. One pool class per node today: the live
+ * sandboxes are the first pool's. */
+static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, uint64_t live)
+{
+    int rc = kb_http_buf_printf(
+        b, "# HELP kagent_pool_capacity_sandboxes Sandboxes a pool may hold on this node.\n"
+           "# TYPE kagent_pool_capacity_sandboxes gauge\n");
+    for (size_t i = 0; !rc && i < n->cfg.n_pools; i++)
+        rc = kb_http_buf_printf(
+            b, "kagent_pool_capacity_sandboxes{pool=\"%s\",class=\"%s\"} %lld\n", n->pools[i].name,
+            n->pools[i].klass, (long long)n->pools[i].capacity);
+    if (!rc)
+        rc =
+            kb_http_buf_printf(b, "# HELP kagent_pool_in_use_sandboxes Sandboxes of a pool live on "
+                                  "this node.\n# TYPE kagent_pool_in_use_sandboxes gauge\n");
+    for (size_t i = 0; !rc && i < n->cfg.n_pools; i++)
+        rc = kb_http_buf_printf(b, "kagent_pool_in_use_sandboxes{pool=\"%s\"} %llu\n",
+                                n->pools[i].name, i == 0 ? (unsigned long long)live : 0ull);
+    if (!rc)
+        rc = kb_http_buf_printf(
+            b,
+            "# HELP kagent_node_info This node (always 1).\n# TYPE kagent_node_info gauge\n"
+            "kagent_node_info{node=\"%s\",id=\"%lld\",version=\"%s\"} 1\n"
+            "# HELP kagent_node_sandboxes Sandboxes with an actor on a node.\n"
+            "# TYPE kagent_node_sandboxes gauge\nkagent_node_sandboxes{node=\"%s\"} %llu\n",
+            n->cfg.node_name, (long long)n->cfg.node_id, KAGENT_VERSION, n->cfg.node_name,
+            (unsigned long long)live);
+    return rc;
+}
+
+/* The histograms (ka_metrics) and the process_* metrics. */
+static int s_process_metrics(kb_http_buf_t *b)
+{
+    char *hist = ka_metrics_text(), *proc = ka_metrics_process_text();
+    int rc = hist && proc ? kb_http_buf_printf(b, "%s%s", hist, proc) : -ENOMEM;
+    free(hist);
+    free(proc);
+    return rc;
+}
+
 static int s_metrics(kb_http_buf_t *b, void *arg)
 {
     ka_node_t *n = arg;
@@ -277,7 +318,11 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
         (unsigned long long)st.actors_spawned, (unsigned long long)st.messages,
         (unsigned long long)st.timers_armed, (unsigned long long)gs.calls_started,
         (unsigned long long)gs.calls_live);
-    return rc ? rc : s_guest_metrics(b);
+    if (!rc)
+        rc = s_guest_metrics(b);
+    if (!rc)
+        rc = s_pool_metrics(n, b, live);
+    return rc ? rc : s_process_metrics(b);
 }
 
 static void s_on_grpc(int fd, const struct sockaddr *peer, socklen_t len, void *arg)

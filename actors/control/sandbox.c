@@ -23,6 +23,7 @@
 #include "guestconn.h"
 #include "ka_guestcalls.h"
 #include "ka_tree.h"
+#include "phases.h"
 
 #define STORE_TIMEOUT_MS     30000
 #define RETRY_DELETE_MS      1000
@@ -175,9 +176,11 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
 static int s_job_suspend(s_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(-1);
+    ka_phase_next(j->id, KA_PHASE_SUSPEND_UPLOAD);
     int rc = ka_driver_halt(j->driver, j->sb);
     if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
         rc = ka_tree_copy(ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, NULL);
+    ka_phase_end(j->id);
     if (rc) {
         snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
                  strerror(-rc));
@@ -190,7 +193,9 @@ static int s_job_suspend(s_job_t *j)
 static int s_job_restore(s_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(ka_driver_owner(j->driver, j->sb));
+    ka_phase_next(j->id, KA_PHASE_RESUME_DOWNLOAD);
     int rc = ka_tree_copy(j->snapshot, ka_driver_data_dir(j->driver, j->sb), &o, NULL);
+    ka_phase_end(j->id);
     if (rc)
         snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed: %s",
                  strerror(-rc));
@@ -201,7 +206,9 @@ static int s_job_start(s_job_t *j)
 {
     const char *lower[] = {j->rootfs};
     ka_sandbox_spec_t spec = {.id = j->id, .lowerdirs = lower, .n_lower = 1};
+    ka_phase_next(j->id, KA_PHASE_COMPUTE_START);
     int rc = ka_driver_start(j->driver, &spec, &j->sb);
+    ka_phase_end(j->id); /* a start that failed before its guest ran */
     if (rc)
         snprintf(j->err, sizeof j->err, "starting the sandbox failed: %s", strerror(-rc));
     return rc;
@@ -274,6 +281,8 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
     s_copy(u.failure_reason, sizeof u.failure_reason, reason);
     s_copy(u.failure_message, sizeof u.failure_message, message);
     self->store_step = step;
+    if (step == SS_INTENT)
+        ka_phase_next(u.id, KA_PHASE_STORE_INTENT);
     if (step == SS_RESULT)
         self->result = u;
     return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
@@ -1048,6 +1057,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
     }
     switch (step) {
     case SS_INTENT:
+        ka_phase_end(self->a.record.id);
         s_after_intent(ctx, self);
         break;
     case SS_RESULT:

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
+#include "phases.h"
+
 #define MSG_STREAM_CANCEL (KA_CTL_MSG_LAST_ + 16)
 #define MSG_STREAM_ACK    (KA_CTL_MSG_LAST_ + 17) /* body uint64_t: bytes the reader consumed */
 #define MSG_BIND_TIMEOUT  (KA_CTL_MSG_LAST_ + 18)
@@ -59,7 +62,18 @@ static void s_status_of_err(int err, ka_status_t *st)
 typedef struct {
     ka_svc_cb cb;
     void *user;
+    uint32_t type;
+    double began; /* ka_metric_now() when sent */
 } s_call_t;
+
+/* A create answered READY: its sandbox's create_seconds (once per sandbox). */
+static void s_observe(uint32_t type, double began, const void *body, size_t len)
+{
+    const ka_sbx_reply_t *r = body;
+    if (type == KA_SBX_CREATE && len == sizeof *r && r->status.code == KA_OK &&
+        r->sandbox.state == KA_STATE_READY)
+        ka_phase_created(r->sandbox.id, ka_metric_now() - began);
+}
 
 static void s_on_reply(void *user, int err, const krt_msg_t *reply)
 {
@@ -69,6 +83,7 @@ static void s_on_reply(void *user, int err, const krt_msg_t *reply)
         s_status_of_err(err ? err : KRT_EINVAL, &st);
         c->cb(c->user, &st, NULL, 0);
     } else {
+        s_observe(c->type, c->began, reply->body, reply->len);
         c->cb(c->user, reply->body, reply->body, reply->len);
     }
     free(c);
@@ -85,6 +100,8 @@ int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, 
         return KRT_ENOMEM;
     c->cb = cb;
     c->user = user;
+    c->type = type;
+    c->began = ka_metric_now();
     int rc = krt_call_async(svc->sys, to, type, body, len,
                             timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, s_on_reply, c);
     if (rc)
@@ -99,6 +116,7 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
     krt_addr_t to = s_route(svc, type);
     if (!to)
         return KA_INVALID_ARGUMENT;
+    double began = ka_metric_now();
     int rc =
         krt_call(svc->sys, to, type, body, len, timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, reply);
     if (rc)
@@ -107,6 +125,7 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
         krt_reply_free(reply);
         return KA_INTERNAL;
     }
+    s_observe(type, began, reply->body, reply->len);
     return ((const ka_status_t *)reply->body)->code;
 }
 
@@ -134,10 +153,21 @@ typedef struct {
     krt_addr_t sandbox; /* the sandbox actor that took the call (0 until then) */
     uint64_t monitor;
     krt_timer_t bind;
+    int op;       /* KA_GUEST_* */
+    double began; /* ka_metric_now() when sent */
 } s_sink_t;
+
+static const char *s_op_name(int op)
+{
+    static const char *const names[] = {"",      "start",  "get",  "signal",
+                                        "input", "output", "read", "write"};
+    return op > 0 && op < (int)(sizeof names / sizeof names[0]) ? names[op] : "unknown";
+}
 
 static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t *f, size_t len)
 {
+    ka_metric_observe(KA_METRIC_GUEST_CALL, s_op_name(self->op),
+                      ka_metric_code_name(f->status.code), ka_metric_now() - self->began);
     self->done = true;
     self->a.cb(self->a.user, f, len);
     krt_exit(ctx, KRT_EXIT_NORMAL);
@@ -197,6 +227,8 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     s_sink_t *self = state;
     self->a = *(s_sink_args_t *)arg;
     free(arg);
+    self->op = self->a.req->op;
+    self->began = ka_metric_now();
     int rc = krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST, self->a.req, self->a.len);
     free(self->a.req);
     self->a.req = NULL;

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "metrics.h"
+
 #define S_MAX_STMTS    64
 #define S_MAX_SEGMENTS 16
 
@@ -23,8 +25,9 @@ typedef struct s_req {
     bool failed;         /* a statement failed (sqlstate/msg set) */
     bool aborted;        /* skipped because an earlier statement of the segment failed */
     char sqlstate[6];
-    char *errmsg;  /* malloc'd, or NULL */
-    int final_err; /* outcome once finished */
+    char *errmsg;     /* malloc'd, or NULL */
+    int final_err;    /* outcome once finished */
+    double submitted; /* ka_metric_now() at submit: kagent_store_query_seconds */
 } s_req_t;
 
 /* A sync segment in flight: nreq requests (at the head of inflight) or an internal setup
@@ -182,6 +185,8 @@ static void s_run_finished(ka_pgconn_t *self)
                                .message = r->final_err && r->errmsg ? r->errmsg : "",
                                .results = r->final_err ? NULL : r->results,
                                .nresults = r->final_err ? 0 : r->n};
+        ka_metric_observe(KA_METRIC_STORE, r->stmts[0].name, r->final_err ? "error" : "ok",
+                          ka_metric_now() - r->submitted);
         r->cb(r->user, &out);
         s_req_free(r);
     }
@@ -778,6 +783,7 @@ int ka_pgconn_submit(ka_pgconn_t *self, const ka_pg_stmt_t *stmts, int n, unsign
     r->cb = cb;
     r->user = user;
     r->flags = flags;
+    r->submitted = ka_metric_now();
     r->n = n;
     r->stmts = (ka_pg_stmt_t *)(r + 1);
     r->results = (PGresult **)(r->stmts + n);

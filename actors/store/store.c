@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
+#include "phases.h"
 #include "schema.h"
 #include "store_sql.h"
 
@@ -114,6 +116,7 @@ typedef struct s_call {
     int32_t limit;    /* lists: page size requested (one more row is fetched) */
     char *creator;    /* create: "creator\0request_id" kept for a receipt re-read */
     char *request_id; /* points into creator's allocation */
+    double began;     /* ka_metric_now() at submit: a create's intent phase */
 } s_call_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -476,6 +479,8 @@ static void s_done_create(void *user, const ka_pg_outcome_t *out)
     if (PQntuples(r) == 1) {
         s_row_sandbox(r, 0, &rep.sandbox);
         rep.created = PQgetvalue(r, 0, 16)[0] == 't';
+        if (rep.created)
+            ka_phase_record(rep.sandbox.id, KA_PHASE_STORE_INTENT, ka_metric_now() - call->began);
     } else {
         s_status_set(&rep.status, KA_STORE_EDB, "create: receipt row not found");
     }
@@ -671,7 +676,8 @@ static void s_submit_keep(s_store_t *self, const krt_msg_t *msg, const ka_pg_stm
                        .type = msg->type,
                        .limit = limit,
                        .creator = keep,
-                       .request_id = keep ? keep + strlen(keep) + 1 : NULL};
+                       .request_id = keep ? keep + strlen(keep) + 1 : NULL,
+                       .began = ka_metric_now()};
     int rc = self->eng ? ka_pgconn_submit(self->eng, stmts, n, 0, done, call) : KA_PG_EUNAVAIL;
     if (rc) {
         s_call_err(call,

@@ -42,6 +42,13 @@ int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
     return d->ops->stats(d, sb, out);
 }
 
+int ka_driver_stats_id(ka_driver_t *d, const char *id, ka_sandbox_stats_t *out)
+{
+    if (!d || !id || !out)
+        return -EINVAL;
+    return d->ops->stats_id ? d->ops->stats_id(d, id, out) : -ENOTSUP;
+}
+
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb)
 {
     if (!d || !sb)

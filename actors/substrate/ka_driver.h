@@ -51,6 +51,9 @@ typedef struct ka_driver_ops {
      * stop, so the host can read /data without anything inside racing it. */
     int (*halt)(ka_driver_t *d, ka_sandbox_t *sb);
     int (*stats)(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+    /* stats of the running sandbox with this id, from any thread (an operator's view):
+     * 0, -ENOENT (none runs). NULL: the class cannot look sandboxes up by id. */
+    int (*stats_id)(ka_driver_t *d, const char *id, ka_sandbox_stats_t *out);
     /* The host directory behind the sandbox's /data (borrowed, valid until stop), and the
      * host uid (= gid) that owns what the sandbox writes there. */
     const char *(*data_dir)(ka_driver_t *d, ka_sandbox_t *sb);
@@ -77,6 +80,8 @@ int ka_driver_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t 
 int ka_driver_stop(ka_driver_t *d, ka_sandbox_t **sb);
 int ka_driver_halt(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out);
+/* -ENOTSUP when the class has no stats_id. */
+int ka_driver_stats_id(ka_driver_t *d, const char *id, ka_sandbox_stats_t *out);
 const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb);
 uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);

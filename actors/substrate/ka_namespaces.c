@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "phases.h"
+
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -734,7 +736,9 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     }
     sb->channel = ch[0];
     ch[0] = -1;
+    ka_phase_next(spec->id, KA_PHASE_GUEST_READY);
     rc = s_wait_ready(sb->channel, spec->ready_timeout_ms > 0 ? spec->ready_timeout_ms : 5000);
+    ka_phase_end(spec->id);
     if (rc < 0)
         goto fail;
     close(sy[0]);
@@ -818,6 +822,18 @@ static int s_stats(ka_driver_t *base, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
     return ka_cgroup_stats(sb->cg, out);
 }
 
+static int s_stats_id(ka_driver_t *base, const char *id, ka_sandbox_stats_t *out)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&d->lock); /* stop unlinks under it before the sandbox goes */
+    for (ka_sandbox_t *sb = d->live; sb && rc == -ENOENT; sb = sb->next)
+        if (strcmp(sb->id, id) == 0)
+            rc = s_stats(base, sb, out);
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
 static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
 {
     (void)base;
@@ -860,6 +876,7 @@ static const ka_driver_ops_t s_ops = {
     .stop = s_stop,
     .halt = s_halt,
     .stats = s_stats,
+    .stats_id = s_stats_id,
     .data_dir = s_data_dir,
     .owner = s_owner,
     .channel = s_channel,

@@ -29,6 +29,7 @@
 #include <grpc/support/time.h>
 
 #include "krt.h"
+#include "metrics.h"
 
 #define LOG_PATH "bridges/grpc"
 
@@ -72,6 +73,7 @@ struct kb_grpc_call {
     void *cancel_arg;
     ProtobufCMessage *request; /* unary/server-streaming request, freed with the call */
     void *data;
+    double began; /* ka_metric_now() when the call arrived */
 };
 
 struct kb_grpc_server {
@@ -265,6 +267,8 @@ static void s_status_locked(kb_grpc_call_t *c, kb_grpc_code_t code, const char *
     n++;
     c->status_sent = true;
     c->status_buf = reply;
+    ka_metric_observe(KA_METRIC_GRPC, c->method ? c->method->path : "unknown",
+                      kb_grpc_code_name(code), ka_metric_now() - c->began);
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_status, NULL);
     grpc_slice_unref(details);
@@ -592,6 +596,7 @@ static void s_on_new(kb_grpc_server_t *srv, kb_grpc_call_t *c, bool ok)
     if (!shutting)
         s_request_call(srv);
     c->live = true;
+    c->began = ka_metric_now();
     s_count(srv, &srv->started_n);
 
     pthread_mutex_lock(&c->mu);

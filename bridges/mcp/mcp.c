@@ -26,6 +26,7 @@
 
 #include "krt.h"
 #include "mcp_int.h"
+#include "metrics.h"
 
 #define LOG_PATH "bridges/mcp"
 
@@ -630,10 +631,15 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
             known = s != NULL;
             pthread_mutex_unlock(&m->mu);
         }
+        double began = ka_metric_now();
         if (!known)
             s_answer_error(out, 404, id, RPC_SESSION, "Session not found");
         else
             s_dispatch(&x, id, method, params, out);
+        char code[16]; /* the HTTP status: a streamed answer counts until its stream opens */
+        snprintf(code, sizeof code, "%d", (int)out->status);
+        ka_metric_observe(KA_METRIC_MCP, known ? method : "unknown_session", code,
+                          ka_metric_now() - began);
         if (x.session[0] && !out->session[0])
             snprintf(out->session, sizeof out->session, "%s", x.session);
     }
