@@ -23,6 +23,9 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf erlang-base
   # TLS: test certificates (deploy/gen-test-certs.sh, run-node.sh --tls)
   openssl
+  # operators: `promtool check metrics` on /metrics, the /ui page in headless Chromium driven
+  # over the DevTools protocol (python3-websocket)
+  prometheus chromium python3-websocket fonts-dejavu-core
 )
 
 missing=()

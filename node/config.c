@@ -139,6 +139,12 @@ static const s_field_t s_database_fields[] = {STR("url", database_url)};
 static const s_field_t s_auth_fields[] = {
     TYPED("mode", F_AUTH, auth_mode),
     STR("tokensFile", tokens_file),
+    {.key = "operators",
+     .type = F_STRLIST,
+     .off = OFF(operators),
+     .size = SZ(operators[0]),
+     .count_off = OFF(n_operators),
+     .max_items = KA_CFG_MAX_OPERATORS},
 };
 static const s_field_t s_guest_image_fields[] = {STR("digest", guest_image_digest)};
 static const s_section_t s_guest_image = SECTION(s_guest_image_fields);

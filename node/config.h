@@ -13,16 +13,18 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define KA_CFG_ERR_CAP   512
-#define KA_CFG_NAME_MAX  64
-#define KA_CFG_PATH_MAX  512
-#define KA_CFG_URL_MAX   1024
-#define KA_CFG_MAX_POOLS 16
-#define KA_CFG_MAX_REGS  16
-#define KA_CFG_MAX_HOSTS 16
-#define KA_CFG_MAX_PEERS 32
-#define KA_DEFAULT_POOL  "kagent-default"
-#define KA_DEFAULT_PORT  8083
+#define KA_CFG_ERR_CAP       512
+#define KA_CFG_NAME_MAX      64
+#define KA_CFG_PATH_MAX      512
+#define KA_CFG_URL_MAX       1024
+#define KA_CFG_MAX_POOLS     16
+#define KA_CFG_MAX_REGS      16
+#define KA_CFG_MAX_HOSTS     16
+#define KA_CFG_MAX_OPERATORS 32
+#define KA_CFG_ID_MAX        256 /* an identity and its NUL (kb_auth: 255) */
+#define KA_CFG_MAX_PEERS     32
+#define KA_DEFAULT_POOL      "kagent-default"
+#define KA_DEFAULT_PORT      8083
 
 typedef enum { KA_AUTH_USER_HEADER, KA_AUTH_TOKENS } ka_auth_mode_t;
 
@@ -66,6 +68,9 @@ typedef struct ka_config {
     /* auth */
     ka_auth_mode_t auth_mode;
     char tokens_file[KA_CFG_PATH_MAX];
+    /* identities that see every sandbox on /ui (others see only their own) */
+    char operators[KA_CFG_MAX_OPERATORS][KA_CFG_ID_MAX];
+    size_t n_operators;
     /* sandbox: operator policy (templates cannot override it) */
     char sandbox_class[KA_CFG_NAME_MAX];
     char guest_image_digest[KA_CFG_NAME_MAX * 2]; /* sha256:<64 hex>, required */

@@ -29,6 +29,7 @@
 #include "service.h"
 #include "store.h"
 #include "templates_actor.h"
+#include "ui.h"
 
 #define STORE_READY_MS 60000
 #define IMAGE_CALL_MS  (15 * 60 * 1000)
@@ -56,6 +57,8 @@ struct ka_node {
     kb_http_t *http;
     kb_mcp_t *mcp;
     const char *mcp_hosts[KA_CFG_MAX_HOSTS + 1];
+    kb_ui_t *ui;
+    const char *operators[KA_CFG_MAX_OPERATORS];
     kb_tls_t *tls;           /* NULL: cleartext port */
     kb_conn_ids_t *conn_ids; /* TLS client identities, for kb_auth */
     kb_listener_t *listener;
@@ -399,6 +402,22 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
     n->mcp = kb_mcp_new(n->http, n->svc, n->auth, &mo);
     if (!n->mcp)
         return s_fail(err, cap, "the MCP bridge cannot start");
+    for (size_t i = 0; i < n->cfg.n_operators; i++)
+        n->operators[i] = n->cfg.operators[i];
+    kb_ui_options_t uo = {.svc = n->svc,
+                          .auth = n->auth,
+                          .driver = n->driver,
+                          .node_name = n->cfg.node_name,
+                          .node_id = (int)n->cfg.node_id,
+                          .endpoint = n->endpoint,
+                          .version = KAGENT_VERSION,
+                          .pools = n->pools,
+                          .n_pools = n->cfg.n_pools,
+                          .operators = n->operators,
+                          .n_operators = n->cfg.n_operators,
+                          .allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL};
+    if (!(n->ui = kb_ui_new(n->http, &uo)))
+        return s_fail(err, cap, "the /ui page cannot start");
     kb_listener_options_t lo = {.host = n->cfg.listen_address,
                                 .port = (int)n->cfg.listen_port,
                                 .on_grpc = s_on_grpc,
@@ -490,6 +509,7 @@ void ka_node_stop(ka_node_t **node_p)
     kb_grpc_server_destroy(&n->grpc);  /* in-flight calls cancelled and completed */
     kb_http_destroy(&n->http);
     kb_mcp_destroy(&n->mcp); /* after the HTTP server: a route cannot be removed */
+    kb_ui_destroy(&n->ui);
     kb_grpc_reflection_destroy(&n->reflection);
     krt_system_destroy(&n->sys); /* actors stop: sandboxes release their compute */
     kb_api_destroy(&n->api);

@@ -122,6 +122,53 @@ int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
     return rc;
 }
 
+/* ---------- header helpers ---------- */
+
+/* The host part of "host[:port]" (IPv6 in brackets): its length. */
+static size_t s_host_part(const char *h)
+{
+    if (*h == '[') {
+        const char *e = strchr(h, ']');
+        return e ? (size_t)(e - h + 1) : strlen(h);
+    }
+    const char *c = strchr(h, ':');
+    return c ? (size_t)(c - h) : strlen(h);
+}
+
+bool kb_http_host_allowed(const char *const *allowed, const char *value)
+{
+    for (size_t i = 0; value && allowed && allowed[i]; i++) {
+        const char *a = allowed[i];
+        if (strcmp(a, "*") == 0 || strcasecmp(a, value) == 0)
+            return true;
+        size_t al = strlen(a);
+        if (s_host_part(a) == al && s_host_part(value) == al && strncasecmp(a, value, al) == 0)
+            return true;
+    }
+    return false;
+}
+
+int kb_http_cookie(const char *header, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    for (const char *p = header; p && *p;) {
+        p += strspn(p, " \t;");
+        size_t len = strcspn(p, ";");
+        if (len > nl && strncmp(p, name, nl) == 0 && p[nl] == '=') {
+            size_t vl = len - nl - 1;
+            while (vl && (p[nl + 1 + vl - 1] == ' ' || p[nl + 1 + vl - 1] == '\t'))
+                vl--;
+            if (vl >= cap)
+                return -ENOENT;
+            memcpy(out, p + nl + 1, vl);
+            out[vl] = '\0';
+            return 0;
+        }
+        p += len;
+    }
+    return -ENOENT;
+}
+
 /* ---------- requests ---------- */
 
 const char *kb_http_req_method(const kb_http_req_t *req)

@@ -45,6 +45,14 @@ int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
 /* Appends raw bytes. 0 or -ENOMEM. */
 int kb_http_buf_append(kb_http_buf_t *b, const void *data, size_t len);
 
+/* A Host header value ("host[:port]", IPv6 in brackets) matches an entry of allowed
+ * (NULL-terminated): "*", "host" (any port) or "host:port", case-insensitive. */
+bool kb_http_host_allowed(const char *const *allowed, const char *value);
+
+/* The value of cookie `name` in a Cookie header (may be NULL) copied to out: 0, or -ENOENT
+ * (absent or longer than cap - 1). */
+int kb_http_cookie(const char *header, const char *name, char *out, size_t cap);
+
 /* Readiness: true when the node can take work. */
 typedef bool (*kb_http_ready_fn)(void *arg);
 /* Metrics: appends Prometheus text exposition to buf. A negative return answers 500. */

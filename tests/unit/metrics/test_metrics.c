@@ -28,8 +28,7 @@ static void t_histogram_exposition(void **state)
 {
     ka_metric_observe(KA_METRIC_GRPC, "/kagent.api.v1.SandboxService/GetSandbox", "OK", 0.003);
     ka_metric_observe(KA_METRIC_GRPC, "/kagent.api.v1.SandboxService/GetSandbox", "OK", 0.2);
-    ka_metric_observe(KA_METRIC_GRPC, "/kagent.api.v1.SandboxService/GetSandbox", "NOT_FOUND",
-                      100);
+    ka_metric_observe(KA_METRIC_GRPC, "/kagent.api.v1.SandboxService/GetSandbox", "NOT_FOUND", 100);
     char *t = ka_metrics_text();
     assert_non_null(t);
     assert_true(s_has(t, "# TYPE kagent_grpc_request_seconds histogram\n"));
@@ -154,8 +153,7 @@ static void t_phases(void **state)
     assert_true(t.seconds[KA_PHASE_STORE_INTENT] == 0.002);
     assert_true(t.seconds[KA_PHASE_COMPUTE_START] >= 0.019 &&
                 t.seconds[KA_PHASE_COMPUTE_START] < 0.5);
-    assert_true(t.seconds[KA_PHASE_GUEST_READY] >= 0.009 &&
-                t.seconds[KA_PHASE_GUEST_READY] < 0.5);
+    assert_true(t.seconds[KA_PHASE_GUEST_READY] >= 0.009 && t.seconds[KA_PHASE_GUEST_READY] < 0.5);
     assert_true(t.seconds[KA_PHASE_SUSPEND_UPLOAD] < 0);
     assert_true(t.create_seconds < 0);
     ka_phase_created(id, 0.05);
