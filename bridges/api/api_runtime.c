@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "images_actor.h"
+#include "phases.h"
 
 #define IMPORT_MAX (16ull << 30) /* an image import may be large, but not unbounded */
 
@@ -64,6 +65,51 @@ static void s_stats(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     r.bytes_live = st.bytes_live;
     r.sandboxes_live = s_live_sandboxes(api);
     kb_grpc_reply(call, &r.base);
+}
+
+/* Timings: the sandbox must be the caller's (the control plane says so), then ka_phases. */
+static void s_on_timed(void *user, const ka_status_t *st, const void *body, size_t len)
+{
+    kb_grpc_call_t *call = user;
+    if (st->code != KA_OK || len != sizeof(ka_sbx_reply_t)) {
+        kb_api_fail(call, st);
+        return;
+    }
+    ka_phase_times_t t;
+    Kagent__Runtime__V1__SandboxTimings tm = KAGENT__RUNTIME__V1__SANDBOX_TIMINGS__INIT;
+    if (ka_phase_get(((const ka_sbx_reply_t *)body)->sandbox.id, &t) == 0) {
+        double *out[KA_PHASE_N_] = {
+            [KA_PHASE_STORE_INTENT] = &tm.store_intent,
+            [KA_PHASE_COMPUTE_START] = &tm.compute_start,
+            [KA_PHASE_GUEST_READY] = &tm.guest_ready,
+            [KA_PHASE_SUSPEND_UPLOAD] = &tm.suspend_upload,
+            [KA_PHASE_RESUME_DOWNLOAD] = &tm.resume_download,
+        };
+        for (int p = 0; p < KA_PHASE_N_; p++)
+            *out[p] = t.seconds[p] > 0 ? t.seconds[p] : 0;
+        tm.create_to_ready = t.create_seconds > 0 ? t.create_seconds : 0;
+    }
+    Kagent__Runtime__V1__GetSandboxTimingsResponse r =
+        KAGENT__RUNTIME__V1__GET_SANDBOX_TIMINGS_RESPONSE__INIT;
+    r.timings = &tm;
+    kb_grpc_reply(call, &r.base);
+}
+
+static void s_timings(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    const Kagent__Runtime__V1__GetSandboxTimingsRequest *req = (const void *)m;
+    ka_sbx_key_t k;
+    memset(&k, 0, sizeof k);
+    if (kb_api_caller(api, call, k.caller, sizeof k.caller))
+        return;
+    if (strlen(req->sandbox_id) >= sizeof k.id || ka_check_uuid(req->sandbox_id)) {
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
+        return;
+    }
+    snprintf(k.id, sizeof k.id, "%s", req->sandbox_id);
+    if (ka_svc_call(api->o.svc, KA_SBX_GET, &k, sizeof k, 0, s_on_timed, call))
+        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the sandbox service is not running");
 }
 
 static void s_pools(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -314,6 +360,8 @@ const kb_grpc_method_t kb_api_runtime_methods[] = {
      NULL, NULL, NULL},
     {SVC "GetStats", KB_GRPC_UNARY, &kagent__runtime__v1__get_stats_request__descriptor, s_stats,
      NULL, NULL, NULL},
+    {SVC "GetSandboxTimings", KB_GRPC_UNARY,
+     &kagent__runtime__v1__get_sandbox_timings_request__descriptor, s_timings, NULL, NULL, NULL},
     {SVC "ImportImage", KB_GRPC_CLIENT_STREAM,
      &kagent__runtime__v1__import_image_request__descriptor, s_import_start, s_import_message,
      s_import_end, NULL},

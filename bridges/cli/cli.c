@@ -29,7 +29,8 @@ static const kb_flag_t s_global_flags[] = {
     {"cert-file", 0, KB_F_STRING, NULL, "client certificate (PEM) for mutual TLS", "string"},
     {"key-file", 0, KB_F_STRING, NULL, "private key (PEM) of --cert-file", "string"},
     {"namespace", 'n', KB_F_STRING, "kagent", "namespace", "string"},
-    {"output-format", 'o', KB_F_STRING, "table", "output format: table or json", "string"},
+    {"output-format", 'o', KB_F_STRING, "table",
+     "output format: table, json, yaml or jsonpath=TEMPLATE (kubectl's JSONPath)", "string"},
     {"timeout", 0, KB_F_DURATION, "5m0s", "bounds the whole command", "duration"},
     {"user-id", 0, KB_F_STRING, "admin@kagent.dev",
      "Caller identity used to select the server-side data partition", "string"},
@@ -462,11 +463,20 @@ void kb_cli_cause(const kb_rpc_status_t *st, char *buf, size_t cap)
     kb_rpc_format_error(st, buf, cap);
 }
 
+int kb_cli_print_json(kb_cli_t *cli, const json_t *doc)
+{
+    int rc = cli->output == KB_OUT_YAML       ? kb_out_yaml(cli->out, doc)
+             : cli->output == KB_OUT_JSONPATH ? kb_jsonpath_print(cli->jsonpath, doc, cli->out)
+                                              : kb_out_json(cli->out, doc);
+    return rc ? kb_cli_fail(cli, "cannot render the output: out of memory") : KB_EXIT_OK;
+}
+
 int kb_cli_print(kb_cli_t *cli, const ProtobufCMessage *msg)
 {
-    if (kb_out_json_msg(cli->out, msg) != 0)
-        return kb_cli_fail(cli, "cannot render JSON output");
-    return KB_EXIT_OK;
+    json_t *j = kb_pbjson_to_json(msg, 0);
+    int rc = j ? kb_cli_print_json(cli, j) : kb_cli_fail(cli, "cannot render the output");
+    json_decref(j);
+    return rc;
 }
 
 void kb_cli_progress(kb_cli_t *cli, const char *label, uint64_t done, uint64_t total, bool end)
@@ -545,6 +555,37 @@ static bool s_flag_takes_next(const kb_cmd_t *cmd, const char *w)
     return false;
 }
 
+/* -o table|json|yaml|jsonpath=TEMPLATE (also jsonpath='TEMPLATE', as shells leave it). */
+static int s_output_format(kb_cli_t *cli, const char *of)
+{
+    static const struct {
+        const char *name;
+        kb_output_t out;
+    } plain[] = {{"table", KB_OUT_TABLE}, {"json", KB_OUT_JSON}, {"yaml", KB_OUT_YAML}};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (strcmp(of, plain[i].name) == 0) {
+            cli->output = plain[i].out;
+            cli->json = cli->output != KB_OUT_TABLE;
+            return 0;
+        }
+    if (strncmp(of, "jsonpath=", 9) != 0)
+        return kb_cli_usage(cli,
+                            "invalid output format \"%s\": want table, json, yaml or "
+                            "jsonpath=TEMPLATE",
+                            of);
+    const char *t = of + 9;
+    size_t n = strlen(t);
+    char *tmpl = n >= 2 && t[0] == '\'' && t[n - 1] == '\'' ? strndup(t + 1, n - 2) : strdup(t);
+    char err[KB_JSONPATH_ERR_CAP];
+    cli->jsonpath = tmpl ? kb_jsonpath_parse(tmpl, err, sizeof err) : NULL;
+    free(tmpl);
+    if (!cli->jsonpath)
+        return kb_cli_usage(cli, "%s", tmpl ? err : "out of memory");
+    cli->output = KB_OUT_JSONPATH;
+    cli->json = true;
+    return 0;
+}
+
 static int s_apply_globals(kb_cli_t *cli, const kb_args_t *a)
 {
     cli->api_url = kb_args_str(a, "api-url");
@@ -557,14 +598,7 @@ static int s_apply_globals(kb_cli_t *cli, const kb_args_t *a)
     cli->key_file = kb_args_str(a, "key-file");
     cli->verbose = kb_args_bool(a, "verbose");
     cli->timeout_ns = kb_args_duration(a, "timeout");
-    const char *of = kb_args_str(a, "output-format");
-    if (strcmp(of, "json") == 0)
-        cli->json = true;
-    else if (strcmp(of, "table") == 0)
-        cli->json = false;
-    else
-        return kb_cli_usage(cli, "invalid output format \"%s\": want table or json", of);
-    return 0;
+    return s_output_format(cli, kb_args_str(a, "output-format"));
 }
 
 /* Cobra-style argument-count messages. */
@@ -651,6 +685,7 @@ int kb_cli_main(int argc, char **argv, FILE *out, FILE *err)
     kb_cli_t cli = {.out = out, .err = err};
     int rc = s_run(&cli, argc, argv);
     kb_rpc_destroy(&cli.rpc);
+    kb_jsonpath_free(&cli.jsonpath);
     fflush(out);
     fflush(err);
     return rc;

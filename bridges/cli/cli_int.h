@@ -13,6 +13,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "cli.h"
+#include "jsonpath.h"
 #include "output.h"
 #include "rpc.h"
 
@@ -59,6 +60,9 @@ typedef struct kb_args {
 
 typedef struct kb_cli kb_cli_t;
 
+/* -o: how results print. */
+typedef enum { KB_OUT_TABLE, KB_OUT_JSON, KB_OUT_YAML, KB_OUT_JSONPATH } kb_output_t;
+
 /* A command or a group of subcommands. */
 typedef struct kb_cmd {
     const char *name;
@@ -84,7 +88,9 @@ struct kb_cli {
     const char *server_name;
     const char *cert_file; /* mutual TLS: client certificate and key */
     const char *key_file;
-    bool json;
+    bool json; /* structured output (-o json, yaml or jsonpath=): render with kb_cli_print* */
+    kb_output_t output;
+    kb_jsonpath_t *jsonpath; /* -o jsonpath=TEMPLATE, parsed (freed by kb_cli_main) */
     bool verbose;
     int64_t timeout_ns;
     kb_rpc_t *rpc;  /* opened by kb_cli_rpc */
@@ -120,8 +126,10 @@ kb_rpc_t *kb_cli_rpc(kb_cli_t *cli);
 /* Formats a failed status as grpc-go does ("rpc error: code = X desc = Y"). */
 void kb_cli_cause(const kb_rpc_status_t *st, char *buf, size_t cap);
 
-/* Prints msg as indented camelCase JSON on out (the -o json rendering). */
+/* Prints msg as -o asks: indented camelCase JSON, YAML, or the JSONPath template's text. */
 int kb_cli_print(kb_cli_t *cli, const ProtobufCMessage *msg);
+/* The same for a JSON document (borrowed). */
+int kb_cli_print_json(kb_cli_t *cli, const json_t *doc);
 
 /* Progress on err when it is a terminal (a no-op otherwise): done of total bytes (total 0 =
  * unknown); end finishes the line. */

@@ -8,6 +8,8 @@
 
 #include "google/protobuf/duration.pb-c.h"
 #include "kagent/api/v1/sandboxes.pb-c.h"
+#include "kagent/runtime/v1/runtime.pb-c.h"
+#include "pbjson.h"
 
 #define S_TTL_MIN_NS (1LL * KB_NS_PER_SEC)
 #define S_TTL_MAX_NS (24LL * 3600 * KB_NS_PER_SEC)
@@ -179,6 +181,31 @@ const kb_cmd_t kb_cmd_sandbox_list = {
     .run = s_run_list,
 };
 
+/* Structured output of get: the Sandbox with its phase timings under "phaseTimings" (from
+ * RuntimeService.GetSandboxTimings; left out when the server cannot say, e.g. an older one). */
+static int s_print_timed(kb_cli_t *cli, Kagent__Api__V1__Sandbox *sb)
+{
+    json_t *doc = kb_pbjson_to_json(&sb->base, 0);
+    if (!doc)
+        return kb_cli_fail(cli, "cannot render the output");
+    Kagent__Runtime__V1__GetSandboxTimingsRequest req =
+        KAGENT__RUNTIME__V1__GET_SANDBOX_TIMINGS_REQUEST__INIT;
+    req.sandbox_id = sb->id;
+    ProtobufCMessage *resp = NULL;
+    kb_rpc_status_t st;
+    if (kb_rpc_unary(cli->rpc, "/kagent.runtime.v1.RuntimeService/GetSandboxTimings", NULL,
+                     &req.base, &kagent__runtime__v1__get_sandbox_timings_response__descriptor,
+                     &resp, &st) == 0) {
+        Kagent__Runtime__V1__GetSandboxTimingsResponse *r = (void *)resp;
+        if (r->timings)
+            json_object_set_new(doc, "phaseTimings", kb_pbjson_to_json(&r->timings->base, 0));
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    int rc = kb_cli_print_json(cli, doc);
+    json_decref(doc);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* get / suspend / resume / delete: { sandbox_id } -> { sandbox } */
 
@@ -224,7 +251,9 @@ static int s_run_simple(kb_cli_t *cli, const kb_args_t *a, const s_simple_t *op)
         return kb_cli_fail(cli, "%s sandbox %s: %s", op->action, id, cause);
     }
     Kagent__Api__V1__Sandbox *sb = ((Kagent__Api__V1__GetSandboxResponse *)resp)->sandbox;
-    int rc = sb ? s_print_one(cli, sb) : kb_cli_fail(cli, "server returned no sandbox");
+    int rc = !sb                               ? kb_cli_fail(cli, "server returned no sandbox")
+             : cli->json && op == &s_simple[0] ? s_print_timed(cli, sb)
+                                               : s_print_one(cli, sb);
     protobuf_c_message_free_unpacked(resp, NULL);
     return rc;
 }

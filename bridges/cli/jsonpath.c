@@ -53,9 +53,9 @@ typedef enum { N_TEXT, N_EXPR, N_RANGE } s_ntype_t;
 typedef struct s_node s_node_t;
 struct s_node {
     s_ntype_t type;
-    char *text;       /* N_TEXT */
-    s_path_t *path;   /* N_EXPR, N_RANGE */
-    s_node_t *body;   /* N_RANGE */
+    char *text;     /* N_TEXT */
+    s_path_t *path; /* N_EXPR, N_RANGE */
+    s_node_t *body; /* N_RANGE */
     size_t n_body;
 };
 
@@ -247,7 +247,8 @@ static bool s_name_char(char c)
 static char *s_bare(s_parser_t *ps)
 {
     const char *b = ps->p;
-    while (ps->p < ps->end && (s_name_char(*ps->p) || (ps->p[0] == '.' && ps->p > b && ps->p[-1] == '\\')))
+    while (ps->p < ps->end &&
+           (s_name_char(*ps->p) || (ps->p[0] == '.' && ps->p > b && ps->p[-1] == '\\')))
         ps->p++;
     if (ps->p == b) {
         s_fail(ps, "expected a field name");
@@ -549,7 +550,8 @@ static bool s_nodes(s_parser_t *ps, bool in_range, s_node_t **out, size_t *n_out
 kb_jsonpath_t *kb_jsonpath_parse(const char *tmpl, char *err, size_t cap)
 {
     char dummy[8];
-    s_parser_t ps = {.s = tmpl ? tmpl : "", .err = err ? err : dummy, .cap = err ? cap : sizeof dummy};
+    s_parser_t ps = {
+        .s = tmpl ? tmpl : "", .err = err ? err : dummy, .cap = err ? cap : sizeof dummy};
     ps.p = ps.s;
     ps.end = ps.s + strlen(ps.s);
     kb_jsonpath_t *p = calloc(1, sizeof *p);

@@ -1,13 +1,13 @@
 /*
- * kb_out: tables and JSON output for the CLI. See output.h.
+ * kb_out: tables, JSON and YAML output for the CLI. See output.h.
  */
 #include "output.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "pbjson.h"
 
 #define S_PAD 2
 
@@ -108,12 +108,122 @@ int kb_out_json_line(FILE *out, const json_t *j)
     return s_dump(out, j, JSON_COMPACT);
 }
 
-int kb_out_json_msg(FILE *out, const ProtobufCMessage *msg)
+/* ---- YAML ----------------------------------------------------------------------------------- */
+
+/* True when a plain scalar would read back as this string (not a number, bool, null, or
+ * something YAML gives a meaning). */
+static bool s_plain_ok(const char *s, size_t n)
 {
-    json_t *j = kb_pbjson_to_json(msg, 0);
-    if (!j)
+    static const char *const words[] = {"true", "false", "yes", "no",   "on",    "off",  "null",
+                                        "~",    "y",     "n",   "True", "False", "Null", "NULL",
+                                        "TRUE", "FALSE", "Yes", "No",   "YES",   "NO"};
+    if (n == 0 || strlen(s) != n || isspace((unsigned char)s[0]) ||
+        isspace((unsigned char)s[n - 1]) || strchr("-?:,[]{}#&*!|>'\"%@`", s[0]))
+        return false;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(s, words[i]) == 0)
+            return false;
+    char *end;
+    strtod(s, &end);
+    if (*end == '\0')
+        return false; /* a number */
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || (p[0] == ':' && (p[1] == ' ' || !p[1])) ||
+            (p[0] == ' ' && p[1] == '#'))
+            return false;
+    return true;
+}
+
+static int s_yaml_scalar(FILE *out, const json_t *j)
+{
+    if (json_is_string(j)) {
+        const char *s = json_string_value(j);
+        if (s_plain_ok(s, json_string_length(j))) {
+            fputs(s, out);
+            return 0;
+        }
+    }
+    char *t = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY); /* JSON scalars are YAML too */
+    if (!t)
         return -ENOMEM;
-    int rc = kb_out_json(out, j);
-    json_decref(j);
+    fputs(t, out);
+    free(t);
+    return 0;
+}
+
+static bool s_empty_container(const json_t *j)
+{
+    return (json_is_object(j) && json_object_size(j) == 0) ||
+           (json_is_array(j) && json_array_size(j) == 0);
+}
+
+static int s_yaml(FILE *out, const json_t *j, int indent, bool inline_first);
+
+/* The value after "key:" or "- ": a scalar or empty container on the same line, else the
+ * block on the next lines. */
+static int s_yaml_value(FILE *out, const json_t *v, int indent)
+{
+    if (s_empty_container(v) || (!json_is_object(v) && !json_is_array(v))) {
+        fputc(' ', out);
+        int rc = s_empty_container(v) ? (fputs(json_is_object(v) ? "{}" : "[]", out), 0)
+                                      : s_yaml_scalar(out, v);
+        fputc('\n', out);
+        return rc;
+    }
+    fputc('\n', out);
+    return s_yaml(out, v, indent, false);
+}
+
+static int s_yaml(FILE *out, const json_t *j, int indent, bool inline_first)
+{
+    int rc = 0;
+    bool first = true;
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)j, k, v)
+        {
+            fprintf(out, "%*s", inline_first && first ? 0 : indent, "");
+            json_t *key = json_string(k);
+            rc = key ? s_yaml_scalar(out, key) : -ENOMEM;
+            json_decref(key);
+            fputc(':', out);
+            if (!rc)
+                rc = s_yaml_value(out, v, indent + 2);
+            if (rc)
+                return rc;
+            first = false;
+        }
+        return 0;
+    }
+    if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+        {
+            fprintf(out, "%*s-", inline_first && first ? 0 : indent, "");
+            if (json_is_object(v) && !s_empty_container(v)) {
+                fputc(' ', out);
+                rc = s_yaml(out, v, indent + 2, true); /* "- key: v" then aligned keys */
+            } else {
+                rc = s_yaml_value(out, v, indent + 2);
+            }
+            if (rc)
+                return rc;
+            first = false;
+        }
+        return 0;
+    }
+    rc = s_yaml_scalar(out, j);
+    fputc('\n', out);
     return rc;
+}
+
+int kb_out_yaml(FILE *out, const json_t *j)
+{
+    if (s_empty_container(j)) {
+        fputs(json_is_object(j) ? "{}\n" : "[]\n", out);
+        return 0;
+    }
+    return s_yaml(out, j, 0, false);
 }

@@ -1,7 +1,7 @@
 /*
  * kb_out: the CLI's output helpers: tables with aligned columns (cells padded to the widest
  * cell of their column plus two spaces, like Go's tabwriter with padding 2, trailing blanks
- * trimmed) and protobuf messages as JSON (camelCase, via kb_pbjson).
+ * trimmed), JSON documents and YAML.
  */
 #ifndef KB_OUTPUT_H
 #define KB_OUTPUT_H
@@ -22,10 +22,11 @@ void kb_table_print(const kb_table_t *t, FILE *out);
 /* Frees; idempotent, NULLs *t. */
 void kb_table_destroy(kb_table_t **t);
 
-/* Writes msg as indented camelCase JSON and a newline. 0 or -ENOMEM. */
-int kb_out_json_msg(FILE *out, const ProtobufCMessage *msg);
 /* Writes j (borrowed) as indented JSON and a newline. 0 or -ENOMEM. */
 int kb_out_json(FILE *out, const json_t *j);
+/* Writes j (borrowed) as a YAML document (block style, two-space indent; strings quoted
+ * only where YAML would read them otherwise). 0 or -ENOMEM. */
+int kb_out_yaml(FILE *out, const json_t *j);
 /* Writes j (borrowed) on one line (newline-delimited JSON records). 0 or -ENOMEM. */
 int kb_out_json_line(FILE *out, const json_t *j);
 

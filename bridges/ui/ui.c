@@ -63,7 +63,8 @@ static int s_identify(kb_ui_t *ui, kb_http_req_t *req, char *out, size_t cap)
     const char *user = kb_http_req_header(req, "x-user-id");
     char cookie[KB_AUTH_ID_MAX + 1], bearer[KB_AUTH_ID_MAX + 8];
     if (!authz && !user &&
-        kb_http_cookie(kb_http_req_header(req, "Cookie"), KB_UI_COOKIE, cookie, sizeof cookie) == 0) {
+        kb_http_cookie(kb_http_req_header(req, "Cookie"), KB_UI_COOKIE, cookie, sizeof cookie) ==
+            0) {
         if (kb_auth_mode(ui->o.auth) == KB_AUTH_TOKENS) {
             snprintf(bearer, sizeof bearer, "Bearer %s", cookie);
             authz = bearer;

@@ -32,10 +32,10 @@
 typedef struct kb_ui kb_ui_t;
 
 typedef struct {
-    ka_service_t *svc;                 /* required */
-    const kb_auth_t *auth;             /* required */
-    ka_driver_t *driver;               /* sandboxes' cpu and memory; NULL: not shown */
-    const char *node_name;             /* this node */
+    ka_service_t *svc;     /* required */
+    const kb_auth_t *auth; /* required */
+    ka_driver_t *driver;   /* sandboxes' cpu and memory; NULL: not shown */
+    const char *node_name; /* this node */
     int node_id;
     const char *endpoint; /* host:port */
     const char *version;

@@ -19,7 +19,8 @@ static bool s_foreign_sandbox(json_t *node, const char *caller)
     const char *kind = json_string_value(json_object_get(node, "kind"));
     if (!kind || strcmp(kind, "sandbox") != 0)
         return false;
-    const char *creator = json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
+    const char *creator =
+        json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
     return !creator || strcmp(creator, caller) != 0; /* unknown owner: not shown */
 }
 
@@ -56,7 +57,8 @@ static void s_owners(json_t *tree, json_t *owners)
     json_array_foreach(tree, i, node)
     {
         const char *kind = json_string_value(json_object_get(node, "kind"));
-        const char *c = json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
+        const char *c =
+            json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
         if (kind && strcmp(kind, "sandbox") == 0 && c && *c)
             json_object_set_new(owners, c, json_true());
         s_owners(json_object_get(node, "children"), owners);
@@ -92,9 +94,9 @@ static json_t *s_sandbox(kb_ui_t *ui, const ka_store_sandbox_t *r, bool operator
     if (operator_)
         json_object_set_new(o, "owner", json_string(r->creator));
     if (r->failure_reason[0])
-        json_object_set_new(o, "failure",
-                            json_pack("{s:s,s:s}", "reason", r->failure_reason, "message",
-                                      r->failure_message));
+        json_object_set_new(
+            o, "failure",
+            json_pack("{s:s,s:s}", "reason", r->failure_reason, "message", r->failure_message));
     ka_sandbox_stats_t st;
     if (ui->o.driver && ka_driver_stats_id(ui->o.driver, r->id, &st) == 0)
         json_object_set_new(o, "usage",
@@ -157,9 +159,9 @@ static json_t *s_template(const ka_store_template_t *t)
     {
         const char *type = json_string_value(json_object_get(c, "type"));
         if (type && strcmp(type, "Ready") == 0)
-            ready = json_pack("{s:O?,s:O?,s:O?}", "status", json_object_get(c, "status"), "reason",
-                              json_object_get(c, "reason"), "message",
-                              json_object_get(c, "message"));
+            ready =
+                json_pack("{s:O?,s:O?,s:O?}", "status", json_object_get(c, "status"), "reason",
+                          json_object_get(c, "reason"), "message", json_object_get(c, "message"));
     }
     json_decref(status);
     return json_pack("{s:s,s:s,s:I,s:I,s:s,s:s,s:o}", "namespace", t->namespace_, "name", t->name,
@@ -217,7 +219,8 @@ static json_t *s_nodes(kb_ui_t *ui, uint64_t live)
         json_array_append_new(pools, json_string(ui->o.pools[i].name));
     return json_pack("[{s:i,s:s,s:s,s:s,s:b,s:I,s:o}]", "id", ui->o.node_id, "name",
                      ui->o.node_name ?: "", "endpoint", ui->o.endpoint ?: "", "version",
-                     ui->o.version ?: "", "alive", 1, "sandboxes", (json_int_t)live, "pools", pools);
+                     ui->o.version ?: "", "alive", 1, "sandboxes", (json_int_t)live, "pools",
+                     pools);
 }
 
 /* ---- stats -------------------------------------------------------------------------------- */
@@ -228,8 +231,8 @@ static json_t *s_hist(ka_metric_t m, const char *v1)
     ka_metric_snapshot(m, v1, &s);
     json_t *bounds = json_array(), *buckets = json_array();
     for (size_t i = 0; i < KA_METRIC_N_BOUNDS; i++) {
-        json_array_append_new(bounds, i + 1 < KA_METRIC_N_BOUNDS ? json_real(s.bounds[i])
-                                                                 : json_null());
+        json_array_append_new(bounds,
+                              i + 1 < KA_METRIC_N_BOUNDS ? json_real(s.bounds[i]) : json_null());
         json_array_append_new(buckets, json_integer((json_int_t)s.buckets[i]));
     }
     return json_pack("{s:o,s:o,s:I,s:f}", "bounds", bounds, "buckets", buckets, "count",
@@ -240,12 +243,11 @@ static json_t *s_stats(kb_ui_t *ui, uint64_t live)
 {
     krt_stats_t st;
     krt_system_stats(ka_service_system(ui->o.svc), &st);
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "now_ms",
-                     (json_int_t)krt_now_ms(), "actors_live", (json_int_t)st.actors_live,
-                     "actors_spawned", (json_int_t)st.actors_spawned, "messages",
-                     (json_int_t)st.messages, "actor_bytes", (json_int_t)st.bytes_live,
-                     "sandboxes_live", (json_int_t)live, "rss_bytes",
-                     (json_int_t)ka_metrics_rss_bytes(), "create_seconds",
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "now_ms", (json_int_t)krt_now_ms(),
+                     "actors_live", (json_int_t)st.actors_live, "actors_spawned",
+                     (json_int_t)st.actors_spawned, "messages", (json_int_t)st.messages,
+                     "actor_bytes", (json_int_t)st.bytes_live, "sandboxes_live", (json_int_t)live,
+                     "rss_bytes", (json_int_t)ka_metrics_rss_bytes(), "create_seconds",
                      s_hist(KA_METRIC_SANDBOX_CREATE, NULL), "exec_seconds",
                      s_hist(KA_METRIC_GUEST_CALL, "start"));
 }
@@ -255,8 +257,7 @@ json_t *kb_ui_state(kb_ui_t *ui, const char *caller, bool operator_)
     uint64_t live = s_live(ui);
     json_t *tree = s_tree(ui, caller, operator_);
     json_t *sandboxes = s_sandboxes(ui, caller, operator_, tree);
-    return json_pack("{s:s,s:b,s:o,s:o,s:o,s:o,s:o,s:o}", "identity", caller, "operator",
-                     operator_, "tree", tree, "sandboxes", sandboxes, "templates", s_templates(ui),
-                     "nodes", s_nodes(ui, live), "pools", s_pools(ui, live), "stats",
-                     s_stats(ui, live));
+    return json_pack("{s:s,s:b,s:o,s:o,s:o,s:o,s:o,s:o}", "identity", caller, "operator", operator_,
+                     "tree", tree, "sandboxes", sandboxes, "templates", s_templates(ui), "nodes",
+                     s_nodes(ui, live), "pools", s_pools(ui, live), "stats", s_stats(ui, live));
 }

@@ -702,8 +702,10 @@ static void test_usage_and_validation(void **state)
     s_expect(s_run("sandbox", "get", "a", "b", NULL), 2, NULL, "accepts 1 arg(s), received 2");
     s_expect(s_run("sandbox", "list", "--bogus", NULL), 2, NULL,
              "Error: unknown flag: --bogus\nRun 'kagent sandbox list --help' for usage.\n");
-    s_expect(s_run("sandbox", "list", "-o", "yaml", NULL), 2, NULL,
-             "invalid output format \"yaml\": want table or json");
+    s_expect(s_run("sandbox", "list", "-o", "xml", NULL), 2, NULL,
+             "invalid output format \"xml\": want table, json, yaml or jsonpath=TEMPLATE");
+    s_expect(s_run("sandbox", "list", "-o", "jsonpath={.items[", NULL), 2, NULL,
+             "jsonpath: expected an index, a slice, *, a quoted name or ?(filter) at column");
     s_expect(s_run("sandbox", "frob", NULL), 2, NULL,
              "unknown command \"frob\" for \"kagent sandbox\"");
     s_expect(s_run("sandbox", "--", "get", NULL), 2, NULL,

@@ -14,7 +14,8 @@ static const char *s_doc_text =
     "{\"apiVersion\":\"api.kagent.dev/v1alpha3\",\"kind\":\"SandboxTemplate\","
     "\"metadata\":{\"name\":\"scratch\",\"namespace\":\"kagent\",\"generation\":2,"
     "\"labels\":{\"app.kubernetes.io/name\":\"x\",\"tier\":\"dev\"}},"
-    "\"spec\":{\"env\":[{\"name\":\"LANG\",\"value\":\"C.UTF-8\"},{\"name\":\"TZ\",\"value\":\"UTC\"},"
+    "\"spec\":{\"env\":[{\"name\":\"LANG\",\"value\":\"C.UTF-8\"},{\"name\":\"TZ\",\"value\":"
+    "\"UTC\"},"
     "{\"name\":\"N\",\"value\":\"3\"}],\"replicas\":3,\"ok\":true},"
     "\"status\":{\"observedGeneration\":2,\"conditions\":["
     "{\"type\":\"Other\",\"status\":\"False\",\"reason\":\"X\",\"message\":\"no\"},"
@@ -162,9 +163,12 @@ static void t_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_seed),    cmocka_unit_test(t_fields),
-        cmocka_unit_test(t_arrays),  cmocka_unit_test(t_filters),
-        cmocka_unit_test(t_range_and_literals), cmocka_unit_test(t_descent),
+        cmocka_unit_test(t_seed),
+        cmocka_unit_test(t_fields),
+        cmocka_unit_test(t_arrays),
+        cmocka_unit_test(t_filters),
+        cmocka_unit_test(t_range_and_literals),
+        cmocka_unit_test(t_descent),
         cmocka_unit_test(t_errors),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
