@@ -25,7 +25,7 @@ PACKAGES=(
   openssl
   # operators: `promtool check metrics` on /metrics, the /ui page in headless Chromium driven
   # over the DevTools protocol (python3-websocket)
-  prometheus chromium python3-websocket fonts-dejavu-core
+  prometheus chromium python3-websocket fonts-dejavu-core python3-yaml
 )
 
 missing=()

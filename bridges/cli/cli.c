@@ -69,9 +69,26 @@ static const kb_cmd_t s_cmd_version = {
     .max_args = 0,
 };
 
-static const kb_cmd_t *const s_root_subs[] = {&s_cmd_sandbox, &kb_cmd_apply, &kb_cmd_get,
-                                              &kb_cmd_delete, &kb_cmd_image, &kb_cmd_runtime,
-                                              &s_cmd_version, NULL};
+static int s_run_completion(kb_cli_t *cli, const kb_args_t *a);
+
+static const kb_cmd_t s_cmd_completion_bash = {
+    .name = "bash",
+    .use = "bash",
+    .short_help = "Print the bash completion script (source <(kagent completion bash))",
+    .run = s_run_completion,
+    .max_args = 0,
+};
+static const kb_cmd_t *const s_completion_subs[] = {&s_cmd_completion_bash, NULL};
+static const kb_cmd_t s_cmd_completion = {
+    .name = "completion",
+    .use = "completion [shell]",
+    .short_help = "Shell completion scripts",
+    .subs = s_completion_subs,
+};
+
+static const kb_cmd_t *const s_root_subs[] = {&s_cmd_sandbox, &kb_cmd_apply,     &kb_cmd_get,
+                                              &kb_cmd_delete, &kb_cmd_image,     &kb_cmd_runtime,
+                                              &s_cmd_version, &s_cmd_completion, NULL};
 
 static const kb_cmd_t s_cmd_root = {
     .name = "kagent",
@@ -79,6 +96,11 @@ static const kb_cmd_t s_cmd_root = {
     .short_help = "kagent sandboxes: templates, sandboxes, processes, files, images",
     .subs = s_root_subs,
 };
+
+static int s_run_completion(kb_cli_t *cli, const kb_args_t *a)
+{
+    return kb_completion_bash(cli->out, &s_cmd_root, s_global_flags) ? KB_EXIT_ERROR : KB_EXIT_OK;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Durations                                                                                  */
@@ -396,8 +418,12 @@ static void s_help(kb_cli_t *cli, const kb_cmd_t *cmd, const char *parent)
         fprintf(o, "  %s%s%s [command]\n", parent, parent[0] ? " " : "", cmd->name);
     if (cmd->subs) {
         fprintf(o, "\nAvailable Commands:\n");
+        int w = 12; /* Cobra pads names to the longest, at least 11 */
         for (const kb_cmd_t *const *s = cmd->subs; *s; s++)
-            fprintf(o, "  %-12s %s\n", (*s)->name, (*s)->short_help);
+            if ((int)strlen((*s)->name) + 1 > w)
+                w = (int)strlen((*s)->name) + 1;
+        for (const kb_cmd_t *const *s = cmd->subs; *s; s++)
+            fprintf(o, "  %-*s %s\n", w, (*s)->name, (*s)->short_help);
     }
     if (cmd->flags && cmd->flags[0].name) {
         fprintf(o, "\nFlags:\n");

@@ -106,6 +106,8 @@ extern const kb_cmd_t kb_cmd_sandbox_upload, kb_cmd_sandbox_download; /* cmd_fil
 extern const kb_cmd_t kb_cmd_sandbox_templates, kb_cmd_apply, kb_cmd_get,
     kb_cmd_delete;                                  /* cmd_templates.c */
 extern const kb_cmd_t kb_cmd_image, kb_cmd_runtime; /* cmd_runtime.c */
+/* Writes the bash completion script for the tree under root (cmd_completion.c). 0 or -1. */
+int kb_completion_bash(FILE *out, const kb_cmd_t *root, const kb_flag_t *globals);
 
 /* Argument access. */
 const char *kb_args_str(const kb_args_t *a, const char *name);

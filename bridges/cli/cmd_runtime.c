@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kagent/runtime/v1/runtime.pb-c.h"
 
-#define S_SVC "/kagent.runtime.v1.RuntimeService/"
+#define S_SVC         "/kagent.runtime.v1.RuntimeService/"
+#define S_CANCELLED   1 /* gRPC status codes */
+#define S_UNAVAILABLE 14
 
 /* One unary call; on failure prints "<what>: <cause>" and returns NULL. */
 static ProtobufCMessage *s_call(kb_cli_t *cli, const char *method, const ProtobufCMessage *req,
@@ -207,29 +210,122 @@ const kb_cmd_t kb_cmd_image = {
 
 /* ------------------------------------------------------------------------------------------ */
 
-static int s_run_tree(kb_cli_t *cli, const kb_args_t *a)
+/* ---- runtime tree: drawn (default) or JSON, once or --watch ------------------------------------
+ */
+
+/* "k=v k=v" of an actor's described state (an object), or its JSON. Caller frees. */
+static char *s_state_text(const json_t *st)
+{
+    if (!st || json_is_null(st))
+        return strdup("");
+    if (!json_is_object(st))
+        return json_dumps(st, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    const char *k;
+    json_t *v;
+    bool first = true;
+    json_object_foreach((json_t *)st, k, v)
+    {
+        char *t = json_is_string(v) ? strdup(json_string_value(v))
+                                    : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        fprintf(f, "%s%s=%s", first ? "" : " ", k, t ? t : "?");
+        free(t);
+        first = false;
+    }
+    fclose(f);
+    return buf;
+}
+
+static void s_draw(FILE *out, const json_t *nodes, const char *prefix)
+{
+    size_t n = json_array_size(nodes);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *a = json_array_get(nodes, i);
+        bool last = i + 1 == n;
+        const char *path = json_string_value(json_object_get(a, "path"));
+        const char *seg = path && strrchr(path, '/') ? strrchr(path, '/') + 1 : path ? path : "?";
+        char *state = s_state_text(json_object_get(a, "state"));
+        fprintf(out, "%s%s%s [%s] mailbox=%lld handled=%lld restarts=%lld bytes=%lld%s%s\n", prefix,
+                last ? "└── " : "├── ", seg,
+                json_string_value(json_object_get(a, "kind")) ?: "actor",
+                (long long)json_integer_value(json_object_get(a, "mailbox")),
+                (long long)json_integer_value(json_object_get(a, "handled")),
+                (long long)json_integer_value(json_object_get(a, "restarts")),
+                (long long)json_integer_value(json_object_get(a, "bytes")),
+                state && *state ? "  " : "", state ? state : "");
+        free(state);
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s%s", prefix, last ? "    " : "│   ");
+        s_draw(out, json_object_get(a, "children"), sub);
+    }
+}
+
+/* The node's name: the first segment of the first actor's path. */
+static void s_draw_tree(FILE *out, const json_t *tree)
+{
+    const char *path = json_string_value(json_object_get(json_array_get(tree, 0), "path"));
+    int root = path ? (int)strcspn(path, "/") : 0;
+    fprintf(out, "%.*s\n", root, path ? path : "");
+    s_draw(out, tree, "");
+}
+
+/* One fetch and print. 0, or the failed call's status code (after printing why unless it was
+ * an interrupted --watch). */
+static int s_tree_once(kb_cli_t *cli, const kb_args_t *a, bool watching)
 {
     Kagent__Runtime__V1__GetActorTreeRequest req =
         KAGENT__RUNTIME__V1__GET_ACTOR_TREE_REQUEST__INIT;
     req.root = (char *)kb_args_str(a, "root");
     req.node_id = (int32_t)kb_args_int(a, "node");
-    ProtobufCMessage *resp =
-        s_call(cli, S_SVC "GetActorTree", &req.base,
-               &kagent__runtime__v1__get_actor_tree_response__descriptor, "get actor tree");
-    if (!resp)
-        return KB_EXIT_ERROR;
-    int rc = KB_EXIT_OK;
-    const char *text = ((Kagent__Runtime__V1__GetActorTreeResponse *)resp)->json;
-    json_error_t je;
-    json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
-    if (j) {
-        kb_out_json(cli->out, j); /* the tree is JSON already: pretty-print it either way */
-        json_decref(j);
-    } else {
-        fprintf(cli->out, "%s\n", text);
+    kb_rpc_t *rpc = kb_cli_rpc(cli);
+    if (!rpc)
+        return S_UNAVAILABLE;
+    ProtobufCMessage *resp = NULL;
+    kb_rpc_status_t st;
+    if (kb_rpc_unary(rpc, S_SVC "GetActorTree", NULL, &req.base,
+                     &kagent__runtime__v1__get_actor_tree_response__descriptor, &resp, &st)) {
+        if (!(watching && st.code == S_CANCELLED)) {
+            char cause[KB_RPC_MSG_CAP + 64];
+            kb_cli_cause(&st, cause, sizeof cause);
+            kb_cli_fail(cli, "get actor tree: %s", cause);
+        }
+        return st.code ? st.code : S_UNAVAILABLE;
     }
+    const char *text = ((Kagent__Runtime__V1__GetActorTreeResponse *)resp)->json;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, NULL);
+    if (watching && isatty(fileno(cli->out)))
+        fputs("\033[H\033[2J", cli->out); /* redraw in place */
+    if (!j)
+        fprintf(cli->out, "%s\n", text);
+    else if (cli->json)
+        kb_cli_print_json(cli, j);
+    else
+        s_draw_tree(cli->out, j);
+    if (watching)
+        fputc('\n', cli->out);
+    fflush(cli->out);
+    json_decref(j);
     protobuf_c_message_free_unpacked(resp, NULL);
-    return rc;
+    return 0;
+}
+
+static int s_run_tree(kb_cli_t *cli, const kb_args_t *a)
+{
+    bool watch = kb_args_bool(a, "watch");
+    int64_t every = kb_args_duration(a, "interval");
+    if (watch && every < KB_NS_PER_SEC / 10)
+        return kb_cli_usage(cli, "--interval must be at least 100ms");
+    int code = s_tree_once(cli, a, watch);
+    while (watch && !code) { /* until interrupted (Ctrl-C) or the node goes away */
+        struct timespec ts = {.tv_sec = every / KB_NS_PER_SEC, .tv_nsec = every % KB_NS_PER_SEC};
+        nanosleep(&ts, NULL);
+        code = s_tree_once(cli, a, true);
+    }
+    return !code || (watch && code == S_CANCELLED) ? KB_EXIT_OK : KB_EXIT_ERROR;
 }
 
 static int s_run_nodes(kb_cli_t *cli, const kb_args_t *a)
@@ -337,13 +433,15 @@ static const kb_flag_t s_tree_flags[] = {
     {"root", 0, KB_F_STRING, NULL, "actor path or name to start from (default: the whole node)",
      "string"},
     {"node", 0, KB_F_INT, "0", "node id (0 = the node answering)", "int32"},
+    {"watch", 'w', KB_F_BOOL, NULL, "redraw every --interval until interrupted", NULL},
+    {"interval", 0, KB_F_DURATION, "2s", "how often --watch redraws", "duration"},
     {0},
 };
 
 static const kb_cmd_t s_cmd_tree = {
     .name = "tree",
-    .use = "tree",
-    .short_help = "Show the actor tree (JSON)",
+    .use = "tree [--watch]",
+    .short_help = "Draw the actor tree (-o json: the tree as JSON)",
     .flags = s_tree_flags,
     .min_args = 0,
     .max_args = 0,

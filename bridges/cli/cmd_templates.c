@@ -1,6 +1,7 @@
 /*
  * Template commands (SandboxTemplateService): `sandbox templates`, `apply -f FILE|-`,
- * `get template NAME`, `delete template NAME`.
+ * `get template NAME`, `get sandboxtemplate|sandboxtemplates|st [NAME]` (kubectl's shape),
+ * `delete template NAME`.
  */
 #include "cli_int.h"
 
@@ -10,6 +11,7 @@
 
 #include "ka_yaml.h"
 #include "kagent/api/v1/sandbox_templates.pb-c.h"
+#include "pbjson.h"
 
 #define S_APPLY_MAX (4u << 20) /* same cap as the YAML parser */
 #define S_KIND      "sandboxtemplate.api.kagent.dev"
@@ -125,30 +127,42 @@ static const char *s_scalar(const ka_yaml_node_t *map, const char *key)
     return n && n->kind == KA_YAML_SCALAR && !ka_yaml_is_null(n) ? n->value : NULL;
 }
 
-/* Prints a template: JSON of the SandboxTemplate, or a one-row table with its Ready condition. */
-static int s_print_template(kb_cli_t *cli, Kagent__Api__V1__SandboxTemplate *tp)
+static const Kagent__Api__V1__Condition *s_ready(const Kagent__Api__V1__SandboxTemplate *tp)
 {
-    if (cli->json)
-        return kb_cli_print(cli, &tp->base);
     const Kagent__Api__V1__Condition *ready = NULL;
     for (size_t i = 0; i < tp->n_conditions; i++)
         if (strcmp(tp->conditions[i]->type, "Ready") == 0)
             ready = tp->conditions[i];
+    return ready;
+}
+
+/* Prints templates as a table: NAMESPACE NAME READY REASON IMAGE MESSAGE. */
+static int s_template_table(kb_cli_t *cli, Kagent__Api__V1__SandboxTemplate *const *tps, size_t n)
+{
     kb_table_t *t = kb_table_new(6);
     if (!t)
         return kb_cli_fail(cli, "out of memory");
     const char *hdr[] = {"NAMESPACE", "NAME", "READY", "REASON", "IMAGE", "MESSAGE"};
-    const char *row[] = {tp->ref ? tp->ref->namespace_ : "",
-                         tp->ref ? tp->ref->name : "",
-                         ready ? ready->status : "Unknown",
-                         ready ? ready->reason : "",
-                         tp->workload_image,
-                         ready ? ready->message : ""};
     kb_table_add(t, hdr);
-    kb_table_add(t, row);
+    for (size_t i = 0; i < n; i++) {
+        const Kagent__Api__V1__Condition *ready = s_ready(tps[i]);
+        const char *row[] = {tps[i]->ref ? tps[i]->ref->namespace_ : "",
+                             tps[i]->ref ? tps[i]->ref->name : "",
+                             ready ? ready->status : "Unknown",
+                             ready ? ready->reason : "",
+                             tps[i]->workload_image,
+                             ready ? ready->message : ""};
+        kb_table_add(t, row);
+    }
     kb_table_print(t, cli->out);
     kb_table_destroy(&t);
     return KB_EXIT_OK;
+}
+
+/* Prints a template: JSON of the SandboxTemplate, or a one-row table with its Ready condition. */
+static int s_print_template(kb_cli_t *cli, Kagent__Api__V1__SandboxTemplate *tp)
+{
+    return cli->json ? kb_cli_print(cli, &tp->base) : s_template_table(cli, &tp, 1);
 }
 
 static int s_run_apply(kb_cli_t *cli, const kb_args_t *a)
@@ -290,6 +304,104 @@ static int s_run_delete_template(kb_cli_t *cli, const kb_args_t *a)
     return rc;
 }
 
+/* ---- get sandboxtemplate|sandboxtemplates|st [NAME]: kubectl's shape ------------------------ */
+
+/* The Kubernetes object of a template (apiVersion, kind, metadata, spec, status), as kubectl get
+ * prints it; a new reference or NULL. */
+static json_t *s_object(const Kagent__Api__V1__SandboxTemplate *tp)
+{
+    if (!tp->resource || !tp->resource->value)
+        return json_object();
+    return kb_pbjson_to_json(&tp->resource->value->base, 0);
+}
+
+static int s_print_objects(kb_cli_t *cli, Kagent__Api__V1__SandboxTemplate *const *tps, size_t n,
+                           bool list)
+{
+    if (!cli->json)
+        return s_template_table(cli, tps, n);
+    json_t *items = json_array();
+    for (size_t i = 0; items && i < n; i++) {
+        if (json_array_append_new(items, s_object(tps[i]))) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    json_t *doc = !items ? NULL
+                  : list ? json_pack("{s:s,s:s,s:o,s:{s:s}}", "apiVersion", "v1", "kind", "List",
+                                     "items", items, "metadata", "resourceVersion", "")
+                         : json_incref(json_array_get(items, 0));
+    if (!list)
+        json_decref(items);
+    int rc = doc ? kb_cli_print_json(cli, doc) : kb_cli_fail(cli, "out of memory");
+    json_decref(doc);
+    return rc;
+}
+
+static int s_run_get_st(kb_cli_t *cli, const kb_args_t *a)
+{
+    kb_rpc_t *rpc = kb_cli_rpc(cli);
+    if (!rpc)
+        return KB_EXIT_ERROR;
+    Kagent__Api__V1__ResourceReference ref = KAGENT__API__V1__RESOURCE_REFERENCE__INIT;
+    ref.namespace_ = (char *)cli->namespace_;
+    ref.name = a->npos ? (char *)a->pos[0] : "";
+    Kagent__Api__V1__GetSandboxTemplateRequest get =
+        KAGENT__API__V1__GET_SANDBOX_TEMPLATE_REQUEST__INIT;
+    get.ref = &ref;
+    Kagent__Api__V1__ListSandboxTemplatesRequest list =
+        KAGENT__API__V1__LIST_SANDBOX_TEMPLATES_REQUEST__INIT;
+    list.namespace_ = (char *)cli->namespace_;
+    ProtobufCMessage *resp = NULL;
+    kb_rpc_status_t st;
+    int fail =
+        a->npos
+            ? kb_rpc_unary(rpc, "/kagent.api.v1.SandboxTemplateService/GetSandboxTemplate", NULL,
+                           &get.base, &kagent__api__v1__get_sandbox_template_response__descriptor,
+                           &resp, &st)
+            : kb_rpc_unary(rpc, "/kagent.api.v1.SandboxTemplateService/ListSandboxTemplates", NULL,
+                           &list.base,
+                           &kagent__api__v1__list_sandbox_templates_response__descriptor, &resp,
+                           &st);
+    if (fail) {
+        char cause[KB_RPC_MSG_CAP + 64];
+        s_cause(&st, cause, sizeof cause);
+        return a->npos ? kb_cli_fail(cli, "get sandboxtemplate %s/%s: %s", ref.namespace_, ref.name,
+                                     cause)
+                       : kb_cli_fail(cli, "list sandboxtemplates: %s", cause);
+    }
+    int rc;
+    if (a->npos) {
+        Kagent__Api__V1__GetSandboxTemplateResponse *r = (void *)resp;
+        rc = r->sandbox_template ? s_print_objects(cli, &r->sandbox_template, 1, false)
+                                 : kb_cli_fail(cli, "server returned no template");
+    } else {
+        Kagent__Api__V1__ListSandboxTemplatesResponse *r = (void *)resp;
+        rc = s_print_objects(cli, r->sandbox_templates, r->n_sandbox_templates, true);
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static const char s_st_long[] =
+    "Shows one SandboxTemplate (NAME given) or lists those of the namespace, with READY, as\n"
+    "kubectl get sandboxtemplate does: -o json and -o yaml print the Kubernetes object\n"
+    "(apiVersion, kind, metadata, spec, status; a List without NAME), and\n"
+    "-o jsonpath=TEMPLATE evaluates kubectl's JSONPath on it, e.g.\n"
+    "  kagent get st scratch -o jsonpath='{range .status.conditions[?(@.type==\"Ready\")]}"
+    "{.status} {.reason} {.message}{end}'";
+
+#define S_ST_CMD(NAME, SHORT)                                                                      \
+    {                                                                                              \
+        .name = NAME, .use = NAME " [NAME]", .short_help = SHORT, .long_help = s_st_long,          \
+        .min_args = 0, .max_args = 1, .run = s_run_get_st,                                         \
+    }
+static const kb_cmd_t s_cmd_get_st[] = {
+    S_ST_CMD("sandboxtemplate", "Show SandboxTemplates as kubectl does (-o json|yaml|jsonpath=)"),
+    S_ST_CMD("sandboxtemplates", "Alias of sandboxtemplate"),
+    S_ST_CMD("st", "Alias of sandboxtemplate"),
+};
+
 static const kb_cmd_t s_cmd_get_template = {
     .name = "template",
     .use = "template NAME",
@@ -308,7 +420,8 @@ static const kb_cmd_t s_cmd_delete_template = {
     .run = s_run_delete_template,
 };
 
-static const kb_cmd_t *const s_get_subs[] = {&s_cmd_get_template, NULL};
+static const kb_cmd_t *const s_get_subs[] = {&s_cmd_get_template, &s_cmd_get_st[0],
+                                             &s_cmd_get_st[1], &s_cmd_get_st[2], NULL};
 static const kb_cmd_t *const s_delete_subs[] = {&s_cmd_delete_template, NULL};
 
 const kb_cmd_t kb_cmd_get = {

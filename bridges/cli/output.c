@@ -123,10 +123,8 @@ static bool s_plain_ok(const char *s, size_t n)
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strcmp(s, words[i]) == 0)
             return false;
-    char *end;
-    strtod(s, &end);
-    if (*end == '\0')
-        return false; /* a number */
+    if (isdigit((unsigned char)s[0]) || s[0] == '.' || s[0] == '+')
+        return false; /* a number, a date or a timestamp to a YAML 1.1 reader */
     for (const char *p = s; *p; p++)
         if ((unsigned char)*p < 0x20 || (p[0] == ':' && (p[1] == ' ' || !p[1])) ||
             (p[0] == ' ' && p[1] == '#'))
