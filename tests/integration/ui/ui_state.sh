@@ -43,6 +43,10 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' -H 'Host: evil.example' -H "Autho
 curl -sS -o /dev/null -D "$WORK/bad.h" --data-urlencode "token=nope" "$API/ui/login"
 grep -qi '^location: /ui?login=refused' "$WORK/bad.h" || fail "bad login: $(cat "$WORK/bad.h")"
 ! grep -qi '^set-cookie' "$WORK/bad.h" || fail "bad login set a cookie"
+curl -sS -o /dev/null -D "$WORK/esc.h" -d 'token=%zz' "$API/ui/login"
+grep -qi '^location: /ui?login=invalid' "$WORK/esc.h" || fail "bad escape: $(cat "$WORK/esc.h")"
+curl -sS -o /dev/null -D "$WORK/sp.h" --data-urlencode "token=$ALICE x" "$API/ui/login"
+grep -qi '^location: /ui?login=invalid' "$WORK/sp.h" || fail "cookie-unsafe token: $(cat "$WORK/sp.h")"
 curl -sS -o /dev/null -D "$WORK/good.h" -c "$WORK/alice.jar" --data-urlencode "token=$ALICE" "$API/ui/login"
 grep -qi '^set-cookie: kagent_ui=.*HttpOnly; SameSite=Strict' "$WORK/good.h" || fail "login cookie: $(cat "$WORK/good.h")"
 

@@ -407,9 +407,44 @@ static void test_destroy_with_open_stream(void **state)
     close(c);
 }
 
+static void test_host_allowed(void **state)
+{
+    const char *const hosts[] = {"localhost", "127.0.0.1:8083", "[::1]", NULL};
+    assert_true(kb_http_host_allowed(hosts, "localhost"));
+    assert_true(kb_http_host_allowed(hosts, "LocalHost:1234")); /* a bare host: any port */
+    assert_true(kb_http_host_allowed(hosts, "127.0.0.1:8083"));
+    assert_false(kb_http_host_allowed(hosts, "127.0.0.1:8084")); /* host:port: that port only */
+    assert_false(kb_http_host_allowed(hosts, "127.0.0.1"));
+    assert_true(kb_http_host_allowed(hosts, "[::1]:9"));
+    assert_false(kb_http_host_allowed(hosts, "localhost.evil.example"));
+    assert_false(kb_http_host_allowed(hosts, "evil.example"));
+    assert_false(kb_http_host_allowed(hosts, NULL));
+    const char *const any[] = {"*", NULL};
+    assert_true(kb_http_host_allowed(any, "whatever:1"));
+    assert_false(kb_http_host_allowed(NULL, "localhost"));
+}
+
+static void test_cookie(void **state)
+{
+    char v[16];
+    assert_int_equal(kb_http_cookie("a=1; kagent_ui=tok-123; b=2", "kagent_ui", v, sizeof v), 0);
+    assert_string_equal(v, "tok-123");
+    assert_int_equal(kb_http_cookie("kagent_ui=x", "kagent_ui", v, sizeof v), 0);
+    assert_string_equal(v, "x");
+    assert_int_equal(kb_http_cookie("kagent_ui=", "kagent_ui", v, sizeof v), 0);
+    assert_string_equal(v, "");
+    assert_int_equal(kb_http_cookie("xkagent_ui=1; kagent_uix=2", "kagent_ui", v, sizeof v),
+                     -ENOENT);
+    assert_int_equal(kb_http_cookie("kagent_ui=0123456789abcdefXYZ", "kagent_ui", v, sizeof v),
+                     -ENOENT); /* longer than the buffer: refused, not cut */
+    assert_int_equal(kb_http_cookie(NULL, "kagent_ui", v, sizeof v), -ENOENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_allowed),
+        cmocka_unit_test(test_cookie),
         cmocka_unit_test_setup_teardown(test_builtin_routes, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_high_descriptor_numbers, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_errors, s_setup, s_teardown),
