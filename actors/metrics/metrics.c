@@ -61,11 +61,23 @@ static s_family_t s_families[KA_METRIC_N_] = {
 
 const char *ka_metric_code_name(int code)
 {
-    static const char *const names[] = {
-        "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-        "DATA_LOSS", "UNAUTHENTICATED"};
+    static const char *const names[] = {"OK",
+                                        "CANCELLED",
+                                        "UNKNOWN",
+                                        "INVALID_ARGUMENT",
+                                        "DEADLINE_EXCEEDED",
+                                        "NOT_FOUND",
+                                        "ALREADY_EXISTS",
+                                        "PERMISSION_DENIED",
+                                        "RESOURCE_EXHAUSTED",
+                                        "FAILED_PRECONDITION",
+                                        "ABORTED",
+                                        "OUT_OF_RANGE",
+                                        "UNIMPLEMENTED",
+                                        "INTERNAL",
+                                        "UNAVAILABLE",
+                                        "DATA_LOSS",
+                                        "UNAUTHENTICATED"};
     return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "UNKNOWN";
 }
 
@@ -333,8 +345,8 @@ char *ka_metrics_process_text(void)
             "# HELP process_start_time_seconds Start time of the process since unix epoch in "
             "seconds.\n"
             "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
-            st.cpu_seconds, (unsigned long long)st.rss, (unsigned long long)st.vsize,
-            s_open_fds(), (unsigned long long)rl.rlim_cur, st.start_time);
+            st.cpu_seconds, (unsigned long long)st.rss, (unsigned long long)st.vsize, s_open_fds(),
+            (unsigned long long)rl.rlim_cur, st.start_time);
     if (fclose(o) != 0) {
         free(text);
         return NULL;

@@ -15,8 +15,8 @@
 
 typedef struct {
     char id[ID_LEN];
-    int running;     /* ka_phase_t running, -1 none */
-    double began;    /* ka_metric_now() when it began */
+    int running;  /* ka_phase_t running, -1 none */
+    double began; /* ka_metric_now() when it began */
     ka_phase_times_t t;
 } s_slot_t;
 
