@@ -370,6 +370,10 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
         return s_fail(err, cap, "auth: %s", why[0] ? why : strerror(-e));
     if (n->conn_ids)
         kb_auth_set_conn_lookup(n->auth, s_conn_identity, n->conn_ids);
+    for (size_t i = 0; i < n->cfg.n_operators; i++)
+        n->operators[i] = n->cfg.operators[i];
+    if (kb_auth_set_operators(n->auth, n->operators, n->cfg.n_operators))
+        return s_fail(err, cap, "out of memory");
     for (size_t i = 0; i < n->cfg.n_pools; i++)
         n->pools[i] =
             (kb_api_pool_t){n->cfg.pools[i].name, n->cfg.pools[i].klass, n->cfg.pools[i].capacity};
@@ -402,8 +406,6 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
     n->mcp = kb_mcp_new(n->http, n->svc, n->auth, &mo);
     if (!n->mcp)
         return s_fail(err, cap, "the MCP bridge cannot start");
-    for (size_t i = 0; i < n->cfg.n_operators; i++)
-        n->operators[i] = n->cfg.operators[i];
     kb_ui_options_t uo = {.svc = n->svc,
                           .auth = n->auth,
                           .driver = n->driver,
@@ -413,8 +415,6 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                           .version = KAGENT_VERSION,
                           .pools = n->pools,
                           .n_pools = n->cfg.n_pools,
-                          .operators = n->operators,
-                          .n_operators = n->cfg.n_operators,
                           .allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL};
     if (!(n->ui = kb_ui_new(n->http, &uo)))
         return s_fail(err, cap, "the /ui page cannot start");

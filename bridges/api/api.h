@@ -11,6 +11,8 @@
 #ifndef KB_API_H
 #define KB_API_H
 
+#include <jansson.h>
+
 #include "auth.h"
 #include "grpc_server.h"
 #include "krt.h"
@@ -42,6 +44,12 @@ kb_api_t *kb_api_new(const kb_api_options_t *opts);
 int kb_api_register(kb_api_t *api, kb_grpc_server_t *srv);
 /* After the server is destroyed. Idempotent; NULLs *api_p. */
 void kb_api_destroy(kb_api_t **api_p);
+
+/* The actor tree from root (KRT_ADDR_NONE: the whole node) as caller may see it: an operator
+ * (kb_auth_is_operator) all of it, anyone else without the sandbox actors (and their children)
+ * of other identities. A new reference (krt_tree_json's array), or NULL if it cannot be read. */
+json_t *kb_api_visible_tree(krt_system_t *sys, krt_addr_t root, const kb_auth_t *auth,
+                            const char *caller);
 
 /* Maps a control-plane code to gRPC's (the same numbers, checked). */
 kb_grpc_code_t kb_api_code(int ka_code);

@@ -17,10 +17,44 @@ static bool s_ok(kb_grpc_call_t *call, void *user)
     return kb_api_caller(user, call, caller, sizeof caller) == 0;
 }
 
+/* A sandbox actor whose described creator is not caller (unknown: not caller's either). */
+static bool s_foreign_sandbox(const json_t *node, const char *caller)
+{
+    const char *kind = json_string_value(json_object_get(node, "kind"));
+    const char *creator =
+        json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
+    return kind && strcmp(kind, "sandbox") == 0 && (!creator || strcmp(creator, caller) != 0);
+}
+
+static void s_prune(json_t *tree, const char *caller)
+{
+    for (size_t i = 0; i < json_array_size(tree);) {
+        json_t *node = json_array_get(tree, i);
+        if (s_foreign_sandbox(node, caller)) {
+            json_array_remove(tree, i);
+            continue;
+        }
+        s_prune(json_object_get(node, "children"), caller);
+        i++;
+    }
+}
+
+json_t *kb_api_visible_tree(krt_system_t *sys, krt_addr_t root, const kb_auth_t *auth,
+                            const char *caller)
+{
+    char *text = krt_tree_json(sys, root);
+    json_t *tree = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (tree && !kb_auth_is_operator(auth, caller))
+        s_prune(tree, caller);
+    return tree;
+}
+
 static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     kb_api_t *api = user;
-    if (!s_ok(call, user))
+    char caller[KB_AUTH_ID_MAX + 1];
+    if (kb_api_caller(api, call, caller, sizeof caller))
         return;
     const Kagent__Runtime__V1__GetActorTreeRequest *req = (const void *)m;
     krt_system_t *sys = ka_service_system(api->o.svc);
@@ -29,7 +63,9 @@ static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
         kb_grpc_fail(call, KB_GRPC_NOT_FOUND, "no actor is registered under that name");
         return;
     }
-    char *json = krt_tree_json(sys, root);
+    json_t *tree = kb_api_visible_tree(sys, root, api->o.auth, caller);
+    char *json = tree ? json_dumps(tree, JSON_COMPACT) : NULL;
+    json_decref(tree);
     if (!json) {
         kb_grpc_fail(call, KB_GRPC_INTERNAL, "cannot dump the actor tree");
         return;

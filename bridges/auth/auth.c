@@ -22,6 +22,8 @@ struct kb_auth {
     size_t n;
     kb_auth_conn_fn conn_fn; /* per-connection identities (TLS client certificates) */
     void *conn_arg;
+    char **operators;
+    size_t n_operators;
 };
 
 static int s_unhex(const char *hex, unsigned char out[32])
@@ -114,9 +116,44 @@ kb_auth_t *kb_auth_new(kb_auth_mode_t mode, const char *tokens_file, int *err, c
     return a;
 }
 
+static void s_free_operators(kb_auth_t *a)
+{
+    for (size_t i = 0; i < a->n_operators; i++)
+        free(a->operators[i]);
+    free(a->operators);
+    a->operators = NULL;
+    a->n_operators = 0;
+}
+
+int kb_auth_set_operators(kb_auth_t *a, const char *const *ids, size_t n)
+{
+    s_free_operators(a);
+    if (!n)
+        return 0;
+    if (!(a->operators = calloc(n, sizeof *a->operators)))
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (!(a->operators[i] = strdup(ids[i]))) {
+            s_free_operators(a);
+            return -ENOMEM;
+        }
+        a->n_operators++;
+    }
+    return 0;
+}
+
+bool kb_auth_is_operator(const kb_auth_t *a, const char *id)
+{
+    for (size_t i = 0; id && i < a->n_operators; i++)
+        if (strcmp(a->operators[i], id) == 0)
+            return true;
+    return false;
+}
+
 void kb_auth_destroy(kb_auth_t **a_p)
 {
     if (a_p && *a_p) {
+        s_free_operators(*a_p);
         free((*a_p)->tokens);
         free(*a_p);
         *a_p = NULL;

@@ -12,10 +12,13 @@
  * A connection can carry its own identity (a verified TLS client certificate, see
  * kb_listener_conn_identity): kb_auth_identify_conn asks the lookup set with
  * kb_auth_set_conn_lookup, and that identity replaces the headers' in either mode.
+ *
+ * Some identities are operators (kb_auth_set_operators, the node's auth.operators).
  */
 #ifndef KB_AUTH_H
 #define KB_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define KB_AUTH_ID_MAX 255
@@ -45,5 +48,12 @@ void kb_auth_set_conn_lookup(kb_auth_t *a, kb_auth_conn_fn fn, void *arg);
  * identity when it has one, else the headers'. */
 int kb_auth_identify_conn(const kb_auth_t *a, int fd, const char *authorization,
                           const char *user_id, char *out, size_t cap);
+
+/* Operators: identities that see every identity's sandboxes where operators look (the actor
+ * tree, /ui). Copies ids; replaces an earlier list. Before the bridges serve. 0 or -ENOMEM
+ * (the list is then empty). */
+int kb_auth_set_operators(kb_auth_t *a, const char *const *ids, size_t n);
+/* True if id is one of the operators. Thread-safe. */
+bool kb_auth_is_operator(const kb_auth_t *a, const char *id);
 
 #endif

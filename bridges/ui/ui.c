@@ -47,14 +47,6 @@ static bool s_host_ok(kb_ui_t *ui, kb_http_req_t *req)
     return false;
 }
 
-static bool s_is_operator(const kb_ui_t *ui, const char *id)
-{
-    for (size_t i = 0; i < ui->o.n_operators; i++)
-        if (strcmp(ui->o.operators[i], id) == 0)
-            return true;
-    return false;
-}
-
 /* The caller from the request's headers, its connection, or the login cookie: 0 and the
  * identity in out, or -EACCES with out holding why. */
 static int s_identify(kb_ui_t *ui, kb_http_req_t *req, char *out, size_t cap)
@@ -96,7 +88,7 @@ static void s_state(kb_http_req_t *req, void *arg)
         s_json(req, 401, json_pack("{s:s,s:s}", "error", caller, "mode", mode));
         return;
     }
-    s_json(req, 200, kb_ui_state(ui, caller, s_is_operator(ui, caller)));
+    s_json(req, 200, kb_ui_state(ui, caller, kb_auth_is_operator(ui->o.auth, caller)));
 }
 
 /* ---- login -------------------------------------------------------------------------------- */

@@ -8,8 +8,8 @@
  * Who may read it: the same identities as the API (kb_auth). A request carries its identity as
  * the API's do (authorization: Bearer, x-user-id, or a TLS client certificate), or in the
  * HttpOnly cookie that the login form (POST /ui/login) sets: the token in tokens mode, the user
- * id in user-header mode (loopback only). An identity in `operators` sees every sandbox of the
- * node with its owner; anyone else sees only their own sandboxes, and the actor tree without
+ * id in user-header mode (loopback only). An operator (kb_auth_is_operator) sees every sandbox
+ * of the node with its owner; anyone else sees only their own sandboxes, and the actor tree without
  * other identities' sandbox actors. The Host header must be one of allowed_hosts (DNS rebinding:
  * a page from elsewhere must not read it through a name it controls).
  *
@@ -41,8 +41,6 @@ typedef struct {
     const char *version;
     const kb_api_pool_t *pools;
     size_t n_pools;
-    const char *const *operators; /* n_operators identities */
-    size_t n_operators;
     const char *const *allowed_hosts; /* NULL-terminated Host values; NULL: localhost, 127.0.0.1 */
 } kb_ui_options_t;
 

@@ -15,10 +15,6 @@ struct kb_ui {
  * sandboxes, templates, nodes, pools, stats. A new reference, or NULL (out of memory). */
 json_t *kb_ui_state(kb_ui_t *ui, const char *caller, bool operator_);
 
-/* Removes from tree (krt_tree_json's array, changed in place) every sandbox actor whose
- * state's creator is not caller, with its children. */
-void kb_ui_prune_tree(json_t *tree, const char *caller);
-
 /* The page (embedded at build time from ui.html). */
 extern const unsigned char kb_ui_html[];
 extern const size_t kb_ui_html_len;

@@ -14,39 +14,11 @@
 
 /* ---- the actor tree ----------------------------------------------------------------------- */
 
-static bool s_foreign_sandbox(json_t *node, const char *caller)
+static json_t *s_tree(kb_ui_t *ui, const char *caller)
 {
-    const char *kind = json_string_value(json_object_get(node, "kind"));
-    if (!kind || strcmp(kind, "sandbox") != 0)
-        return false;
-    const char *creator =
-        json_string_value(json_object_get(json_object_get(node, "state"), "creator"));
-    return !creator || strcmp(creator, caller) != 0; /* unknown owner: not shown */
-}
-
-void kb_ui_prune_tree(json_t *tree, const char *caller)
-{
-    for (size_t i = 0; i < json_array_size(tree);) {
-        json_t *node = json_array_get(tree, i);
-        if (s_foreign_sandbox(node, caller)) {
-            json_array_remove(tree, i);
-            continue;
-        }
-        kb_ui_prune_tree(json_object_get(node, "children"), caller);
-        i++;
-    }
-}
-
-static json_t *s_tree(kb_ui_t *ui, const char *caller, bool operator_)
-{
-    char *text = krt_tree_json(ka_service_system(ui->o.svc), KRT_ADDR_NONE);
-    json_t *tree = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    if (!tree)
-        return json_array();
-    if (!operator_)
-        kb_ui_prune_tree(tree, caller);
-    return tree;
+    json_t *tree =
+        kb_api_visible_tree(ka_service_system(ui->o.svc), KRT_ADDR_NONE, ui->o.auth, caller);
+    return tree ? tree : json_array();
 }
 
 /* Owners of the sandbox actors in the tree (an operator's view lists each one's sandboxes). */
@@ -255,7 +227,7 @@ static json_t *s_stats(kb_ui_t *ui, uint64_t live)
 json_t *kb_ui_state(kb_ui_t *ui, const char *caller, bool operator_)
 {
     uint64_t live = s_live(ui);
-    json_t *tree = s_tree(ui, caller, operator_);
+    json_t *tree = s_tree(ui, caller);
     json_t *sandboxes = s_sandboxes(ui, caller, operator_, tree);
     return json_pack("{s:s,s:b,s:o,s:o,s:o,s:o,s:o,s:o}", "identity", caller, "operator", operator_,
                      "tree", tree, "sandboxes", sandboxes, "templates", s_templates(ui), "nodes",

@@ -77,9 +77,11 @@ class Browser:
         return r["result"].get("value")
 
     def wait(self, expr, what, seconds=20):
+        """Until expr is true; an expression that throws (the page not there yet) is false."""
+        probe = "(() => { try { return !!(%s); } catch (e) { return false; } })()" % expr
         deadline = time.time() + seconds
         while time.time() < deadline:
-            if self.js(expr):
+            if self.js(probe):
                 return
             time.sleep(0.1)
         self.screenshot("failed")
@@ -110,6 +112,8 @@ def main():
     b = Browser()
     try:
         b.call("Page.navigate", url=API + "/ui")
+        b.wait("location.href.startsWith(%s) && document.readyState === 'complete'"
+               % json.dumps(API + "/ui"), "the page to load")
         # user-header mode: the page asks who we are, the form sets the cookie
         b.wait("!document.getElementById('login').hidden", "the sign-in form")
         if b.js("document.getElementById('login-value').name") != "user":

@@ -99,6 +99,12 @@ assert st["sandboxes_live"] == 2 and st["rss_bytes"] > 1 << 20 and st["actors_li
 assert st["create_seconds"]["count"] >= 2 and st["create_seconds"]["buckets"][-1] == st["create_seconds"]["count"]
 PY
 
+# the gRPC actor tree follows the same rule
+k --token "$ALICE" runtime tree -o json > "$WORK/alice-tree.json"
+grep -q "$a" "$WORK/alice-tree.json" || fail "alice's tree lacks her sandbox"
+! grep -q "$b" "$WORK/alice-tree.json" || fail "alice's tree shows bob's sandbox"
+k --token "$OPS" runtime tree | grep -q "$b \[sandbox\]" || fail "the operator's tree lacks bob's sandbox"
+
 # delete: gone from the view; logout clears the cookie
 k --token "$ALICE" sandbox delete "$a" >/dev/null
 k --token "$BOB" sandbox delete "$b" >/dev/null

@@ -89,12 +89,32 @@ static void test_bad_tokens_file(void **unused)
     assert_null(kb_auth_new(KB_AUTH_TOKENS, NULL, &err, NULL, 0));
 }
 
+static void test_operators(void **state)
+{
+    kb_auth_t *a = kb_auth_new(KB_AUTH_USER_HEADER, NULL, NULL, NULL, 0);
+    assert_non_null(a);
+    assert_false(kb_auth_is_operator(a, "ops@example.com")); /* none by default */
+    const char *ops[] = {"ops@example.com", "root@example.com"};
+    assert_int_equal(kb_auth_set_operators(a, ops, 2), 0);
+    assert_true(kb_auth_is_operator(a, "ops@example.com"));
+    assert_true(kb_auth_is_operator(a, "root@example.com"));
+    assert_false(kb_auth_is_operator(a, "OPS@example.com")); /* identities are exact */
+    assert_false(kb_auth_is_operator(a, "ops@example.co"));
+    assert_false(kb_auth_is_operator(a, NULL));
+    assert_int_equal(kb_auth_set_operators(a, ops + 1, 1), 0); /* replaces the list */
+    assert_false(kb_auth_is_operator(a, "ops@example.com"));
+    assert_int_equal(kb_auth_set_operators(a, NULL, 0), 0);
+    assert_false(kb_auth_is_operator(a, "root@example.com"));
+    kb_auth_destroy(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_header_mode),
         cmocka_unit_test(test_tokens_mode),
         cmocka_unit_test(test_bad_tokens_file),
+        cmocka_unit_test(test_operators),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
