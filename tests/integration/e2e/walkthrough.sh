@@ -54,7 +54,8 @@ k sandbox create scratch --request-id my-first-sandbox | grep -q "$id.*RUNTIME_S
 
 # 7. the operator's view
 k runtime tree | grep -q sandboxes || fail "runtime tree"
-curl -fsS "$API/metrics" | grep -q '^kagent_sandboxes_live ' || fail "metrics"
+curl -fsS "$API/metrics" > "$WORK/metrics" || fail "metrics" # (grep -q on a pipe: SIGPIPE)
+grep -q '^kagent_sandboxes_live ' "$WORK/metrics" || fail "metrics: no kagent_sandboxes_live"
 
 node_stop
 echo "PASS walkthrough"

@@ -51,7 +51,9 @@ for sig in TERM INT; do
   grep -q 'path=node-1 event=started' "$work/log" || { cat "$work/log"; fail "node did not start"; }
   port=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$work/log")
   [ "$(curl -fsS "http://127.0.0.1:$port/healthz")" = ok ] || { cat "$work/log"; fail "healthz on port $port"; }
-  curl -fsS "http://127.0.0.1:$port/metrics" | grep -q '^kagent_actors_live ' || fail "metrics"
+  # not `curl | grep -q`: grep quits at the match and curl, still writing, fails on SIGPIPE
+  curl -fsS "http://127.0.0.1:$port/metrics" > "$work/metrics" || fail "metrics"
+  grep -q '^kagent_actors_live ' "$work/metrics" || fail "metrics: no kagent_actors_live"
   kill -$sig $pid
   set +e; wait $pid; rc=$?; set -e
   [ $rc = 0 ] || { cat "$work/log"; fail "SIG$sig: exit $rc"; }

@@ -141,7 +141,8 @@ ok "CLI --cert-file/--key-file: CN alice@example.com is the caller"
 C=(curl -sS --cacert "$T/ca.pem" --http1.1 -m 10)
 [ "$("${C[@]}" "$API/healthz")" = ok ] || node_fail "https /healthz"
 "${C[@]}" -f "$API/readyz" >/dev/null || node_fail "https /readyz"
-"${C[@]}" -f "$API/metrics" | grep -q kagent_grpc_calls_total || node_fail "https /metrics"
+"${C[@]}" -f "$API/metrics" > "$WORK/metrics" || node_fail "https /metrics" # (not a pipe: SIGPIPE)
+grep -q kagent_grpc_calls_total "$WORK/metrics" || node_fail "https /metrics: no kagent_grpc_calls_total"
 mcp() { "${C[@]}" -o "$WORK/mcp.out" -D "$WORK/mcp.hdr" -w '%{http_code}' -X POST -H 'content-type: application/json' \
   -H 'accept: application/json, text/event-stream' "$@" "$API/mcp"; }
 init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
