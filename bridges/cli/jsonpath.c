@@ -78,7 +78,7 @@ static void s_add(s_list_t *l, const json_t *v)
         return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
-        const json_t **t = realloc(l->v, cap * sizeof *t);
+        const json_t **t = realloc(l->v, cap * sizeof(const json_t *));
         if (!t) {
             l->oom = true;
             return;
@@ -224,7 +224,7 @@ static char *s_quoted(s_parser_t *ps)
         char c = *ps->p++;
         if (c == '\\' && ps->p < ps->end) {
             char e = *ps->p++;
-            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+            c = (char)(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e);
         }
         out[n++] = c;
     }
