@@ -415,7 +415,8 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                           .version = KAGENT_VERSION,
                           .pools = n->pools,
                           .n_pools = n->cfg.n_pools,
-                          .allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL};
+                          .allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL,
+                          .tls = n->tls != NULL};
     if (!(n->ui = kb_ui_new(n->http, &uo)))
         return s_fail(err, cap, "the /ui page cannot start");
     kb_listener_options_t lo = {.host = n->cfg.listen_address,

@@ -171,8 +171,8 @@ static void s_login(kb_http_req_t *req, void *arg)
         return;
     }
     char cookie[KB_AUTH_ID_MAX + 128];
-    snprintf(cookie, sizeof cookie, "%s=%s; Path=/ui; HttpOnly; SameSite=Strict", KB_UI_COOKIE,
-             value);
+    snprintf(cookie, sizeof cookie, "%s=%s; Path=/ui; HttpOnly; SameSite=Strict%s", KB_UI_COOKIE,
+             value, ui->o.tls ? "; Secure" : "");
     kb_http_req_add_header(req, "Set-Cookie", cookie);
     krt_log(KRT_LOG_INFO, LOG_PATH, "login", "identity=%s", who);
     s_redirect(req, "/ui");
@@ -180,10 +180,14 @@ static void s_login(kb_http_req_t *req, void *arg)
 
 static void s_logout(kb_http_req_t *req, void *arg)
 {
-    if (!s_host_ok(arg, req))
+    kb_ui_t *ui = arg;
+    if (!s_host_ok(ui, req))
         return;
     kb_http_req_add_header(req, "Set-Cookie",
-                           KB_UI_COOKIE "=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+                           ui->o.tls ? KB_UI_COOKIE "=; Path=/ui; HttpOnly; SameSite=Strict; "
+                                                    "Max-Age=0; Secure"
+                                     : KB_UI_COOKIE "=; Path=/ui; HttpOnly; SameSite=Strict; "
+                                                    "Max-Age=0");
     s_redirect(req, "/ui");
 }
 

@@ -19,6 +19,7 @@
 #ifndef KB_UI_H
 #define KB_UI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "api.h"
@@ -42,6 +43,7 @@ typedef struct {
     const kb_api_pool_t *pools;
     size_t n_pools;
     const char *const *allowed_hosts; /* NULL-terminated Host values; NULL: localhost, 127.0.0.1 */
+    bool tls;                         /* the port speaks TLS: the cookie is Secure */
 } kb_ui_options_t;
 
 /* Registers the routes on http (before connections arrive). Everything in opts is borrowed and

@@ -143,6 +143,12 @@ C=(curl -sS --cacert "$T/ca.pem" --http1.1 -m 10)
 "${C[@]}" -f "$API/readyz" >/dev/null || node_fail "https /readyz"
 "${C[@]}" -f "$API/metrics" > "$WORK/metrics" || node_fail "https /metrics" # (not a pipe: SIGPIPE)
 grep -q kagent_grpc_calls_total "$WORK/metrics" || node_fail "https /metrics: no kagent_grpc_calls_total"
+# /ui over TLS: a Secure login cookie; a client certificate is an identity there as on the API
+"${C[@]}" -o /dev/null -D "$WORK/ui.h" --data-urlencode token=tok-bob "$API/ui/login"
+grep -qi '^set-cookie: kagent_ui=tok-bob; Path=/ui; HttpOnly; SameSite=Strict; Secure' "$WORK/ui.h" ||
+  node_fail "/ui login cookie over TLS: $(cat "$WORK/ui.h")"
+"${C[@]}" --cert "$T/alice.pem" --key "$T/alice.key" "$API/ui/api/state" > "$WORK/ui.json"
+grep -q '"identity":"alice@example.com"' "$WORK/ui.json" || node_fail "/ui with alice's certificate: $(head -c 300 "$WORK/ui.json")"
 mcp() { "${C[@]}" -o "$WORK/mcp.out" -D "$WORK/mcp.hdr" -w '%{http_code}' -X POST -H 'content-type: application/json' \
   -H 'accept: application/json, text/event-stream' "$@" "$API/mcp"; }
 init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
