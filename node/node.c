@@ -431,6 +431,9 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
         return s_fail(err, cap, "cannot listen on %s:%lld: %s", n->cfg.listen_address,
                       (long long)n->cfg.listen_port,
                       e == -EADDRINUSE ? "the port is in use (another kagentd?)" : strerror(-e));
+    if (!n->cfg.listen_port) /* an ephemeral port: its number, before anyone can know it */
+        snprintf(n->endpoint, sizeof n->endpoint, "%s:%d", n->cfg.listen_address,
+                 kb_listener_port(n->listener));
     return 0;
 }
 

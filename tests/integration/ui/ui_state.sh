@@ -75,7 +75,7 @@ assert s["stats"]["exec_seconds"]["count"] >= 1, s["stats"]["exec_seconds"]
 PY
 
 state -H "Authorization: Bearer $OPS" > "$WORK/ops.json"
-A=$a B=$b $PY - "$WORK/ops.json" <<'PY' || fail "the operator's view"
+A=$a B=$b PORT=$PORT $PY - "$WORK/ops.json" <<'PY' || fail "the operator's view"
 import json, os, sys
 s = json.load(open(sys.argv[1]))
 a, b = os.environ["A"], os.environ["B"]
@@ -93,6 +93,7 @@ t = [t for t in s["templates"] if t["name"] == "scratch"][0]
 assert t["ready"] == {"status": "True", "reason": "Prepared", "message": "Sandbox runtime is prepared"}, t
 assert t["latest_revision"] and t["observed_generation"] == t["generation"]
 assert s["nodes"][0]["name"] == "node-1" and s["nodes"][0]["alive"] and s["nodes"][0]["sandboxes"] == 2
+assert s["nodes"][0]["endpoint"] == "127.0.0.1:" + os.environ["PORT"], s["nodes"][0]
 assert s["pools"][0]["name"] == "kagent-default" and s["pools"][0]["in_use"] == 2
 st = s["stats"]
 assert st["sandboxes_live"] == 2 and st["rss_bytes"] > 1 << 20 and st["actors_live"] > 5
