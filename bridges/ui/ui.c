@@ -178,6 +178,11 @@ static void s_login(kb_http_req_t *req, void *arg)
     s_redirect(req, "/ui");
 }
 
+static void s_slash(kb_http_req_t *req, void *arg)
+{
+    s_redirect(req, "/ui");
+}
+
 static void s_logout(kb_http_req_t *req, void *arg)
 {
     kb_ui_t *ui = arg;
@@ -200,6 +205,7 @@ kb_ui_t *kb_ui_new(kb_http_t *http, const kb_ui_options_t *opts)
         return NULL;
     ui->o = *opts;
     if (kb_http_route(http, "/ui", KB_HTTP_GET | KB_HTTP_HEAD, s_page, ui) ||
+        kb_http_route(http, "/ui/", KB_HTTP_GET | KB_HTTP_HEAD, s_slash, ui) ||
         kb_http_route(http, "/ui/api/state", KB_HTTP_GET, s_state, ui) ||
         kb_http_route(http, "/ui/login", KB_HTTP_POST, s_login, ui) ||
         kb_http_route(http, "/ui/logout", KB_HTTP_POST, s_logout, ui)) {

@@ -13,8 +13,8 @@
  * other identities' sandbox actors. The Host header must be one of allowed_hosts (DNS rebinding:
  * a page from elsewhere must not read it through a name it controls).
  *
- * Routes: GET /ui (page), GET /ui/api/state, POST /ui/login (form: token= or user=; 303 to
- * /ui), POST /ui/logout (clears the cookie).
+ * Routes: GET /ui (page; /ui/ redirects there), GET /ui/api/state, POST /ui/login (form: token= or
+ * user=; 303 to /ui), POST /ui/logout (clears the cookie).
  */
 #ifndef KB_UI_H
 #define KB_UI_H

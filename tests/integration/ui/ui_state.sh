@@ -32,6 +32,9 @@ grep -q '<title>kagent node</title>' <<<"$page" || fail "/ui is not the page"
 grep -qi '^content-security-policy: default-src .none.' "$WORK/page.h" || fail "no CSP on /ui"
 ! grep -Eq '(src|href)="(https?:)?//' <<<"$page" || fail "/ui loads something from outside"
 
+curl -sS -o /dev/null -D "$WORK/slash.h" "$API/ui/"
+grep -qi '^location: /ui' "$WORK/slash.h" || fail "/ui/ does not lead to /ui"
+
 # no identity: 401 saying how to sign in; a foreign Host: 403
 code=$(curl -sS -o "$WORK/anon.json" -w '%{http_code}' "$API/ui/api/state")
 [ "$code" = 401 ] || fail "anonymous state: $code"
