@@ -21,6 +21,7 @@
 #include "mcp_content.c"
 #include "mcp_pager.c"
 #include "mcp_schema.c"
+#include "mcp_era.c"
 
 #define CHUNK (256u << 10)
 #define ALICE "alice@example.com"
