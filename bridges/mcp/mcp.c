@@ -41,7 +41,8 @@ enum {
     RPC_SERVER = KB_RPC_SERVER
 };
 
-#define S_NO_LOG KB_MCP_N_LEVELS /* a level above every level: no log notifications */
+#define S_RPC_RESOURCE_NOT_FOUND_LEGACY (-32002) /* 2025-11-25 and earlier */
+#define S_NO_LOG                        KB_MCP_N_LEVELS /* a level above every level: no log notifications */
 
 typedef struct s_session {
     struct s_session *next;
@@ -367,8 +368,23 @@ typedef struct {
 /* The capabilities of initialize and server/discover (new reference). */
 static json_t *s_capabilities(void)
 {
-    return json_pack("{s:{s:b},s:{s:b},s:{}}", "tools", "listChanged", 0, "prompts", "listChanged",
-                     0, "logging");
+    return json_pack("{s:{s:b},s:{s:b},s:{},s:{}}", "tools", "listChanged", 0, "prompts",
+                     "listChanged", 0, "resources", "logging");
+}
+
+/* resources/read: this server offers no resources, so every URI is not found: -32602 from
+ * 2026-07-28 on, -32002 before (data.uri names it). *code, buf and *data say so. */
+static void s_resource_read(bool modern, const json_t *params, int *code, char *buf, size_t cap,
+                            json_t **data)
+{
+    const char *uri = json_string_value(json_object_get(params, "uri"));
+    *code = modern || !uri ? RPC_PARAMS : S_RPC_RESOURCE_NOT_FOUND_LEGACY;
+    if (!uri) {
+        snprintf(buf, cap, "uri is required");
+        return;
+    }
+    snprintf(buf, cap, "Resource not found: %.500s", uri);
+    *data = json_pack("{s:s}", "uri", uri);
 }
 
 static json_t *s_initialize(s_ctx_t *x, const json_t *params, s_out_t *out, int *code,
@@ -580,7 +596,7 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
     int code = 0;
     const char *emsg = NULL;
     char buf[600];
-    json_t *result = NULL;
+    json_t *result = NULL, *edata = NULL;
     bool cacheable = false;
     if (!s_method_in_era(method, x->modern)) {
         code = RPC_METHOD;
@@ -597,6 +613,15 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
     } else if (strcmp(method, "prompts/list") == 0) {
         result = json_pack("{s:o}", "prompts", kb_mcp_prompts_list());
         cacheable = true;
+    } else if (strcmp(method, "resources/list") == 0) {
+        result = json_pack("{s:[]}", "resources");
+        cacheable = true;
+    } else if (strcmp(method, "resources/templates/list") == 0) {
+        result = json_pack("{s:[]}", "resourceTemplates");
+        cacheable = true;
+    } else if (strcmp(method, "resources/read") == 0) {
+        s_resource_read(x->modern, params, &code, buf, sizeof buf, &edata);
+        emsg = buf;
     } else if (strcmp(method, "logging/setLevel") == 0) {
         result = s_set_level(x, params, &code, &emsg);
     } else if (strcmp(method, "prompts/get") == 0) {
@@ -621,7 +646,12 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
     }
     /* 2026-07-28: an unknown method is 404, so a client tells it from a legacy server's */
     unsigned status = x->modern && code == RPC_METHOD ? 404 : 200;
-    s_answer(out, status, s_rpc_error(id, code, emsg), x->sse && !x->json);
+    json_t *e = s_rpc_error(id, code, emsg);
+    if (e && edata)
+        json_object_set_new(json_object_get(e, "error"), "data", edata);
+    else
+        json_decref(edata);
+    s_answer(out, status, e, x->sse && !x->json);
 }
 
 /* ---- the request -------------------------------------------------------------------------------
@@ -665,7 +695,7 @@ static void s_serve_request(kb_mcp_t *m, const s_in_t *in, s_ctx_t *x, const jso
         s_answer_verdict(out, id, &v);
         return;
     }
-    x->modern = kb_mcp_version_modern(version) && strcmp(method, "initialize") != 0;
+    x->modern = kb_mcp_version_modern(version); /* a modern initialize is a removed method */
     snprintf(x->version, sizeof x->version, "%s", version ? version : S_DEFAULT_VERSION);
     if (x->modern) { /* stateless: Mcp-Session-Id is ignored, none is minted or echoed */
         int level;

@@ -396,7 +396,7 @@ static void test_jsonrpc_errors(void **unused)
     j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", 400); /* duplicate */
     assert_int_equal(s_err_code(j), -32700);
     json_decref(j);
-    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"resources/list\"}", 200);
+    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"completion/complete\"}", 200);
     assert_int_equal(s_err_code(j), -32601);
     assert_string_equal(json_string_value(json_object_get(j, "id")), "a");
     json_decref(j);
@@ -451,7 +451,7 @@ static void test_initialize_negotiates(void **unused)
     assert_non_null(json_object_get(caps, "tools"));
     assert_non_null(json_object_get(caps, "prompts"));
     assert_non_null(json_object_get(caps, "logging"));
-    assert_null(json_object_get(caps, "resources"));
+    assert_int_equal(json_object_size(json_object_get(caps, "resources")), 0); /* none offered */
     json_decref(j);
     j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{}}", 200);
     assert_int_equal(s_err_code(j), -32602);
@@ -528,6 +528,260 @@ static void test_sessions(void **unused)
     s_serve(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     free(out.body);
+}
+
+/* ---- 2026-07-28: stateless requests -------------------------------------------------------- */
+
+#define MODERN_META                                                                                \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                       \
+    "\"io.modelcontextprotocol/clientCapabilities\":{}"
+
+/* A 2026-07-28 request: in with the standard headers for method (and name), body built from
+ * params_head (members before _meta, may be "") and meta_tail (more _meta members, may be ""). */
+static s_in_t s_modern_in(char **body, const char *method, const char *name,
+                          const char *params_head, const char *meta_tail)
+{
+    assert_true(
+        asprintf(body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"%s\",\"params\":{%s%s" MODERN_META
+                 "%s}}}",
+                 method, params_head, *params_head ? "," : "", meta_tail) > 0);
+    s_in_t in = s_in(*body);
+    in.accept = "application/json, text/event-stream";
+    in.protocol = "2026-07-28";
+    in.mcp_method = method;
+    in.mcp_name = name;
+    return in;
+}
+
+/* Serves in; checks the status; returns the last message (caller decrefs). */
+static json_t *s_serve_want(s_in_t *in, unsigned status, s_out_t *out)
+{
+    s_serve(F.m, in, out);
+    if (out->status != status)
+        fail_msg("status %u, want %u: %s", out->status, status, out->body ? out->body : "");
+    assert_null(out->job);
+    json_t *j = out->body ? s_msg(out) : NULL;
+    free(out->body);
+    return j;
+}
+
+static void test_modern_results(void **unused)
+{
+    char *body;
+    s_out_t out;
+    s_in_t in = s_modern_in(&body, "server/discover", NULL, "", "");
+    in.session = "0123456789abcdef0123456789abcdef"; /* ignored, never echoed */
+    json_t *j = s_serve_want(&in, 200, &out);
+    assert_string_equal(out.session, "");
+    json_t *r = json_object_get(j, "result");
+    assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+    json_t *sv = json_object_get(r, "supportedVersions");
+    assert_string_equal(json_string_value(json_array_get(sv, 0)), "2026-07-28");
+    assert_string_equal(json_string_value(json_array_get(sv, 1)), "2025-11-25");
+    assert_non_null(json_object_get(json_object_get(r, "capabilities"), "tools"));
+    assert_non_null(json_object_get(json_object_get(r, "capabilities"), "prompts"));
+    assert_non_null(strstr(json_string_value(json_object_get(r, "instructions")), "request_id"));
+    assert_int_equal(json_integer_value(json_object_get(r, "ttlMs")), KB_MCP_LIST_TTL_MS);
+    assert_string_equal(json_string_value(json_object_get(r, "cacheScope")), "public");
+    json_t *si = json_object_get(json_object_get(r, "_meta"), "io.modelcontextprotocol/serverInfo");
+    assert_string_equal(json_string_value(json_object_get(si, "name")), "kagent");
+    json_decref(j);
+    free(body);
+    const char *lists[] = {"tools/list", "prompts/list", "resources/list",
+                           "resources/templates/list"};
+    for (size_t i = 0; i < 4; i++) {
+        in = s_modern_in(&body, lists[i], NULL, "", "");
+        j = s_serve_want(&in, 200, &out);
+        r = json_object_get(j, "result");
+        assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+        assert_true(json_is_integer(json_object_get(r, "ttlMs")));
+        assert_string_equal(json_string_value(json_object_get(r, "cacheScope")), "public");
+        json_decref(j);
+        free(body);
+    }
+    /* a tool call: structured content, resultType; Mcp-Name whitespace and base64 decoded */
+    const char *names[] = {"get_sandbox", "  get_sandbox ", "=?base64?Z2V0X3NhbmRib3g=?="};
+    for (size_t i = 0; i < 3; i++) {
+        in = s_modern_in(&body, "tools/call", names[i],
+                         "\"name\":\"get_sandbox\",\"arguments\":{\"sandbox_id\":\"" SBX "\"}", "");
+        j = s_serve_want(&in, 200, &out);
+        r = json_object_get(j, "result");
+        assert_false(s_is_error(r));
+        assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+        assert_non_null(json_object_get(r, "structuredContent"));
+        assert_null(json_object_get(r, "ttlMs"));
+        json_decref(j);
+        free(body);
+    }
+    /* prompts/get */
+    in = s_modern_in(&body, "prompts/get", "sandbox-task",
+                     "\"name\":\"sandbox-task\",\"arguments\":{\"task\":\"t\"}", "");
+    j = s_serve_want(&in, 200, &out);
+    r = json_object_get(j, "result");
+    assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+    assert_int_equal(json_array_size(json_object_get(r, "messages")), 2);
+    json_decref(j);
+    free(body);
+    /* no resources: not found is -32602 with the URI, -32002 for the legacy revisions */
+    in = s_modern_in(&body, "resources/read", "file:///x", "\"uri\":\"file:///x\"", "");
+    j = s_serve_want(&in, 200, &out);
+    assert_int_equal(s_err_code(j), -32602);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(j, "error"), "data"), "uri")),
+                        "file:///x");
+    json_decref(j);
+    free(body);
+    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/read\",\"params\":{\"uri\":"
+              "\"file:///x\"}}",
+              200);
+    assert_int_equal(s_err_code(j), -32002);
+    json_decref(j);
+}
+
+static void test_modern_refusals(void **unused)
+{
+    struct {
+        const char *method, *name, *head, *meta, *proto, *mcp_method;
+        unsigned status;
+        int code;
+    } cases[] = {
+        /* removed and unknown methods: 404 -32601 */
+        {"initialize", NULL, "", "", "2026-07-28", "initialize", 404, -32601},
+        {"ping", NULL, "", "", "2026-07-28", "ping", 404, -32601},
+        {"logging/setLevel", NULL, "\"level\":\"debug\"", "", "2026-07-28", "logging/setLevel", 404,
+         -32601},
+        {"subscriptions/listen", NULL, "", "", "2026-07-28", "subscriptions/listen", 404, -32601},
+        {"no/such", NULL, "", "", "2026-07-28", "no/such", 404, -32601},
+        /* headers: required and matching the body */
+        {"tools/list", NULL, "", "", NULL, "tools/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2025-11-25", "tools/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", NULL, 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", "prompts/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", "TOOLS/LIST", 400, -32020},
+        {"tools/call", NULL, "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call", 400,
+         -32020},
+        {"tools/call", "list_sandboxes", "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call",
+         400, -32020},
+        {"tools/call", "=?base64?!!?=", "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call",
+         400, -32020},
+        {"prompts/get", "x", "\"name\":\"sandbox-task\"", "", "2026-07-28", "prompts/get", 400,
+         -32020},
+        /* a log level that is none of the eight */
+        {"tools/list", NULL, "", ",\"io.modelcontextprotocol/logLevel\":\"loud\"", "2026-07-28",
+         "tools/list", 400, -32602},
+        {"tools/list", NULL, "", ",\"io.modelcontextprotocol/clientInfo\":\"me\"", "2026-07-28",
+         "tools/list", 400, -32602},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *body;
+        s_out_t out;
+        s_in_t in =
+            s_modern_in(&body, cases[i].method, cases[i].name, cases[i].head, cases[i].meta);
+        in.protocol = cases[i].proto;
+        in.mcp_method = cases[i].mcp_method;
+        s_serve(F.m, &in, &out);
+        if (out.status != cases[i].status)
+            fail_msg("case %zu: status %u, want %u: %s", i, out.status, cases[i].status, out.body);
+        json_t *j = s_msg(&out);
+        if (s_err_code(j) != cases[i].code)
+            fail_msg("case %zu: code %d, want %d", i, s_err_code(j), cases[i].code);
+        assert_int_equal(json_integer_value(json_object_get(j, "id")), 7); /* the request's */
+        assert_string_equal(out.session, "");
+        json_decref(j);
+        free(out.body);
+        free(body);
+    }
+    /* the _meta envelope: both required fields, checked before the headers */
+    const char *bodies[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+        "\"io.modelcontextprotocol/clientCapabilities\":[]}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":2026,"
+        "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        s_in_t in = s_in(bodies[i]);
+        in.protocol = "2026-07-28";
+        in.mcp_method = "server/discover";
+        s_out_t out;
+        json_t *j = s_serve_want(&in, 400, &out);
+        if (s_err_code(j) != -32602)
+            fail_msg("body %zu: code %d", i, s_err_code(j));
+        json_decref(j);
+    }
+    /* a revision we do not serve: -32022 with what we do and what was asked */
+    const char *asked[][2] = {{"v999.0.0", "v999.0.0"}, {NULL, "2099-01-01"}};
+    for (size_t i = 0; i < 2; i++) {
+        char *body = NULL;
+        assert_true(asprintf(&body,
+                             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\","
+                             "\"params\":{\"_meta\":{%s%s%s"
+                             "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                             asked[i][0] ? "\"io.modelcontextprotocol/protocolVersion\":\"" : "",
+                             asked[i][0] ? asked[i][0] : "", asked[i][0] ? "\"," : "") > 0);
+        s_in_t in = s_in(body);
+        in.protocol = asked[i][1];
+        in.mcp_method = "server/discover";
+        s_out_t out;
+        json_t *j = s_serve_want(&in, 400, &out);
+        assert_int_equal(s_err_code(j), -32022);
+        json_t *data = json_object_get(json_object_get(j, "error"), "data");
+        assert_string_equal(json_string_value(json_object_get(data, "requested")), asked[i][1]);
+        assert_string_equal(
+            json_string_value(json_array_get(json_object_get(data, "supported"), 0)), "2026-07-28");
+        json_decref(j);
+        free(body);
+    }
+    /* _meta and header disagree: -32020 */
+    s_in_t in = s_in("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{"
+                     "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"v999.0.0\","
+                     "\"io.modelcontextprotocol/clientCapabilities\":{}}}}");
+    in.protocol = "2026-07-28";
+    in.mcp_method = "server/discover";
+    s_out_t out;
+    json_t *j = s_serve_want(&in, 400, &out);
+    assert_int_equal(s_err_code(j), -32020);
+    json_decref(j);
+    /* nothing was changed by any of it: no session was minted */
+    kb_mcp_stats_t st;
+    kb_mcp_stats(F.m, &st);
+    unsigned long before = st.sessions;
+    char *body;
+    in = s_modern_in(&body, "initialize", NULL, "\"protocolVersion\":\"2026-07-28\"", "");
+    j = s_serve_want(&in, 404, &out);
+    json_decref(j);
+    free(body);
+    kb_mcp_stats(F.m, &st);
+    assert_int_equal(st.sessions, before);
+}
+
+/* Log notifications only for a request that asked with logLevel, at or below warning. */
+static void test_modern_logging(void **unused)
+{
+    const char *metas[] = {"", ",\"io.modelcontextprotocol/logLevel\":\"warning\"",
+                           ",\"io.modelcontextprotocol/logLevel\":\"error\""};
+    for (size_t i = 0; i < 3; i++) {
+        char *body;
+        s_in_t in = s_modern_in(&body, "tools/call", "get_sandbox",
+                                "\"name\":\"get_sandbox\",\"arguments\":{\"sandbox_id\":\"nope\"}",
+                                metas[i]);
+        s_out_t out;
+        s_serve(F.m, &in, &out);
+        assert_int_equal(out.status, 200);
+        bool note = out.body && strstr(out.body, "notifications/message");
+        assert_true(note == (i == 1));
+        json_t *j = s_msg(&out);
+        assert_true(s_is_error(json_object_get(j, "result")));
+        json_decref(j);
+        free(out.body);
+        free(body);
+    }
 }
 
 static void test_http_level_checks(void **unused)
@@ -1273,6 +1527,9 @@ int main(void)
         cmocka_unit_test(test_jsonrpc_errors),
         cmocka_unit_test(test_initialize_negotiates),
         cmocka_unit_test(test_sessions),
+        cmocka_unit_test(test_modern_results),
+        cmocka_unit_test(test_modern_refusals),
+        cmocka_unit_test(test_modern_logging),
         cmocka_unit_test(test_http_level_checks),
         cmocka_unit_test(test_bearer_tokens),
         cmocka_unit_test(test_tools_list_schemas),
