@@ -135,6 +135,32 @@ int kb_mcp_image_size(const unsigned char *p, size_t len, unsigned *w, unsigned 
 /* Go's RFC3339Nano for a unix time in ms (UTC, trailing zeros of the fraction dropped). */
 void kb_mcp_rfc3339(int64_t ms, char *out, size_t cap);
 
+/* ---- images for the model (mcp_image.c) ---- */
+
+#define KB_MCP_IMAGE_CAP        ((size_t)16 << 20) /* images read as image content up to this */
+#define KB_MCP_IMAGE_MAX_SIDE   2000u              /* long side shown at most */
+#define KB_MCP_IMAGE_MAX_BYTES  500000u            /* encoded bytes shown at most */
+#define KB_MCP_IMAGE_MAX_PIXELS 50000000ull        /* refused above */
+
+enum { KB_MCP_IMAGE_TOO_LARGE = -1, KB_MCP_IMAGE_CORRUPT = -2 };
+
+typedef struct {
+    unsigned char *data; /* re-encoded bytes (malloc'd); NULL: show the original */
+    size_t len;
+    const char *mime;          /* of what is shown (static) */
+    unsigned w, h;             /* the original's size (0 when unknown) */
+    unsigned shown_w, shown_h; /* re-encoded: the size shown */
+    bool reencoded;
+} kb_mcp_image_t;
+
+/* Prepares image bytes p (type mime, one of kb_mcp_sniff's image/...) for a model: as they are
+ * when the long side is <= 2000 px and they are <= 500,000 bytes, else decoded and re-encoded
+ * as JPEG at quality 85, 70, 55, 40, shrinking by 0.75 until both hold. 0, or
+ * KB_MCP_IMAGE_TOO_LARGE (over 50 M pixels) / KB_MCP_IMAGE_CORRUPT (cannot decode) with msg. */
+int kb_mcp_image_prepare(const unsigned char *p, size_t len, const char *mime, kb_mcp_image_t *out,
+                         char *msg, size_t cap);
+void kb_mcp_image_free(kb_mcp_image_t *img);
+
 /* Line pager of read_sandbox_file: feed bytes, then finish. */
 typedef struct kb_mcp_pager kb_mcp_pager_t;
 kb_mcp_pager_t *kb_mcp_pager_new(uint64_t offset, uint64_t limit);

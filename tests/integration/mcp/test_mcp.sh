@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MCP bridge on a real kagentd (the whole stack on one port; the database is the private
 # PostgreSQL of tests/with-pg), driven by real MCP clients from npm (pinned in package-lock.json):
-#   1. the official TypeScript SDK client through an agent's whole flow (agent_flow.mjs)
+#   1. the official TypeScript SDK clients through an agent's whole flow: v1 on the
+#      initialize-based revisions (agent_flow.mjs), v2 on 2026-07-28 (agent_flow_2026.mjs)
 #   2. the MCP Inspector CLI (--cli) listing and calling tools
 # (the official conformance suite runs in test_conformance.sh, once per revision)
 # npm failing is a test failure. Everything created (processes, state, mounts) is removed.
@@ -19,7 +20,7 @@ command -v npm >/dev/null || fail "npm is required"
 . "$here/npm_deps.sh"
 mcp_npm_install
 npmdir=$NPMDIR
-cp "$here/agent_flow.mjs" "$npmdir/"
+cp "$here/agent_flow.mjs" "$here/agent_flow_2026.mjs" "$npmdir/"
 
 work=$(mktemp -d /tmp/kagent-mcp-test.XXXXXX)
 chmod 755 "$work"
@@ -110,8 +111,10 @@ YAML
 "$build/bridges/cli/kagent" --api-url "http://127.0.0.1:$port" apply -f "$work/template.yaml" >/dev/null ||
   { cat "$work/log"; fail "kagent apply"; }
 
-# --- 1. the SDK client: an agent's whole flow
+# --- 1. the SDK clients: an agent's whole flow, on the initialize-based revisions (SDK v1) and
+#     on 2026-07-28 (SDK v2, stateless; it also reads a large image re-encoded for the model)
 (cd "$npmdir" && node agent_flow.mjs "$url" kagent busybox) || { tail -50 "$work/log"; fail "agent flow"; }
+(cd "$npmdir" && node agent_flow_2026.mjs "$url" kagent busybox) || { tail -50 "$work/log"; fail "agent flow 2026-07-28"; }
 
 # --- 2. the Inspector CLI
 insp=$npmdir/node_modules/.bin/mcp-inspector-cli
@@ -212,8 +215,10 @@ YAML
 "$build/bridges/cli/kagent" --api-url "http://127.0.0.1:$port" apply -f "$work/template.yaml" >/dev/null ||
   { cat "$work/log"; fail "kagent apply"; }
 
-# --- 1. the SDK client: an agent's whole flow
+# --- 1. the SDK clients: an agent's whole flow, on the initialize-based revisions (SDK v1) and
+#     on 2026-07-28 (SDK v2, stateless; it also reads a large image re-encoded for the model)
 (cd "$npmdir" && node agent_flow.mjs "$url" kagent busybox) || { tail -50 "$work/log"; fail "agent flow"; }
+(cd "$npmdir" && node agent_flow_2026.mjs "$url" kagent busybox) || { tail -50 "$work/log"; fail "agent flow 2026-07-28"; }
 
 # --- 2. the Inspector CLI
 insp=$npmdir/node_modules/.bin/mcp-inspector-cli

@@ -22,6 +22,7 @@
 #include "mcp_pager.c"
 #include "mcp_schema.c"
 #include "mcp_era.c"
+#include "mcp_image.c"
 
 #define CHUNK (256u << 10)
 #define ALICE "alice@example.com"
