@@ -24,6 +24,8 @@
 #include "mcp_era.c"
 #include "mcp_image.c"
 
+#include <webp/encode.h>
+
 #define CHUNK (256u << 10)
 #define ALICE "alice@example.com"
 #define BOB   "bob@example.com"
@@ -785,6 +787,184 @@ static void test_modern_logging(void **unused)
     }
 }
 
+/* ---- images for the model ---------------------------------------------------------------- */
+
+/* A w x h RGB image: noise when noisy (incompressible), else a gradient. malloc'd. */
+static s_rgb_t s_test_rgb(unsigned w, unsigned h, bool noisy)
+{
+    s_rgb_t img = {malloc((size_t)w * h * 3), w, h};
+    assert_non_null(img.px);
+    uint32_t seed = 1;
+    for (size_t i = 0; i < (size_t)w * h * 3; i++) {
+        seed = seed * 1103515245u + 12345u;
+        img.px[i] = noisy ? (unsigned char)(seed >> 24) : (unsigned char)(i / 3 % w * 255 / w);
+    }
+    return img;
+}
+
+static unsigned char *s_test_png(const s_rgb_t *img, size_t *len)
+{
+    png_image p;
+    memset(&p, 0, sizeof p);
+    p.version = PNG_IMAGE_VERSION;
+    p.width = img->w;
+    p.height = img->h;
+    p.format = PNG_FORMAT_RGB;
+    png_alloc_size_t n = 0;
+    assert_true(png_image_write_to_memory(&p, NULL, &n, 0, img->px, 0, NULL));
+    unsigned char *buf = malloc(n);
+    assert_true(png_image_write_to_memory(&p, buf, &n, 0, img->px, 0, NULL));
+    *len = n;
+    return buf;
+}
+
+static int s_test_gif_write(GifFileType *g, const GifByteType *b, int n)
+{
+    s_mem_t *m = g->UserData;
+    unsigned char *p = realloc((void *)m->p, m->len + (size_t)n);
+    assert_non_null(p);
+    memcpy(p + m->len, b, (size_t)n);
+    m->p = p;
+    m->len += (size_t)n;
+    return n;
+}
+
+/* A w x h GIF of 4 colours in stripes. */
+static unsigned char *s_test_gif(unsigned w, unsigned h, size_t *len)
+{
+    s_mem_t m = {NULL, 0, 0};
+    int err;
+    GifFileType *g = EGifOpen(&m, s_test_gif_write, &err);
+    assert_non_null(g);
+    GifColorType colors[4] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {9, 9, 9}};
+    ColorMapObject *cm = GifMakeMapObject(4, colors);
+    assert_int_equal(EGifPutScreenDesc(g, (int)w, (int)h, 2, 0, cm), GIF_OK);
+    assert_int_equal(EGifPutImageDesc(g, 0, 0, (int)w, (int)h, false, NULL), GIF_OK);
+    GifPixelType *line = malloc(w);
+    for (unsigned y = 0; y < h; y++) {
+        for (unsigned x = 0; x < w; x++)
+            line[x] = (GifPixelType)(x / 7 % 4);
+        assert_int_equal(EGifPutLine(g, line, (int)w), GIF_OK);
+    }
+    free(line);
+    GifFreeMapObject(cm);
+    assert_int_equal(EGifCloseFile(g, &err), GIF_OK);
+    *len = m.len;
+    return (unsigned char *)m.p;
+}
+
+/* Decodes a prepared JPEG back and checks its size. */
+static void s_test_jpeg_is(const kb_mcp_image_t *img, unsigned w, unsigned h)
+{
+    s_rgb_t back;
+    char msg[200];
+    assert_int_equal(s_decode_jpeg(img->data, img->len, &back, msg, sizeof msg), 0);
+    assert_int_equal(back.w, w);
+    assert_int_equal(back.h, h);
+    free(back.px);
+}
+
+static void test_images(void **unused)
+{
+    char msg[256];
+    kb_mcp_image_t img;
+    size_t len;
+    /* small: shown as it is */
+    s_rgb_t rgb = s_test_rgb(120, 80, false);
+    unsigned char *png = s_test_png(&rgb, &len);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_false(img.reencoded);
+    assert_null(img.data);
+    assert_int_equal(img.w, 120);
+    assert_string_equal(img.mime, "image/png");
+    free(png);
+    free(rgb.px);
+    /* a long side over 2000 px: JPEG, shrunk by 0.75 steps (3000 -> 2250 -> 1688) */
+    rgb = s_test_rgb(3000, 40, false);
+    png = s_test_png(&rgb, &len);
+    assert_true(len < KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_string_equal(img.mime, "image/jpeg");
+    assert_int_equal(img.w, 3000);
+    assert_int_equal(img.shown_w, 1688);
+    assert_int_equal(img.shown_h, 23);
+    s_test_jpeg_is(&img, 1688, 23);
+    kb_mcp_image_free(&img);
+    free(png);
+    free(rgb.px);
+    /* over 500,000 bytes (noise): JPEG within the byte budget, shrunk if the ladder is not
+     * enough */
+    rgb = s_test_rgb(1200, 900, true);
+    png = s_test_png(&rgb, &len);
+    assert_true(len > KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_true(img.len <= KB_MCP_IMAGE_MAX_BYTES);
+    assert_true(img.shown_w <= 1200 && img.shown_w * 3 == img.shown_h * 4);
+    s_test_jpeg_is(&img, img.shown_w, img.shown_h);
+    kb_mcp_image_free(&img);
+    free(png);
+    /* the same pixels as JPEG and as WebP */
+    unsigned char *jpg;
+    assert_int_equal(s_encode_jpeg(&rgb, 98, &jpg, &len), 0);
+    assert_true(len > KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(jpg, len, "image/jpeg", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded && img.len <= KB_MCP_IMAGE_MAX_BYTES);
+    kb_mcp_image_free(&img);
+    free(jpg);
+    free(rgb.px);
+    rgb = s_test_rgb(2100, 30, false);
+    uint8_t *webp;
+    len = WebPEncodeRGB(rgb.px, 2100, 30, 2100 * 3, 90, &webp);
+    assert_true(len > 0);
+    assert_int_equal(kb_mcp_image_prepare(webp, len, "image/webp", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_int_equal(img.w, 2100);
+    assert_int_equal(img.shown_w, 1575);
+    kb_mcp_image_free(&img);
+    WebPFree(webp);
+    free(rgb.px);
+    /* GIF: its first frame */
+    unsigned char *gif = s_test_gif(2100, 20, &len);
+    assert_int_equal(kb_mcp_image_prepare(gif, len, "image/gif", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_int_equal(img.shown_w, 1575);
+    s_test_jpeg_is(&img, 1575, 15);
+    kb_mcp_image_free(&img);
+    /* the same GIF cut short: cannot be decoded, said so */
+    assert_int_equal(kb_mcp_image_prepare(gif, len / 2, "image/gif", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_CORRUPT);
+    assert_non_null(strstr(msg, "cannot decode image/gif"));
+    free(gif);
+    /* hostile headers: over 50 M pixels is refused before anything is decoded */
+    rgb = s_test_rgb(8, 8, false);
+    png = s_test_png(&rgb, &len);
+    png[16] = 0, png[17] = 0, png[18] = 0x27, png[19] = 0x10; /* width 10000 */
+    png[20] = 0, png[21] = 0, png[22] = 0x17, png[23] = 0x70; /* height 6000 */
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_TOO_LARGE);
+    assert_non_null(strstr(msg, "10000\xc3\x97"
+                                "6000 px: too large to read"));
+    /* a header that lies small, garbage after it: a decode error, not a crash */
+    png[18] = 0x0b, png[19] = 0xb8, png[22] = 0, png[23] = 8; /* 3000 x 8, data for 8 x 8 */
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_CORRUPT);
+    free(png);
+    free(rgb.px);
+    static const unsigned char junk_jpeg[] = {0xff, 0xd8, 0xff, 0xc0, 0x00, 0x11, 0x08, 0x0b,
+                                              0xb8, 0x0b, 0xb8, 0x03, 0x01, 0x22, 0x00, 0x02,
+                                              0x11, 0x01, 0x03, 0x11, 0x01, 0xff, 0xd9};
+    assert_int_equal(
+        kb_mcp_image_prepare(junk_jpeg, sizeof junk_jpeg, "image/jpeg", &img, msg, sizeof msg),
+        KB_MCP_IMAGE_CORRUPT);
+    static const unsigned char gif_bomb[] = {'G',  'I',  'F',  '8',  '9',  'a', 0x40, 0x1f,
+                                             0x40, 0x1f, 0x00, 0x00, 0x00, ';'}; /* 8000 x 8000 */
+    assert_int_equal(
+        kb_mcp_image_prepare(gif_bomb, sizeof gif_bomb, "image/gif", &img, msg, sizeof msg),
+        KB_MCP_IMAGE_TOO_LARGE);
+}
+
 static void test_http_level_checks(void **unused)
 {
     const char *ping = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
@@ -1531,6 +1711,7 @@ int main(void)
         cmocka_unit_test(test_modern_results),
         cmocka_unit_test(test_modern_refusals),
         cmocka_unit_test(test_modern_logging),
+        cmocka_unit_test(test_images),
         cmocka_unit_test(test_http_level_checks),
         cmocka_unit_test(test_bearer_tokens),
         cmocka_unit_test(test_tools_list_schemas),
