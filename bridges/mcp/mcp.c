@@ -31,18 +31,9 @@
 
 #define S_DEFAULT_VERSION "2025-03-26" /* assumed without _meta, session or header */
 
-enum {
-    RPC_PARSE = KB_RPC_PARSE,
-    RPC_INVALID = KB_RPC_INVALID,
-    RPC_METHOD = KB_RPC_METHOD,
-    RPC_PARAMS = KB_RPC_PARAMS,
-    RPC_INTERNAL = KB_RPC_INTERNAL,
-    RPC_SESSION = KB_RPC_SESSION,
-    RPC_SERVER = KB_RPC_SERVER
-};
-
 #define S_RPC_RESOURCE_NOT_FOUND_LEGACY (-32002) /* 2025-11-25 and earlier */
-#define S_NO_LOG                        KB_MCP_N_LEVELS /* a level above every level: no log notifications */
+
+#define S_NO_LOG KB_MCP_N_LEVELS /* a level above every level: no log notifications */
 
 typedef struct s_session {
     struct s_session *next;
@@ -378,7 +369,7 @@ static void s_resource_read(bool modern, const json_t *params, int *code, char *
                             json_t **data)
 {
     const char *uri = json_string_value(json_object_get(params, "uri"));
-    *code = modern || !uri ? RPC_PARAMS : S_RPC_RESOURCE_NOT_FOUND_LEGACY;
+    *code = modern || !uri ? KB_RPC_PARAMS : S_RPC_RESOURCE_NOT_FOUND_LEGACY;
     if (!uri) {
         snprintf(buf, cap, "uri is required");
         return;
@@ -392,13 +383,13 @@ static json_t *s_initialize(s_ctx_t *x, const json_t *params, s_out_t *out, int 
 {
     const char *want = json_string_value(json_object_get(params, "protocolVersion"));
     if (!want) {
-        *code = RPC_PARAMS;
+        *code = KB_RPC_PARAMS;
         *emsg = "protocolVersion is required";
         return NULL;
     }
     const char *v = s_version_legacy(want) ? want : KB_MCP_LEGACY_LATEST;
     if (s_session_new(x->m, x->caller, v, out->session)) {
-        *code = RPC_INTERNAL;
+        *code = KB_RPC_INTERNAL;
         *emsg = "cannot create a session";
         return NULL;
     }
@@ -421,7 +412,7 @@ static json_t *s_set_level(s_ctx_t *x, const json_t *params, int *code, const ch
 {
     int idx = kb_mcp_log_level(json_string_value(json_object_get(params, "level")));
     if (idx < 0) {
-        *code = RPC_PARAMS;
+        *code = KB_RPC_PARAMS;
         *emsg = "level must be one of debug, info, notice, warning, error, critical, alert, "
                 "emergency";
         return NULL;
@@ -492,7 +483,7 @@ static void s_tools_call_sync(s_ctx_t *x, const json_t *id, const char *name, js
     s_count_result(x->m, r);
     json_t *note = x->sse ? s_log_note(x->level, name, r) : NULL;
     bool sse = x->sse && (!x->json || note);
-    s_answer(out, 200, r ? s_rpc_result(id, r) : s_rpc_error(id, RPC_INTERNAL, "out of memory"),
+    s_answer(out, 200, r ? s_rpc_result(id, r) : s_rpc_error(id, KB_RPC_INTERNAL, "out of memory"),
              sse);
     if (note && out->body) {
         size_t nl;
@@ -535,7 +526,7 @@ static bool s_tools_call(s_ctx_t *x, const json_t *id, const json_t *params, s_o
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
     json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
-    *code = RPC_PARAMS;
+    *code = KB_RPC_PARAMS;
     if (!name) {
         *emsg = "name is required";
     } else if (!kb_mcp_tool_exists(name)) {
@@ -545,7 +536,7 @@ static bool s_tools_call(s_ctx_t *x, const json_t *id, const json_t *params, s_o
         *emsg = "arguments must be an object";
     } else if (x->sse && (json_is_string(token) || json_is_integer(token))) {
         if (!(out->job = s_job_new(x, id, name, args, token))) {
-            *code = RPC_INTERNAL;
+            *code = KB_RPC_INTERNAL;
             *emsg = "out of memory";
             return false;
         }
@@ -564,7 +555,7 @@ static json_t *s_prompts_get(const json_t *params, int *code, const char **emsg,
 {
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
-    *code = RPC_PARAMS;
+    *code = KB_RPC_PARAMS;
     if (!name) {
         *emsg = "name is required";
         return NULL;
@@ -599,7 +590,7 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
     json_t *result = NULL, *edata = NULL;
     bool cacheable = false;
     if (!s_method_in_era(method, x->modern)) {
-        code = RPC_METHOD;
+        code = KB_RPC_METHOD;
     } else if (strcmp(method, "initialize") == 0) {
         result = s_initialize(x, params, out, &code, &emsg);
     } else if (strcmp(method, "server/discover") == 0) {
@@ -630,22 +621,22 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
         if (s_tools_call(x, id, params, out, &code, &emsg, buf, sizeof buf))
             return;
     } else {
-        code = RPC_METHOD;
+        code = KB_RPC_METHOD;
     }
     if (result) {
         result = s_result_finish(x->m, x->modern, result, cacheable);
         s_answer(out, 200, s_rpc_result(id, result), x->sse && !x->json);
         return;
     }
-    if (code == RPC_METHOD) {
+    if (code == KB_RPC_METHOD) {
         snprintf(buf, sizeof buf, "Method not found: %.500s", method);
         emsg = buf;
     } else if (!code) {
-        code = RPC_INTERNAL;
+        code = KB_RPC_INTERNAL;
         emsg = "out of memory";
     }
     /* 2026-07-28: an unknown method is 404, so a client tells it from a legacy server's */
-    unsigned status = x->modern && code == RPC_METHOD ? 404 : 200;
+    unsigned status = x->modern && code == KB_RPC_METHOD ? 404 : 200;
     json_t *e = s_rpc_error(id, code, emsg);
     if (e && edata)
         json_object_set_new(json_object_get(e, "error"), "data", edata);
@@ -709,7 +700,7 @@ static void s_serve_request(kb_mcp_t *m, const s_in_t *in, s_ctx_t *x, const jso
         return;
     }
     if (in->session && strcmp(method, "initialize") != 0 && !s_legacy_session(m, in, x)) {
-        s_answer_error(out, 404, id, RPC_SESSION, "Session not found");
+        s_answer_error(out, 404, id, KB_RPC_SESSION, "Session not found");
         return;
     }
     s_dispatch(x, id, method, params, out);
@@ -725,18 +716,18 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
              s_list_has(acc, "application/*") || s_list_has(acc, "*/*");
     x.sse = acc && s_list_has(acc, "text/event-stream");
     if (!x.json && !x.sse) {
-        s_answer_error(out, 406, NULL, RPC_INVALID,
+        s_answer_error(out, 406, NULL, KB_RPC_INVALID,
                        "Not Acceptable: Accept must include application/json or "
                        "text/event-stream");
         return;
     }
     if (!in->content_type || strncasecmp(in->content_type, "application/json", 16) != 0) {
-        s_answer_error(out, 415, NULL, RPC_INVALID,
+        s_answer_error(out, 415, NULL, KB_RPC_INVALID,
                        "Unsupported Media Type: Content-Type must be application/json");
         return;
     }
     if (in->len > m->max_body) {
-        s_answer_error(out, 413, NULL, RPC_INVALID, "Request body too large");
+        s_answer_error(out, 413, NULL, KB_RPC_INVALID, "Request body too large");
         return;
     }
     json_error_t jerr;
@@ -745,7 +736,7 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
     if (!msg) {
         char t[300];
         snprintf(t, sizeof t, "Parse error: %s", jerr.text);
-        s_answer_error(out, 400, NULL, RPC_PARSE, t);
+        s_answer_error(out, 400, NULL, KB_RPC_PARSE, t);
         return;
     }
     json_t *id = json_object_get(msg, "id");
@@ -753,25 +744,25 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
     json_t *params = json_object_get(msg, "params");
     bool id_ok = !id || json_is_string(id) || json_is_integer(id);
     if (json_is_array(msg)) {
-        s_answer_error(out, 400, NULL, RPC_INVALID,
+        s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                        "Invalid Request: batch requests are not supported; send one message per "
                        "POST");
     } else if (!json_is_object(msg) ||
                strcmp(json_string_value(json_object_get(msg, "jsonrpc")) ?: "", "2.0") != 0) {
-        s_answer_error(out, 400, id_ok ? id : NULL, RPC_INVALID,
+        s_answer_error(out, 400, id_ok ? id : NULL, KB_RPC_INVALID,
                        "Invalid Request: not a JSON-RPC 2.0 message");
     } else if (!id_ok) {
-        s_answer_error(out, 400, NULL, RPC_INVALID,
+        s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                        "Invalid Request: id must be a string or an integer");
     } else if (!method) {
         if (id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
             out->status = 202; /* a response to us: we send no requests, nothing to do */
         else
-            s_answer_error(out, 400, id, RPC_INVALID, "Invalid Request: method is required");
+            s_answer_error(out, 400, id, KB_RPC_INVALID, "Invalid Request: method is required");
     } else if (!id) {
         out->status = 202; /* a notification (initialized, cancelled, ...) */
     } else if (params && !json_is_object(params)) {
-        s_answer_error(out, 200, id, RPC_PARAMS, "Invalid params: params must be an object");
+        s_answer_error(out, 200, id, KB_RPC_PARAMS, "Invalid params: params must be an object");
     } else {
         s_serve_request(m, in, &x, id, method, params, out);
     }
@@ -785,11 +776,11 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
     /* DNS-rebinding protection first: a browser page must not reach us through a name it
      * controls */
     if (!in->host || !s_host_allowed(m->hosts, in->host)) {
-        s_answer_error(out, 403, NULL, RPC_INVALID, "Forbidden: Host header not allowed");
+        s_answer_error(out, 403, NULL, KB_RPC_INVALID, "Forbidden: Host header not allowed");
         return;
     }
     if (in->origin && !s_origin_allowed(m, in->origin)) {
-        s_answer_error(out, 403, NULL, RPC_INVALID, "Forbidden: Origin header not allowed");
+        s_answer_error(out, 403, NULL, KB_RPC_INVALID, "Forbidden: Origin header not allowed");
         return;
     }
     char caller[KB_AUTH_ID_MAX + 1], why[KB_AUTH_ID_MAX + 1];
@@ -798,7 +789,7 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
         snprintf(why, sizeof why, "%s", caller);
         char msg[KB_AUTH_ID_MAX + 32];
         snprintf(msg, sizeof msg, "Unauthorized: %s", why);
-        s_answer_error(out, 401, NULL, RPC_SERVER, msg);
+        s_answer_error(out, 401, NULL, KB_RPC_SERVER, msg);
         out->www_auth = kb_auth_mode(m->auth) == KB_AUTH_TOKENS;
         return;
     }
@@ -806,15 +797,15 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
         s_serve_post(m, in, caller, out);
     } else if (strcmp(in->method, "DELETE") == 0) {
         if (!in->session)
-            s_answer_error(out, 400, NULL, RPC_INVALID,
+            s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                            "Bad Request: Mcp-Session-Id header is required");
         else if (!s_session_delete(m, in->session, caller))
-            s_answer_error(out, 404, NULL, RPC_SESSION, "Session not found");
+            s_answer_error(out, 404, NULL, KB_RPC_SESSION, "Session not found");
         else
             out->status = 200;
     } else {
         out->allow = "POST, DELETE";
-        s_answer_error(out, 405, NULL, RPC_INVALID,
+        s_answer_error(out, 405, NULL, KB_RPC_INVALID,
                        "Method Not Allowed: this server offers no standalone SSE stream");
     }
 }
@@ -871,7 +862,8 @@ static void s_job_run(s_job_t *j)
     json_t *r = s_result_finish(j->m, j->modern, kb_mcp_tool_call(&c, j->tool, j->args), false);
     s_count_result(j->m, r);
     s_job_write(j, s_log_note(j->level, j->tool, r));
-    s_job_write(j, r ? s_rpc_result(j->id, r) : s_rpc_error(j->id, RPC_INTERNAL, "out of memory"));
+    s_job_write(j,
+                r ? s_rpc_result(j->id, r) : s_rpc_error(j->id, KB_RPC_INTERNAL, "out of memory"));
     pthread_mutex_lock(&j->mu);
     kb_http_stream_close(&j->stream);
     pthread_mutex_unlock(&j->mu);
