@@ -138,6 +138,17 @@ static json_t *s_rpc_error(const json_t *id, int code, const char *msg)
                      "error", "code", code, "message", msg);
 }
 
+/* An error response with data (stolen; NULL = none). */
+static json_t *s_rpc_error_data(const json_t *id, int code, const char *msg, json_t *data)
+{
+    json_t *e = s_rpc_error(id, code, msg);
+    if (e && data)
+        json_object_set_new(json_object_get(e, "error"), "data", data);
+    else
+        json_decref(data);
+    return e;
+}
+
 static json_t *s_rpc_result(const json_t *id, json_t *result)
 {
     return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
@@ -637,12 +648,7 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
     }
     /* 2026-07-28: an unknown method is 404, so a client tells it from a legacy server's */
     unsigned status = x->modern && code == KB_RPC_METHOD ? 404 : 200;
-    json_t *e = s_rpc_error(id, code, emsg);
-    if (e && edata)
-        json_object_set_new(json_object_get(e, "error"), "data", edata);
-    else
-        json_decref(edata);
-    s_answer(out, status, e, x->sse && !x->json);
+    s_answer(out, status, s_rpc_error_data(id, code, emsg, edata), x->sse && !x->json);
 }
 
 /* ---- the request -------------------------------------------------------------------------------
@@ -650,13 +656,8 @@ static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const j
 
 static void s_answer_verdict(s_out_t *out, const json_t *id, kb_mcp_verdict_t *v)
 {
-    json_t *e = s_rpc_error(id, v->code, v->msg);
-    if (e && v->data)
-        json_object_set_new(json_object_get(e, "error"), "data", v->data);
-    else
-        json_decref(v->data);
+    s_answer(out, v->status, s_rpc_error_data(id, v->code, v->msg, v->data), false);
     v->data = NULL;
-    s_answer(out, v->status, e, false);
 }
 
 /* Finds the legacy session a request names (Mcp-Session-Id) and takes its revision and log
