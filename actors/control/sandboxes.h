@@ -33,6 +33,7 @@ typedef struct ka_sandboxes_args {
     char node[KA_STORE_NODE_LEN]; /* this node's name, recorded on its sandboxes */
     int64_t default_ttl_ms;
     int64_t max_ttl_ms;
+    uint32_t guest_idle_ms; /* a guest call with no frame for this long fails; 0: 120 s */
 } ka_sandboxes_args_t;
 
 extern const krt_behaviour_t ka_sandboxes_behaviour;
@@ -53,6 +54,7 @@ typedef struct ka_sandbox_args {
     ka_driver_t *driver;
     krt_addr_t reply_to; /* BOOT: the creator's request, answered when READY or FAILED */
     uint64_t reply_ref;
+    uint32_t guest_idle_ms; /* see ka_sandboxes_args_t */
 } ka_sandbox_args_t;
 
 extern const krt_behaviour_t ka_sandbox_behaviour;
