@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ka_tree.h"
 
@@ -47,6 +48,7 @@ struct ka_sbx_job {
     char rootfs[1024];
     char snapshot[PATH_MAX]; /* this sandbox's snapshot dir ("" if none) */
     ka_sandbox_t *sb;        /* in: to stop; out: started */
+    bool lost;               /* resume: the compute was lost, its /data kept where it was */
     char err[256];
     atomic_int owner;
 };
@@ -305,33 +307,51 @@ static int s_job_restore(ka_sbx_job_t *j)
     return rc;
 }
 
-static int s_job_start(ka_sbx_job_t *j)
+static int s_job_start(ka_sbx_job_t *j, bool reuse_data)
 {
     const char *lower[] = {j->rootfs};
-    ka_sandbox_spec_t spec = {.id = j->id, .lowerdirs = lower, .n_lower = 1};
+    ka_sandbox_spec_t spec = {
+        .id = j->id, .lowerdirs = lower, .n_lower = 1, .reuse_data = reuse_data};
     int rc = ka_driver_start(j->driver, &spec, &j->sb);
     if (rc)
         snprintf(j->err, sizeof j->err, "starting the sandbox failed: %s", strerror(-rc));
     return rc;
 }
 
-/* Releases the compute (if any) and the snapshot. */
+/* Boots on the /data the driver kept if the compute was lost (a node crash loses none), else
+ * restores it from the snapshot (what a resume cut off left in the driver is dropped). */
+static int s_job_resume(ka_sbx_job_t *j)
+{
+    bool kept = ka_driver_kept(j->driver, j->id);
+    if (kept && !j->lost) {
+        ka_driver_discard(j->driver, j->id);
+        kept = false;
+    }
+    int rc = s_job_start(j, kept);
+    if (rc || kept)
+        return rc;
+    if (j->lost && access(j->snapshot, F_OK) != 0)
+        return 0; /* lost before anything was saved: a fresh /data */
+    return s_job_restore(j);
+}
+
+/* Releases the compute (if any), what the driver kept of its /data, and the snapshot. */
 static int s_job_stop(ka_sbx_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(-1);
     int rc = j->sb ? ka_driver_stop(j->driver, &j->sb) : 0;
+    int r2 = ka_driver_discard(j->driver, j->id);
     ka_tree_remove(j->snapshot, &o);
-    return rc;
+    return rc ? rc : r2;
 }
 
 static int s_job_do(ka_sbx_job_t *j)
 {
-    int rc;
     switch (j->kind) {
     case JOB_BOOT:
-        return s_job_start(j);
+        return s_job_start(j, false);
     case JOB_RESUME:
-        return (rc = s_job_start(j)) ? rc : s_job_restore(j);
+        return s_job_resume(j);
     case JOB_SUSPEND:
         return s_job_suspend(j);
     default:
@@ -346,7 +366,7 @@ static int s_job_run(void *arg)
     if (rc && j->sb) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);
     if (atomic_exchange(&j->owner, JOB_FINISHED) == JOB_ORPHANED) { /* nobody will take it */
-        ka_driver_stop(j->driver, &j->sb);
+        ka_driver_park(j->driver, &j->sb);
         free(j);
     }
     return rc;
@@ -363,6 +383,7 @@ static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const cha
     s_copy(j->id, sizeof j->id, self->a.record.id);
     s_copy(j->rootfs, sizeof j->rootfs, self->a.runtime.rootfs);
     s_copy(j->snapshot, sizeof j->snapshot, snapshot);
+    j->lost = strcmp(self->a.record.failure_reason, KA_FAIL_COMPUTE_LOST) == 0;
     atomic_init(&j->owner, JOB_RUNNING);
     if (kind == JOB_SUSPEND || kind == JOB_STOP) {
         ka_sbx_guest_detach(ctx, self); /* before the job closes the channel under it */
@@ -994,9 +1015,10 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     return 0;
 }
 
-/* Runs when the actor stops for any reason: every waiter is answered, and nothing may keep
- * running for a record that no actor watches, so the compute is released here (at once: the
- * next owner of the record must find it gone), and a job still running releases its own. */
+/* Runs when the actor stops for any reason (node shutdown, its manager gone): every waiter is
+ * answered, and nothing may keep running for a record that no actor watches, so the compute
+ * is parked here, its /data kept for the next owner of the record (at once, on this thread:
+ * that owner must find it parked), and a job still running parks its own. */
 static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     ka_sbx_t *self = state;
@@ -1012,10 +1034,10 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
                             "%s", why);
     ka_sbx_guest_detach(ctx, self);
     if (self->compute)
-        ka_driver_stop(self->a.driver, &self->compute);
+        ka_driver_park(self->a.driver, &self->compute);
     ka_sbx_job_t *j = op->job;
     if (j && atomic_exchange(&j->owner, JOB_ORPHANED) == JOB_FINISHED) { /* done, not handled */
-        ka_driver_stop(j->driver, &j->sb);
+        ka_driver_park(j->driver, &j->sb);
         free(j);
     }
     op->job = NULL;

@@ -479,10 +479,11 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
     bool streams = ka_gc_kind_streams(kind);
     if (self->calls.n >= MAX_GUEST_CALLS ||
         (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
-        ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
-                       "too many open calls on this sandbox (%d streams and %d calls at most); "
-                       "retry when one has ended",
-                       MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
+        ka_sbx_reply_status(
+            ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
+            "too many open calls on this sandbox (%d streams and %d calls at most); "
+            "retry when one has ended",
+            MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
         return;
     }
     s_waiter_t *w = calloc(1, sizeof *w);
@@ -495,7 +496,7 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
     if (rc) {
         free(w);
         ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",
-                       rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
+                            rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
         return;
     }
     w->to = from;
@@ -571,4 +572,3 @@ void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self)
     if (self->calls.head)
         krt_timer_arm(ctx, &self->sweep, s_sweep_ms(self), KA_SBX_MSG_SWEEP, 0);
 }
-

@@ -53,17 +53,17 @@ typedef struct ka_sbx_job ka_sbx_job_t;
 /* The running operation (at most one). */
 typedef struct ka_sbx_op {
     ka_sbx_phase_t phase;
-    bool answer;               /* caller waits (an expiry or a mark has none) */
-    ka_sbx_caller_t caller;    /* who gets the result */
-    ka_sbx_joiner_t *joiners;  /* create: replays waiting for its answer */
-    bool delete_queued;        /* a delete (or expiry) waits for this operation to end */
-    bool delete_answer;        /* ... and someone waits for it */
-    ka_sbx_caller_t deleter;   /* ... who */
-    int before;                /* ka_sbx_state_t to go back to if the intent is lost */
-    int before_op;             /* the record's operation then */
-    int target;                /* ka_sbx_state_t entered once the result is written */
-    uint64_t ref;              /* the store / templates request in flight */
-    ka_sbx_job_t *job;         /* in flight on a job thread */
+    bool answer;                     /* caller waits (an expiry or a mark has none) */
+    ka_sbx_caller_t caller;          /* who gets the result */
+    ka_sbx_joiner_t *joiners;        /* create: replays waiting for its answer */
+    bool delete_queued;              /* a delete (or expiry) waits for this operation to end */
+    bool delete_answer;              /* ... and someone waits for it */
+    ka_sbx_caller_t deleter;         /* ... who */
+    int before;                      /* ka_sbx_state_t to go back to if the intent is lost */
+    int before_op;                   /* the record's operation then */
+    int target;                      /* ka_sbx_state_t entered once the result is written */
+    uint64_t ref;                    /* the store / templates request in flight */
+    ka_sbx_job_t *job;               /* in flight on a job thread */
     ka_store_sandbox_update_t write; /* the result write, kept to be sent again */
 } ka_sbx_op_t;
 

@@ -29,7 +29,7 @@ void f_reset(const char *dir)
     F.fail_tombstone = false;
     F.hold_op = -1;
     F.gate_start = false;
-    F.starts = F.stops = F.guest_requests = F.guest_starts = 0;
+    F.starts = F.stops = F.guest_requests = F.guest_starts = F.n_kept = 0;
     snprintf(F.dir, sizeof F.dir, "%s", dir);
     pthread_mutex_unlock(&F.lock);
 }
@@ -227,8 +227,7 @@ static void s_expiry(krt_ctx_t *ctx, const krt_msg_t *msg)
         if (!r->deleted_ms && (r->expires_ms <= now) == (q->expired != 0))
             l->items[l->count++] = *r;
     }
-    krt_reply_to(ctx, msg->from, msg->ref, msg->type, l,
-                 sizeof *l + l->count * sizeof l->items[0]);
+    krt_reply_to(ctx, msg->from, msg->ref, msg->type, l, sizeof *l + l->count * sizeof l->items[0]);
     free(l);
 }
 
@@ -564,6 +563,21 @@ static void *s_guest_main(void *arg)
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
+/* The kept /data of id into data (true), unlisted. */
+static bool s_kept_take(const char *id, char *data, size_t cap)
+{
+    pthread_mutex_lock(&F.lock);
+    bool found = false;
+    for (int i = 0; i < F.n_kept && !found; i++)
+        if (!strcmp(F.kept[i].id, id)) {
+            snprintf(data, cap, "%s", F.kept[i].data);
+            F.kept[i] = F.kept[--F.n_kept];
+            found = true;
+        }
+    pthread_mutex_unlock(&F.lock);
+    return found;
+}
+
 static int f_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
 {
     pthread_mutex_lock(&F.lock);
@@ -588,9 +602,10 @@ static int f_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *
     sb->chan = sv[0];
     sb->guest = sv[1];
     snprintf(sb->data, sizeof sb->data, "%s/data-%s-%d", dir, spec->id, rand());
+    bool reused = spec->reuse_data && s_kept_take(spec->id, sb->data, sizeof sb->data);
     char ws[PATH_MAX + 16];
     snprintf(ws, sizeof ws, "%s/workspace", sb->data);
-    if (mkdir(sb->data, 0755) < 0 || mkdir(ws, 0755) < 0 ||
+    if ((!reused && (mkdir(sb->data, 0755) < 0 || mkdir(ws, 0755) < 0)) ||
         pthread_create(&sb->thread, NULL, s_guest_main, sb) != 0) {
         close(sv[0]);
         close(sv[1]);
@@ -604,16 +619,69 @@ static int f_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *
     return 0;
 }
 
-static int f_stop(ka_driver_t *d, ka_sandbox_t **sbp)
+static void s_end(ka_sandbox_t *sb, bool keep, const char *id)
 {
-    ka_sandbox_t *sb = *sbp;
     shutdown(sb->chan, SHUT_RDWR);
     pthread_join(sb->thread, NULL);
     close(sb->chan);
     close(sb->guest);
-    ka_tree_opts_t o = {.owner = -1};
-    ka_tree_remove(sb->data, &o);
+    if (keep) {
+        pthread_mutex_lock(&F.lock);
+        snprintf(F.kept[F.n_kept].id, sizeof F.kept[0].id, "%s", id);
+        snprintf(F.kept[F.n_kept].data, sizeof F.kept[0].data, "%s", sb->data);
+        F.n_kept++;
+        pthread_mutex_unlock(&F.lock);
+    } else {
+        ka_tree_opts_t o = {.owner = -1};
+        ka_tree_remove(sb->data, &o);
+    }
     free(sb);
+}
+
+/* The fake's id is in its data dir's name: data-<id>-<n>. */
+static void s_id_of(const ka_sandbox_t *sb, char *id, size_t cap)
+{
+    const char *p = strstr(sb->data, "/data-");
+    snprintf(id, cap, "%.36s", p ? p + 6 : "");
+}
+
+static int f_park(ka_driver_t *d, ka_sandbox_t **sbp)
+{
+    char id[KA_STORE_ID_LEN];
+    s_id_of(*sbp, id, sizeof id);
+    s_end(*sbp, true, id);
+    *sbp = NULL;
+    pthread_mutex_lock(&F.lock);
+    F.stops++;
+    F.live--;
+    s_signal();
+    pthread_mutex_unlock(&F.lock);
+    return 0;
+}
+
+static bool f_kept(ka_driver_t *d, const char *id)
+{
+    pthread_mutex_lock(&F.lock);
+    bool found = false;
+    for (int i = 0; i < F.n_kept; i++)
+        found = found || !strcmp(F.kept[i].id, id);
+    pthread_mutex_unlock(&F.lock);
+    return found;
+}
+
+static int f_discard(ka_driver_t *d, const char *id)
+{
+    char data[PATH_MAX];
+    if (s_kept_take(id, data, sizeof data)) {
+        ka_tree_opts_t o = {.owner = -1};
+        ka_tree_remove(data, &o);
+    }
+    return 0;
+}
+
+static int f_stop(ka_driver_t *d, ka_sandbox_t **sbp)
+{
+    s_end(*sbp, false, NULL);
     *sbp = NULL;
     pthread_mutex_lock(&F.lock);
     F.stops++;
@@ -672,6 +740,9 @@ static const ka_driver_ops_t s_ops = {.name = "fake",
                                       .owner = f_owner,
                                       .channel = f_channel,
                                       .kill = f_kill,
+                                      .park = f_park,
+                                      .kept = f_kept,
+                                      .discard = f_discard,
                                       .destroy = f_destroy};
 
 ka_driver_t *f_driver_new(void)

@@ -37,11 +37,11 @@ typedef struct f_state {
     int n_records;
     f_write_t writes[F_MAX_WRITES];
     int n_writes;
-    int fail_writes;      /* the next n updates/tombstones answer KA_STORE_EUNAVAIL */
-    int fail_op;          /* ... only those setting this operation (-1: any) */
-    bool fail_tombstone;  /* only tombstones */
-    int hold_op;          /* updates setting this operation wait for f_release (-1: none) */
-    int held;             /* how many are held now */
+    int fail_writes;     /* the next n updates/tombstones answer KA_STORE_EUNAVAIL */
+    int fail_op;         /* ... only those setting this operation (-1: any) */
+    bool fail_tombstone; /* only tombstones */
+    int hold_op;         /* updates setting this operation wait for f_release (-1: none) */
+    int held;            /* how many are held now */
     /* driver */
     bool gate_start;   /* starts wait for f_open_gate */
     int in_start;      /* starts waiting at the gate */
@@ -49,6 +49,11 @@ typedef struct f_state {
     int fail_halt;     /* the next n halts fail -EIO */
     int starts, stops; /* counts */
     int live;          /* fake sandboxes running now */
+    struct {
+        char id[KA_STORE_ID_LEN];
+        char data[PATH_MAX];
+    } kept[F_MAX_RECORDS]; /* /data parked for a later start of the same id */
+    int n_kept;
     /* guest */
     int guest_requests; /* requests the fake guests received */
     int guest_starts;   /* of which "start" */

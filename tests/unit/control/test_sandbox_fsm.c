@@ -271,8 +271,7 @@ static int s_setup(void **state)
     assert_non_null(T.sys);
     assert_int_equal(krt_system_start(T.sys), 0);
     assert_int_equal(krt_system_spawn(T.sys, &f_store_behaviour, NULL, NULL, &T.store), 0);
-    assert_int_equal(krt_system_spawn(T.sys, &f_templates_behaviour, NULL, NULL, &T.templates),
-                     0);
+    assert_int_equal(krt_system_spawn(T.sys, &f_templates_behaviour, NULL, NULL, &T.templates), 0);
     T.driver = f_driver_new();
     T.args = (ka_sandboxes_args_t){.store = T.store,
                                    .templates = T.templates,
@@ -297,7 +296,7 @@ static int s_teardown(void **state)
     snprintf(cmd, sizeof cmd, "rm -rf %s", T.dir);
     if (system(cmd) != 0)
         return -1;
-    assert_int_equal(live, 0);                         /* nothing outlives the node */
+    assert_int_equal(live, 0);                        /* nothing outlives the node */
     assert_int_equal(ka_sandbox_fsm_violations(), 0); /* nothing the table forbids */
     return 0;
 }
@@ -607,6 +606,34 @@ static void test_recovery_compute_lost(void **unused)
     s_assert_history(creating.id, "FAILED/NONE/ComputeLost DELETING/DELETE DELETED/NONE");
 }
 
+/* The sandboxes manager goes away with a READY sandbox (its actor parks the compute): the next
+ * manager finds it SUSPENDED (ComputeLost) and a resume boots it on the same /data. */
+static void test_manager_restart_keeps_data(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("keep", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "acked.txt", "acked", &s), KA_OK);
+    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
+    assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, WAIT_MS), KRT_ETIMEDOUT);
+    usleep(50 * 1000); /* its sandbox actor's terminate parks the compute */
+    s_spawn_manager();
+    s_wait_state(id, KA_STATE_SUSPENDED);
+    ka_store_sandbox_t rec;
+    assert_true(f_record(id, &rec));
+    assert_string_equal(rec.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(rec.expires_ms, r.sandbox.expires_ms);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_file(id, KA_GUEST_READ, "acked.txt", NULL, &s), KA_OK);
+    assert_int_equal(s.out_len, 5);
+    assert_memory_equal(s.out, "acked", 5);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(F.n_kept, 0); /* delete removes the data */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +649,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_streams_never_wait_forever, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_requests, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_recovery_compute_lost, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_manager_restart_keeps_data, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
