@@ -496,10 +496,13 @@ static void s_intent_lost(krt_ctx_t *ctx, ka_sbx_t *self, int code, const char *
     self->a.record.state = s_record_state(op->before);
     self->a.record.operation = op->before_op;
     s_enter(ctx, self, op->before);
-    if (op->answer)
+    bool answer = op->answer;
+    if (answer)
         s_answer(ctx, self, &op->caller, code, message);
     op->answer = false;
-    if (deleting && !op->delete_queued) /* an expiry tries again soon; the TTL still ends it */
+    if (deleting && answer) /* its TTL still ends it if nobody retries */
+        s_arm_ttl(ctx, self);
+    else if (deleting) /* an expiry tries again soon */
         krt_timer_arm(ctx, &self->ttl, RETRY_DELETE_MS, KA_SBX_MSG_TTL, 0);
     s_after_op(ctx, self);
 }

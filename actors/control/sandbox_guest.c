@@ -191,13 +191,13 @@ static void s_argv_pack(const msgpack_object *argv, char *out)
     }
 }
 
-/* Sends w the frame that carries a process (and argv in its tail) or ends the call with the
- * guest's status and counts. */
+/* Sends w the frame that carries a process (a final one with its argv in the tail) or ends
+ * the call with the guest's status and counts. */
 static void s_process_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_gp_frame_t *f,
                             const msgpack_object *pobj, bool final)
 {
     const msgpack_object *m = ka_gp_frame_map(f);
-    const msgpack_object *argv = pobj ? ka_gp_get(pobj, "argv") : NULL;
+    const msgpack_object *argv = pobj && final ? ka_gp_get(pobj, "argv") : NULL;
     size_t tail = s_argv_size(argv);
     ka_guest_reply_t *r = calloc(1, sizeof *r + tail);
     if (!r)

@@ -270,13 +270,25 @@ static int s_follow(const char *caller, const char *id, uint64_t proc, s_frames_
     return c->final.process.exit_code;
 }
 
+/* Runs argv to its exit in one guest round trip (START with follow: the process, its output,
+ * its exit); returns its exit code (or -1000 - status code). */
 static int s_exec(const char *id, const char *const *argv, s_frames_t *c)
 {
-    uint64_t proc = 0;
-    int code = s_start(ALICE, id, argv, &proc);
+    size_t tail = 0, n = 0;
+    for (; argv[n]; n++)
+        tail += strlen(argv[n]) + 1;
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, KA_GUEST_START, tail);
+    q->n_argv = (uint32_t)n;
+    q->follow = 1;
+    char *p = q->tail;
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, argv[i]) + 1;
+    int code = s_guest(q, c);
     if (code)
         return -1000 - code;
-    return s_follow(ALICE, id, proc, c);
+    assert_true(c->final.has_process);
+    assert_int_equal(c->final.process.state, 2); /* exited */
+    return c->final.process.exit_code;
 }
 
 /* ---- setup -------------------------------------------------------------------------------- */
@@ -441,6 +453,12 @@ static void test_create_exec_files_delete(void **unused)
     c.out[c.out_len] = '\0';
     assert_string_equal(c.out, "hello-from-template\n/data/workspace\n65532\n");
     assert_int_equal(c.err_len, 5);
+    /* the same in two round trips: START, then OUTPUT with follow */
+    uint64_t proc = 0;
+    assert_int_equal(s_start(ALICE, id, echo, &proc), KA_OK);
+    assert_int_equal(s_follow(ALICE, id, proc, &c), 3);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "hello-from-template\n/data/workspace\n65532\n");
 
     ka_guest_req_t *w = ka_guest_req_new(ALICE, id, KA_GUEST_WRITE, 6);
     snprintf(w->path, sizeof w->path, "notes/a.txt");

@@ -494,6 +494,31 @@ static void test_store_error_during_delete(void **unused)
     s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
 }
 
+/* An expiry whose intent the store fails is tried again until the sandbox is deleted; a
+ * caller's delete that failed leaves the TTL as it was. */
+static void test_expiry_retries_when_store_fails(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("expire-retry", 1000, &r);
+    s_create("delete-fails", 0, &o);
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 1;
+    F.fail_op = KA_OP_DELETE;
+    pthread_mutex_unlock(&F.lock);
+    s_wait_state(r.sandbox.id, KA_STATE_DELETED);
+    s_assert_history(r.sandbox.id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 1;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_reply_t refused;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, o.sandbox.id, &refused), KA_UNAVAILABLE);
+    usleep(1500 * 1000); /* no expiry retry for a caller's delete */
+    ka_store_sandbox_t rec;
+    assert_true(f_record(o.sandbox.id, &rec));
+    assert_int_equal(rec.state, KA_STATE_READY);
+}
+
 /* A suspend whose result write fails: written again until it lands; a suspend whose halt fails:
  * FAILED (SuspendFailed), compute released. */
 static void test_suspend_failures(void **unused)
@@ -645,6 +670,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ttl_during_suspend, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_guest_exit_during_exec, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_store_error_during_delete, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_expiry_retries_when_store_fails, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_suspend_failures, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_streams_never_wait_forever, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_requests, s_setup, s_teardown),
