@@ -1166,8 +1166,8 @@ static int s_filter_build(struct sock_fprog *out)
 /* ------------------------------------------------------------------------------------------ */
 /* Creation and crash cleanup                                                                 */
 
-/* Keeps the /data of crashed sandbox id on volume vol if its host uid (the owner of its
- * workspace) is still one of the range and free: true if kept. */
+/* Keeps the /data of crashed sandbox id on volume vol (unmounted) if its host uid (the owner
+ * of its workspace) is still one of the range and free: true if kept. */
 static bool s_keep_leftover(s_driver_t *d, const char *id, const char *vol)
 {
     char ws[S_PATH + 32];
@@ -1181,6 +1181,7 @@ static bool s_keep_leftover(s_driver_t *d, const char *id, const char *vol)
         return false;
     d->slots[k / 64] |= 1ull << (k % 64);
     s_kept_put(d, id, vol, (int)k);
+    ka_volume_unmount(d->volumes, vol); /* holds no loop device until a start reuses it */
     return true;
 }
 

@@ -24,7 +24,7 @@ void f_reset(const char *dir)
 {
     pthread_mutex_lock(&F.lock);
     F.n_records = F.n_writes = 0;
-    F.fail_writes = F.fail_start = F.fail_halt = 0;
+    F.fail_writes = F.fail_start = F.fail_halt = F.guest_dies = 0;
     F.fail_op = -1;
     F.fail_tombstone = false;
     F.hold_op = -1;
@@ -541,7 +541,9 @@ static void *s_guest_main(void *arg)
     ka_sandbox_t *sb = arg;
     size_t cap = 1 << 20, len = 0;
     uint8_t *buf = malloc(cap);
-    bool alive = buf != NULL;
+    pthread_mutex_lock(&F.lock);
+    bool alive = buf != NULL && !(F.guest_dies > 0 && F.guest_dies--);
+    pthread_mutex_unlock(&F.lock);
     while (alive) {
         ssize_t n = read(sb->guest, buf + len, cap - len);
         if (n <= 0)

@@ -47,6 +47,7 @@ typedef struct f_state {
     int in_start;      /* starts waiting at the gate */
     int fail_start;    /* the next n starts fail -EIO */
     int fail_halt;     /* the next n halts fail -EIO */
+    int guest_dies;    /* the next n fake guests exit as soon as they run */
     int starts, stops; /* counts */
     int live;          /* fake sandboxes running now */
     struct {

@@ -399,6 +399,84 @@ static void test_delete_during_create(void **unused)
     assert_int_equal(F.stops, 1);
 }
 
+/* The TTL ends while the create runs: the creator gets READY, then the expiry deletes it. */
+static void test_ttl_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.gate_start = true;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "ttl-create", 1000);
+    s_answer_t create;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_in_start, NULL, WAIT_MS));
+    usleep(1200 * 1000);
+    f_open_gate();
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    assert_int_equal(create.r.sandbox.state, KA_STATE_READY);
+    s_wait_state(create.r.sandbox.id, KA_STATE_DELETED);
+    s_assert_history(create.r.sandbox.id,
+                     "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* The guest exits while the create's READY is being written: the creator gets READY, then
+ * the sandbox is FAILED (GuestExited). */
+static void test_guest_exit_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.guest_dies = 1;
+    F.hold_op = KA_OP_NONE; /* the READY write */
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "dies-early", 0);
+    s_answer_t create;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_held, NULL, WAIT_MS));
+    usleep(100 * 1000); /* the guest's exit reaches the actor while it writes */
+    f_release(T.sys, T.store);
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    const char *id = create.r.sandbox.id;
+    s_wait_state(id, KA_STATE_FAILED);
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE READY/NONE FAILED/NONE/GuestExited DELETING/DELETE "
+                         "DELETED/NONE");
+}
+
+/* A delete while a suspend runs, and one while a resume runs: each waits for the operation,
+ * which is answered, then supersedes it. */
+static void test_delete_during_suspend_and_resume(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t a, b, o;
+    s_create("del-susp", 0, &a);
+    s_create("del-res", 0, &b);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, b.sandbox.id, &o), KA_OK);
+    const int ops[2] = {KA_OP_SUSPEND, KA_OP_RESUME};
+    const char *ids[2] = {a.sandbox.id, b.sandbox.id};
+    const uint32_t types[2] = {KA_SBX_SUSPEND, KA_SBX_RESUME};
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&F.lock);
+        F.hold_op = ops[i];
+        pthread_mutex_unlock(&F.lock);
+        ka_sbx_key_t k = s_key(ALICE, ids[i]);
+        s_answer_t op, del;
+        s_send(types[i], &k, sizeof k, &op);
+        assert_true(f_wait(s_held, NULL, WAIT_MS));
+        s_send(KA_SBX_DELETE, &k, sizeof k, &del);
+        usleep(50 * 1000);
+        f_release(T.sys, T.store);
+        assert_int_equal(s_wait_answer(&op), KA_OK);
+        assert_int_equal(op.r.sandbox.state, i ? KA_STATE_READY : KA_STATE_SUSPENDED);
+        assert_int_equal(s_wait_answer(&del), KA_OK);
+        assert_int_equal(del.r.sandbox.state, KA_STATE_DELETED);
+    }
+    s_assert_history(a.sandbox.id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                                   "DELETING/DELETE DELETED/NONE");
+    s_assert_history(b.sandbox.id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                                   "SUSPENDED/RESUME READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
 /* The driver fails the start: the creator gets the FAILED record (StartFailed), a delete
  * removes it. */
 static void test_driver_failure_during_start(void **unused)
@@ -666,6 +744,9 @@ int main(void)
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_delete_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_guest_exit_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_during_suspend_and_resume, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_driver_failure_during_start, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_ttl_during_suspend, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_guest_exit_during_exec, s_setup, s_teardown),
