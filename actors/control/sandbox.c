@@ -6,9 +6,12 @@
  * and message (ABORTED while a conflicting attempt runs, FAILED_PRECONDITION where the state
  * does not allow it, as the reference answers). A lifecycle operation persists its intent, does
  * its blocking part on a job thread (driver start, stop and halt, snapshot copies: nothing blocks
- * a scheduler thread), then persists its result and answers. A result describes work already
- * done, so its write is sent again while the store is away (the caller waits). Delete (and
- * expiry, a delete without a caller) waits for a running operation and then supersedes it.
+ * a scheduler thread but the actor's end, which parks its compute at once so that the record's
+ * next owner finds it parked), then persists its result and answers. A result describes work
+ * already done, so its write is sent again while the store is away (the caller waits). Delete
+ * (and expiry, a delete without a caller) waits for a running operation and then supersedes it.
+ * Only delete and expiry remove a sandbox's /data: a sandbox whose compute was lost comes back
+ * SUSPENDED (ComputeLost) and a resume boots it on the /data the driver kept.
  */
 #include "sandbox_int.h"
 
@@ -111,60 +114,52 @@ static void a_store_done(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_store_failed(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_bug(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 
-#define DO(fn)                                                                                     \
-    {                                                                                              \
-        fn, KA_OK, NULL                                                                            \
-    }
-#define BUSY                                                                                       \
-    {                                                                                              \
-        NULL, KA_ABORTED, MSG_BUSY                                                                 \
-    }
-#define NOT_READY                                                                                  \
-    {                                                                                              \
-        NULL, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY                                             \
-    }
-#define IN_STATE                                                                                   \
-    {                                                                                              \
-        NULL, KA_FAILED_PRECONDITION, s_in_state                                                   \
-    }
-#define DELETING                                                                                   \
-    {                                                                                              \
-        NULL, KA_ABORTED, MSG_DELETING                                                             \
-    }
-#define IGNORE                                                                                     \
-    {                                                                                              \
-        NULL, KA_OK, NULL                                                                          \
-    }
-#define BUG                                                                                        \
-    {                                                                                              \
-        a_bug, KA_OK, NULL                                                                         \
-    }
+/* The table reads as a grid: clang-format leaves it as laid out. */
+/* clang-format off */
+#define DO(fn)    {fn, KA_OK, NULL}
+#define BUSY      {NULL, KA_ABORTED, MSG_BUSY}
+#define NOT_READY {NULL, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY}
+#define IN_STATE  {NULL, KA_FAILED_PRECONDITION, s_in_state}
+#define DELETING  {NULL, KA_ABORTED, MSG_DELETING}
+#define IGNORE    {NULL, KA_OK, NULL}
+#define BUG       {a_bug, KA_OK, NULL}
 
-/* Completions of the operation a transient state runs (a stable state's are those of a result
- * it writes on its own: a guest lost, a record recovered at node start). */
-#define RUNNING_OP DO(a_job_done), DO(a_job_failed), DO(a_store_done), DO(a_store_failed)
-#define MARKING    BUG, BUG, DO(a_store_done), DO(a_store_failed)
+/* Completions of the operation a transient state runs, and of a result a stable state writes on
+ * its own (FAILED for a guest lost, what a record recovered at node start becomes). */
+#define RUNNING   DO(a_job_done), DO(a_job_failed), DO(a_store_done), DO(a_store_failed)
+#define MARKING   BUG, BUG, DO(a_store_done), DO(a_store_failed)
+#define NONE      BUG, BUG, BUG, BUG
 
 static const s_cell_t s_table[KA_SBX_N_STATES][EV_N] = {
-    /*                   create        guest         suspend        resume        delete
-                         ttl                 guest exit           runtime       completions */
-    [KA_SBX_CREATING] = {DO(a_join), NOT_READY, BUSY, BUSY, DO(a_queue_delete), DO(a_queue_delete),
-                         DO(a_guest_later), BUG, RUNNING_OP},
-    [KA_SBX_READY] = {DO(a_record), DO(a_guest), DO(a_suspend), IN_STATE, DO(a_delete),
-                      DO(a_expire), DO(a_guest_failed), BUG, BUG, BUG, BUG, BUG},
-    [KA_SBX_SUSPENDING] = {DO(a_record), NOT_READY, BUSY, BUSY, DO(a_queue_delete),
-                           DO(a_queue_delete), IGNORE, BUG, RUNNING_OP},
-    [KA_SBX_SUSPENDED] = {DO(a_record), NOT_READY, IN_STATE, DO(a_resume), DO(a_delete),
-                          DO(a_expire), IGNORE, BUG, MARKING},
-    [KA_SBX_RESUMING] = {DO(a_record), NOT_READY, BUSY, BUSY, DO(a_queue_delete),
-                         DO(a_queue_delete), DO(a_guest_later), DO(a_runtime), RUNNING_OP},
-    [KA_SBX_DELETING] = {DO(a_record), NOT_READY, BUSY, BUSY, DELETING, IGNORE, IGNORE, BUG,
-                         RUNNING_OP},
-    [KA_SBX_DELETED] = {DO(a_record), NOT_READY, IN_STATE, IN_STATE, DO(a_record), IGNORE, IGNORE,
-                        BUG, BUG, BUG, BUG, BUG},
-    [KA_SBX_FAILED] = {DO(a_record), NOT_READY, IN_STATE, IN_STATE, DO(a_delete), DO(a_expire),
-                       IGNORE, BUG, MARKING},
+    /*                     create        guest        suspend        resume        delete
+     *                     ttl                 guest exit          runtime
+     *                     job done, driver failed, store done, store failed */
+    [KA_SBX_CREATING]   = {DO(a_join),   NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
+                           DO(a_queue_delete), DO(a_guest_later),  BUG,
+                           RUNNING},
+    [KA_SBX_READY]      = {DO(a_record), DO(a_guest), DO(a_suspend), IN_STATE,     DO(a_delete),
+                           DO(a_expire),       DO(a_guest_failed), BUG,
+                           NONE},
+    [KA_SBX_SUSPENDING] = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
+                           DO(a_queue_delete), IGNORE,             BUG,
+                           RUNNING},
+    [KA_SBX_SUSPENDED]  = {DO(a_record), NOT_READY,   IN_STATE,      DO(a_resume), DO(a_delete),
+                           DO(a_expire),       IGNORE,             BUG,
+                           MARKING},
+    [KA_SBX_RESUMING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
+                           DO(a_queue_delete), DO(a_guest_later),  DO(a_runtime),
+                           RUNNING},
+    [KA_SBX_DELETING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DELETING,
+                           IGNORE,             IGNORE,             BUG,
+                           RUNNING},
+    [KA_SBX_DELETED]    = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     DO(a_record),
+                           IGNORE,             IGNORE,             BUG,
+                           NONE},
+    [KA_SBX_FAILED]     = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     DO(a_delete),
+                           DO(a_expire),       IGNORE,             BUG,
+                           MARKING},
 };
+/* clang-format on */
 
 /* The states each state may move to (a stable state may also be entered again). */
 #define TO(s) (1u << (s))

@@ -107,7 +107,7 @@ void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int code, const char 
 /* A guest call the state machine let through (body checked, caller owns the sandbox). */
 void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t ref,
                        const ka_guest_req_t *q);
-/* 0 if body is a well-formed ka_guest_req_t. */
+/* True if body (len bytes) is a well-formed ka_guest_req_t. */
 bool ka_sbx_guest_req_ok(const void *body, size_t len);
 void ka_sbx_guest_cancel(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from);
 void ka_sbx_guest_credit(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, const void *body,

@@ -7,13 +7,15 @@
  * compute and answers. Lifecycle calls and guest calls for a live sandbox go to its actor (the
  * manager forwards them with the original requester, so the actor answers directly); reads go
  * to the store. At start the manager recovers every live record of this node: expired ones are
- * deleted, suspended ones get their TTL re-armed, and ones whose compute is gone are marked
- * FAILED with a reason.
+ * deleted, suspended ones get their TTL re-armed, and live ones, whose compute is gone, come
+ * back SUSPENDED with reason ComputeLost and their /data kept where it was (a resume boots them
+ * on it; one still being created is FAILED): a node crash loses no /data.
  *
  * A sandbox actor owns: the record, one TTL timer (expiry deletes through the normal path,
- * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. It
- * refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses a
- * conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
+ * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. Its
+ * lifecycle is one state machine (sandbox.c: a transition table for every request and event):
+ * it refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses
+ * a conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
  */
 #ifndef KA_SANDBOXES_H
 #define KA_SANDBOXES_H

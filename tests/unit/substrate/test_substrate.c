@@ -215,8 +215,7 @@ static void test_crash_cleanup(void **unused)
     /* the next node start cleans what ran, keeps the data */
     ka_driver_t *d = s_driver();
     assert_false(s_cgroup_exists("crashed"));
-    assert_true(ka_driver_kept(d, "crashed"));
-    assert_int_equal(access(f, F_OK), 0);
+    assert_true(ka_driver_kept(d, "crashed")); /* its volume unmounted until a start reuses it */
     const char *lower[] = {s_rootfs};
     ka_sandbox_spec_t spec = {
         .id = "crashed", .lowerdirs = lower, .n_lower = 1, .reuse_data = true};
