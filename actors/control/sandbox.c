@@ -358,7 +358,9 @@ static int s_job_run(void *arg)
 {
     ka_sbx_job_t *j = arg;
     int rc = s_job_do(j);
-    if (rc && j->sb) /* half-done: never leave compute that no record points at */
+    if (rc && j->sb && j->kind == JOB_SUSPEND) /* not saved: /data stays (FAILED until deleted) */
+        ka_driver_park(j->driver, &j->sb);
+    else if (rc && j->sb) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);
     if (atomic_exchange(&j->owner, JOB_FINISHED) == JOB_ORPHANED) { /* nobody will take it */
         ka_driver_park(j->driver, &j->sb);

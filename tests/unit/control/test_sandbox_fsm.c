@@ -598,7 +598,7 @@ static void test_expiry_retries_when_store_fails(void **unused)
 }
 
 /* A suspend whose result write fails: written again until it lands; a suspend whose halt fails:
- * FAILED (SuspendFailed), compute released. */
+ * FAILED (SuspendFailed), compute released, its unsaved /data kept until the delete. */
 static void test_suspend_failures(void **unused)
 {
     s_spawn_manager();
@@ -618,6 +618,9 @@ static void test_suspend_failures(void **unused)
     assert_int_equal(o.sandbox.state, KA_STATE_FAILED);
     assert_string_equal(o.sandbox.failure_reason, KA_FAIL_SUSPEND);
     assert_int_equal(F.live, 0);
+    assert_int_equal(F.n_kept, 1); /* its /data was not saved: kept until the delete */
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(F.n_kept, 0);
 }
 
 /* Every open stream ends: when its guest stops answering (deadline), and when the sandbox's
