@@ -511,11 +511,14 @@ static void s_settle(krt_ctx_t *ctx, ka_sbx_t *self, const ka_store_sandbox_t *r
     ka_sbx_op_t *op = &self->op;
     if (rec) {
         self->a.record = *rec;
-    } else {
-        self->a.record.state = op->target == KA_SBX_DELETED ? KA_STATE_DELETED : op->write.state;
-        self->a.record.operation = KA_OP_NONE;
+    } else { /* the store refused it for good: this actor goes on from what was done */
+        ka_store_sandbox_t *r = &self->a.record;
+        r->state = op->target == KA_SBX_DELETED ? KA_STATE_DELETED : op->write.state;
+        r->operation = KA_OP_NONE;
+        s_copy(r->failure_reason, sizeof r->failure_reason, op->write.failure_reason);
+        s_copy(r->failure_message, sizeof r->failure_message, op->write.failure_message);
         if (op->target == KA_SBX_DELETED)
-            self->a.record.deleted_ms = krt_wall_ms();
+            r->deleted_ms = krt_wall_ms();
     }
     op->phase = KA_PH_IDLE;
     krt_timer_cancel(ctx, &self->retry);
