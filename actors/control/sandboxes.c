@@ -308,7 +308,8 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
                            .templates = self->a.templates,
                            .driver = self->a.driver,
                            .reply_to = op->from,
-                           .reply_ref = op->from_ref};
+                           .reply_ref = op->from_ref,
+                           .guest_idle_ms = self->a.guest_idle_ms};
     if (s_spawn(ctx, self, &a)) {
         s_fail_op(ctx, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
         return;
@@ -547,7 +548,8 @@ static void s_on_recover(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_ms
                                .record = *sb,
                                .store = self->a.store,
                                .templates = self->a.templates,
-                               .driver = self->a.driver};
+                               .driver = self->a.driver,
+                               .guest_idle_ms = self->a.guest_idle_ms};
         if (s_spawn(ctx, self, &a) == 0)
             krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_recovered", "sandbox=%s state=%s", sb->id,
                           ka_state_name(sb->state));
