@@ -201,7 +201,6 @@ krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
     if (!n)
         return NULL;
     memset(&n->msg, 0, sizeof n->msg);
-    n->free_fn = NULL;
     n->kind = KRT_NK_USER;
     n->flags = flags;
     n->aux = 0;
@@ -210,8 +209,12 @@ krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
 
 void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
-    if ((n->flags & KRT_NF_PTR) && !(n->flags & KRT_NF_TAKEN) && n->free_fn)
-        n->free_fn((void *)n->msg.body);
+    if ((n->flags & KRT_NF_PTR) && !(n->flags & KRT_NF_TAKEN)) {
+        krt_free_fn free_fn;
+        memcpy(&free_fn, n->data, sizeof free_fn);
+        if (free_fn)
+            free_fn((void *)n->msg.body);
+    }
     if (n->flags & KRT_NF_BIG) {
         free(n);
         return;
@@ -585,7 +588,7 @@ void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
 /* ---------------------------------------------------------------------------------------- */
 /* Sending                                                                                    */
 
-static int s_send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
+int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
 {
     int rc;
     if (n->flags & KRT_NF_PTR) {
@@ -609,7 +612,7 @@ int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
         return KRT_ENOACTOR;
     }
     if (krt_addr_node(to) != sys->node_id)
-        return s_send_remote(sys, to, n);
+        return krt__send_remote(sys, to, n);
     krt_actor_t *a = krt__acquire(sys, to);
     if (!a) {
         krt__node_free(krt__self_sched(sys), n);
@@ -620,8 +623,22 @@ int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
     return 0;
 }
 
+/* The envelope kind of a node kind. */
+static inline uint8_t s_env_kind(uint16_t kind)
+{
+    return kind == KRT_NK_REQUEST ? KRT_KIND_REQUEST
+           : kind == KRT_NK_REPLY ? KRT_KIND_REPLY
+                                  : KRT_KIND_PLAIN;
+}
+
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
                    uint16_t kind, const void *body, size_t len)
+{
+    return krt__send_env(sys, to, from, type, ref, kind, 0, body, len);
+}
+
+int krt__send_env(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                  uint16_t kind, int32_t status, const void *body, size_t len)
 {
     if (len && !body)
         return KRT_EINVAL;
@@ -636,15 +653,16 @@ int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t t
     n->msg.len = (uint32_t)len;
     n->msg.from = from;
     n->msg.ref = ref;
+    n->msg.status = status;
+    n->msg.kind = s_env_kind(kind);
     n->msg.body = n->data;
     if (len)
         memcpy(n->data, body, len);
     return krt__send_node(sys, to, n);
 }
 
-/* A runtime message to an actor (LINK, DOWN...), with aux. */
-static void s_send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind,
-                       uint64_t ref, uint32_t aux, const void *body, size_t len)
+void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
+                   uint32_t aux, const void *body, size_t len)
 {
     krt_node_t *n = krt__node_new(krt__self_sched(sys), len);
     if (!n)
@@ -684,14 +702,14 @@ int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, siz
 
 int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *))
 {
-    krt_node_t *n = krt__node_new(ctx->sched, 0);
+    krt_node_t *n = krt__node_new(ctx->sched, sizeof(krt_free_fn));
     if (!n) {
         if (free_fn)
             free_fn(ptr);
         return KRT_ENOMEM;
     }
     n->flags |= KRT_NF_PTR;
-    n->free_fn = free_fn;
+    memcpy(n->data, &free_fn, sizeof(krt_free_fn));
     n->msg.type = type;
     n->msg.from = ctx->actor->addr;
     n->msg.body = ptr;
@@ -716,8 +734,14 @@ int krt_system_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg)
 {
     if (krt_addr_node(to) != sys->node_id)
         return KRT_EREMOTE;
-    return krt__send_copy(sys, to, msg->from, msg->type, msg->ref, KRT_NK_USER, msg->body,
-                          msg->len);
+    uint16_t kind = msg->kind == KRT_KIND_REQUEST ? KRT_NK_REQUEST
+                    : msg->kind == KRT_KIND_REPLY ? KRT_NK_REPLY
+                                                  : KRT_NK_USER;
+    int rc = krt__send_env(sys, to, msg->from, msg->type, msg->ref, kind, msg->status, msg->body,
+                           msg->len);
+    if (rc == KRT_ENOACTOR && kind == KRT_NK_REQUEST && msg->from != KRT_ADDR_NONE)
+        krt__request_orphan(sys, to, msg->from, msg->ref);
+    return rc;
 }
 
 void krt_system_set_transport(krt_system_t *sys, const krt_transport_t *t)
@@ -752,13 +776,16 @@ static krt_rel_t *s_rel_find(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t
         return NULL;
     for (uint32_t i = 0; i < a->ext->n_rels; i++) {
         krt_rel_t *r = &a->ext->rels[i];
-        if (r->kind == kind && (kind == KRT_REL_LINK ? r->peer == peer : r->ref == ref))
+        if (r->kind != kind)
+            continue;
+        if (kind == KRT_REL_LINK ? r->peer == peer
+                                 : r->ref == ref && (kind != KRT_REL_REQ_IN || r->peer == peer))
             return r;
     }
     return NULL;
 }
 
-static int s_rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref)
+int krt__rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref)
 {
     if (kind == KRT_REL_LINK && s_rel_find(a, kind, peer, 0))
         return 0;
@@ -778,7 +805,7 @@ static int s_rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref)
 }
 
 /* Removes the relation; returns true if it existed. */
-static bool s_rel_del(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref, krt_rel_t *out)
+bool krt__rel_del(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref, krt_rel_t *out)
 {
     krt_rel_t *r = s_rel_find(a, kind, peer, ref);
     if (!r)
@@ -875,12 +902,12 @@ int krt_link(krt_ctx_t *ctx, krt_addr_t other)
         return 0;
     if (krt_addr_node(other) != ctx->sys->node_id)
         return KRT_EREMOTE;
-    int rc = s_rel_add(a, KRT_REL_LINK, other, 0);
+    int rc = krt__rel_add(a, KRT_REL_LINK, other, 0);
     if (rc)
         return rc;
     krt_node_t *n = krt__node_new(ctx->sched, 0);
     if (!n) {
-        s_rel_del(a, KRT_REL_LINK, other, 0, NULL);
+        krt__rel_del(a, KRT_REL_LINK, other, 0, NULL);
         return KRT_ENOMEM;
     }
     n->kind = KRT_NK_LINK;
@@ -892,8 +919,8 @@ int krt_link(krt_ctx_t *ctx, krt_addr_t other)
 
 int krt_unlink(krt_ctx_t *ctx, krt_addr_t other)
 {
-    if (s_rel_del(ctx->actor, KRT_REL_LINK, other, 0, NULL))
-        s_send_sys(ctx->sys, other, ctx->actor->addr, KRT_NK_UNLINK, 0, 0, NULL, 0);
+    if (krt__rel_del(ctx->actor, KRT_REL_LINK, other, 0, NULL))
+        krt__send_sys(ctx->sys, other, ctx->actor->addr, KRT_NK_UNLINK, 0, 0, NULL, 0);
     return 0;
 }
 
@@ -901,7 +928,7 @@ uint64_t krt_monitor(krt_ctx_t *ctx, krt_addr_t target)
 {
     uint64_t ref = krt__new_ref(ctx);
     krt_down_t d = {target, ref, KRT_EXIT_NOPROC};
-    if (s_rel_add(ctx->actor, KRT_REL_MON_OUT, target, ref) != 0)
+    if (krt__rel_add(ctx->actor, KRT_REL_MON_OUT, target, ref) != 0)
         return ref; /* out of memory: no DOWN will ever come */
     if (krt_addr_node(target) != ctx->sys->node_id) {
         d.reason = KRT_EXIT_NOCONN;
@@ -922,80 +949,8 @@ uint64_t krt_monitor(krt_ctx_t *ctx, krt_addr_t target)
 void krt_demonitor(krt_ctx_t *ctx, uint64_t ref)
 {
     krt_rel_t r;
-    if (s_rel_del(ctx->actor, KRT_REL_MON_OUT, 0, ref, &r))
-        s_send_sys(ctx->sys, r.peer, ctx->actor->addr, KRT_NK_DEMONITOR, ref, 0, NULL, 0);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Requests and replies                                                                       */
-
-static krt_pending_t *s_pending_take(krt_actor_t *a, uint64_t ref)
-{
-    if (!a->ext)
-        return NULL;
-    for (krt_pending_t **pp = &a->ext->pending; *pp; pp = &(*pp)->next) {
-        krt_pending_t *p = *pp;
-        if (p->timer.ref == ref) {
-            *pp = p->next;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-/* Removes a pending request whose timeout timer fired (called from krt_timer.c). */
-void krt__pending_expired(krt_actor_t *a, krt_tmr_t *t)
-{
-    krt_pending_t *p = s_pending_take(a, t->ref);
-    free(p);
-}
-
-int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
-                int timeout_ms, uint64_t *ref)
-{
-    krt_actor_t *a = ctx->actor;
-    krt_ext_t *e = krt__ext(a);
-    krt_pending_t *p = calloc(1, sizeof *p);
-    if (!e || !p) {
-        free(p);
-        return KRT_ENOMEM;
-    }
-    uint64_t r = krt__new_ref(ctx);
-    p->timer.ref = r;
-    p->timer.type = KRT_MSG_CALL_TIMEOUT;
-    p->timer.state = KRT_TF_REQ;
-    p->timer.owner = a;
-    p->next = e->pending;
-    e->pending = p;
-    if (timeout_ms > 0)
-        krt__tmr_arm(ctx->sched, a, &p->timer, (uint64_t)timeout_ms);
-    int rc = krt__send_copy(ctx->sys, to, a->addr, type, r, KRT_NK_USER, body, len);
-    if (rc) {
-        s_pending_take(a, r);
-        krt__tmr_cancel(ctx->sys, a, &p->timer);
-        free(p);
-        return rc;
-    }
-    if (ref)
-        *ref = r;
-    return 0;
-}
-
-int krt_reply_to(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, const void *body,
-                 size_t len)
-{
-    if (to == KRT_ADDR_NONE) {
-        if (!(ref & KRT_CALL_REF_BIT))
-            return KRT_ENOACTOR;
-        krt__call_complete(ctx->sys, ref, ctx->actor->addr, type, body, len);
-        return 0;
-    }
-    return krt__send_copy(ctx->sys, to, ctx->actor->addr, type, ref, KRT_NK_REPLY, body, len);
-}
-
-int krt_reply(krt_ctx_t *ctx, const krt_msg_t *msg, uint32_t type, const void *body, size_t len)
-{
-    return krt_reply_to(ctx, msg->from, msg->ref, type, body, len);
+    if (krt__rel_del(ctx->actor, KRT_REL_MON_OUT, 0, ref, &r))
+        krt__send_sys(ctx->sys, r.peer, ctx->actor->addr, KRT_NK_DEMONITOR, ref, 0, NULL, 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1071,7 +1026,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
         return KRT_ESHUTDOWN;
     krt_sched_t *s = ctx ? ctx->sched : krt__self_sched(sys);
     krt_actor_t *a = s_actor_alloc(s, s_actor_size(b));
-    krt_node_t *init = krt__node_new(s, 0);
+    krt_node_t *init = krt__node_new(s, sizeof(krt_free_fn));
     uint32_t idx = 0;
     int rc = KRT_ENOMEM;
     if (!a || !init)
@@ -1095,20 +1050,20 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     init->msg.body = arg;
     if (arg_free) {
         init->flags |= KRT_NF_PTR;
-        init->free_fn = arg_free;
+        memcpy(init->data, &arg_free, sizeof arg_free);
     }
     atomic_store_explicit(&a->pushed, 1, memory_order_relaxed);
     s_mb_push(a, &init->link);
     init = NULL;
     if (ctx && opts && opts->link) {
-        if (s_rel_add(a, KRT_REL_LINK, ctx->actor->addr, 0) ||
-            s_rel_add(ctx->actor, KRT_REL_LINK, a->addr, 0))
+        if (krt__rel_add(a, KRT_REL_LINK, ctx->actor->addr, 0) ||
+            krt__rel_add(ctx->actor, KRT_REL_LINK, a->addr, 0))
             goto fail_slot;
     }
     if (ctx && opts && opts->monitor) {
         uint64_t ref = krt__new_ref(ctx);
-        if (s_rel_add(a, KRT_REL_MON_IN, ctx->actor->addr, ref) ||
-            s_rel_add(ctx->actor, KRT_REL_MON_OUT, a->addr, ref))
+        if (krt__rel_add(a, KRT_REL_MON_IN, ctx->actor->addr, ref) ||
+            krt__rel_add(ctx->actor, KRT_REL_MON_OUT, a->addr, ref))
             goto fail_slot;
         if (opts->monitor_ref)
             *opts->monitor_ref = ref;
@@ -1153,9 +1108,10 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
 
 fail_slot:
     if (ctx && a->addr) {
-        s_rel_del(ctx->actor, KRT_REL_LINK, a->addr, 0, NULL);
+        krt__rel_del(ctx->actor, KRT_REL_LINK, a->addr, 0, NULL);
         if (opts && opts->monitor && a->ext && a->ext->n_rels)
-            s_rel_del(ctx->actor, KRT_REL_MON_OUT, 0, a->ext->rels[a->ext->n_rels - 1].ref, NULL);
+            krt__rel_del(ctx->actor, KRT_REL_MON_OUT, 0, a->ext->rels[a->ext->n_rels - 1].ref,
+                         NULL);
     }
     {
         krt_mlink_t *l; /* the init node: frees arg through arg_free */
@@ -1209,7 +1165,7 @@ static void s_exit_signal(krt_ctx_t *ctx, krt_actor_t *a, krt_node_t *n, bool li
     int reason = (int)n->aux;
     if (a->flags & KRT_AF_TRAP) {
         krt_exit_t e = {n->msg.from, reason};
-        krt_msg_t m = {KRT_MSG_EXIT, sizeof e, KRT_ADDR_NONE, 0, &e};
+        krt_msg_t m = {.type = KRT_MSG_EXIT, .len = sizeof e, .body = &e};
         s_handle(ctx, a, n, &m);
     } else if (!(link && reason == KRT_EXIT_NORMAL)) {
         krt_exit(ctx, reason);
@@ -1222,14 +1178,16 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
     krt_msg_t tm;
     switch (n->kind) {
     case KRT_NK_REPLY:
-        if (n->msg.ref) {
-            krt_pending_t *p = s_pending_take(a, n->msg.ref);
-            if (!p)
-                break; /* late: the request timed out */
-            krt__tmr_cancel(s->sys, a, &p->timer);
-            free(p);
-        }
-        /* fallthrough */
+        if (krt__request_reply(ctx, n))
+            s_handle(ctx, a, n, &n->msg);
+        break;
+    case KRT_NK_REQUEST:
+        ctx->replied = false;
+        s_handle(ctx, a, n, &n->msg);
+        if (!ctx->replied && n->msg.from != KRT_ADDR_NONE &&
+            krt_addr_node(n->msg.from) == s->sys->node_id)
+            krt__rel_add(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref);
+        break;
     case KRT_NK_USER:
         if (n->msg.type == KRT_MSG_STOP) {
             s_handle(ctx, a, n, &n->msg);
@@ -1252,26 +1210,27 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
             s_handle(ctx, a, n, &tm);
         break;
     case KRT_NK_LINK:
-        s_rel_add(a, KRT_REL_LINK, n->msg.from, 0);
+        krt__rel_add(a, KRT_REL_LINK, n->msg.from, 0);
         break;
     case KRT_NK_UNLINK:
-        s_rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL);
+        krt__rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL);
         break;
     case KRT_NK_MONITOR:
-        s_rel_add(a, KRT_REL_MON_IN, n->msg.from, n->msg.ref);
+        krt__rel_add(a, KRT_REL_MON_IN, n->msg.from, n->msg.ref);
         break;
-    case KRT_NK_DEMONITOR:
-        s_rel_del(a, KRT_REL_MON_IN, 0, n->msg.ref, NULL);
+    case KRT_NK_DEMONITOR: /* a monitor, or a request answered by another actor */
+        if (!krt__rel_del(a, KRT_REL_MON_IN, 0, n->msg.ref, NULL))
+            krt__rel_del(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref, NULL);
         break;
     case KRT_NK_EXIT:
         s_exit_signal(ctx, a, n, false);
         break;
     case KRT_NK_LINKEXIT:
-        if (s_rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL))
+        if (krt__rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL))
             s_exit_signal(ctx, a, n, true);
         break;
     case KRT_NK_DOWN:
-        if (s_rel_del(a, KRT_REL_MON_OUT, 0, n->msg.ref, NULL)) {
+        if (krt__rel_del(a, KRT_REL_MON_OUT, 0, n->msg.ref, NULL)) {
             tm = n->msg;
             tm.type = KRT_MSG_DOWN;
             tm.from = KRT_ADDR_NONE;
@@ -1450,13 +1409,16 @@ static void s_drain(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
     while ((l = s_mb_pop(a))) {
         krt_node_t *n = (krt_node_t *)l;
         if (n->kind == KRT_NK_LINK) {
-            s_send_sys(sys, n->msg.from, a->addr, KRT_NK_LINKEXIT, 0, KRT_EXIT_NOPROC, NULL, 0);
+            krt__send_sys(sys, n->msg.from, a->addr, KRT_NK_LINKEXIT, 0, KRT_EXIT_NOPROC, NULL, 0);
         } else if (n->kind == KRT_NK_MONITOR) {
             krt_down_t d = {a->addr, n->msg.ref, KRT_EXIT_NOPROC};
-            s_send_sys(sys, n->msg.from, KRT_ADDR_NONE, KRT_NK_DOWN, n->msg.ref, 0, &d, sizeof d);
-        } else if (n->kind == KRT_NK_USER && n->msg.from == KRT_ADDR_NONE &&
-                   (n->msg.ref & KRT_CALL_REF_BIT)) {
+            krt__send_sys(sys, n->msg.from, KRT_ADDR_NONE, KRT_NK_DOWN, n->msg.ref, 0, &d,
+                          sizeof d);
+        } else if ((n->kind == KRT_NK_USER || n->kind == KRT_NK_REQUEST) &&
+                   n->msg.from == KRT_ADDR_NONE && (n->msg.ref & KRT_CALL_REF_BIT)) {
             krt__call_fail(sys, n->msg.ref, KRT_ENOACTOR);
+        } else if (n->kind == KRT_NK_REQUEST) {
+            krt__request_orphan(sys, a->addr, n->msg.from, n->msg.ref);
         }
         krt__node_free(s, n);
     }
@@ -1467,24 +1429,20 @@ static void s_cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 {
     int reason = a->exit_reason;
     krt__timers_cancel_all(sys, a);
-    if (a->ext) {
-        while (a->ext->pending) {
-            krt_pending_t *p = a->ext->pending;
-            a->ext->pending = p->next;
-            free(p);
-        }
-    }
+    krt__requests_drop(sys, a);
     if (atomic_load(&a->aflags) & KRT_AAF_REGISTERED)
         krt__reg_release(sys, a->addr);
     for (uint32_t i = 0; a->ext && i < a->ext->n_rels; i++) {
         krt_rel_t *r = &a->ext->rels[i];
         if (r->kind == KRT_REL_LINK) {
-            s_send_sys(sys, r->peer, a->addr, KRT_NK_LINKEXIT, 0, (uint32_t)reason, NULL, 0);
+            krt__send_sys(sys, r->peer, a->addr, KRT_NK_LINKEXIT, 0, (uint32_t)reason, NULL, 0);
         } else if (r->kind == KRT_REL_MON_IN) {
             krt_down_t d = {a->addr, r->ref, reason};
-            s_send_sys(sys, r->peer, KRT_ADDR_NONE, KRT_NK_DOWN, r->ref, 0, &d, sizeof d);
+            krt__send_sys(sys, r->peer, KRT_ADDR_NONE, KRT_NK_DOWN, r->ref, 0, &d, sizeof d);
+        } else if (r->kind == KRT_REL_REQ_IN) {
+            krt__request_orphan(sys, a->addr, r->peer, r->ref);
         } else {
-            s_send_sys(sys, r->peer, a->addr, KRT_NK_DEMONITOR, r->ref, 0, NULL, 0);
+            krt__send_sys(sys, r->peer, a->addr, KRT_NK_DEMONITOR, r->ref, 0, NULL, 0);
         }
     }
     pthread_mutex_lock(&sys->tree_lock);

@@ -43,8 +43,9 @@ typedef struct krt_slot {
 /* Message nodes                                                                              */
 
 enum {
-    KRT_NK_USER,      /* an application message */
-    KRT_NK_REPLY,     /* a reply to a krt_request: dropped if the request timed out */
+    KRT_NK_USER,      /* an application message (also a krt_request_ref request) */
+    KRT_NK_REQUEST,   /* a krt_request / krt_call request: answered on the target's stop */
+    KRT_NK_REPLY,     /* a reply to a request: completes it, dropped if it timed out */
     KRT_NK_INIT,      /* first message: runs init; msg.body is the spawn arg */
     KRT_NK_TIMER,     /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
     KRT_NK_LINK,      /* from wants a link */
@@ -64,12 +65,13 @@ typedef struct krt_mlink {
 typedef struct krt_node {
     krt_mlink_t link; /* must stay first */
     krt_msg_t msg;
-    void (*free_fn)(void *);
     uint16_t kind;
     uint16_t flags;
     uint32_t aux;
-    _Alignas(8) unsigned char data[];
+    _Alignas(8) unsigned char data[]; /* body; a KRT_NF_PTR node keeps its free_fn here */
 } krt_node_t;
+
+typedef void (*krt_free_fn)(void *);
 
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
@@ -137,7 +139,9 @@ enum {
 };
 enum { KRT_AAF_SHUTDOWN = 1, KRT_AAF_REGISTERED = 2 };
 enum { KRT_SIG_KILL = 1, KRT_SIG_SHUTDOWN = 2, KRT_SIG_POKE = 4 };
-enum { KRT_REL_LINK = 1, KRT_REL_MON_OUT, KRT_REL_MON_IN };
+/* REQ_IN: a local actor's krt_request that this actor took and has not answered yet; if it
+ * stops, the runtime answers it with KRT_ENOACTOR. */
+enum { KRT_REL_LINK = 1, KRT_REL_MON_OUT, KRT_REL_MON_IN, KRT_REL_REQ_IN };
 
 typedef struct krt_rel {
     krt_addr_t peer;
@@ -145,16 +149,22 @@ typedef struct krt_rel {
     int kind;
 } krt_rel_t;
 
+/* A request this actor made and waits for (krt_request.c). */
 typedef struct krt_pending {
-    struct krt_pending *next;
-    krt_tmr_t timer; /* ref = the request's ref; armed only with a timeout */
+    struct krt_pending *next; /* hash bucket chain */
+    krt_tmr_t timer;          /* ref = the request's ref; armed only with a timeout */
+    krt_reply_fn fn;          /* NULL: the ref form (the reply is delivered as a message) */
+    void *user;
+    krt_addr_t to; /* the target */
 } krt_pending_t;
 
 /* Rarely used per-actor data, allocated on first use. */
 typedef struct krt_ext {
     krt_rel_t *rels;
     uint32_t n_rels, cap_rels;
-    krt_pending_t *pending;
+    krt_pending_t **pend; /* pending requests by ref: 1 << pend_bits buckets */
+    uint32_t n_pend;
+    uint32_t pend_bits;
     krt_tmr_t *timers; /* timers not idle */
 } krt_ext_t;
 
@@ -195,6 +205,7 @@ struct krt_ctx {
     krt_sched_t *sched;
     krt_actor_t *actor;
     krt_node_t *node; /* message being handled, NULL in init/terminate */
+    bool replied;     /* the request being handled was answered in this turn */
 };
 
 struct krt_sched {
@@ -277,6 +288,14 @@ void krt__node_free(krt_sched_t *s, krt_node_t *n);
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
                    uint16_t kind, const void *body, size_t len);
+/* A message with its whole envelope (kind from the node kind; status for replies). */
+int krt__send_env(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                  uint16_t kind, int32_t status, const void *body, size_t len);
+/* A runtime message (LINK, DOWN...) with aux; failures are dropped. */
+void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
+                   uint32_t aux, const void *body, size_t len);
+/* Sends a node to a remote address through the transport; consumes n. */
+int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 /* Pushes to an actor known to be alive (timer fire under the wheel lock). */
 void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n);
 /* Pins the actor at addr (NULL if gone); release with krt__release. */
@@ -297,7 +316,20 @@ void krt__timers_cancel_all(krt_system_t *sys, krt_actor_t *a);
 bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out);
 void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms);
 bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t);
-void krt__pending_expired(krt_actor_t *a, krt_tmr_t *t);
+/* Requests (krt_request.c). */
+/* A pending request's timer fired: completes it; true (and *out filled) for the ref form,
+ * whose KRT_MSG_CALL_TIMEOUT is delivered as a message. */
+bool krt__request_expired(krt_ctx_t *ctx, krt_tmr_t *t, krt_msg_t *out);
+/* A KRT_NK_REPLY for the running actor: completes its request; true if it must be handled as
+ * an ordinary message (ref form, or a reply that matches no request: ref 0). */
+bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);
+/* The actor stops: frees its pending requests (no callback) and tells local targets. */
+void krt__requests_drop(krt_system_t *sys, krt_actor_t *a);
+/* Answers a request the stopping actor held (drain or REQ_IN) with KRT_ENOACTOR. */
+void krt__request_orphan(krt_system_t *sys, krt_addr_t self, krt_addr_t from, uint64_t ref);
+/* Relations (krt_core.c). */
+int krt__rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref);
+bool krt__rel_del(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref, krt_rel_t *out);
 bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap);
 int krt_reg_insert(krt_system_t *sys, const char *name, krt_addr_t who, krt_actor_t *a);
 void krt__wheel_free_heap(krt_wheel_t *w);
@@ -309,7 +341,7 @@ void krt__io_stop(krt_io_t *io);
 void krt__io_destroy(krt_io_t **io_p);
 /* Completes a krt_call / krt_call_async with a reply; false if it is gone (timed out). */
 bool krt__call_complete(krt_system_t *sys, uint64_t ref, krt_addr_t from, uint32_t type,
-                        const void *body, size_t len);
+                        int32_t status, const void *body, size_t len);
 /* Fails a call whose request was dropped (target gone). */
 void krt__call_fail(krt_system_t *sys, uint64_t ref, int err);
 

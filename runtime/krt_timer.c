@@ -232,11 +232,11 @@ bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out)
         return false; /* cancelled or re-armed after it fired */
     t->state &= (uint8_t)~KRT_TS_MASK;
     s_list_del(ctx->actor, t);
+    if (t->state & KRT_TF_REQ)
+        return krt__request_expired(ctx, t, out); /* frees t */
     memset(out, 0, sizeof *out);
     out->type = t->type;
     out->ref = t->ref;
-    if (t->state & KRT_TF_REQ)
-        krt__pending_expired(ctx->actor, t); /* frees t */
     return true;
 }
 

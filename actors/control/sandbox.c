@@ -276,8 +276,8 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
     self->store_step = step;
     if (step == SS_RESULT)
         self->result = u;
-    return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u, STORE_TIMEOUT_MS,
-                       &self->store_ref);
+    return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &u, sizeof u,
+                           STORE_TIMEOUT_MS, &self->store_ref);
 }
 
 /* A result (READY, SUSPENDED, FAILED, ...) describes work already done (compute started or
@@ -288,8 +288,8 @@ static int s_store_update(krt_ctx_t *ctx, s_sbx_t *self, s_store_step_t step, in
 static void s_retry_result(krt_ctx_t *ctx, s_sbx_t *self)
 {
     self->store_step = SS_RESULT;
-    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &self->result, sizeof self->result,
-                    STORE_TIMEOUT_MS, &self->store_ref))
+    if (krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, &self->result,
+                        sizeof self->result, STORE_TIMEOUT_MS, &self->store_ref))
         krt_timer_arm(ctx, &self->result_retry, RETRY_RESULT_MS, MSG_RETRY_RESULT, 0);
 }
 
@@ -299,8 +299,8 @@ static int s_store_tombstone(krt_ctx_t *ctx, s_sbx_t *self)
     memset(&k, 0, sizeof k);
     s_copy(k.id, sizeof k.id, self->a.record.id);
     self->store_step = SS_TOMBSTONE;
-    return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k, STORE_TIMEOUT_MS,
-                       &self->store_ref);
+    return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k,
+                           STORE_TIMEOUT_MS, &self->store_ref);
 }
 
 /* ---- the running mutation ------------------------------------------------------------------- */
@@ -965,8 +965,8 @@ static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr
         ka_tpl_runtime_req_t rr;
         memset(&rr, 0, sizeof rr);
         s_copy(rr.revision, sizeof rr.revision, r->revision);
-        if (krt_request(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr, STORE_TIMEOUT_MS,
-                        &self->runtime_ref))
+        if (krt_request_ref(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr,
+                            STORE_TIMEOUT_MS, &self->runtime_ref))
             s_finish(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
         return;
     }

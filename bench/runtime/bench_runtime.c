@@ -188,7 +188,7 @@ static void driver_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         krt_addr_t c = *(const krt_addr_t *)msg->body;
         for (int i = 0; i < 1000000; i++)
             krt_send(ctx, c, T_INC, NULL, 0);
-        krt_request(ctx, c, T_GET, NULL, 0, 0, NULL);
+        krt_request_ref(ctx, c, T_GET, NULL, 0, 0, NULL);
     } else if (msg->type == T_GET) {
         s_post(*(const int64_t *)msg->body);
     }
