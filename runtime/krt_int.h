@@ -15,6 +15,7 @@
 #include "krt.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 /* ---------------------------------------------------------------------------------------- */
@@ -281,9 +282,120 @@ struct krt_system {
 /* Thread-local: the scheduler this thread runs, or NULL. */
 krt_sched_t *krt__self_sched(krt_system_t *sys);
 
-/* Core internals used by the other runtime files. */
+/* ---------------------------------------------------------------------------------------- */
+/* Internals shared by the runtime's files                                                    */
+
+static inline void krt__relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Mailbox: Vyukov's intrusive MPSC queue                                                     */
+
+static inline void krt__mb_init(krt_actor_t *a)
+{
+    atomic_store_explicit(&a->mb_stub.next, NULL, memory_order_relaxed);
+    atomic_store_explicit(&a->mb_head, &a->mb_stub, memory_order_relaxed);
+    a->mb_tail = &a->mb_stub;
+}
+
+static inline void krt__mb_push(krt_actor_t *a, krt_mlink_t *n)
+{
+    atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, n, memory_order_seq_cst);
+    atomic_store_explicit(&prev->next, n, memory_order_release);
+}
+
+/* NULL when empty, or when a producer is between its two steps (the caller retries later). */
+static inline krt_mlink_t *krt__mb_pop(krt_actor_t *a)
+{
+    krt_mlink_t *tail = a->mb_tail;
+    krt_mlink_t *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (tail == &a->mb_stub) {
+        if (!next)
+            return NULL;
+        a->mb_tail = next;
+        tail = next;
+        next = atomic_load_explicit(&next->next, memory_order_acquire);
+    }
+    if (next) {
+        a->mb_tail = next;
+        return tail;
+    }
+    if (tail != atomic_load_explicit(&a->mb_head, memory_order_acquire))
+        return NULL;
+    krt__mb_push(a, &a->mb_stub);
+    next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (next) {
+        a->mb_tail = next;
+        return tail;
+    }
+    return NULL;
+}
+
+/* Consumer-side part of "has messages": true if the consumer end holds something. */
+static inline bool krt__mb_tail_busy(krt_actor_t *a)
+{
+    return a->mb_tail != &a->mb_stub ||
+           atomic_load_explicit(&a->mb_stub.next, memory_order_acquire) != NULL;
+}
+
+/* Producer-side part: valid only after s_mb_tail_busy was false. */
+static inline bool krt__mb_head_busy(krt_actor_t *a)
+{
+    return atomic_load_explicit(&a->mb_head, memory_order_seq_cst) != &a->mb_stub;
+}
+
+/* Message nodes (krt_node.c). */
 krt_node_t *krt__node_new(krt_sched_t *s, size_t len);
 void krt__node_free(krt_sched_t *s, krt_node_t *n);
+/* Frees every node the system and its schedulers keep (system destroy). */
+void krt__nodes_fini(krt_system_t *sys);
+
+/* Slots (krt_slot.c). */
+krt_slot_t *krt__slot(krt_system_t *sys, uint32_t idx);
+int krt__slot_alloc(krt_system_t *sys, krt_sched_t *s, uint32_t *out);
+void krt__slot_free(krt_system_t *sys, krt_sched_t *s, uint32_t idx);
+/* Marks the actor dead and waits until no sender holds it. */
+void krt__slot_kill(krt_system_t *sys, krt_actor_t *a);
+
+/* Schedulers (krt_sched.c). */
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
+ * must start after those spawned before it. */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo);
+/* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
+void krt__share_work(krt_system_t *sys, krt_sched_t *me);
+/* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */
+void krt__signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits);
+void krt__futex_wake(_Atomic uint32_t *w);
+/* A scheduler thread's body (arg: its krt_sched_t). */
+void *krt__sched_main(void *arg);
+
+/* Pushes to an actor known to be alive (pinned, or a timer fire under the wheel lock). */
+static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+{
+    /* approximate under concurrent producers (introspection only): no locked instruction */
+    atomic_store_explicit(&a->pushed, atomic_load_explicit(&a->pushed, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    krt__mb_push(a, &n->link);
+    if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
+        krt__schedule(sys, a, false);
+}
+
+/* Actors (krt_actor.c). */
+/* Everything after terminate: the actor is already marked dead in its slot. s NULL off the
+ * schedulers. */
+void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
+
+/* Sending (krt_send.c). */
+/* A runtime message to the running actor itself. */
+void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
+                    const void *body, size_t len);
 /* Pushes n to the actor at `to` (local or remote); consumes n in every case. */
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
@@ -296,8 +408,6 @@ void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t k
                    uint32_t aux, const void *body, size_t len);
 /* Sends a node to a remote address through the transport; consumes n. */
 int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
-/* Pushes to an actor known to be alive (timer fire under the wheel lock). */
-void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n);
 /* Pins the actor at addr (NULL if gone); release with krt__release. */
 krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr);
 void krt__release(krt_system_t *sys, krt_addr_t addr);
@@ -327,7 +437,7 @@ bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);
 void krt__requests_drop(krt_system_t *sys, krt_actor_t *a);
 /* Answers a request the stopping actor held (drain or REQ_IN) with KRT_ENOACTOR. */
 void krt__request_orphan(krt_system_t *sys, krt_addr_t self, krt_addr_t from, uint64_t ref);
-/* Relations (krt_core.c). */
+/* Relations (krt_link.c). */
 int krt__rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref);
 bool krt__rel_del(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref, krt_rel_t *out);
 bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap);
