@@ -18,7 +18,6 @@ static void s_tree_insert(krt_actor_t *parent, krt_actor_t *a)
     if (parent->first_child)
         parent->first_child->prev_sib = a;
     parent->first_child = a;
-    parent->n_children++;
 }
 
 static void s_tree_remove(krt_actor_t *a)
@@ -30,7 +29,6 @@ static void s_tree_remove(krt_actor_t *a)
         p->first_child = a->next_sib;
     if (a->next_sib)
         a->next_sib->prev_sib = a->prev_sib;
-    p->n_children--;
     a->parent = a->next_sib = a->prev_sib = NULL;
 }
 
@@ -96,8 +94,8 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     a->addr = ((uint64_t)sys->node_id << 48) | (gen << KRT_SLOT_BITS) | idx;
     a->b = b;
     a->spawner = ctx ? ctx->actor->addr : KRT_ADDR_NONE;
-    a->flags = flags;
-    a->restarts = restarts;
+    a->flags = (uint16_t)flags;
+    a->restarts = restarts > UINT16_MAX ? UINT16_MAX : (uint16_t)restarts;
     krt__mb_init(a);
     atomic_store_explicit(&a->sched, 1, memory_order_relaxed);
     init->kind = KRT_NK_INIT;

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------- */
 /* Addresses and slots                                                                        */
@@ -178,21 +179,23 @@ struct krt_actor {
     _Atomic uint32_t sig;    /* KRT_SIG_* out-of-band signals */
     _Atomic int sig_reason;  /* reason for KRT_SIG_KILL */
     _Atomic uint32_t aflags; /* KRT_AAF_* */
-    _Atomic uint32_t popped; /* messages popped (owner writes) */
-    uint32_t flags;          /* KRT_AF_*, owner only */
+    _Atomic uint32_t popped; /* messages popped = handled (owner writes; wraps at 2^32) */
+    uint16_t flags;          /* KRT_AF_*, owner only */
+    uint16_t restarts;       /* by its supervisor (introspection; saturates) */
     int exit_reason;
     krt_actor_t *run_next; /* run queue link */
     krt_addr_t addr;
     krt_addr_t spawner; /* krt_parent: who spawned it (NONE from outside) */
     const krt_behaviour_t *b;
     krt_actor_t *parent, *first_child, *next_sib, *prev_sib; /* tree_lock */
-    uint32_t n_children;                                     /* tree_lock */
-    uint32_t restarts;
     krt_ext_t *ext;
     char *name;
-    _Atomic uint64_t handled;
     _Alignas(16) unsigned char state[];
 };
+
+/* The header stays at 144 bytes: with 16 bytes of state an idle actor is one 176-byte malloc
+ * chunk plus its 16-byte slot (bench idle_actor_bytes). */
+_Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost more");
 
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
@@ -351,14 +354,72 @@ static inline bool krt__mb_head_busy(krt_actor_t *a)
     return atomic_load_explicit(&a->mb_head, memory_order_seq_cst) != &a->mb_stub;
 }
 
-/* Message nodes (krt_node.c). */
-krt_node_t *krt__node_new(krt_sched_t *s, size_t len);
-void krt__node_free(krt_sched_t *s, krt_node_t *n);
+/* Message nodes (krt_node.c). The common cases (a small node from this scheduler's free list,
+ * back onto it) are inline; the rest goes to the _slow functions. */
+krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len);
+void krt__node_free_slow(krt_sched_t *s, krt_node_t *n);
+
+/* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
+static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
+{
+    if (len > KRT_INLINE_CAP || !s || !s->pool)
+        return krt__node_new_slow(s, len);
+    krt_node_t *n = (krt_node_t *)s->pool;
+    s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
+    s->pool_n--;
+    memset(&n->msg, 0, sizeof n->msg);
+    n->kind = KRT_NK_USER;
+    n->flags &= KRT_NF_SLAB;
+    n->aux = 0;
+    return n;
+}
+
+/* Frees n (running a pointer body's free_fn unless it was taken). */
+static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
+{
+    if (!s || n->flags != KRT_NF_SLAB || s->pool_n + 1 >= 2 * KRT_POOL_BATCH) {
+        krt__node_free_slow(s, n);
+        return;
+    }
+    atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
+    s->pool = &n->link;
+    s->pool_n++;
+}
 /* Frees every node the system and its schedulers keep (system destroy). */
 void krt__nodes_fini(krt_system_t *sys);
 
-/* Slots (krt_slot.c). */
-krt_slot_t *krt__slot(krt_system_t *sys, uint32_t idx);
+/* Slots (krt_slot.c; lookups and pins inline). */
+static inline krt_slot_t *krt__slot(krt_system_t *sys, uint32_t idx)
+{
+    krt_slot_t *c = atomic_load_explicit(&sys->chunks[idx >> KRT_CHUNK_BITS], memory_order_acquire);
+    return c ? &c[idx & (KRT_CHUNK_SIZE - 1)] : NULL;
+}
+
+/* Pins the actor at addr (NULL if gone); release with krt__release. */
+static inline krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr)
+{
+    uint64_t local = addr & KRT_LOCAL_MASK;
+    uint32_t idx = (uint32_t)(local & KRT_SLOT_MASK);
+    uint64_t gen = local >> KRT_SLOT_BITS;
+    if (!idx || !gen || krt_addr_node(addr) != sys->node_id)
+        return NULL;
+    krt_slot_t *slot = krt__slot(sys, idx);
+    if (!slot)
+        return NULL;
+    uint64_t w = atomic_load_explicit(&slot->word, memory_order_relaxed);
+    do {
+        if ((w >> 32) != gen || !(w & KRT_SLOT_ALIVE))
+            return NULL;
+    } while (!atomic_compare_exchange_weak_explicit(&slot->word, &w, w + 1, memory_order_acquire,
+                                                    memory_order_relaxed));
+    return atomic_load_explicit(&slot->actor, memory_order_relaxed);
+}
+
+static inline void krt__release(krt_system_t *sys, krt_addr_t addr)
+{
+    krt_slot_t *slot = krt__slot(sys, (uint32_t)(addr & KRT_SLOT_MASK));
+    atomic_fetch_sub_explicit(&slot->word, 1, memory_order_release);
+}
 int krt__slot_alloc(krt_system_t *sys, krt_sched_t *s, uint32_t *out);
 void krt__slot_free(krt_system_t *sys, krt_sched_t *s, uint32_t idx);
 /* Marks the actor dead and waits until no sender holds it. */
@@ -408,9 +469,6 @@ void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t k
                    uint32_t aux, const void *body, size_t len);
 /* Sends a node to a remote address through the transport; consumes n. */
 int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
-/* Pins the actor at addr (NULL if gone); release with krt__release. */
-krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr);
-void krt__release(krt_system_t *sys, krt_addr_t addr);
 krt_ext_t *krt__ext(krt_actor_t *a);
 uint64_t krt__new_ref(krt_ctx_t *ctx);
 /* arg_free (optional) releases arg after init ran, or if the actor never ran it. */

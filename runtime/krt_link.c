@@ -102,7 +102,7 @@ void krt_trap_exit(krt_ctx_t *ctx, bool on)
     if (on)
         ctx->actor->flags |= KRT_AF_TRAP;
     else
-        ctx->actor->flags &= ~(uint32_t)KRT_AF_TRAP;
+        ctx->actor->flags &= (uint16_t)~KRT_AF_TRAP;
 }
 
 static int s_kill(krt_system_t *sys, krt_addr_t from, krt_addr_t who, int reason)

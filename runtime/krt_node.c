@@ -109,7 +109,7 @@ static void s_pool_spill(krt_sched_t *s)
     pthread_mutex_unlock(&sys->pool_lock);
 }
 
-krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
+krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len)
 {
     krt_node_t *n;
     uint16_t flags = 0;
@@ -137,7 +137,7 @@ krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
     return n;
 }
 
-void krt__node_free(krt_sched_t *s, krt_node_t *n)
+void krt__node_free_slow(krt_sched_t *s, krt_node_t *n)
 {
     if ((n->flags & KRT_NF_PTR) && !(n->flags & KRT_NF_TAKEN)) {
         krt_free_fn free_fn;
@@ -154,6 +154,10 @@ void krt__node_free(krt_sched_t *s, krt_node_t *n)
         if (!(n->flags & KRT_NF_SLAB))
             free(n);
         return; /* a slab node freed off-scheduler stays unused until its slab goes */
+    }
+    if (!(n->flags & KRT_NF_SLAB) && s->pool_n >= KRT_POOL_BATCH) {
+        free(n); /* made off the schedulers: keep it only while the free list is short */
+        return;
     }
     atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
     s->pool = &n->link;

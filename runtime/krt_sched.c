@@ -294,7 +294,7 @@ static void s_signals(krt_sched_t *s, krt_actor_t *a)
     if (!(atomic_load(&a->aflags) & KRT_AAF_SHUTDOWN))
         return;
     pthread_mutex_lock(&sys->tree_lock);
-    if (!a->n_children) {
+    if (!a->first_child) {
         krt_exit(&s->ctx, KRT_EXIT_SHUTDOWN);
     } else if (a->flags & KRT_AF_SUPERVISOR) {
         krt__signal(sys, a->first_child, KRT_SIG_SHUTDOWN); /* newest first, one at a time */
@@ -342,9 +342,6 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
             break;
     }
     if (n) {
-        atomic_store_explicit(&a->handled,
-                              atomic_load_explicit(&a->handled, memory_order_relaxed) + n,
-                              memory_order_relaxed);
         atomic_store_explicit(&s->handled,
                               atomic_load_explicit(&s->handled, memory_order_relaxed) + n,
                               memory_order_relaxed);

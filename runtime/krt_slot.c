@@ -10,12 +10,6 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Slots                                                                                      */
 
-krt_slot_t *krt__slot(krt_system_t *sys, uint32_t idx)
-{
-    krt_slot_t *c = atomic_load_explicit(&sys->chunks[idx >> KRT_CHUNK_BITS], memory_order_acquire);
-    return c ? &c[idx & (KRT_CHUNK_SIZE - 1)] : NULL;
-}
-
 static krt_slot_t *s_slot_make(krt_system_t *sys, uint32_t idx)
 {
     krt_slot_t *slot = krt__slot(sys, idx);
@@ -88,31 +82,6 @@ void krt__slot_free(krt_system_t *sys, krt_sched_t *s, uint32_t idx)
         s_push_idx(&sys->gfree, &sys->n_gfree, &sys->cap_gfree, idx);
         pthread_mutex_unlock(&sys->slot_lock);
     }
-}
-
-krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr)
-{
-    uint64_t local = addr & KRT_LOCAL_MASK;
-    uint32_t idx = (uint32_t)(local & KRT_SLOT_MASK);
-    uint64_t gen = local >> KRT_SLOT_BITS;
-    if (!idx || !gen || krt_addr_node(addr) != sys->node_id)
-        return NULL;
-    krt_slot_t *slot = krt__slot(sys, idx);
-    if (!slot)
-        return NULL;
-    uint64_t w = atomic_load_explicit(&slot->word, memory_order_relaxed);
-    do {
-        if ((w >> 32) != gen || !(w & KRT_SLOT_ALIVE))
-            return NULL;
-    } while (!atomic_compare_exchange_weak_explicit(&slot->word, &w, w + 1, memory_order_acquire,
-                                                    memory_order_relaxed));
-    return atomic_load_explicit(&slot->actor, memory_order_relaxed);
-}
-
-void krt__release(krt_system_t *sys, krt_addr_t addr)
-{
-    krt_slot_t *slot = krt__slot(sys, (uint32_t)(addr & KRT_SLOT_MASK));
-    atomic_fetch_sub_explicit(&slot->word, 1, memory_order_release);
 }
 
 /* Marks the actor dead and waits until no sender holds it. */
