@@ -182,15 +182,19 @@ static void counter_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 static const krt_behaviour_t counter_b = {
     .kind = "counter", .state_size = sizeof(counter_t), .handle = counter_handle};
 
+static void driver_got(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    s_post(err ? -1 : *(const int64_t *)reply->body);
+}
+
 static void driver_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     if (msg->type == T_GO) {
         krt_addr_t c = *(const krt_addr_t *)msg->body;
         for (int i = 0; i < 1000000; i++)
             krt_send(ctx, c, T_INC, NULL, 0);
-        krt_request_ref(ctx, c, T_GET, NULL, 0, 0, NULL);
-    } else if (msg->type == T_GET) {
-        s_post(*(const int64_t *)msg->body);
+        if (krt_request(ctx, c, T_GET, NULL, 0, 0, driver_got, NULL))
+            s_post(-1);
     }
 }
 static const krt_behaviour_t driver_b = {.kind = "driver", .handle = driver_handle};
