@@ -221,13 +221,14 @@ void *krt_msg_take(krt_ctx_t *ctx, const krt_msg_t *msg);
  * Requests with callbacks. fn runs exactly once, inside the caller's own turn (ctx and state
  * are the caller's: it may touch its state, send, spawn, request again), with
  *   err 0 and the reply (reply->status 0);
- *   err = the status of an error reply (krt_reply_error) and that reply (type KRT_MSG_ERROR,
- *         body its NUL-terminated message);
- *   err KRT_ENOACTOR when the target does not exist or stops before answering (a local target
- *         is watched; a remote one answers for a request still unhandled when it stops), reply
- *         NULL or the runtime's error reply;
- *   err KRT_ETIMEDOUT (timeout_ms > 0 passed without a reply; a later reply is dropped), or
- *         KRT_EREMOTE / KRT_EMSGSIZE when `to` is on a node no transport reaches, reply NULL.
+ *   err < 0 and an error reply (type KRT_MSG_ERROR, reply->status == err, body its
+ *         NUL-terminated message): the target's krt_reply_error, or the runtime's own:
+ *         KRT_ENOACTOR when the target does not exist or stops before answering (a local
+ *         target is watched; a remote one is answered for by its node if it is gone or still
+ *         has the request queued), KRT_EREMOTE / KRT_EMSGSIZE when `to` is on a node no
+ *         transport reaches or the body cannot go there;
+ *   err KRT_ETIMEDOUT and reply NULL: timeout_ms > 0 passed without a reply (a later reply is
+ *         dropped). timeout_ms <= 0: no timeout.
  * The same holds whether `to` is on this node or another (the envelope carries kind, ref and
  * status over the mesh). The runtime keeps the pending request (the caller keeps no list).
  * If the caller stops first, its pending requests are freed and fn is NOT called: memory that
@@ -241,7 +242,8 @@ int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, 
 /* Deprecated ref form, kept until its last users are converted: like krt_send, and *ref
  * receives the correlation id. The reply arrives as an ordinary message with the same ref; if
  * none arrives within timeout_ms (> 0), a KRT_MSG_CALL_TIMEOUT with that ref arrives instead
- * (and a late reply is dropped). KRT_ENOACTOR at once if a local target is gone. */
+ * (and a late reply is dropped); an error reply arrives as a KRT_MSG_ERROR message. KRT_ENOACTOR
+ * at once if a local target is gone. */
 int krt_request_ref(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
                     int timeout_ms, uint64_t *ref);
 /* Replies to msg (a request, or a krt_call) with a copy of body (status 0). */
