@@ -10,8 +10,9 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Message nodes: per-scheduler free lists, batches exchanged through the system.
  * Scheduler threads carve small nodes from slabs (KRT_NF_SLAB: never freed one by one; the
- * slabs go with the system). Other threads malloc them; those are freed once the system keeps
- * more than KRT_POOL_MAX_BATCHES spare batches. */
+ * slabs go with the system). Other threads malloc them; a scheduler frees such a node when its
+ * own free list already holds a batch, and the system frees those in batches past
+ * KRT_POOL_MAX_BATCHES spares. */
 
 typedef struct krt_slab {
     struct krt_slab *next;
