@@ -45,18 +45,20 @@ typedef struct krt_slot {
 /* Message nodes                                                                              */
 
 enum {
-    KRT_NK_USER,      /* an application message (also a krt_request_ref request) */
-    KRT_NK_REQUEST,   /* a krt_request / krt_call request: answered on the target's stop */
-    KRT_NK_REPLY,     /* a reply to a request: completes it, dropped if it timed out */
-    KRT_NK_INIT,      /* first message: runs init; msg.body is the spawn arg */
-    KRT_NK_TIMER,     /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
-    KRT_NK_LINK,      /* from wants a link */
-    KRT_NK_UNLINK,    /* from drops its link */
-    KRT_NK_MONITOR,   /* from monitors us with msg.ref */
-    KRT_NK_DEMONITOR, /* from drops monitor msg.ref */
-    KRT_NK_EXIT,      /* krt_kill from `from`, reason aux */
-    KRT_NK_LINKEXIT,  /* linked actor `from` stopped with reason aux */
-    KRT_NK_DOWN       /* a monitored actor stopped; body krt_down_t */
+    KRT_NK_USER,        /* an application message (also a krt_request_ref request) */
+    KRT_NK_REQUEST,     /* a krt_request / krt_call request: answered on the target's stop */
+    KRT_NK_REPLY,       /* a reply to a request: completes it, dropped if it timed out */
+    KRT_NK_INIT,        /* first message: runs init; msg.body is the spawn arg */
+    KRT_NK_TIMER,       /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
+    KRT_NK_REQ_TIMEOUT, /* a pending request's timer fired; msg.ref is the request's (by ref,
+                           not pointer: a reply handled first frees the entry) */
+    KRT_NK_LINK,        /* from wants a link */
+    KRT_NK_UNLINK,      /* from drops its link */
+    KRT_NK_MONITOR,     /* from monitors us with msg.ref */
+    KRT_NK_DEMONITOR,   /* from drops monitor msg.ref */
+    KRT_NK_EXIT,        /* krt_kill from `from`, reason aux */
+    KRT_NK_LINKEXIT,    /* linked actor `from` stopped with reason aux */
+    KRT_NK_DOWN         /* a monitored actor stopped; body krt_down_t */
 };
 enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8 };
 
@@ -485,9 +487,9 @@ bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out);
 void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms);
 bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t);
 /* Requests (krt_request.c). */
-/* A pending request's timer fired: completes it; true (and *out filled) for the ref form,
- * whose KRT_MSG_CALL_TIMEOUT is delivered as a message. */
-bool krt__request_expired(krt_ctx_t *ctx, krt_tmr_t *t, krt_msg_t *out);
+/* A KRT_NK_REQ_TIMEOUT for ref: completes the request if it is still pending; true (and *out
+ * filled) for the ref form, whose KRT_MSG_CALL_TIMEOUT is delivered as a message. */
+bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out);
 /* A KRT_NK_REPLY for the running actor: completes its request; true if it must be handled as
  * an ordinary message (ref form, or a reply that matches no request: ref 0). */
 bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);

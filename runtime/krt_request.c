@@ -115,12 +115,13 @@ bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n)
     return false;
 }
 
-bool krt__request_expired(krt_ctx_t *ctx, krt_tmr_t *t, krt_msg_t *out)
+bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out)
 {
     krt_actor_t *a = ctx->actor;
-    krt_pending_t *p = s_take(a, t->ref);
+    krt_pending_t *p = s_take(a, ref);
     if (!p)
-        return false;
+        return false; /* answered after its timer fired, before this message was handled */
+    krt__tmr_cancel(ctx->sys, a, &p->timer); /* FIRED -> idle, off the actor's timer list */
     s_forget(ctx->sys, a, p);
     krt_reply_fn fn = p->fn;
     void *user = p->user;

@@ -242,6 +242,10 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
             a->flags |= KRT_AF_INITED;
         break;
     }
+    case KRT_NK_REQ_TIMEOUT:
+        if (krt__request_expired(ctx, n->msg.ref, &tm))
+            s_handle(ctx, a, n, &tm);
+        break;
     case KRT_NK_TIMER:
         if (krt__timer_deliver(ctx, n, &tm))
             s_handle(ctx, a, n, &tm);

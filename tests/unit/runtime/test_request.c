@@ -100,6 +100,7 @@ typedef struct {
     int base;        /* first tag */
     bool exit_after; /* stop in the same turn */
     bool kill_first; /* send T_EXIT to `to` just before the requests */
+    int busy_ms;     /* then stay in the turn this long (replies and timeouts pile up) */
 } cmd_t;
 
 typedef struct {
@@ -143,6 +144,8 @@ static void client_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             if (rc)
                 rt_ev(EV_DONE, 1000 + rc, v, 0);
         }
+        for (int64_t until = krt_mono_ms() + cmd->busy_ms; krt_mono_ms() < until;)
+            ;
         if (cmd->exit_after)
             krt_exit(ctx, KRT_EXIT_NORMAL);
     } else if (msg->type == T_COUNT) {
@@ -399,6 +402,34 @@ static void test_many_concurrent(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* Timeouts that fire while their replies wait in the mailbox: each request completes once. */
+static void test_timeout_racing_reply(void **unused)
+{
+    (void)unused;
+    enum { N = 300, ROUNDS = 20 };
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t srv = s_spawn(sys, &srv_b, NULL), client = s_spawn(sys, &client_b, NULL);
+    static int seen[N * ROUNDS];
+    memset(seen, 0, sizeof seen);
+    for (int r = 0; r < ROUNDS; r++)
+        s_cmd(sys, client,
+              (cmd_t){
+                  .to = srv, .type = T_ECHO, .timeout_ms = 1, .n = N, .base = r * N, .busy_ms = 3});
+    for (int i = 0; i < N * ROUNDS; i++) {
+        rt_ev_t ev = {0};
+        assert_true(rt_wait(EV_DONE, 10000, &ev));
+        assert_true(ev.a == 0 || ev.a == KRT_ETIMEDOUT);
+        assert_true(ev.b >= 0 && ev.b < N * ROUNDS);
+        seen[ev.b]++;
+    }
+    for (int i = 0; i < N * ROUNDS; i++)
+        assert_int_equal(seen[i], 1);
+    rt_sleep_ms(20);
+    assert_int_equal(rt_count(EV_DONE), 0);
+    assert_int_equal(s_count(sys, client), N * ROUNDS);
+    krt_system_destroy(&sys);
+}
+
 static void test_request_to_self(void **unused)
 {
     (void)unused;
@@ -457,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_caller_stops_first),
         cmocka_unit_test(test_relay_answers),
         cmocka_unit_test(test_many_concurrent),
+        cmocka_unit_test(test_timeout_racing_reply),
         cmocka_unit_test(test_request_to_self),
         cmocka_unit_test(test_bad_arguments),
     };
