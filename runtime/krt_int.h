@@ -236,6 +236,8 @@ struct krt_sched {
     uint32_t fresh_next, fresh_end;
     void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
     uint32_t acache_n[KRT_ACACHE_CLASSES];
+    struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
+    uint32_t n_pend_free;
     uint32_t turn_sends; /* sends during the current turn (wake policy) */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
@@ -495,6 +497,8 @@ bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out);
 bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);
 /* The actor stops: frees its pending requests (no callback) and tells local targets. */
 void krt__requests_drop(krt_system_t *sys, krt_actor_t *a);
+/* Frees the scheduler's spare pending entries (system destroy). */
+void krt__requests_fini(krt_sched_t *s);
 /* Answers a request the stopping actor held (drain or REQ_IN) with KRT_ENOACTOR. */
 void krt__request_orphan(krt_system_t *sys, krt_addr_t self, krt_addr_t from, uint64_t ref);
 /* Relations (krt_link.c). */

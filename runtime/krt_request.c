@@ -18,6 +18,42 @@
 #include <string.h>
 
 #define KRT_PEND_MIN_BITS 3
+#define KRT_PEND_SPARE    256 /* spare entries kept per scheduler */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Entries: from the scheduler's spares, else calloc                                          */
+
+static krt_pending_t *s_entry_new(krt_sched_t *s)
+{
+    krt_pending_t *p = s ? s->pend_free : NULL;
+    if (!p)
+        return calloc(1, sizeof *p);
+    s->pend_free = p->next;
+    s->n_pend_free--;
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+static void s_entry_free(krt_sched_t *s, krt_pending_t *p)
+{
+    if (!s || s->n_pend_free >= KRT_PEND_SPARE) {
+        free(p);
+        return;
+    }
+    p->next = s->pend_free;
+    s->pend_free = p;
+    s->n_pend_free++;
+}
+
+void krt__requests_fini(krt_sched_t *s)
+{
+    while (s->pend_free) {
+        krt_pending_t *p = s->pend_free;
+        s->pend_free = p->next;
+        free(p);
+    }
+    s->n_pend_free = 0;
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* The pending table                                                                          */
@@ -106,7 +142,7 @@ bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n)
         s_forget(ctx->sys, a, p); /* answered by someone else: the target may still hold it */
     krt_reply_fn fn = p->fn;
     void *user = p->user;
-    free(p);
+    s_entry_free(ctx->sched, p);
     if (!fn)
         return true;
     ctx->node = n;
@@ -128,7 +164,7 @@ bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out)
     memset(out, 0, sizeof *out);
     out->type = KRT_MSG_CALL_TIMEOUT;
     out->ref = p->timer.ref;
-    free(p);
+    s_entry_free(ctx->sched, p);
     if (!fn)
         return true;
     fn(ctx, a->state, user, KRT_ETIMEDOUT, NULL);
@@ -145,7 +181,7 @@ void krt__requests_drop(krt_system_t *sys, krt_actor_t *a)
             krt_pending_t *p = e->pend[i];
             e->pend[i] = p->next;
             s_forget(sys, a, p);
-            free(p);
+            s_entry_free(krt__self_sched(sys), p);
         }
     }
     free(e->pend);
@@ -169,7 +205,7 @@ static krt_pending_t *s_pending_new(krt_ctx_t *ctx, krt_addr_t to, int timeout_m
 {
     krt_actor_t *a = ctx->actor;
     krt_ext_t *e = krt__ext(a);
-    krt_pending_t *p = e ? calloc(1, sizeof *p) : NULL;
+    krt_pending_t *p = e ? s_entry_new(ctx->sched) : NULL;
     if (!p)
         return NULL;
     p->timer.ref = krt__new_ref(ctx);
@@ -180,7 +216,7 @@ static krt_pending_t *s_pending_new(krt_ctx_t *ctx, krt_addr_t to, int timeout_m
     p->user = user;
     p->to = to;
     if (s_put(e, p)) {
-        free(p);
+        s_entry_free(ctx->sched, p);
         return NULL;
     }
     if (timeout_ms > 0)
@@ -192,7 +228,7 @@ static void s_pending_undo(krt_ctx_t *ctx, krt_pending_t *p)
 {
     s_take(ctx->actor, p->timer.ref);
     krt__tmr_cancel(ctx->sys, ctx->actor, &p->timer);
-    free(p);
+    s_entry_free(ctx->sched, p);
 }
 
 /* Fails a started request in the caller's next turn (as a reply from its target would).

@@ -201,6 +201,7 @@ void krt_system_destroy(krt_system_t **sys_p)
             }
         }
         free(s->free_slots);
+        krt__requests_fini(s);
         pthread_mutex_destroy(&s->rq_lock);
     }
     for (uint32_t i = 0; i < KRT_NCHUNKS; i++)
