@@ -418,11 +418,11 @@ static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
         ka_store_sandbox_key_t k;
         memset(&k, 0, sizeof k);
         s_copy(k.id, sizeof k.id, u->id);
-        return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k,
-                           STORE_TIMEOUT_MS, &self->op.ref);
+        return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k,
+                               STORE_TIMEOUT_MS, &self->op.ref);
     }
-    return krt_request(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, u, sizeof *u, STORE_TIMEOUT_MS,
-                       &self->op.ref);
+    return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, u, sizeof *u,
+                           STORE_TIMEOUT_MS, &self->op.ref);
 }
 
 /* Persists an intent (state and operation) or a result (which also sets the failure, "" when
@@ -667,8 +667,8 @@ static void a_resume(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     memset(&rr, 0, sizeof rr);
     s_copy(rr.revision, sizeof rr.revision, self->a.record.revision);
     self->op.phase = KA_PH_RUNTIME;
-    if (krt_request(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr, STORE_TIMEOUT_MS,
-                    &self->op.ref))
+    if (krt_request_ref(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr, STORE_TIMEOUT_MS,
+                        &self->op.ref))
         s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
 }
 

@@ -139,7 +139,7 @@ static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, s_step_t step, krt_
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     op->step = step;
-    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
+    if (krt_request_ref(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
         s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service is not running; retry");
         return;
     }
@@ -520,8 +520,8 @@ static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32
     op->offset = offset;
     ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
     op->step = ST_RECOVER;
-    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
-                    &op->link.ref)) {
+    if (krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
+                        &op->link.ref)) {
         s_op_free(op);
         return;
     }

@@ -141,7 +141,7 @@ static int req_init(krt_ctx_t *ctx, void *state, void *arg)
 {
     const req_arg_t *a = arg;
     req_t *r = state;
-    return krt_request(ctx, a->target, T_ASK, NULL, 0, a->timeout_ms, &r->ref) ? 99 : 0;
+    return krt_request_ref(ctx, a->target, T_ASK, NULL, 0, a->timeout_ms, &r->ref) ? 99 : 0;
 }
 static void req_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
@@ -783,7 +783,7 @@ static void test_transport(void **unused)
     assert_int_equal(krt_system_send(sys, remote, T_ECHO, "ab", 2), KRT_EMSGSIZE);
     krt_addr_t counter;
     assert_int_equal(krt_system_spawn(sys, &counter_b, NULL, NULL, &counter), 0);
-    krt_msg_t m = {T_INC, 0, remote, 0, NULL};
+    krt_msg_t m = {.type = T_INC, .from = remote};
     assert_int_equal(krt_system_deliver(sys, counter, &m), 0);
     assert_int_equal(krt_system_deliver(sys, counter, &m), 0);
     krt_reply_t r;
