@@ -430,9 +430,12 @@ static int s_connect(kb_rpc_t *r, kb_rpc_status_t *st)
         s_wait_status(st, rc, "connect to", r->target);
         return -1;
     }
-    if ((r->tls && s_handshake(r, st) != 0) || !(r->h2 = kb_h2_new())) {
-        if (!r->h2 && (!r->tls || r->ssl))
-            s_status(st, S_RESOURCE_EXHAUSTED, "out of memory");
+    if (r->tls && s_handshake(r, st) != 0) {
+        s_disconnect(r);
+        return -1;
+    }
+    if (!(r->h2 = kb_h2_new())) {
+        s_status(st, S_RESOURCE_EXHAUSTED, "out of memory");
         s_disconnect(r);
         return -1;
     }
