@@ -15,8 +15,18 @@
 #define S_DEFAULT_WIN 65535
 #define S_HBUF        8192 /* our request header block */
 
-enum { S_DATA, S_HEADERS, S_PRIORITY, S_RST_STREAM, S_SETTINGS, S_PUSH_PROMISE, S_PING,
-       S_GOAWAY, S_WINDOW_UPDATE, S_CONTINUATION };
+enum {
+    S_DATA,
+    S_HEADERS,
+    S_PRIORITY,
+    S_RST_STREAM,
+    S_SETTINGS,
+    S_PUSH_PROMISE,
+    S_PING,
+    S_GOAWAY,
+    S_WINDOW_UPDATE,
+    S_CONTINUATION
+};
 enum { S_END_STREAM = 0x1, S_ACK = 0x1, S_END_HEADERS = 0x4, S_PADDED = 0x8, S_PRIO = 0x20 };
 enum { S_SET_TABLE = 1, S_SET_PUSH, S_SET_STREAMS, S_SET_WINDOW, S_SET_FRAME, S_SET_LIST };
 
@@ -78,9 +88,9 @@ static int s_append(s_buf_t *b, const void *p, size_t n)
 /* Queues one frame. */
 static int s_frame(kb_h2_t *h, uint8_t type, uint8_t flags, uint32_t sid, const void *p, size_t n)
 {
-    uint8_t hd[S_HEAD] = {(uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n, type, flags,
-                          (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8),
-                          (uint8_t)sid};
+    uint8_t hd[S_HEAD] = {
+        (uint8_t)(n >> 16),   (uint8_t)(n >> 8),    (uint8_t)n,          type,        flags,
+        (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8), (uint8_t)sid};
     int rc = s_append(&h->out, hd, sizeof hd);
     return rc ? rc : s_append(&h->out, p, n);
 }
@@ -99,8 +109,14 @@ static int s_conn_error(kb_h2_t *h, uint32_t code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(h->error, sizeof h->error, fmt, ap);
         va_end(ap);
-        uint8_t p[8] = {0, 0, 0, 0, (uint8_t)(code >> 24), (uint8_t)(code >> 16),
-                        (uint8_t)(code >> 8), (uint8_t)code};
+        uint8_t p[8] = {0,
+                        0,
+                        0,
+                        0,
+                        (uint8_t)(code >> 24),
+                        (uint8_t)(code >> 16),
+                        (uint8_t)(code >> 8),
+                        (uint8_t)code};
         s_frame(h, S_GOAWAY, 0, 0, p, sizeof p);
         h->failed = true;
     }
@@ -131,9 +147,18 @@ kb_h2_t *kb_h2_new(void)
     h->conn_send_window = S_DEFAULT_WIN;
     h->conn_recv_window = KB_H2_WINDOW;
     h->next_id = 1;
-    uint8_t set[] = {0, S_SET_PUSH,   0, 0, 0, 0, /* no server push */
-                     0, S_SET_WINDOW, (uint8_t)(KB_H2_WINDOW >> 24), (uint8_t)(KB_H2_WINDOW >> 16),
-                     (uint8_t)(KB_H2_WINDOW >> 8), (uint8_t)KB_H2_WINDOW};
+    uint8_t set[] = {0,
+                     S_SET_PUSH,
+                     0,
+                     0,
+                     0,
+                     0, /* no server push */
+                     0,
+                     S_SET_WINDOW,
+                     (uint8_t)(KB_H2_WINDOW >> 24),
+                     (uint8_t)(KB_H2_WINDOW >> 16),
+                     (uint8_t)(KB_H2_WINDOW >> 8),
+                     (uint8_t)KB_H2_WINDOW};
     if (s_append(&h->out, S_PREFACE, strlen(S_PREFACE)) != 0 ||
         s_frame(h, S_SETTINGS, 0, 0, set, sizeof set) != 0 ||
         s_frame_u32(h, S_WINDOW_UPDATE, 0, KB_H2_WINDOW - S_DEFAULT_WIN) != 0)
@@ -261,8 +286,8 @@ static int s_on_field(void *user, const char *name, size_t nl, const char *value
     if (s_is(name, nl, "content-type")) {
         static const char ct[] = "application/grpc";
         size_t l = sizeof ct - 1;
-        x->grpc_ct = vl >= l && memcmp(value, ct, l) == 0 &&
-                     (vl == l || value[l] == '+' || value[l] == ';');
+        x->grpc_ct =
+            vl >= l && memcmp(value, ct, l) == 0 && (vl == l || value[l] == '+' || value[l] == ';');
     } else if (s_is(name, nl, "grpc-status")) {
         x->grpc_status = s_num(value, vl);
         if (x->grpc_status < 0)
@@ -448,8 +473,7 @@ static int s_on_settings(kb_h2_t *h, uint8_t flags, uint32_t sid, const uint8_t 
         }
         if (id == S_SET_FRAME) {
             if (v < KB_H2_MAX_FRAME || v > 0xffffff)
-                return s_conn_error(h, KB_H2_PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE %u",
-                                    v);
+                return s_conn_error(h, KB_H2_PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE %u", v);
             h->peer_max_frame = v;
         }
         /* table size (our encoder uses no table), streams (we open one), list size: unused */

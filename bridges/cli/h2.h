@@ -44,7 +44,7 @@ typedef struct kb_h2_header {
 
 /* The open stream as the server has answered it so far. */
 typedef struct kb_h2_stream {
-    uint32_t id;        /* 0: no stream */
+    uint32_t id; /* 0: no stream */
     int64_t send_window;
     bool local_closed;  /* we sent END_STREAM */
     bool got_headers;   /* response headers arrived */
@@ -52,9 +52,9 @@ typedef struct kb_h2_stream {
     bool remote_closed; /* END_STREAM arrived */
     bool reset;         /* RST_STREAM either way, or a stream error: the stream is over */
     uint32_t reset_code;
-    int http_status;        /* :status, 0 until known */
-    bool grpc_content_type; /* content-type is application/grpc[+...|;...] */
-    int grpc_status;        /* -1 until trailers carry grpc-status */
+    int http_status;                       /* :status, 0 until known */
+    bool grpc_content_type;                /* content-type is application/grpc[+...|;...] */
+    int grpc_status;                       /* -1 until trailers carry grpc-status */
     char grpc_message[KB_H2_MAX_MSG_TEXT]; /* percent-decoded */
     char error[KB_H2_MAX_MSG_TEXT];        /* why a stream error happened; "" if none */
     uint8_t *data;                         /* DATA payload received, not yet taken */

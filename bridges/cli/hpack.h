@@ -18,8 +18,8 @@
 
 /* Called once per decoded field, in order; name and value are not NUL-terminated and valid
  * only during the call. A non-zero return stops decoding and is returned by kb_hpack_decode. */
-typedef int (*kb_hpack_field_fn)(void *user, const char *name, size_t name_len,
-                                 const char *value, size_t value_len);
+typedef int (*kb_hpack_field_fn)(void *user, const char *name, size_t name_len, const char *value,
+                                 size_t value_len);
 
 /* One connection's decoding context: the dynamic table lives as long as the connection. */
 typedef struct kb_hpack_dec {

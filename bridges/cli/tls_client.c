@@ -19,35 +19,35 @@
 #define S_LIBSSL "libssl.so.3"
 
 /* The OpenSSL functions used, typed from OpenSSL's own headers. */
-#define S_FUNCS(X)                                                                               \
-    X(TLS_client_method)                                                                         \
-    X(SSL_CTX_new)                                                                               \
-    X(SSL_CTX_free)                                                                              \
-    X(SSL_CTX_ctrl)                                                                              \
-    X(SSL_CTX_set_verify)                                                                        \
-    X(SSL_CTX_set_default_verify_paths)                                                          \
-    X(SSL_CTX_load_verify_locations)                                                             \
-    X(SSL_CTX_use_certificate_chain_file)                                                        \
-    X(SSL_CTX_use_PrivateKey_file)                                                               \
-    X(SSL_CTX_check_private_key)                                                                 \
-    X(SSL_CTX_set_alpn_protos)                                                                   \
-    X(SSL_new)                                                                                   \
-    X(SSL_free)                                                                                  \
-    X(SSL_set_fd)                                                                                \
-    X(SSL_ctrl)                                                                                  \
-    X(SSL_set1_host)                                                                             \
-    X(SSL_get0_param)                                                                            \
-    X(X509_VERIFY_PARAM_set1_ip_asc)                                                             \
-    X(SSL_connect)                                                                               \
-    X(SSL_read)                                                                                  \
-    X(SSL_write)                                                                                 \
-    X(SSL_pending)                                                                               \
-    X(SSL_get_error)                                                                             \
-    X(SSL_get_verify_result)                                                                     \
-    X(SSL_get0_alpn_selected)                                                                    \
-    X(X509_verify_cert_error_string)                                                             \
-    X(ERR_get_error)                                                                             \
-    X(ERR_error_string_n)                                                                        \
+#define S_FUNCS(X)                                                                                 \
+    X(TLS_client_method)                                                                           \
+    X(SSL_CTX_new)                                                                                 \
+    X(SSL_CTX_free)                                                                                \
+    X(SSL_CTX_ctrl)                                                                                \
+    X(SSL_CTX_set_verify)                                                                          \
+    X(SSL_CTX_set_default_verify_paths)                                                            \
+    X(SSL_CTX_load_verify_locations)                                                               \
+    X(SSL_CTX_use_certificate_chain_file)                                                          \
+    X(SSL_CTX_use_PrivateKey_file)                                                                 \
+    X(SSL_CTX_check_private_key)                                                                   \
+    X(SSL_CTX_set_alpn_protos)                                                                     \
+    X(SSL_new)                                                                                     \
+    X(SSL_free)                                                                                    \
+    X(SSL_set_fd)                                                                                  \
+    X(SSL_ctrl)                                                                                    \
+    X(SSL_set1_host)                                                                               \
+    X(SSL_get0_param)                                                                              \
+    X(X509_VERIFY_PARAM_set1_ip_asc)                                                               \
+    X(SSL_connect)                                                                                 \
+    X(SSL_read)                                                                                    \
+    X(SSL_write)                                                                                   \
+    X(SSL_pending)                                                                                 \
+    X(SSL_get_error)                                                                               \
+    X(SSL_get_verify_result)                                                                       \
+    X(SSL_get0_alpn_selected)                                                                      \
+    X(X509_verify_cert_error_string)                                                               \
+    X(ERR_get_error)                                                                               \
+    X(ERR_error_string_n)                                                                          \
     X(ERR_clear_error)
 
 static struct {
@@ -73,10 +73,10 @@ int kb_tls_load(char *err, size_t cap)
         snprintf(err, cap, "TLS needs OpenSSL: %s", dlerror());
         return -ENOENT;
     }
-#define S_BIND(f)                                                                                \
-    if (!(*(void **)&s_ssl.f = dlsym(lib, #f))) {                                               \
-        snprintf(err, cap, "TLS needs OpenSSL: %s lacks %s", S_LIBSSL, #f);                      \
-        return -ENOENT;                                                                          \
+#define S_BIND(f)                                                                                  \
+    if (!(*(void **)&s_ssl.f = dlsym(lib, #f))) {                                                  \
+        snprintf(err, cap, "TLS needs OpenSSL: %s lacks %s", S_LIBSSL, #f);                        \
+        return -ENOENT;                                                                            \
     }
     S_FUNCS(S_BIND)
 #undef S_BIND
