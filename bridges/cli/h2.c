@@ -581,6 +581,8 @@ int kb_h2_feed(kb_h2_t *h, const uint8_t *p, size_t n)
 {
     if (h->failed)
         return -EPROTO;
+    if (n == 0)
+        return 0;
     if (s_append(&h->in, p, n) != 0)
         return s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory");
     size_t at = 0;
@@ -678,6 +680,8 @@ int kb_h2_data(kb_h2_t *h, const uint8_t *p, size_t n, bool end_stream)
 void kb_h2_take(kb_h2_t *h, size_t n)
 {
     kb_h2_stream_t *st = &h->st;
+    if (n == 0)
+        return;
     memmove(st->data, st->data + n, st->data_len - n);
     st->data_len -= n;
 }

@@ -189,7 +189,7 @@ static int s_int(const uint8_t **p, const uint8_t *end, int prefix, uint32_t *ou
 
 static int s_reserve(kb_hpack_dec_t *d, size_t need)
 {
-    if (need <= d->scratch_cap)
+    if (need <= d->scratch_cap && d->scratch)
         return 0;
     size_t cap = need < 256 ? 256 : need * 2;
     char *nb = realloc(d->scratch, cap);
@@ -269,6 +269,8 @@ static int s_size_update(kb_hpack_dec_t *d, const uint8_t **p, const uint8_t *en
 int kb_hpack_decode(kb_hpack_dec_t *d, const uint8_t *block, size_t len, kb_hpack_field_fn fn,
                     void *user)
 {
+    if (len == 0)
+        return 0; /* an empty block (block may then be NULL) */
     const uint8_t *p = block, *end = block + len;
     bool fields = false; /* a size update may only open a block (4.2) */
     while (p < end) {
