@@ -89,7 +89,7 @@ static void test_hpack_c2_single_fields(void **state)
     kb_hpack_dec_init(&d);
     s_expect_block(&d, "040c2f73616d706c652f70617468", 0, ":path: /sample/path", NULL); /* C.2.2 */
     s_expect_block(&d, "100870617373776f726406736563726574", 0, "password: secret",
-                   NULL);                                   /* C.2.3 */
+                   NULL);                              /* C.2.3 */
     s_expect_block(&d, "82", 0, ":method: GET", NULL); /* C.2.4 */
     kb_hpack_dec_fini(&d);
 }
@@ -170,18 +170,18 @@ static void test_hpack_c5_c6_responses(void **state)
 static void test_hpack_refuses_malformed(void **state)
 {
     (void)state;
-    assert_int_equal(s_decode_hex("80"), -EBADMSG);       /* index 0 */
-    assert_int_equal(s_decode_hex("be"), -EBADMSG);       /* index 62, table empty */
-    assert_int_equal(s_decode_hex("ff"), -EBADMSG);       /* integer cut off */
+    assert_int_equal(s_decode_hex("80"), -EBADMSG);           /* index 0 */
+    assert_int_equal(s_decode_hex("be"), -EBADMSG);           /* index 62, table empty */
+    assert_int_equal(s_decode_hex("ff"), -EBADMSG);           /* integer cut off */
     assert_int_equal(s_decode_hex("ffffffffff0f"), -EBADMSG); /* integer too large */
     assert_int_equal(s_decode_hex("400a6375"), -EBADMSG);     /* string past the block */
     assert_int_equal(s_decode_hex("40"), -EBADMSG);           /* no name */
-    assert_int_equal(s_decode_hex("8220"), -EBADMSG);     /* size update after a field */
-    assert_int_equal(s_decode_hex("3fe21f"), -EBADMSG);   /* size update above 4096 */
-    assert_int_equal(s_decode_hex("3fe11f"), 0);          /* 4096 itself is fine */
+    assert_int_equal(s_decode_hex("8220"), -EBADMSG);         /* size update after a field */
+    assert_int_equal(s_decode_hex("3fe21f"), -EBADMSG);       /* size update above 4096 */
+    assert_int_equal(s_decode_hex("3fe11f"), 0);              /* 4096 itself is fine */
     /* h2spec: a Huffman string holding EOS */
     assert_int_equal(s_decode_hex("0085f2b24a84ff874951fffffffa7f"), -EBADMSG);
-    assert_int_equal(s_decode_hex("0081180161"), -EBADMSG); /* padding of zeros */
+    assert_int_equal(s_decode_hex("0081180161"), -EBADMSG);   /* padding of zeros */
     assert_int_equal(s_decode_hex("00821fff0161"), -EBADMSG); /* padding of 8+ bits */
     assert_int_equal(s_decode_hex("00811f0161"), 0);          /* "a": 00011 + 111 */
 }
@@ -244,9 +244,9 @@ typedef struct {
 
 static void s_put(wire_t *w, uint8_t type, uint8_t flags, uint32_t sid, const void *p, size_t n)
 {
-    uint8_t hd[9] = {(uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n, type, flags,
-                     (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8),
-                     (uint8_t)sid};
+    uint8_t hd[9] = {
+        (uint8_t)(n >> 16),   (uint8_t)(n >> 8),    (uint8_t)n,          type,        flags,
+        (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8), (uint8_t)sid};
     memcpy(w->b + w->n, hd, 9);
     if (n)
         memcpy(w->b + w->n + 9, p, n);
@@ -326,8 +326,12 @@ static kb_h2_t *s_session(uint32_t server_window)
     assert_int_equal(s.type[0], SETTINGS);
     assert_int_equal(s.type[1], WINDOW);
     wire_t w = {.n = 0};
-    uint8_t set[6] = {0, 4, (uint8_t)(server_window >> 24), (uint8_t)(server_window >> 16),
-                      (uint8_t)(server_window >> 8), (uint8_t)server_window};
+    uint8_t set[6] = {0,
+                      4,
+                      (uint8_t)(server_window >> 24),
+                      (uint8_t)(server_window >> 16),
+                      (uint8_t)(server_window >> 8),
+                      (uint8_t)server_window};
     s_put(&w, SETTINGS, 0, 0, set, sizeof set);
     assert_int_equal(kb_h2_feed(h, w.b, w.n), 0);
     s = s_sent(h);
@@ -349,8 +353,7 @@ static void test_h2_grpc_exchange_any_split(void **state)
     (void)state;
     wire_t w = {.n = 0};
     uint8_t hb[256];
-    size_t n = s_block(hb, sizeof hb, ":status", "200", "content-type", "application/grpc",
-                       NULL);
+    size_t n = s_block(hb, sizeof hb, ":status", "200", "content-type", "application/grpc", NULL);
     s_put(&w, HEADERS, 4, 1, hb, n);
     uint8_t msg[] = {0, 0, 0, 0, 3, 'a', 'b', 'c'};
     s_put(&w, DATA, 0, 1, msg, sizeof msg);
@@ -479,8 +482,8 @@ static void test_h2_bad_frames(void **state)
         {"push enabled", SETTINGS, 0, 0, (const uint8_t *)"\0\x02\0\0\0\x01", 6, -EPROTO, 1, -1},
         {"window too large", SETTINGS, 0, 0, (const uint8_t *)"\0\x04\x80\0\0\0", 6, -EPROTO, 3,
          -1},
-        {"frame size too small", SETTINGS, 0, 0, (const uint8_t *)"\0\x05\0\0\x10\0", 6, -EPROTO,
-         1, -1},
+        {"frame size too small", SETTINGS, 0, 0, (const uint8_t *)"\0\x05\0\0\x10\0", 6, -EPROTO, 1,
+         -1},
         {"WINDOW_UPDATE of 0", WINDOW, 0, 0, z, 4, -EPROTO, 1, -1},
         {"WINDOW_UPDATE of 0 on the stream", WINDOW, 0, 1, z, 4, 0, -1, 1},
         {"connection window overflow", WINDOW, 0, 0, (const uint8_t *)"\x7f\xff\xff\xff", 4,
