@@ -114,6 +114,8 @@ void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap)
 
 bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st)
 {
+    if (st->unsent)
+        return false;
     switch (st->code) {
     case S_UNAVAILABLE:
     case S_DEADLINE_EXCEEDED:
@@ -132,6 +134,7 @@ static void s_status(kb_rpc_status_t *st, int code, const char *msg)
     if (!st)
         return;
     st->code = code;
+    st->unsent = false;
     size_t n = strlen(msg);
     if (n >= sizeof st->message)
         n = sizeof st->message - 1; /* longer texts are cut */
@@ -611,13 +614,12 @@ static void s_final(const kb_h2_stream_t *st, kb_rpc_status_t *out)
     char msg[KB_RPC_MSG_CAP];
     if (st->got_trailers && st->grpc_status >= 0) {
         s_status(out, st->grpc_status, st->grpc_message);
-    } else if (st->reset && st->error[0]) {
-        s_status(out, st->reset_code == KB_H2_REFUSED_STREAM ? S_UNAVAILABLE : S_INTERNAL,
-                 st->error);
     } else if (st->reset) {
         snprintf(msg, sizeof msg, "stream reset by the server (HTTP/2 error code %u)",
                  st->reset_code);
-        s_status(out, s_reset_code(st->reset_code), msg);
+        s_status(out, s_reset_code(st->reset_code), st->error[0] ? st->error : msg);
+        /* REFUSED_STREAM (or a GOAWAY below it) means no processing began (RFC 9113 8.7) */
+        out->unsent = st->reset_code == KB_H2_REFUSED_STREAM;
     } else if (st->http_status != 200) {
         snprintf(msg, sizeof msg, "HTTP status %d from the server", st->http_status);
         s_status(out, s_http_code(st->http_status), msg);
@@ -793,6 +795,8 @@ static kb_rpc_call_t *s_start(kb_rpc_t *r, const char *method, const char *sandb
         c->half_closed = true;
         s_send_msg(c, req, true);
     }
+    if (!c->sid)
+        c->st.unsent = true; /* ended before its stream opened: nothing was sent */
     return c;
 }
 

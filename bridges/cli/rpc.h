@@ -41,6 +41,7 @@ typedef struct kb_rpc_opts {
 typedef struct kb_rpc_status {
     int code;
     char message[KB_RPC_MSG_CAP];
+    bool unsent; /* the request certainly reached no handler (no connection, stream refused) */
 } kb_rpc_status_t;
 
 /* A client (connected by its first call). NULL on a bad URL, an unreadable CA, certificate or
@@ -89,8 +90,10 @@ const char *kb_rpc_code_name(int code);
 /* "rpc error: code = NotFound desc = <message>", as grpc-go formats a status error. */
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap);
 /* True when a failed call may still have taken effect on the server: it was cut off (UNAVAILABLE,
- * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS). False for a
- * refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...), which changed nothing. */
+ * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS) after its request
+ * may have reached the server. False for a refusal (INVALID_ARGUMENT, NOT_FOUND,
+ * PERMISSION_DENIED, ...) and for a request never delivered (st->unsent), which changed
+ * nothing. */
 bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st);
 
 #endif
