@@ -55,10 +55,10 @@ def first_byte(kagent, ls, url):
     return ms
 
 
-def create_ms(kagent, url, template, i):
+def create_ms(kagent, url, template, key):
     t0 = time.monotonic_ns()
     out = subprocess.run([kagent, "--api-url", url, "sandbox", "create", template,
-                          "--request-id", "clibench-%d-%d" % (os.getpid(), i), "-o", "json"],
+                          "--request-id", "clibench-%d-%s" % (os.getpid(), key), "-o", "json"],
                          capture_output=True, check=True).stdout
     ms = (time.monotonic_ns() - t0) / 1e6
     sid = json.loads(out)["id"]
@@ -97,7 +97,8 @@ def main():
             [b, "--api-url", url, "sandbox", "exec", sid, "--", "true"])}
     else:
         url, template = args[0], args[1]
-        figures = {"cli_create_ready": lambda b, i: create_ms(b, url, template, i)}
+        figures = {"cli_create_ready": lambda b, i: create_ms(b, url, template,
+                                                              "%d-%d" % (bins.index(b), i))}
     for name, f in figures.items():
         for i in range(runs):
             for b in bins:  # alternate, so both see the same load
