@@ -175,7 +175,7 @@ void kb_h2_destroy(kb_h2_t **p)
     free(h->out.p);
     free(h->in.p);
     free(h->hb.p);
-    free(h->st.data);
+    free(h->st.data_buf);
     free(h);
     *p = NULL;
 }
@@ -401,6 +401,32 @@ static int s_give_back(kb_h2_t *h)
     return rc;
 }
 
+/* Appends to the stream's unread data: moves it to the front of its buffer when that makes
+ * room (taking messages off the front then costs nothing), else grows the buffer. */
+static int s_stream_append(kb_h2_stream_t *st, const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    size_t off = st->data_buf ? (size_t)(st->data - st->data_buf) : 0;
+    if (st->data_cap - off - st->data_len < n && off) {
+        memmove(st->data_buf, st->data, st->data_len);
+        st->data = st->data_buf;
+        off = 0;
+    }
+    if (st->data_cap - st->data_len < n) {
+        s_buf_t b = {st->data_buf, st->data_len, st->data_cap};
+        if (s_append(&b, p, n) != 0)
+            return -ENOMEM;
+        st->data = st->data_buf = b.p;
+        st->data_len = b.len;
+        st->data_cap = b.cap;
+        return 0;
+    }
+    memcpy(st->data + st->data_len, p, n);
+    st->data_len += n;
+    return 0;
+}
+
 static int s_on_data(kb_h2_t *h, uint8_t flags, uint32_t sid, const uint8_t *p, size_t n)
 {
     if (sid == 0)
@@ -426,12 +452,8 @@ static int s_on_data(kb_h2_t *h, uint8_t flags, uint32_t sid, const uint8_t *p, 
     } else {
         h->st_recv_window -= (int64_t)n;
         h->st_unacked += (uint32_t)n;
-        s_buf_t b = {st->data, st->data_len, st->data_cap};
-        if (s_append(&b, p, n) != 0)
+        if (s_stream_append(st, p, n) != 0)
             return s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory");
-        st->data = b.p;
-        st->data_len = b.len;
-        st->data_cap = b.cap;
         st->remote_closed = flags & S_END_STREAM;
     }
     return rc ? rc : s_give_back(h);
@@ -577,18 +599,13 @@ static int s_on_frame(kb_h2_t *h, uint8_t type, uint8_t flags, uint32_t sid, con
     }
 }
 
-int kb_h2_feed(kb_h2_t *h, const uint8_t *p, size_t n)
+/* Processes the whole frames at p[0..n); *used is how many bytes they took. */
+static int s_frames(kb_h2_t *h, const uint8_t *p, size_t n, size_t *used)
 {
-    if (h->failed)
-        return -EPROTO;
-    if (n == 0)
-        return 0;
-    if (s_append(&h->in, p, n) != 0)
-        return s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory");
     size_t at = 0;
     int rc = 0;
-    while (rc == 0 && h->in.len - at >= S_HEAD) {
-        const uint8_t *f = h->in.p + at;
+    while (rc == 0 && n - at >= S_HEAD) {
+        const uint8_t *f = p + at;
         size_t len = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
         if (!h->got_settings && (f[3] != S_SETTINGS || len > KB_H2_MAX_FRAME)) {
             s_conn_error(h, KB_H2_PROTOCOL_ERROR, "its first frame is not SETTINGS");
@@ -600,15 +617,33 @@ int kb_h2_feed(kb_h2_t *h, const uint8_t *p, size_t n)
                               KB_H2_MAX_FRAME);
             break;
         }
-        if (h->in.len - at < S_HEAD + len)
+        if (n - at < S_HEAD + len)
             break;
         rc = s_on_frame(h, f[3], f[4], s_u32(f + 5) & S_WINDOW_MAX, f + S_HEAD, len);
         at += S_HEAD + len;
     }
-    memmove(h->in.p, h->in.p + at, h->in.len - at);
-    h->in.len -= at;
-    if (rc == -ENOMEM)
-        rc = s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory");
+    *used = at;
+    return rc == -ENOMEM ? s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory") : rc;
+}
+
+int kb_h2_feed(kb_h2_t *h, const uint8_t *p, size_t n)
+{
+    if (h->failed)
+        return -EPROTO;
+    size_t used = 0;
+    int rc = 0;
+    if (h->in.len == 0) { /* no partial frame waiting: straight from the caller's bytes */
+        rc = s_frames(h, p, n, &used);
+        p += used;
+        n -= used;
+        if (rc || n == 0)
+            return rc;
+    }
+    if (s_append(&h->in, p, n) != 0)
+        return s_conn_error(h, KB_H2_INTERNAL_ERROR, "out of memory");
+    rc = s_frames(h, h->in.p, h->in.len, &used);
+    memmove(h->in.p, h->in.p + used, h->in.len - used);
+    h->in.len -= used;
     return rc;
 }
 
@@ -682,7 +717,7 @@ void kb_h2_take(kb_h2_t *h, size_t n)
     kb_h2_stream_t *st = &h->st;
     if (n == 0)
         return;
-    memmove(st->data, st->data + n, st->data_len - n);
+    st->data += n;
     st->data_len -= n;
 }
 
@@ -691,6 +726,6 @@ void kb_h2_close_stream(kb_h2_t *h, uint32_t code)
     kb_h2_stream_t *st = &h->st;
     if (st->id && !st->reset && !(st->local_closed && st->remote_closed) && !h->failed)
         s_frame_u32(h, S_RST_STREAM, st->id, code);
-    free(st->data);
+    free(st->data_buf);
     memset(st, 0, sizeof *st);
 }

@@ -57,8 +57,9 @@ typedef struct kb_h2_stream {
     int grpc_status;                       /* -1 until trailers carry grpc-status */
     char grpc_message[KB_H2_MAX_MSG_TEXT]; /* percent-decoded */
     char error[KB_H2_MAX_MSG_TEXT];        /* why a stream error happened; "" if none */
-    uint8_t *data;                         /* DATA payload received, not yet taken */
+    uint8_t *data; /* DATA payload received, not yet taken: data[0..data_len) */
     size_t data_len;
+    uint8_t *data_buf; /* the allocation data points into, data_cap bytes */
     size_t data_cap;
 } kb_h2_stream_t;
 
