@@ -823,14 +823,15 @@ static int s_read(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc, Prot
         int rc = s_next_msg(c, st, desc, msg);
         if (rc)
             return rc;
-        if (st->reset)
-            return -1;
-        if (st->remote_closed) {
+        /* trailers end the stream even if RST_STREAM(NO_ERROR) followed them */
+        if (st->got_trailers || (st->remote_closed && !st->reset)) {
             if (st->data_len == 0)
                 return 0;
             s_abort(c, S_INTERNAL, "the stream ended inside a message");
             return -1;
         }
+        if (st->reset)
+            return -1;
         if (s_step(c) != 0)
             return -1;
     }
