@@ -104,22 +104,22 @@ static int s_frame_u32(kb_h2_t *h, uint8_t type, uint32_t sid, uint32_t v)
 /* A connection error: GOAWAY queued, the session accepts nothing more. Returns -EPROTO. */
 static int s_conn_error(kb_h2_t *h, uint32_t code, const char *fmt, ...)
 {
-    if (!h->failed) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(h->error, sizeof h->error, fmt, ap);
-        va_end(ap);
-        uint8_t p[8] = {0,
-                        0,
-                        0,
-                        0,
-                        (uint8_t)(code >> 24),
-                        (uint8_t)(code >> 16),
-                        (uint8_t)(code >> 8),
-                        (uint8_t)code};
-        s_frame(h, S_GOAWAY, 0, 0, p, sizeof p);
-        h->failed = true;
-    }
+    if (h->failed)
+        return -EPROTO; /* the first error is the one reported */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->error, sizeof h->error, fmt, ap);
+    va_end(ap);
+    uint8_t p[8] = {0,
+                    0,
+                    0,
+                    0,
+                    (uint8_t)(code >> 24),
+                    (uint8_t)(code >> 16),
+                    (uint8_t)(code >> 8),
+                    (uint8_t)code};
+    s_frame(h, S_GOAWAY, 0, 0, p, sizeof p);
+    h->failed = true;
     return -EPROTO;
 }
 
@@ -411,7 +411,6 @@ static int s_stream_append(kb_h2_stream_t *st, const uint8_t *p, size_t n)
     if (st->data_cap - off - st->data_len < n && off) {
         memmove(st->data_buf, st->data, st->data_len);
         st->data = st->data_buf;
-        off = 0;
     }
     if (st->data_cap - st->data_len < n) {
         s_buf_t b = {st->data_buf, st->data_len, st->data_cap};

@@ -16,10 +16,10 @@
 
 #include "hpack.h"
 
-#define KB_H2_WINDOW       (16u * 1024 * 1024) /* what we let the server send ahead */
-#define KB_H2_MAX_FRAME    16384               /* our SETTINGS_MAX_FRAME_SIZE (the default) */
-#define KB_H2_MAX_HEADERS  (256u * 1024)       /* one header block, with its CONTINUATIONs */
-#define KB_H2_MAX_MSG_TEXT 512                 /* grpc-message and error texts kept */
+#define KB_H2_WINDOW       (16u << 20)  /* what we let the server send ahead: 16 MiB */
+#define KB_H2_MAX_FRAME    16384        /* our SETTINGS_MAX_FRAME_SIZE (the default) */
+#define KB_H2_MAX_HEADERS  (256u << 10) /* one header block, with its CONTINUATIONs */
+#define KB_H2_MAX_MSG_TEXT 512          /* grpc-message and error texts kept */
 
 /* Error codes (RFC 9113 7). */
 enum {

@@ -26,12 +26,12 @@
 #include "h2.h"
 #include "tls_client.h"
 
-#define S_MAX_RECV   (80 * 1024 * 1024) /* above the 64 MiB transfer cap; tree JSON can be big */
-#define S_POLL_MS    100                /* how often a blocked call looks at the interrupt flag */
+#define S_MAX_RECV   (80 << 20) /* above the 64 MiB transfer cap; tree JSON can be big */
+#define S_POLL_MS    100        /* how often a blocked call looks at the interrupt flag */
 #define S_TARGET_CAP 512
-#define S_READ_CHUNK (256 * 1024)
-#define S_OUT_HIGH   (1024 * 1024) /* queued output above which a sender waits for the socket */
-#define S_MSG_HEAD   5             /* gRPC message prefix: compressed flag, 32-bit length */
+#define S_READ_CHUNK ((size_t)256 << 10)
+#define S_OUT_HIGH   ((size_t)1 << 20) /* queued output above which a sender waits for the socket */
+#define S_MSG_HEAD   5                 /* gRPC message prefix: compressed flag, 32-bit length */
 
 /* gRPC status codes. */
 enum {

@@ -51,7 +51,7 @@
     X(ERR_clear_error)
 
 static struct {
-#define S_PTR(f) __typeof__(f) *f;
+#define S_PTR(f) __typeof__(f) *f; /* NOLINT(bugprone-macro-parentheses): a declarator */
     S_FUNCS(S_PTR)
 #undef S_PTR
 } s_ssl;

@@ -104,9 +104,9 @@ static void s_reset(void)
 static void s_frame(uint8_t type, uint8_t flags, uint32_t sid, const void *p, size_t n)
 {
     uint8_t *o = s_srv.script + s_srv.script_len;
-    uint8_t hd[9] = {(uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n, type, flags,
-                     (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8),
-                     (uint8_t)sid};
+    uint8_t hd[9] = {
+        (uint8_t)(n >> 16),   (uint8_t)(n >> 8),    (uint8_t)n,          type,        flags,
+        (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8), (uint8_t)sid};
     memcpy(o, hd, 9);
     memcpy(o + 9, p, n);
     s_srv.script_len += 9 + n;
@@ -118,7 +118,7 @@ static void s_settings(void)
 }
 
 /* HEADERS on stream 1: ":status: 200" as static index 8 (0x88), then literals. */
-static void s_headers(uint8_t flags, bool status_200, ...)
+static void s_headers(int flags, int status_200, ...)
 {
     uint8_t b[512];
     size_t at = 0;
@@ -129,7 +129,7 @@ static void s_headers(uint8_t flags, bool status_200, ...)
     for (const char *name; (name = va_arg(ap, const char *));)
         assert_int_equal(kb_hpack_encode(b, sizeof b, &at, name, va_arg(ap, const char *)), 0);
     va_end(ap);
-    s_frame(1, flags | 4, 1, b, at);
+    s_frame(1, (uint8_t)(flags | 4), 1, b, at);
 }
 
 static void s_stats_message(uint64_t actors)
@@ -191,8 +191,7 @@ static int s_collect(void *user, const char *name, size_t nl, const char *value,
 {
     hdrs_t *h = user;
     if (h->n < 24)
-        snprintf(h->text[h->n++], sizeof h->text[0], "%.*s: %.*s", (int)nl, name, (int)vl,
-                 value);
+        snprintf(h->text[h->n++], sizeof h->text[0], "%.*s: %.*s", (int)nl, name, (int)vl, value);
     return 0;
 }
 
