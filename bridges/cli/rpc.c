@@ -323,18 +323,28 @@ void kb_rpc_destroy(kb_rpc_t **p)
 
 /* Waits up to one slice for events on the socket: the revents (0 when the slice passed),
  * -ECANCELED once interrupted, -ETIMEDOUT past the deadline, or -errno. */
-static int s_poll(kb_rpc_t *r, short events)
+/* -ECANCELED once interrupted, -ETIMEDOUT past the deadline, else 0; *ms is cut to what is
+ * left of the deadline. */
+static int s_expired(const kb_rpc_t *r, int *ms)
 {
     if (s_interrupted)
         return -ECANCELED;
-    int ms = S_POLL_MS;
     if (r->deadline_ns) {
         int64_t left = r->deadline_ns - s_now();
         if (left <= 0)
             return -ETIMEDOUT;
-        if (left / 1000000 + 1 < ms)
-            ms = (int)(left / 1000000 + 1);
+        if (left / 1000000 + 1 < *ms)
+            *ms = (int)(left / 1000000 + 1);
     }
+    return 0;
+}
+
+static int s_poll(kb_rpc_t *r, short events)
+{
+    int ms = S_POLL_MS;
+    int rc = s_expired(r, &ms);
+    if (rc)
+        return rc;
     struct pollfd pfd = {.fd = r->fd, .events = events};
     int n = poll(&pfd, 1, ms);
     if (n < 0)
@@ -553,7 +563,13 @@ static int s_step(kb_rpc_call_t *c)
         short ev = POLLIN;
         if (out || (r->ssl && kb_tls_want(r->ssl) == POLLOUT))
             ev |= POLLOUT;
-        int pr = r->ssl && kb_tls_pending(r->ssl) ? POLLIN : s_poll(r, ev);
+        int pr, ms = 0;
+        if (r->ssl && kb_tls_pending(r->ssl)) { /* decrypted bytes wait: read them */
+            pr = s_expired(r, &ms);
+            pr = pr ? pr : POLLIN;
+        } else {
+            pr = s_poll(r, ev);
+        }
         if (pr == -ECANCELED || pr == -ETIMEDOUT) {
             kb_rpc_status_t ws;
             s_wait_status(&ws, pr, "", "");
