@@ -202,8 +202,12 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
 
-#define KRT_ACACHE_CLASSES   64 /* actor blocks up to 1 KiB are cached per scheduler */
-#define KRT_ACACHE_MAX       2048
+#define KRT_ACACHE_CLASSES 64 /* actor blocks up to 1 KiB are cached per scheduler */
+#define KRT_ACACHE_MAX     2048
+/* ... and at most this many bytes of them per scheduler: blocks freed by a scheduler that
+ * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
+ * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
+#define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
 
 struct krt_ctx {
@@ -236,6 +240,7 @@ struct krt_sched {
     uint32_t fresh_next, fresh_end;
     void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
     uint32_t acache_n[KRT_ACACHE_CLASSES];
+    size_t acache_bytes;           /* held in acache */
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
     uint32_t turn_sends; /* sends during the current turn (wake policy) */

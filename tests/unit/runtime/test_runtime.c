@@ -5,6 +5,8 @@
  */
 #include "rt_test.h"
 
+#include <malloc.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 enum {
@@ -285,6 +287,58 @@ static void test_monitor_and_link_live_target(void **unused)
     for (int i = 0; i < 500 && krt_system_send(sys, t5, T_PING, NULL, 0) == 0; i++)
         rt_sleep_ms(2);
     assert_int_equal(krt_system_send(sys, t5, T_PING, NULL, 0), KRT_ENOACTOR);
+    krt_system_destroy(&sys);
+}
+
+/* Actors spawned from outside the schedulers (as bridges spawn a stream sink per call) and
+ * freed on them: the schedulers' spare actor blocks stay within their byte budget, so a node's
+ * memory does not creep up with every request. */
+typedef struct {
+    char pad[600];
+} wide_t;
+static atomic_int wide_gone;
+static void wide_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    (void)state;
+    (void)msg;
+    krt_exit(ctx, KRT_EXIT_NORMAL);
+}
+static void wide_terminate(krt_ctx_t *ctx, void *state, int reason)
+{
+    (void)ctx;
+    (void)state;
+    (void)reason;
+    atomic_fetch_add(&wide_gone, 1);
+}
+static const krt_behaviour_t wide_b = {.kind = "wide",
+                                       .state_size = sizeof(wide_t),
+                                       .handle = wide_handle,
+                                       .terminate = wide_terminate};
+
+static size_t wide_round(krt_system_t *sys, int n)
+{
+    atomic_store(&wide_gone, 0);
+    for (int i = 0; i < n; i++) {
+        krt_addr_t a;
+        assert_int_equal(krt_system_spawn(sys, &wide_b, NULL, NULL, &a), 0);
+        assert_int_equal(krt_system_send(sys, a, T_PING, NULL, 0), 0);
+    }
+    for (int waited = 0; atomic_load(&wide_gone) < n && waited < 10000; waited++)
+        rt_sleep_ms(1);
+    assert_int_equal(atomic_load(&wide_gone), n);
+    rt_sleep_ms(20); /* the last frees run after terminate */
+    return mallinfo2().uordblks;
+}
+
+static void test_actor_cache_bounded(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    size_t before = wide_round(sys, 200);
+    size_t after = wide_round(sys, 8000);
+    /* 8000 blocks of ~750 B are 6 MB; two schedulers may keep 512 KiB each */
+    size_t grown = after > before ? after - before : 0;
+    print_message("heap grew by %zu bytes over 8000 actors\n", grown);
+    assert_true(grown < 1536 * 1024);
     krt_system_destroy(&sys);
 }
 
@@ -722,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_monitor_and_link_dead_target),
         cmocka_unit_test(test_monitor_and_link_live_target),
         cmocka_unit_test(test_call_timeout_and_async),
+        cmocka_unit_test(test_actor_cache_bounded),
         cmocka_unit_test(test_call_async),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_send_ptr),
