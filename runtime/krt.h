@@ -409,7 +409,8 @@ typedef struct krt_stats {
     uint64_t actors_spawned;
     uint64_t messages;
     uint64_t timers_armed;
-    uint64_t bytes_live; /* actor structs + state + queued messages */
+    uint64_t bytes_live;  /* actor structs + state + queued messages */
+    uint64_t bytes_spare; /* freed actor blocks the schedulers keep for reuse (bounded) */
 } krt_stats_t;
 void krt_system_stats(krt_system_t *sys, krt_stats_t *out);
 
