@@ -68,7 +68,6 @@ typedef struct krt_ctx krt_ctx_t;       /* an actor's view of the runtime during
 enum {
     KRT_MSG_EXIT = 1,        /* a linked actor stopped (only if trapping exits); body krt_exit_t */
     KRT_MSG_DOWN,            /* a monitored actor stopped; body krt_down_t */
-    KRT_MSG_CALL_TIMEOUT,    /* a krt_request_ref got no reply in time; msg->ref is the request's */
     KRT_MSG_FD_READY,        /* a watched fd is ready; body krt_fd_event_t */
     KRT_MSG_JOB_DONE,        /* a krt_job_submit job returned; body krt_job_done_t */
     KRT_MSG_STOP,            /* polite stop request (supervisor shutdown): the handler sees it, then
@@ -239,13 +238,6 @@ typedef void (*krt_reply_fn)(krt_ctx_t *ctx, void *state, void *user, int err,
                              const krt_msg_t *reply);
 int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
                 int timeout_ms, krt_reply_fn fn, void *user);
-/* Deprecated ref form, kept until its last users are converted: like krt_send, and *ref
- * receives the correlation id. The reply arrives as an ordinary message with the same ref; if
- * none arrives within timeout_ms (> 0), a KRT_MSG_CALL_TIMEOUT with that ref arrives instead
- * (and a late reply is dropped); an error reply arrives as a KRT_MSG_ERROR message. KRT_ENOACTOR
- * at once if a local target is gone. */
-int krt_request_ref(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
-                    int timeout_ms, uint64_t *ref);
 /* Replies to msg (a request, or a krt_call) with a copy of body (status 0). */
 int krt_reply(krt_ctx_t *ctx, const krt_msg_t *msg, uint32_t type, const void *body, size_t len);
 /* Deferred reply: answers a request after its handler returned, given the request's msg->from
@@ -417,7 +409,8 @@ typedef struct krt_stats {
     uint64_t actors_spawned;
     uint64_t messages;
     uint64_t timers_armed;
-    uint64_t bytes_live; /* actor structs + state + queued messages */
+    uint64_t bytes_live;  /* actor structs + state + queued messages */
+    uint64_t bytes_spare; /* freed actor blocks the schedulers keep for reuse (bounded) */
 } krt_stats_t;
 void krt_system_stats(krt_system_t *sys, krt_stats_t *out);
 

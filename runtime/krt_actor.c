@@ -45,6 +45,7 @@ static krt_actor_t *s_actor_alloc(krt_sched_t *s, size_t size)
         void *blk = s->acache[c];
         memcpy(&s->acache[c], blk, sizeof(void *));
         s->acache_n[c]--;
+        s->acache_bytes -= size;
         memset(blk, 0, size);
         return blk;
     }
@@ -58,11 +59,13 @@ static void s_actor_free(krt_sched_t *s, krt_actor_t *a)
         free(a->ext);
     }
     free(a->name);
-    size_t c = s_actor_size(a->b) / 16;
-    if (s && c < KRT_ACACHE_CLASSES && s->acache_n[c] < KRT_ACACHE_MAX) {
+    size_t size = s_actor_size(a->b), c = size / 16;
+    if (s && c < KRT_ACACHE_CLASSES && s->acache_n[c] < KRT_ACACHE_MAX &&
+        s->acache_bytes + size <= KRT_ACACHE_BYTES) {
         memcpy((void *)a, &s->acache[c], sizeof(void *));
         s->acache[c] = a;
         s->acache_n[c]++;
+        s->acache_bytes += size;
         return;
     }
     free(a);

@@ -45,7 +45,7 @@ typedef struct krt_slot {
 /* Message nodes                                                                              */
 
 enum {
-    KRT_NK_USER,        /* an application message (also a krt_request_ref request) */
+    KRT_NK_USER,        /* an application message */
     KRT_NK_REQUEST,     /* a krt_request / krt_call request: answered on the target's stop */
     KRT_NK_REPLY,       /* a reply to a request: completes it, dropped if it timed out */
     KRT_NK_INIT,        /* first message: runs init; msg.body is the spawn arg */
@@ -202,8 +202,12 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
 
-#define KRT_ACACHE_CLASSES   64 /* actor blocks up to 1 KiB are cached per scheduler */
-#define KRT_ACACHE_MAX       2048
+#define KRT_ACACHE_CLASSES 64 /* actor blocks up to 1 KiB are cached per scheduler */
+#define KRT_ACACHE_MAX     2048
+/* ... and at most this many bytes of them per scheduler: blocks freed by a scheduler that
+ * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
+ * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
+#define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
 
 struct krt_ctx {
@@ -236,6 +240,7 @@ struct krt_sched {
     uint32_t fresh_next, fresh_end;
     void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
     uint32_t acache_n[KRT_ACACHE_CLASSES];
+    size_t acache_bytes;           /* held in acache */
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
     uint32_t turn_sends; /* sends during the current turn (wake policy) */
@@ -489,11 +494,10 @@ bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out);
 void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms);
 bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t);
 /* Requests (krt_request.c). */
-/* A KRT_NK_REQ_TIMEOUT for ref: completes the request if it is still pending; true (and *out
- * filled) for the ref form, whose KRT_MSG_CALL_TIMEOUT is delivered as a message. */
-bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out);
+/* A KRT_NK_REQ_TIMEOUT for ref: completes the request (KRT_ETIMEDOUT) if it is still pending. */
+void krt__request_expired(krt_ctx_t *ctx, uint64_t ref);
 /* A KRT_NK_REPLY for the running actor: completes its request; true if it must be handled as
- * an ordinary message (ref form, or a reply that matches no request: ref 0). */
+ * an ordinary message (a reply that matches no request: ref 0). */
 bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);
 /* The actor stops: frees its pending requests (no callback) and tells local targets. */
 void krt__requests_drop(krt_system_t *sys, krt_actor_t *a);

@@ -143,32 +143,24 @@ bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n)
     krt_reply_fn fn = p->fn;
     void *user = p->user;
     s_entry_free(ctx->sched, p);
-    if (!fn)
-        return true;
     ctx->node = n;
     fn(ctx, a->state, user, n->msg.status, &n->msg);
     ctx->node = NULL;
     return false;
 }
 
-bool krt__request_expired(krt_ctx_t *ctx, uint64_t ref, krt_msg_t *out)
+void krt__request_expired(krt_ctx_t *ctx, uint64_t ref)
 {
     krt_actor_t *a = ctx->actor;
     krt_pending_t *p = s_take(a, ref);
     if (!p)
-        return false; /* answered after its timer fired, before this message was handled */
+        return; /* answered after its timer fired, before this message was handled */
     krt__tmr_cancel(ctx->sys, a, &p->timer); /* FIRED -> idle, off the actor's timer list */
     s_forget(ctx->sys, a, p);
     krt_reply_fn fn = p->fn;
     void *user = p->user;
-    memset(out, 0, sizeof *out);
-    out->type = KRT_MSG_CALL_TIMEOUT;
-    out->ref = p->timer.ref;
     s_entry_free(ctx->sched, p);
-    if (!fn)
-        return true;
     fn(ctx, a->state, user, KRT_ETIMEDOUT, NULL);
-    return false;
 }
 
 void krt__requests_drop(krt_system_t *sys, krt_actor_t *a)
@@ -209,7 +201,6 @@ static krt_pending_t *s_pending_new(krt_ctx_t *ctx, krt_addr_t to, int timeout_m
     if (!p)
         return NULL;
     p->timer.ref = krt__new_ref(ctx);
-    p->timer.type = KRT_MSG_CALL_TIMEOUT;
     p->timer.state = KRT_TF_REQ;
     p->timer.owner = a;
     p->fn = fn;
@@ -270,33 +261,6 @@ int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, 
         memcpy(n->data, body, len);
     int rc = krt__send_node(ctx->sys, to, n);
     return rc ? s_fail_later(ctx, p, rc) : 0;
-}
-
-int krt_request_ref(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
-                    int timeout_ms, uint64_t *ref)
-{
-    krt_pending_t *p = s_pending_new(ctx, to, timeout_ms, NULL, NULL);
-    if (!p)
-        return KRT_ENOMEM;
-    uint64_t r = p->timer.ref;
-    krt_node_t *n = krt__node_new(ctx->sched, len);
-    if (!n || (len && !body)) {
-        if (n)
-            krt__node_free(ctx->sched, n);
-        s_pending_undo(ctx, p);
-        return n ? KRT_EINVAL : KRT_ENOMEM;
-    }
-    n->msg = (krt_msg_t){type, (uint32_t)len, ctx->actor->addr, r, n->data, 0, KRT_KIND_REQUEST};
-    if (len)
-        memcpy(n->data, body, len);
-    int rc = krt__send_node(ctx->sys, to, n);
-    if (rc) {
-        s_pending_undo(ctx, p);
-        return rc;
-    }
-    if (ref)
-        *ref = r;
-    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -243,8 +243,7 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
         break;
     }
     case KRT_NK_REQ_TIMEOUT:
-        if (krt__request_expired(ctx, n->msg.ref, &tm))
-            s_handle(ctx, a, n, &tm);
+        krt__request_expired(ctx, n->msg.ref);
         break;
     case KRT_NK_TIMER:
         if (krt__timer_deliver(ctx, n, &tm))

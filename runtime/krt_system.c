@@ -228,6 +228,7 @@ void krt_system_stats(krt_system_t *sys, krt_stats_t *out)
         spawned += atomic_load_explicit(&s->spawned, memory_order_relaxed);
         out->messages += atomic_load_explicit(&s->handled, memory_order_relaxed);
         out->timers_armed += __atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED);
+        out->bytes_spare += __atomic_load_n(&s->acache_bytes, __ATOMIC_RELAXED);
     }
     int64_t live = s_live(sys);
     out->actors_live = live > 0 ? (uint64_t)live : 0;

@@ -247,33 +247,6 @@ static inline int ka_code_of_store(int err)
     }
 }
 
-/* A request an actor waits for: an intrusive list keyed by the krt_request ref. Control actors
- * embed it first in their continuation structs. */
-typedef struct ka_pending ka_pending_t;
-struct ka_pending {
-    ka_pending_t *next;
-    uint64_t ref;
-};
-
-static inline void ka_pending_push(ka_pending_t **head, ka_pending_t *p)
-{
-    p->next = *head;
-    *head = p;
-}
-
-/* Unlinks and returns the entry waiting for ref, or NULL. */
-static inline ka_pending_t *ka_pending_take(ka_pending_t **head, uint64_t ref)
-{
-    for (ka_pending_t **pp = head; *pp; pp = &(*pp)->next)
-        if ((*pp)->ref == ref) {
-            ka_pending_t *p = *pp;
-            *pp = p->next;
-            p->next = NULL;
-            return p;
-        }
-    return NULL;
-}
-
 /* The manager hands a request to a sandbox actor with the original requester, so the sandbox
  * actor answers it directly (krt_reply_to). */
 typedef struct ka_sbx_forward {

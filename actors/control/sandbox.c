@@ -409,6 +409,17 @@ static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const cha
 
 /* ---- store writes -------------------------------------------------------------------------- */
 
+static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+
+/* A store or templates request whose answer is the current operation's next event. */
+static int s_ask(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t to, uint32_t type, const void *body,
+                 size_t len)
+{
+    int rc = krt_request(ctx, to, type, body, len, STORE_TIMEOUT_MS, s_on_answer, NULL);
+    self->op.asking = rc == 0;
+    return rc;
+}
+
 static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     const ka_store_sandbox_update_t *u = &self->op.write;
@@ -418,11 +429,9 @@ static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
         ka_store_sandbox_key_t k;
         memset(&k, 0, sizeof k);
         s_copy(k.id, sizeof k.id, u->id);
-        return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k,
-                               STORE_TIMEOUT_MS, &self->op.ref);
+        return s_ask(ctx, self, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k);
     }
-    return krt_request_ref(ctx, self->a.store, KA_STORE_SANDBOX_UPDATE, u, sizeof *u,
-                           STORE_TIMEOUT_MS, &self->op.ref);
+    return s_ask(ctx, self, self->a.store, KA_STORE_SANDBOX_UPDATE, u, sizeof *u);
 }
 
 /* Persists an intent (state and operation) or a result (which also sets the failure, "" when
@@ -667,16 +676,15 @@ static void a_resume(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     memset(&rr, 0, sizeof rr);
     s_copy(rr.revision, sizeof rr.revision, self->a.record.revision);
     self->op.phase = KA_PH_RUNTIME;
-    if (krt_request_ref(ctx, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr, STORE_TIMEOUT_MS,
-                        &self->op.ref))
+    if (s_ask(ctx, self, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr))
         s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
 }
 
 static void a_runtime(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     const krt_msg_t *msg = ev->msg;
-    const ka_tpl_resolved_t *res = msg->body;
-    if (msg->type == KRT_MSG_CALL_TIMEOUT || msg->len != sizeof *res || res->status.code) {
+    const ka_tpl_resolved_t *res = msg ? msg->body : NULL;
+    if (!msg || msg->len != sizeof *res || res->status.code) {
         s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
         return;
     }
@@ -863,15 +871,18 @@ static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr
     s_fire(ctx, self, &ev);
 }
 
-static void s_on_completion(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
+/* The answer to s_ask (err: it timed out, its target is gone, or it was refused). */
+static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
-    s_ev_t ev = {.msg = msg};
-    self->op.ref = 0;
+    (void)user;
+    ka_sbx_t *self = state;
+    s_ev_t ev = {.msg = err ? NULL : msg};
+    self->op.asking = false;
     if (self->op.phase == KA_PH_RUNTIME) {
         ev.type = EV_RUNTIME;
     } else {
-        const ka_store_sandbox_reply_t *r = msg->body;
-        ev.err = msg->type == KRT_MSG_CALL_TIMEOUT      ? KA_STORE_EUNAVAIL
+        const ka_store_sandbox_reply_t *r = msg ? msg->body : NULL;
+        ev.err = err                                    ? KA_STORE_EUNAVAIL
                  : msg->len < sizeof(ka_store_status_t) ? KA_STORE_EINVAL
                                                         : r->status.err;
         ev.type = ev.err ? EV_STORE_FAILED : EV_STORE_DONE;
@@ -902,11 +913,8 @@ static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     ka_sbx_t *self = state;
-    if (msg->ref && msg->ref == self->op.ref) {
-        if (msg->type == KRT_MSG_JOB_DONE)
-            s_on_job_done(ctx, self, msg);
-        else
-            s_on_completion(ctx, self, msg);
+    if (msg->type == KRT_MSG_JOB_DONE && msg->ref && msg->ref == self->op.ref) {
+        s_on_job_done(ctx, self, msg);
         return;
     }
     switch (msg->type) {
@@ -924,7 +932,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             ka_sbx_guest_cancel(ctx, self, ((const krt_down_t *)msg->body)->who);
         break;
     case KA_SBX_MSG_RETRY:
-        if (self->op.phase == KA_PH_RESULT && !self->op.ref &&
+        if (self->op.phase == KA_PH_RESULT && !self->op.asking &&
             s_send_write(ctx, self)) /* the store is not even running */
             krt_timer_arm(ctx, &self->retry, RETRY_RESULT_MS, KA_SBX_MSG_RETRY, 0);
         break;

@@ -62,7 +62,8 @@ typedef struct ka_sbx_op {
     int before;                      /* ka_sbx_state_t to go back to if the intent is lost */
     int before_op;                   /* the record's operation then */
     int target;                      /* ka_sbx_state_t entered once the result is written */
-    uint64_t ref;                    /* the store / templates request in flight */
+    uint64_t ref;                    /* the job in flight */
+    bool asking;                     /* a store / templates request in flight */
     ka_sbx_job_t *job;               /* in flight on a job thread */
     ka_store_sandbox_update_t write; /* the result write, kept to be sent again */
 } ka_sbx_op_t;
