@@ -124,8 +124,7 @@ int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
 
 /* ---------- header helpers ---------- */
 
-/* The host part of "host[:port]" (IPv6 in brackets): its length. */
-static size_t s_host_part(const char *h)
+size_t kb_http_host_part(const char *h)
 {
     if (*h == '[') {
         const char *e = strchr(h, ']');
@@ -142,7 +141,8 @@ bool kb_http_host_allowed(const char *const *allowed, const char *value)
         if (strcmp(a, "*") == 0 || strcasecmp(a, value) == 0)
             return true;
         size_t al = strlen(a);
-        if (s_host_part(a) == al && s_host_part(value) == al && strncasecmp(a, value, al) == 0)
+        if (kb_http_host_part(a) == al && kb_http_host_part(value) == al &&
+            strncasecmp(a, value, al) == 0)
             return true;
     }
     return false;

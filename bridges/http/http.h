@@ -45,6 +45,9 @@ int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
 /* Appends raw bytes. 0 or -ENOMEM. */
 int kb_http_buf_append(kb_http_buf_t *b, const void *data, size_t len);
 
+/* The host part of "host[:port]" (IPv6 in brackets): its length. */
+size_t kb_http_host_part(const char *h);
+
 /* A Host header value ("host[:port]", IPv6 in brackets) matches an entry of allowed
  * (NULL-terminated): "*", "host" (any port) or "host:port", case-insensitive. */
 bool kb_http_host_allowed(const char *const *allowed, const char *value);

@@ -11,6 +11,8 @@
  */
 #include "mcp.h"
 
+#include "http.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -207,31 +209,6 @@ static bool s_list_has(const char *list, const char *item)
     return false;
 }
 
-/* Splits "host[:port]" (IPv6 in brackets) into the host part; returns its length. */
-static size_t s_host_part(const char *h)
-{
-    if (*h == '[') {
-        const char *e = strchr(h, ']');
-        return e ? (size_t)(e - h + 1) : strlen(h);
-    }
-    const char *c = strchr(h, ':');
-    return c ? (size_t)(c - h) : strlen(h);
-}
-
-/* value ("host[:port]") matches an allowed entry: "*", "host" (any port) or "host:port". */
-static bool s_host_allowed(char *const *allowed, const char *value)
-{
-    for (size_t i = 0; allowed && allowed[i]; i++) {
-        const char *a = allowed[i];
-        if (strcmp(a, "*") == 0 || strcasecmp(a, value) == 0)
-            return true;
-        size_t al = strlen(a);
-        if (s_host_part(a) == al && s_host_part(value) == al && strncasecmp(a, value, al) == 0)
-            return true;
-    }
-    return false;
-}
-
 static bool s_origin_allowed(const kb_mcp_t *m, const char *origin)
 {
     for (size_t i = 0; i < m->n_origins; i++) {
@@ -242,8 +219,8 @@ static bool s_origin_allowed(const kb_mcp_t *m, const char *origin)
         const char *as = strstr(a, "://"), *os = strstr(origin, "://");
         if (!as || !os || (as - a) != (os - origin) || strncasecmp(a, origin, (size_t)(as - a)))
             continue;
-        char *one[] = {(char *)as + 3, NULL};
-        if (s_host_part(as + 3) == strlen(as + 3) && s_host_allowed(one, os + 3))
+        const char *one[] = {as + 3, NULL};
+        if (kb_http_host_part(as + 3) == strlen(as + 3) && kb_http_host_allowed(one, os + 3))
             return true;
     }
     return false;
@@ -781,7 +758,7 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
     memset(out, 0, sizeof *out);
     /* DNS-rebinding protection first: a browser page must not reach us through a name it
      * controls */
-    if (!in->host || !s_host_allowed(m->hosts, in->host)) {
+    if (!in->host || !kb_http_host_allowed((const char *const *)m->hosts, in->host)) {
         s_answer_error(out, 403, NULL, KB_RPC_INVALID, "Forbidden: Host header not allowed");
         return;
     }
