@@ -324,15 +324,7 @@ int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms)
     sys->waiters = &w;
     krt__release(sys, who);
     struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    if (timeout_ms >= 0) {
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-    }
+    krt__deadline(CLOCK_REALTIME, timeout_ms, &dl);
     while (!w.done) {
         if (timeout_ms < 0)
             pthread_cond_wait(&sys->wait_cond, &sys->wait_lock);

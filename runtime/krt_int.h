@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------------------------------- */
 /* Addresses and slots                                                                        */
@@ -293,6 +294,20 @@ struct krt_system {
 
 /* Thread-local: the scheduler this thread runs, or NULL. */
 krt_sched_t *krt__self_sched(krt_system_t *sys);
+
+/* *dl = now on clock + timeout_ms (>= 0; a negative timeout leaves now), for timed waits. */
+static inline void krt__deadline(clockid_t clock, int timeout_ms, struct timespec *dl)
+{
+    clock_gettime(clock, dl);
+    if (timeout_ms < 0)
+        return;
+    dl->tv_sec += timeout_ms / 1000;
+    dl->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl->tv_nsec >= 1000000000L) {
+        dl->tv_sec++;
+        dl->tv_nsec -= 1000000000L;
+    }
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Internals shared by the runtime's files                                                    */

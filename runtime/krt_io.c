@@ -180,15 +180,7 @@ int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, 
         }
     }
     struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    if (timeout_ms >= 0) {
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-    }
+    krt__deadline(CLOCK_MONOTONIC, timeout_ms, &dl);
     while (!r.done) {
         int w = timeout_ms < 0 ? pthread_cond_wait(&r.cond, &io->call_lock)
                                : pthread_cond_timedwait(&r.cond, &io->call_lock, &dl);

@@ -82,12 +82,13 @@ int krt__send_env(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t ty
     return krt__send_node(sys, to, n);
 }
 
-void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
-                   uint32_t aux, const void *body, size_t len)
+/* A runtime-internal message node with a copy of body (NULL: out of memory). */
+static krt_node_t *s_sys_node(krt_sched_t *s, krt_addr_t from, uint16_t kind, uint64_t ref,
+                              uint32_t aux, const void *body, size_t len)
 {
-    krt_node_t *n = krt__node_new(krt__self_sched(sys), len);
+    krt_node_t *n = krt__node_new(s, len);
     if (!n)
-        return;
+        return NULL;
     n->kind = kind;
     n->aux = aux;
     n->msg.from = from;
@@ -96,24 +97,23 @@ void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t k
     n->msg.body = n->data;
     if (len)
         memcpy(n->data, body, len);
-    krt__send_node(sys, to, n);
+    return n;
+}
+
+void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
+                   uint32_t aux, const void *body, size_t len)
+{
+    krt_node_t *n = s_sys_node(krt__self_sched(sys), from, kind, ref, aux, body, len);
+    if (n)
+        krt__send_node(sys, to, n);
 }
 
 void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
                     const void *body, size_t len)
 {
-    krt_node_t *n = krt__node_new(ctx->sched, len);
-    if (!n)
-        return;
-    n->kind = kind;
-    n->aux = aux;
-    n->msg.from = from;
-    n->msg.ref = ref;
-    n->msg.len = (uint32_t)len;
-    n->msg.body = n->data;
-    if (len)
-        memcpy(n->data, body, len);
-    krt__push(ctx->sys, ctx->actor, n);
+    krt_node_t *n = s_sys_node(ctx->sched, from, kind, ref, aux, body, len);
+    if (n)
+        krt__push(ctx->sys, ctx->actor, n);
 }
 
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)

@@ -547,28 +547,7 @@ bool kb_grpc_call_is_cancelled(kb_grpc_call_t *c)
 
 const char *kb_grpc_code_name(kb_grpc_code_t code)
 {
-    static const char *names[] = {
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    };
-    if ((unsigned)code < sizeof names / sizeof names[0])
-        return names[code];
-    return "UNKNOWN";
+    return ka_metric_code_name((int)code); /* the status codes are gRPC's */
 }
 
 /* ---------- completion handlers (server thread) ---------- */
