@@ -10,6 +10,7 @@
 #include "sandboxes.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +23,9 @@
 
 #include "guestconn.h"
 #include "ka_guestcalls.h"
+#include "ka_objstore.h"
+#include "ka_snapobj.h"
+#include "ka_snapshot.h"
 #include "ka_tree.h"
 
 #define STORE_TIMEOUT_MS     30000
@@ -49,9 +53,13 @@ typedef struct s_job {
     ka_driver_t *driver;
     char id[KA_STORE_ID_LEN];
     char rootfs[1024];
-    char snapshot[PATH_MAX]; /* this sandbox's snapshot dir ("" if none) */
-    ka_sandbox_t *sb;        /* in: to stop; out: started */
-    char err[256];
+    char snapshot[PATH_MAX]; /* this sandbox's snapshot dir, or its s3:// / gs:// location */
+    char revision[KA_STORE_REV_LEN];
+    ka_sandbox_t *sb; /* in: to stop; out: started */
+    char err[512];
+    /* failed, but the sandbox is as it was: READY with sb (a restarted compute, its /data
+     * intact) after a suspend, SUSPENDED after a resume (sb, if any, is to stop) */
+    bool kept;
 } s_job_t;
 
 /* The caller of a guest call (the user of its ka_gc_call_t). ref != 0: one reply
@@ -102,6 +110,8 @@ typedef struct {
     krt_addr_t del_from;
     uint64_t del_ref;
     bool del_answer;
+    int result_code; /* what the SS_RESULT write's caller gets (KA_OK: the record) */
+    char result_message[512];
 } s_sbx_t;
 
 static void s_start_delete(krt_ctx_t *ctx, s_sbx_t *self);
@@ -148,10 +158,13 @@ static void s_reply_record(krt_ctx_t *ctx, s_sbx_t *self, krt_addr_t to, uint64_
     krt_reply_to(ctx, to, ref, type, &r, sizeof r);
 }
 
-/* The directory a file:// snapshot location gives this sandbox, or "" for other schemes. */
+/* The directory a file:// snapshot location gives this sandbox, an s3:// or gs:// location
+ * as it is (the objects are named by the sandbox id), or "" for other schemes. */
 static int s_snapshot_dir(const s_sbx_t *self, const char *location, char *out, size_t cap)
 {
     out[0] = '\0';
+    if (ka_objstore_is_location(location))
+        return (size_t)snprintf(out, cap, "%s", location) < cap ? 0 : -ENAMETOOLONG;
     if (strncmp(location, FILE_SCHEME, strlen(FILE_SCHEME)) != 0)
         return -EPROTONOSUPPORT;
     const char *path = location + strlen(FILE_SCHEME);
@@ -170,31 +183,87 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
     return (ka_tree_opts_t){.deadline_ms = krt_mono_ms() + SNAPSHOT_DEADLINE_MS, .owner = owner};
 }
 
+static int s_job_start(s_job_t *j);
+
+/* After a failed save to object storage the sandbox comes back READY with its /data: the
+ * halted compute's /data goes to an unnamed temporary file, a fresh compute replaces it and
+ * gets that /data back. 0, or the error that lost the sandbox. */
+static int s_job_rescue(s_job_t *j)
+{
+    char why[KA_SNAPSHOT_ERR_CAP] = "";
+    const char *tmp = getenv("TMPDIR");
+    ka_tree_opts_t o = s_tree_opts(-1);
+    int fd = open(tmp && tmp[0] ? tmp : "/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? -errno
+                    : ka_snapshot_write(ka_driver_data_dir(j->driver, j->sb), &o,
+                                        ka_snapshot_fd_sink, &fd, NULL, why, sizeof why);
+    if (!rc)
+        rc = ka_driver_stop(j->driver, &j->sb);
+    char err[sizeof j->err];
+    s_copy(err, sizeof err, j->err);
+    if (!rc && !(rc = s_job_start(j)) && !(rc = lseek(fd, 0, SEEK_SET) < 0 ? -errno : 0)) {
+        o.owner = ka_driver_owner(j->driver, j->sb);
+        rc = ka_snapshot_read(ka_driver_data_dir(j->driver, j->sb), fd, &o, NULL, why, sizeof why);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc)
+        snprintf(j->err, sizeof j->err, "%.300s; keeping /data on the node failed too: %.150s", err,
+                 why[0] ? why : strerror(-rc));
+    else
+        s_copy(j->err, sizeof j->err, err);
+    return rc;
+}
+
 /* Saves /data: the sandbox is halted first (nothing inside runs while it is read), and the
- * walk never follows a link out of it nor opens anything but regular files. */
+ * walk never follows a link out of it nor opens anything but regular files. A save to object
+ * storage that fails leaves the sandbox READY with its /data (s_job_rescue). */
 static int s_job_suspend(s_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(-1);
+    char why[sizeof j->err - 64] = "";
+    bool object = ka_objstore_is_location(j->snapshot);
     int rc = ka_driver_halt(j->driver, j->sb);
-    if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
+    if (!rc && object)
+        rc = ka_snapobj_save(j->snapshot, j->id, j->revision, ka_driver_data_dir(j->driver, j->sb),
+                             &o, why, sizeof why);
+    else if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
         rc = ka_tree_copy(ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, NULL);
     if (rc) {
         snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
-                 strerror(-rc));
+                 why[0] ? why : strerror(-rc));
+        j->kept = object && j->sb && s_job_rescue(j) == 0;
         return rc;
     }
     return ka_driver_stop(j->driver, &j->sb);
 }
 
-/* Restores /data into a fresh sandbox, owned by its new host uid. */
+/* Restores /data into a fresh sandbox, owned by its new host uid. A restore from object
+ * storage that fails leaves the sandbox SUSPENDED: a later resume tries again. */
 static int s_job_restore(s_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(ka_driver_owner(j->driver, j->sb));
-    int rc = ka_tree_copy(j->snapshot, ka_driver_data_dir(j->driver, j->sb), &o, NULL);
+    char why[sizeof j->err - 64] = "";
+    const char *data = ka_driver_data_dir(j->driver, j->sb);
+    bool object = ka_objstore_is_location(j->snapshot);
+    int rc = object ? ka_snapobj_restore(j->snapshot, j->id, data, &o, why, sizeof why)
+                    : ka_tree_copy(j->snapshot, data, &o, NULL);
     if (rc)
         snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed: %s",
-                 strerror(-rc));
+                 why[0] ? why : strerror(-rc));
+    j->kept = rc && object;
     return rc;
+}
+
+/* Removes the sandbox's snapshot (a delete); a failure leaves objects behind, said in the log. */
+static void s_job_remove_snapshot(s_job_t *j)
+{
+    ka_tree_opts_t o = s_tree_opts(-1);
+    char why[sizeof j->err] = "";
+    if (!ka_objstore_is_location(j->snapshot))
+        ka_tree_remove(j->snapshot, &o);
+    else if (ka_snapobj_remove(j->snapshot, j->id, &o, why, sizeof why))
+        krt_log(KRT_LOG_WARN, "sandboxes", "snapshot_remove_failed", "sandbox=%s %s", j->id, why);
 }
 
 static int s_job_start(s_job_t *j)
@@ -218,13 +287,11 @@ static int s_job_run(void *arg)
         return (rc = s_job_start(j)) ? rc : s_job_restore(j);
     case JOB_SUSPEND:
         return s_job_suspend(j);
-    case JOB_STOP: {
-        ka_tree_opts_t o = s_tree_opts(-1);
+    case JOB_STOP:
         if (j->sb)
             rc = ka_driver_stop(j->driver, &j->sb);
-        ka_tree_remove(j->snapshot, &o);
+        s_job_remove_snapshot(j);
         return rc;
-    }
     default:
         return 0;
     }
@@ -241,6 +308,7 @@ static int s_submit(krt_ctx_t *ctx, s_sbx_t *self, s_job_kind_t kind, const char
     s_copy(j->id, sizeof j->id, self->a.record.id);
     s_copy(j->rootfs, sizeof j->rootfs, rootfs);
     s_copy(j->snapshot, sizeof j->snapshot, snapshot);
+    s_copy(j->revision, sizeof j->revision, self->a.record.revision);
     if (kind == JOB_SUSPEND || kind == JOB_STOP) { /* the job takes the compute */
         ka_guestconn_destroy(&self->gc);
         if (self->watching)
@@ -956,7 +1024,8 @@ static void s_on_mutation(krt_ctx_t *ctx, s_sbx_t *self, uint32_t type, krt_addr
     int rc = s_snapshot_dir(self, self->a.runtime.snapshot_location, dir, sizeof dir);
     if (rc && self->a.runtime.snapshot_location[0]) {
         s_reply_status(ctx, from, ref, type, KA_FAILED_PRECONDITION,
-                       "snapshot location \"%s\" is not supported yet: use a file:// location",
+                       "snapshot location \"%s\" is not supported: use a file://, s3:// or gs:// "
+                       "location",
                        self->a.runtime.snapshot_location);
         return;
     }
@@ -1051,7 +1120,7 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
         s_after_intent(ctx, self);
         break;
     case SS_RESULT:
-        s_finish(ctx, self, KA_OK, "");
+        s_finish(ctx, self, self->result_code, self->result_message);
         break;
     case SS_TOMBSTONE:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
@@ -1082,9 +1151,11 @@ static void s_on_job_done(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
     int rc = d->result;
     self->job = NULL;
     s_job_kind_t kind = j->kind;
-    if (rc && j->sb) /* half-done: never leave compute that no record points at */
+    bool kept = rc && j->kept; /* failed, the sandbox as it was: its state stays */
+    bool live = rc ? kept && kind == JOB_SUSPEND : kind == JOB_BOOT || kind == JOB_RESUME;
+    if (rc && j->sb && !live) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);
-    if (!rc && (kind == JOB_BOOT || kind == JOB_RESUME))
+    if (live)
         s_adopt_compute(ctx, self, j->sb);
     char err[sizeof j->err];
     s_copy(err, sizeof err, j->err[0] ? j->err : strerror(rc < 0 ? -rc : EIO));
@@ -1099,9 +1170,14 @@ static void s_on_job_done(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg)
     const char *reason = kind == JOB_BOOT     ? KA_FAIL_START
                          : kind == JOB_RESUME ? KA_FAIL_RESUME
                                               : KA_FAIL_SUSPEND;
-    int state = rc ? KA_STATE_FAILED : kind == JOB_SUSPEND ? KA_STATE_SUSPENDED : KA_STATE_READY;
-    if (s_store_update(ctx, self, SS_RESULT, state, KA_OP_NONE, rc ? reason : NULL,
-                       rc ? err : NULL))
+    int state = kept                  ? self->before_state
+                : rc                  ? KA_STATE_FAILED
+                : kind == JOB_SUSPEND ? KA_STATE_SUSPENDED
+                                      : KA_STATE_READY;
+    self->result_code = kept ? KA_UNAVAILABLE : KA_OK;
+    s_copy(self->result_message, sizeof self->result_message, kept ? err : "");
+    if (s_store_update(ctx, self, SS_RESULT, state, KA_OP_NONE, rc && !kept ? reason : NULL,
+                       rc && !kept ? err : NULL))
         s_finish(ctx, self, KA_UNAVAILABLE, "the store is not running");
 }
 
