@@ -11,11 +11,11 @@
 #include <string.h>
 #include <time.h>
 
-#define S_URL_CAP    4096
-#define S_KEY_CAP    1024
-#define S_SECRET_CAP 256
-#define S_TOKEN_CAP  4096
-#define S_BODY_CAP   (64u << 10) /* error and XML replies kept at most */
+#define S_URL_CAP        4096
+#define S_KEY_CAP        1024
+#define S_SECRET_CAP     256
+#define S_TOKEN_CAP      4096
+#define S_BODY_CAP       (64u << 10) /* error and XML replies kept at most */
 #define S_BACKOFF_MAX_MS 2000
 #define S_GCS_ENDPOINT   "https://storage.googleapis.com"
 #define S_EMPTY_SHA256   "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -62,8 +62,7 @@ static void s_global_init(void)
 
 bool ka_objstore_is_location(const char *l)
 {
-    return l && (strncmp(l, "s3://", 5) == 0 || strncmp(l, "gs://", 5) == 0) && l[5] &&
-           l[5] != '/';
+    return l && (strncmp(l, "s3://", 5) == 0 || strncmp(l, "gs://", 5) == 0) && l[5] && l[5] != '/';
 }
 
 int ka_objstore_set_credentials_file(const char *path)
@@ -166,8 +165,8 @@ static int s_encode(char *out, size_t cap, const char *in, bool keep_slash)
     size_t n = 0;
     for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
         bool plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-                     (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' ||
-                     *p == '~' || (keep_slash && *p == '/');
+                     (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~' ||
+                     (keep_slash && *p == '/');
         if (n + 4 > cap)
             return -ENAMETOOLONG;
         if (plain)
@@ -419,16 +418,17 @@ static void s_describe(ka_objstore_t *s, const s_req_t *r, CURLcode cc, const ch
 {
     char code[128] = "", msg[256] = "";
     if (cc != CURLE_OK) {
-        snprintf(s->err, sizeof s->err, "%s %s://%.63s/%.120s%.80s: object storage unreachable: %.200s",
-                 r->method, s->scheme, s->bucket, s->prefix, r->key ? r->key : "",
+        snprintf(s->err, sizeof s->err,
+                 "%s %s://%.63s/%.120s%.80s: object storage unreachable: %.200s", r->method,
+                 s->scheme, s->bucket, s->prefix, r->key ? r->key : "",
                  curl_err[0] ? curl_err : curl_easy_strerror(cc));
         return;
     }
     s_xml_text(r->reply, "Code", code, sizeof code);
     s_xml_text(r->reply, "Message", msg, sizeof msg);
-    snprintf(s->err, sizeof s->err, "%s %s://%.63s/%.120s%.80s: HTTP %ld%s%.60s%s%.160s", r->method, s->scheme,
-             s->bucket, s->prefix, r->key ? r->key : "", r->status, code[0] ? " " : "", code,
-             msg[0] ? ": " : "", msg);
+    snprintf(s->err, sizeof s->err, "%s %s://%.63s/%.120s%.80s: HTTP %ld%s%.60s%s%.160s", r->method,
+             s->scheme, s->bucket, s->prefix, r->key ? r->key : "", r->status, code[0] ? " " : "",
+             code, msg[0] ? ": " : "", msg);
 }
 
 static int s_perform_once(ka_objstore_t *s, s_req_t *r, CURLcode *cc, char *curl_err)
@@ -711,8 +711,8 @@ static int s_mp_part(ka_os_upload_t *u)
     if (s_encode(eid, sizeof eid, u->upload_id, false))
         return -ENAMETOOLONG;
     snprintf(query, sizeof query, "partNumber=%d&uploadId=%s", u->parts + 1, eid);
-    s_req_t r = {.method = "PUT", .key = u->key, .query = query, .body = u->part,
-                 .body_len = u->fill};
+    s_req_t r = {
+        .method = "PUT", .key = u->key, .query = query, .body = u->part, .body_len = u->fill};
     int rc = s_request(u->s, &r);
     s_req_done(&r);
     if (rc)
@@ -754,8 +754,8 @@ static int s_mp_complete(ka_os_upload_t *u)
     len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
     for (int i = 0; i < u->parts; i++)
         len += (size_t)snprintf(xml + len, cap - len,
-                                "<Part><PartNumber>%d</PartNumber><ETag>%.256s</ETag></Part>", i + 1,
-                                u->etags[i]);
+                                "<Part><PartNumber>%d</PartNumber><ETag>%.256s</ETag></Part>",
+                                i + 1, u->etags[i]);
     len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
     s_encode(eid, sizeof eid, u->upload_id, false);
     snprintf(query, sizeof query, "uploadId=%s", eid);

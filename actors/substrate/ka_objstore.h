@@ -37,10 +37,10 @@ typedef struct ka_objstore ka_objstore_t;
 typedef struct ka_os_upload ka_os_upload_t;
 
 typedef struct ka_objstore_opts {
-    int attempts;         /* tries per request; 0: 4 */
-    int backoff_ms;       /* first retry's delay, doubled per retry (capped at 2 s); 0: 100 */
-    size_t part_bytes;    /* multipart part size; 0: KA_OBJSTORE_PART_BYTES */
-    int64_t deadline_ms;  /* CLOCK_MONOTONIC ms (krt_mono_ms) by which every request ends; 0 */
+    int attempts;           /* tries per request; 0: 4 */
+    int backoff_ms;         /* first retry's delay, doubled per retry (capped at 2 s); 0: 100 */
+    size_t part_bytes;      /* multipart part size; 0: KA_OBJSTORE_PART_BYTES */
+    int64_t deadline_ms;    /* CLOCK_MONOTONIC ms (krt_mono_ms) by which every request ends; 0 */
     int connect_timeout_ms; /* per connection attempt; 0: 5000 */
 } ka_objstore_opts_t;
 

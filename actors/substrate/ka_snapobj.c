@@ -58,8 +58,9 @@ static int s_read_manifest(ka_objstore_t *os, const char *id, s_manifest_t *m, c
     json_int_t n = -1;
     char own[S_KEY_CAP];
     snprintf(own, sizeof own, "%s/", id);
-    if (!j || json_unpack(j, "{s:s, s:s, s:s, s:s, s:I}", "format", &fmt, "sandbox", &sbx,
-                          "object", &obj, "sha256", &sha, "archiveBytes", &n) ||
+    if (!j ||
+        json_unpack(j, "{s:s, s:s, s:s, s:s, s:I}", "format", &fmt, "sandbox", &sbx, "object", &obj,
+                    "sha256", &sha, "archiveBytes", &n) ||
         strcmp(fmt, KA_SNAPOBJ_FORMAT) || strcmp(sbx, id) || strncmp(obj, own, strlen(own)) ||
         strchr(obj + strlen(own), '/') || strlen(obj) >= sizeof m->object || strlen(sha) != 64 ||
         n < 0) {
@@ -77,13 +78,12 @@ static int s_read_manifest(ka_objstore_t *os, const char *id, s_manifest_t *m, c
 static int s_write_manifest(ka_objstore_t *os, const char *id, const char *revision,
                             const char *object, const ka_snapshot_info_t *in)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I}", "format",
-                          KA_SNAPOBJ_FORMAT, "sandbox", id, "revision", revision ? revision : "",
-                          "object", object, "archiveBytes", (json_int_t)in->archive_bytes,
-                          "sha256", in->sha256, "files", (json_int_t)in->tree.files, "dirs",
-                          (json_int_t)in->tree.dirs, "symlinks", (json_int_t)in->tree.symlinks,
-                          "bytes", (json_int_t)in->tree.bytes, "createdMs",
-                          (json_int_t)krt_wall_ms());
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I}", "format", KA_SNAPOBJ_FORMAT,
+        "sandbox", id, "revision", revision ? revision : "", "object", object, "archiveBytes",
+        (json_int_t)in->archive_bytes, "sha256", in->sha256, "files", (json_int_t)in->tree.files,
+        "dirs", (json_int_t)in->tree.dirs, "symlinks", (json_int_t)in->tree.symlinks, "bytes",
+        (json_int_t)in->tree.bytes, "createdMs", (json_int_t)krt_wall_ms());
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!text)

@@ -92,7 +92,8 @@ static int s_archive_err(s_ctx_t *c, int rc)
 {
     if (c->io_err)
         return c->io_err;
-    return s_fail(c, rc, "archive: %s", archive_error_string(c->a) ? archive_error_string(c->a) : "error");
+    return s_fail(c, rc, "archive: %s",
+                  archive_error_string(c->a) ? archive_error_string(c->a) : "error");
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -262,10 +263,12 @@ static int s_put_dir(s_ctx_t *c, int fd, int depth)
 
 static int s_open_write(s_ctx_t *c)
 {
-    if (!(c->a = archive_write_new()) || !(c->md = EVP_MD_CTX_new()) ||
-        !(c->buf = malloc(S_BUF)) || !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL))
+    if (!(c->a = archive_write_new()) || !(c->md = EVP_MD_CTX_new()) || !(c->buf = malloc(S_BUF)) ||
+        !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL))
         return s_fail(c, -ENOMEM, "out of memory");
     if (archive_write_set_format_pax_restricted(c->a) != ARCHIVE_OK ||
+        /* names are bytes (a sandbox's need not be UTF-8): stored as they are, no locale */
+        archive_write_set_format_option(c->a, "pax", "hdrcharset", "BINARY") != ARCHIVE_OK ||
         archive_write_add_filter_zstd(c->a) != ARCHIVE_OK ||
         archive_write_set_filter_option(c->a, "zstd", "compression-level", S_ZSTD_LVL) !=
             ARCHIVE_OK ||
@@ -367,8 +370,10 @@ static int s_parent(s_ctx_t *c, int root, char **leaf)
         if (sub < 0 || fstat(sub, &st) < 0 || st.st_dev != c->dev) {
             if (sub >= 0)
                 close(sub);
-            return s_fail(c, -EINVAL, "refused snapshot entry %.200s: it goes through a "
-                          "non-directory", c->path);
+            return s_fail(c, -EINVAL,
+                          "refused snapshot entry %.200s: it goes through a "
+                          "non-directory",
+                          c->path);
         }
         fd = sub;
     }
@@ -481,8 +486,8 @@ static int s_get_entry(s_ctx_t *c, int root, struct archive_entry *e)
 
 static int s_open_read(s_ctx_t *c)
 {
-    if (!(c->a = archive_read_new()) || !(c->md = EVP_MD_CTX_new()) ||
-        !(c->buf = malloc(S_BUF)) || !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL))
+    if (!(c->a = archive_read_new()) || !(c->md = EVP_MD_CTX_new()) || !(c->buf = malloc(S_BUF)) ||
+        !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL))
         return s_fail(c, -ENOMEM, "out of memory");
     if (archive_read_support_filter_zstd(c->a) != ARCHIVE_OK ||
         archive_read_support_format_tar(c->a) != ARCHIVE_OK ||
