@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Suspend and resume through object storage: a real kagentd, a real S3 server on loopback
+# (npm's s3rver, pinned by package-lock.json) and Debian's awscli as an independent client.
+#   create, write /data (a text file and 64 MiB of random bytes), suspend: the manifest and one
+#   archive are in the bucket; resume: /data byte for byte; suspend again: still one archive
+#   (the old one went after the new one was referenced);
+#   S3 stopped: suspend fails clearly, the sandbox stays READY with its /data; S3 back,
+#   suspend, S3 stopped: resume fails clearly, it stays SUSPENDED; S3 back: resume works;
+#   wrong credentials (the node's credentials file, read per operation): a clear error, READY;
+#   delete: every object of the sandbox is gone.
+# Prints BENCH lines for the 64 MiB suspend and resume.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${KAGENT_BUILD_DIR:?}
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+fail() { node_fail "$@"; }
+command -v node >/dev/null || fail "node is required (apt-get install nodejs npm)"
+command -v npm >/dev/null || fail "npm is required"
+AWS=/usr/bin/aws # Debian's awscli (deploy/install-deps.sh), not whatever else is on PATH
+[ -x "$AWS" ] || fail "awscli is required (apt-get install awscli)"
+
+# --- s3rver, installed from the committed lockfile into the build dir (reused while it matches)
+npmdir=$build/tests/integration/snapshots/npm
+lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
+  rm -rf "$npmdir"
+  mkdir -p "$npmdir"
+  cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
+  (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
+    { cat "$npmdir/npm.log" >&2; fail "npm ci failed"; }
+  echo "$lockhash" > "$npmdir/.lockhash"
+fi
+S3RVER=$npmdir/node_modules/.bin/s3rver
+S3PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+S3PID=
+s3_start() {
+  "$S3RVER" -d "$WORK/s3" -a 127.0.0.1 -p "$S3PORT" --configure-bucket snaps --silent \
+    >>"$WORK/s3rver.log" 2>&1 &
+  S3PID=$!
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && return 0
+    sleep 0.1
+  done
+  fail "s3rver did not start"
+}
+s3_stop() {
+  kill "$S3PID"; wait "$S3PID" 2>/dev/null || true; S3PID=
+  ! curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" || fail "s3rver still answers"
+}
+node_prestart() {
+  mkdir -p "$WORK/s3"
+  s3_start
+  # the right keys in the node's credentials file; the environment's are wrong, so passing
+  # shows the file overrides them
+  creds="[default]
+aws_access_key_id = S3RVER
+aws_secret_access_key = S3RVER
+region = us-east-1
+endpoint_url = http://127.0.0.1:$S3PORT"
+  echo "$creds" > "$WORK/s3.credentials"
+  chmod 600 "$WORK/s3.credentials"
+  NODE_EXTRA_YAML="snapshots:
+  credentialsFile: $WORK/s3.credentials"
+}
+stop_all() { [ -n "${S3PID:-}" ] && kill "$S3PID" 2>/dev/null; node_cleanup; }
+export AWS_ACCESS_KEY_ID=NOPE AWS_SECRET_ACCESS_KEY=NOPE AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL_S3=http://127.0.0.1:1
+NODE_SNAPSHOT_LOCATION=s3://snaps/kagent/
+node_start
+trap stop_all EXIT
+node_apply_template s3tpl
+
+k() { "$KAGENT" --api-url "$API" "$@"; }
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
+state() { k sandbox get "$1" -o json | field state; }
+awsls() {
+  AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$AWS" --endpoint-url "http://127.0.0.1:$S3PORT" \
+    s3 ls "s3://snaps/kagent/$1/" --recursive 2>/dev/null | awk '{print $4}' || true
+}
+ms() { date +%s%3N; }
+sum() { k sandbox exec "$1" -- sh -c 'sha256sum /data/workspace/big | cut -d" " -f1; cat /data/workspace/note.txt' 2>/dev/null; }
+
+id=$(k sandbox create s3tpl --request-id s3-1 -o json | field id)
+[ -n "$id" ] || fail "create"
+k sandbox exec "$id" -- sh -c 'mkdir -p /data/workspace/d/e && echo hello-s3 > /data/workspace/note.txt &&
+  head -c 67108864 /dev/urandom > /data/workspace/big && ln -s /etc/passwd /data/workspace/link' \
+  >/dev/null 2>&1 || fail "write /data"
+before=$(sum "$id")
+[ -n "$before" ] || fail "no checksum"
+
+# --- suspend: objects written, checked by awscli
+t0=$(ms)
+k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend"
+t1=$(ms)
+keys=$(awsls "$id")
+echo "$keys" | grep -qx "kagent/$id/manifest.json" || fail "no manifest in the bucket: $keys"
+[ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive: $keys"
+AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$AWS" --endpoint-url "http://127.0.0.1:$S3PORT" \
+  s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.json" >/dev/null || fail "aws s3 cp"
+python3 - "$WORK/manifest.json" "$id" <<'PY' || fail "manifest contents"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["format"] == "kagent-snapshot/1" and m["sandbox"] == sys.argv[2], m
+assert m["bytes"] >= 64 << 20 and m["archiveBytes"] > 64 << 20 and len(m["sha256"]) == 64, m
+PY
+first=$(echo "$keys" | grep '\.tar\.zst$')
+
+# --- resume: /data byte for byte
+t2=$(ms)
+k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume"
+t3=$(ms)
+[ "$(sum "$id")" = "$before" ] || fail "/data differs after resume"
+k sandbox exec "$id" -- sh -c '[ -L /data/workspace/link ] && [ -d /data/workspace/d/e ]' >/dev/null 2>&1 ||
+  fail "symlink or empty dir lost"
+echo "BENCH snapshot_s3_suspend_64MiB ms=$((t1 - t0)) MBps=$((64000 / (t1 - t0 + 1)))"
+echo "BENCH snapshot_s3_resume_64MiB ms=$((t3 - t2)) MBps=$((64000 / (t3 - t2 + 1)))"
+
+# --- a second suspend replaces the archive (the old one deleted after the new is referenced)
+k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 2"
+keys=$(awsls "$id")
+[ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive after the second suspend: $keys"
+echo "$keys" | grep -qx "$first" && fail "the old archive is still there"
+k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume 2"
+
+# --- storage unreachable during suspend: clear error, READY, /data intact
+s3_stop
+out=$(k sandbox suspend "$id" 2>&1) && fail "suspend without storage succeeded: $out"
+echo "$out" | grep -qi 'unreachable' || fail "unclear suspend error: $out"
+[ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after a failed suspend the sandbox is $(state "$id")"
+[ "$(sum "$id")" = "$before" ] || fail "/data changed by the failed suspend"
+s3_start
+
+# --- storage unreachable during resume: clear error, SUSPENDED; back: resume works
+k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 3"
+s3_stop
+out=$(k sandbox resume "$id" 2>&1) && fail "resume without storage succeeded: $out"
+echo "$out" | grep -qi 'unreachable' || fail "unclear resume error: $out"
+[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a failed resume the sandbox is $(state "$id")"
+s3_start
+k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after storage came back"
+[ "$(sum "$id")" = "$before" ] || fail "/data differs after the late resume"
+
+# --- wrong credentials: a clear error, READY
+cp "$WORK/s3.credentials" "$WORK/s3.credentials.good"
+sed -i 's/aws_access_key_id = S3RVER/aws_access_key_id = WRONGKEY/' "$WORK/s3.credentials"
+out=$(k sandbox suspend "$id" 2>&1) && fail "suspend with wrong credentials succeeded: $out"
+echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error: $out"
+[ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after refused credentials the sandbox is $(state "$id")"
+cp "$WORK/s3.credentials.good" "$WORK/s3.credentials"
+
+# --- delete removes every object of the sandbox
+k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 4"
+[ -n "$(awsls "$id")" ] || fail "objects missing before delete"
+k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
+[ -z "$(awsls "$id")" ] || fail "objects left after delete: $(awsls "$id")"
+
+node_stop
+echo "PASS snapshots_s3"
