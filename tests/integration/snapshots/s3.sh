@@ -7,7 +7,8 @@
 #   S3 stopped: suspend fails clearly, the sandbox stays READY with its /data; S3 back,
 #   suspend, S3 stopped: resume fails clearly, it stays SUSPENDED; S3 back: resume works;
 #   wrong credentials (the node's credentials file, read per operation): a clear error, READY;
-#   delete: every object of the sandbox is gone.
+#   another identity's resume: not found, nothing changes;
+#   delete, and TTL expiry: every object of the sandbox is gone.
 # Prints BENCH lines for the 64 MiB suspend and resume.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,6 +106,11 @@ assert m["bytes"] >= 64 << 20 and m["archiveBytes"] > 64 << 20 and len(m["sha256
 PY
 first=$(echo "$keys" | grep '\.tar\.zst$')
 
+# --- another identity cannot reach the snapshot (nor learn the sandbox exists)
+set +e; k --user-id bob@example.com sandbox resume "$id" >/dev/null 2>"$WORK/err"; rc=$?; set -e
+[ $rc != 0 ] && grep -qi 'not found' "$WORK/err" || fail "another user resumed it: $(cat "$WORK/err")"
+[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "another user's resume changed it"
+
 # --- resume: /data byte for byte
 t2=$(ms)
 k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume"
@@ -126,6 +132,7 @@ k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume 2"
 s3_stop
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend without storage succeeded: $out"
 echo "$out" | grep -qi 'unreachable' || fail "unclear suspend error: $out"
+echo "suspend without storage: $out"
 [ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after a failed suspend the sandbox is $(state "$id")"
 [ "$(sum "$id")" = "$before" ] || fail "/data changed by the failed suspend"
 s3_start
@@ -135,6 +142,7 @@ k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 3"
 s3_stop
 out=$(k sandbox resume "$id" 2>&1) && fail "resume without storage succeeded: $out"
 echo "$out" | grep -qi 'unreachable' || fail "unclear resume error: $out"
+echo "resume without storage: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a failed resume the sandbox is $(state "$id")"
 s3_start
 k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after storage came back"
@@ -145,6 +153,7 @@ cp "$WORK/s3.credentials" "$WORK/s3.credentials.good"
 sed -i 's/aws_access_key_id = S3RVER/aws_access_key_id = WRONGKEY/' "$WORK/s3.credentials"
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend with wrong credentials succeeded: $out"
 echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error: $out"
+echo "wrong credentials: $out"
 [ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after refused credentials the sandbox is $(state "$id")"
 cp "$WORK/s3.credentials.good" "$WORK/s3.credentials"
 
@@ -153,6 +162,15 @@ k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 4"
 [ -n "$(awsls "$id")" ] || fail "objects missing before delete"
 k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
 [ -z "$(awsls "$id")" ] || fail "objects left after delete: $(awsls "$id")"
+
+# --- expiry removes the objects too
+short=$(k sandbox create s3tpl --request-id s3-short --ttl 15s -o json | field id)
+k sandbox exec "$short" -- sh -c 'echo x > /data/workspace/x' >/dev/null 2>&1 || fail "write short"
+k sandbox suspend "$short" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend short"
+[ -n "$(awsls "$short")" ] || fail "no objects for the short-lived sandbox"
+for _ in $(seq 300); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done
+[ "$(state "$short")" = RUNTIME_STATE_DELETED ] || fail "the short-lived sandbox did not expire"
+[ -z "$(awsls "$short")" ] || fail "objects left after expiry: $(awsls "$short")"
 
 node_stop
 echo "PASS snapshots_s3"
