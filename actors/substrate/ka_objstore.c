@@ -45,6 +45,7 @@ typedef struct s_req {
     ka_os_sink_fn sink; /* 2xx body: streamed here; else kept in reply */
     void *user;
     uint64_t offset; /* GET: bytes already delivered (Range on a retry) */
+    bool ranged;     /* this attempt asked for a Range: only a 206 may continue it */
     long status;
     char etag[256];
     char *reply; /* the body when not streamed (malloc'd, NUL-terminated) */
@@ -344,6 +345,10 @@ static size_t s_write_cb(char *buf, size_t sz, size_t nm, void *arg)
     long status = 0;
     curl_easy_getinfo(x->s->curl, CURLINFO_RESPONSE_CODE, &status);
     if (x->r->sink && status >= 200 && status < 300) {
+        if (x->r->ranged && status != 206) { /* the whole object again: not a continuation */
+            x->r->sink_rc = -EPROTO;
+            return 0;
+        }
         x->r->sink_rc = x->r->sink(x->r->user, buf, n);
         if (x->r->sink_rc)
             return 0; /* stops the transfer */
@@ -451,7 +456,8 @@ static int s_perform_once(ka_objstore_t *s, s_req_t *r, CURLcode *cc, char *curl
     h = curl_slist_append(h, hdr_sha);
     if (s->c.token[0] && asprintf(&token, "x-amz-security-token: %s", s->c.token) > 0)
         h = curl_slist_append(h, token);
-    if (r->sink && r->offset) {
+    r->ranged = r->sink && r->offset;
+    if (r->ranged) {
         snprintf(range, sizeof range, "Range: bytes=%llu-", (unsigned long long)r->offset);
         h = curl_slist_append(h, range);
     }
