@@ -664,11 +664,16 @@ int ka_objstore_list(ka_objstore_t *s, const char *prefix, ka_os_key_fn fn, void
 
 /* ---- streamed (multipart) uploads --------------------------------------------------------- */
 
+/* Two part buffers: one fills while the other is sent by a sender thread (the client's handle
+ * is used by one thread at a time: the sender is joined before any other request). */
 struct ka_os_upload {
     ka_objstore_t *s;
     char key[S_KEY_CAP];
-    char *part;
-    size_t fill;
+    char *part, *spare; /* filling; the other one (in flight while busy) */
+    size_t fill, flight_len;
+    pthread_t sender;
+    bool busy;
+    int sent_rc;
     char upload_id[512];
     int parts;
     char **etags;
@@ -678,9 +683,12 @@ struct ka_os_upload {
 ka_os_upload_t *ka_os_upload_new(ka_objstore_t *s, const char *key)
 {
     ka_os_upload_t *u = calloc(1, sizeof *u);
-    if (!u || !(u->part = malloc(s->o.part_bytes)) || strlen(key) >= sizeof u->key) {
-        if (u)
+    if (!u || strlen(key) >= sizeof u->key || !(u->part = malloc(s->o.part_bytes)) ||
+        !(u->spare = malloc(s->o.part_bytes))) {
+        if (u) {
             free(u->part);
+            free(u->spare);
+        }
         free(u);
         return NULL;
     }
@@ -705,21 +713,23 @@ static int s_mp_start(ka_os_upload_t *u)
     return rc;
 }
 
-static int s_mp_part(ka_os_upload_t *u)
+static int s_mp_part(ka_os_upload_t *u, const char *buf, size_t len)
 {
     if (!u->upload_id[0]) {
         int rc = s_mp_start(u);
         if (rc)
             return rc;
     }
-    if (u->parts >= KA_OBJSTORE_MAX_PARTS)
+    if (u->parts >= KA_OBJSTORE_MAX_PARTS) {
+        snprintf(u->s->err, sizeof u->s->err, "more than %d parts of %zu bytes",
+                 KA_OBJSTORE_MAX_PARTS, u->s->o.part_bytes);
         return -EFBIG;
+    }
     char query[3 * 512 + 48], eid[3 * 512];
     if (s_encode(eid, sizeof eid, u->upload_id, false))
         return -ENAMETOOLONG;
     snprintf(query, sizeof query, "partNumber=%d&uploadId=%s", u->parts + 1, eid);
-    s_req_t r = {
-        .method = "PUT", .key = u->key, .query = query, .body = u->part, .body_len = u->fill};
+    s_req_t r = {.method = "PUT", .key = u->key, .query = query, .body = buf, .body_len = len};
     int rc = s_request(u->s, &r);
     s_req_done(&r);
     if (rc)
@@ -731,8 +741,43 @@ static int s_mp_part(ka_os_upload_t *u)
     if (!(e[u->parts] = strdup(r.etag)))
         return -ENOMEM;
     u->parts++;
-    u->fill = 0;
     return 0;
+}
+
+static void *s_sender_run(void *arg)
+{
+    ka_os_upload_t *u = arg;
+    u->sent_rc = s_mp_part(u, u->spare, u->flight_len);
+    return NULL;
+}
+
+/* Waits for the part in flight; the upload's first failure. */
+static int s_wait_sent(ka_os_upload_t *u)
+{
+    if (u->busy) {
+        pthread_join(u->sender, NULL);
+        u->busy = false;
+        if (u->sent_rc && !u->failed)
+            u->failed = u->sent_rc;
+    }
+    return u->failed;
+}
+
+/* Hands the full part to the sender and goes on filling the other buffer. */
+static int s_send_part(ka_os_upload_t *u)
+{
+    if (s_wait_sent(u))
+        return u->failed;
+    char *full = u->part;
+    u->part = u->spare;
+    u->spare = full;
+    u->flight_len = u->fill;
+    u->fill = 0;
+    if (pthread_create(&u->sender, NULL, s_sender_run, u) == 0)
+        u->busy = true;
+    else
+        s_sender_run(u), u->failed = u->sent_rc; /* no thread: send it here */
+    return u->failed;
 }
 
 int ka_os_upload_write(ka_os_upload_t *u, const void *buf, size_t n)
@@ -746,7 +791,7 @@ int ka_os_upload_write(ka_os_upload_t *u, const void *buf, size_t n)
         u->fill += k;
         p += k;
         n -= k;
-        if (u->fill == u->s->o.part_bytes && (u->failed = s_mp_part(u)))
+        if (u->fill == u->s->o.part_bytes && s_send_part(u))
             return u->failed;
     }
     return 0;
@@ -780,20 +825,22 @@ static int s_mp_complete(ka_os_upload_t *u)
 
 static void s_upload_free(ka_os_upload_t *u)
 {
+    s_wait_sent(u);
     for (int i = 0; i < u->parts; i++)
         free(u->etags[i]);
     free(u->etags);
     free(u->part);
+    free(u->spare);
     free(u);
 }
 
 int ka_os_upload_finish(ka_os_upload_t **u_p)
 {
     ka_os_upload_t *u = *u_p;
-    int rc = u->failed;
+    int rc = s_wait_sent(u);
     if (!rc && !u->upload_id[0]) /* small: one PUT */
         rc = ka_objstore_put(u->s, u->key, u->part, u->fill);
-    else if (!rc && !(rc = u->fill ? s_mp_part(u) : 0))
+    else if (!rc && !(rc = u->fill ? s_mp_part(u, u->part, u->fill) : 0))
         rc = s_mp_complete(u);
     if (rc) {
         ka_objstore_t *s = u->s;
@@ -813,6 +860,7 @@ void ka_os_upload_abort(ka_os_upload_t **u_p)
     ka_os_upload_t *u = u_p ? *u_p : NULL;
     if (!u)
         return;
+    s_wait_sent(u);
     if (u->upload_id[0]) {
         char query[3 * 512 + 16], eid[3 * 512];
         s_encode(eid, sizeof eid, u->upload_id, false);

@@ -11,45 +11,13 @@
 #   delete, and TTL expiry: every object of the sandbox is gone.
 # Prints BENCH lines for the 64 MiB suspend and resume.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-build=${KAGENT_BUILD_DIR:?}
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/s3rver.sh"
 fail() { node_fail "$@"; }
-command -v node >/dev/null || fail "node is required (apt-get install nodejs npm)"
-command -v npm >/dev/null || fail "npm is required"
-AWS=/usr/bin/aws # Debian's awscli (deploy/install-deps.sh), not whatever else is on PATH
-[ -x "$AWS" ] || fail "awscli is required (apt-get install awscli)"
-
-# --- s3rver, installed from the committed lockfile into the build dir (reused while it matches)
-npmdir=$build/tests/integration/snapshots/npm
-lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
-if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
-  rm -rf "$npmdir"
-  mkdir -p "$npmdir"
-  cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
-  (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
-    { cat "$npmdir/npm.log" >&2; fail "npm ci failed"; }
-  echo "$lockhash" > "$npmdir/.lockhash"
-fi
-S3RVER=$npmdir/node_modules/.bin/s3rver
-S3PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-S3PID=
-s3_start() {
-  "$S3RVER" -d "$WORK/s3" -a 127.0.0.1 -p "$S3PORT" --configure-bucket snaps --silent \
-    >>"$WORK/s3rver.log" 2>&1 &
-  S3PID=$!
-  for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && return 0
-    sleep 0.1
-  done
-  fail "s3rver did not start"
-}
-s3_stop() {
-  kill "$S3PID"; wait "$S3PID" 2>/dev/null || true; S3PID=
-  ! curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" || fail "s3rver still answers"
-}
+s3_install
+stop_all() { [ -n "${S3PID:-}" ] && kill "$S3PID" 2>/dev/null; node_cleanup; }
 node_prestart() {
-  mkdir -p "$WORK/s3"
+  trap stop_all EXIT
   s3_start
   # the right keys in the node's credentials file; the environment's are wrong, so passing
   # shows the file overrides them
@@ -63,21 +31,16 @@ endpoint_url = http://127.0.0.1:$S3PORT"
   NODE_EXTRA_YAML="snapshots:
   credentialsFile: $WORK/s3.credentials"
 }
-stop_all() { [ -n "${S3PID:-}" ] && kill "$S3PID" 2>/dev/null; node_cleanup; }
 export AWS_ACCESS_KEY_ID=NOPE AWS_SECRET_ACCESS_KEY=NOPE AWS_REGION=us-east-1
 export AWS_ENDPOINT_URL_S3=http://127.0.0.1:1
 NODE_SNAPSHOT_LOCATION=s3://snaps/kagent/
 node_start
-trap stop_all EXIT
 node_apply_template s3tpl
 
 k() { "$KAGENT" --api-url "$API" "$@"; }
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
 state() { k sandbox get "$1" -o json | field state; }
-awsls() {
-  AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$AWS" --endpoint-url "http://127.0.0.1:$S3PORT" \
-    s3 ls "s3://snaps/kagent/$1/" --recursive 2>/dev/null | awk '{print $4}' || true
-}
+awsls() { s3_aws s3 ls "s3://snaps/kagent/$1/" --recursive 2>/dev/null | awk '{print $4}' || true; }
 ms() { date +%s%3N; }
 sum() { k sandbox exec "$1" -- sh -c 'sha256sum /data/workspace/big | cut -d" " -f1; cat /data/workspace/note.txt' 2>/dev/null; }
 
@@ -96,8 +59,7 @@ t1=$(ms)
 keys=$(awsls "$id")
 echo "$keys" | grep -qx "kagent/$id/manifest.json" || fail "no manifest in the bucket: $keys"
 [ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive: $keys"
-AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "$AWS" --endpoint-url "http://127.0.0.1:$S3PORT" \
-  s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.json" >/dev/null || fail "aws s3 cp"
+s3_aws s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.json" >/dev/null || fail "aws s3 cp"
 python3 - "$WORK/manifest.json" "$id" <<'PY' || fail "manifest contents"
 import json, sys
 m = json.load(open(sys.argv[1]))

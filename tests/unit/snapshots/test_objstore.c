@@ -48,7 +48,7 @@ static struct {
     atomic_long cut_after; /* GET: close after this many body bytes (once) */
     atomic_int ranges;
     bool ignore_range; /* answer a Range request with the whole object (200) */
-    int list_page; /* keys per list page */
+    int list_page;     /* keys per list page */
     char last_query[4096];
 } M;
 
@@ -543,6 +543,20 @@ static void test_multipart_streamed(void **unused)
     assert_int_equal(ka_os_upload_finish(&u), 0);
     assert_int_equal(M.completes, 1);
     assert_int_equal(m_find("p/small", false)->len, 3);
+    /* storage failing mid-upload: the upload fails, is aborted, no object appears */
+    u = ka_os_upload_new(s, "broken");
+    int rc = 0;
+    for (size_t off = 0; off < n && !rc; off += 10000) {
+        if (off >= 100000)
+            M.fail_next = 1000;
+        rc = ka_os_upload_write(u, data + off, off + 10000 < n ? 10000 : n - off);
+    }
+    assert_int_equal(rc ? rc : ka_os_upload_finish(&u), -EIO);
+    if (u)
+        ka_os_upload_abort(&u);
+    assert_null(m_find("p/broken", false));
+    assert_non_null(strstr(ka_objstore_error(s), "503"));
+    M.fail_next = 0;
     free(data);
     ka_objstore_destroy(&s);
 }
