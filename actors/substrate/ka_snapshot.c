@@ -404,11 +404,13 @@ static int s_get_file(s_ctx_t *c, int pfd, const char *name, struct archive_entr
     }
     if (fd < 0)
         return -EEXIST;
-    int rc = 0;
+    la_int64_t size = archive_entry_size(e);
+    int rc = size < 0 ? s_fail(c, -EINVAL, "snapshot entry %.200s has a negative size", c->path)
+                      : s_add_bytes(c, (uint64_t)size); /* its apparent size, as when saved */
     const void *buf;
     size_t n;
     la_int64_t off;
-    for (;;) {
+    while (!rc) {
         int r = archive_read_data_block(c->a, &buf, &n, &off);
         if (r == ARCHIVE_EOF)
             break;
@@ -416,14 +418,18 @@ static int s_get_file(s_ctx_t *c, int pfd, const char *name, struct archive_entr
             rc = s_archive_err(c, -EINVAL);
             break;
         }
-        if ((rc = s_add_bytes(c, n)) || (rc = s_late(c)))
+        if ((rc = s_late(c)))
             break;
+        if (off < 0 || (uint64_t)off + n > (uint64_t)size) { /* a sparse map past the size */
+            rc = s_fail(c, -EINVAL, "snapshot entry %.200s has data past its size", c->path);
+            break;
+        }
         if (pwrite(fd, buf, n, (off_t)off) != (ssize_t)n) {
             rc = s_fail(c, errno ? -errno : -EIO, "cannot write %s: %s", c->path, strerror(errno));
             break;
         }
     }
-    if (!rc && ftruncate(fd, archive_entry_size(e)) < 0) /* a sparse tail */
+    if (!rc && ftruncate(fd, size) < 0) /* a sparse tail */
         rc = -errno;
     if (!rc) {
         s_attrs(c, fd, e);

@@ -10,10 +10,10 @@ secs=${2:-60}
 shift 2 2>/dev/null || shift $#
 src=$(cd "$(dirname "$0")" && pwd)
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(template config mcp pbjson proto guest oci)
+[ ${#names[@]} -gt 0 ] || names=(template config mcp pbjson proto guest oci snapshot)
 
 declare -A max_len=([template]=8192 [config]=8192 [mcp]=16384 [pbjson]=8192 [proto]=4096
-                    [guest]=65536 [oci]=65536)
+                    [guest]=65536 [oci]=65536 [snapshot]=65536)
 failed=()
 summary=()
 for n in "${names[@]}"; do
