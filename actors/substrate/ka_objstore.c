@@ -302,7 +302,7 @@ static void s_sha256_hex(const void *buf, size_t n, char out[65])
     unsigned int len = 0;
     EVP_Digest(buf, n, md, &len, EVP_sha256(), NULL);
     for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+        snprintf(out + (size_t)2 * i, 3, "%02x", md[i]);
 }
 
 typedef struct s_body {

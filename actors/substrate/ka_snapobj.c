@@ -61,9 +61,9 @@ static int s_read_manifest(ka_objstore_t *os, const char *id, s_manifest_t *m, c
     if (!j ||
         json_unpack(j, "{s:s, s:s, s:s, s:s, s:I}", "format", &fmt, "sandbox", &sbx, "object", &obj,
                     "sha256", &sha, "archiveBytes", &n) ||
-        strcmp(fmt, KA_SNAPOBJ_FORMAT) || strcmp(sbx, id) || strncmp(obj, own, strlen(own)) ||
-        strchr(obj + strlen(own), '/') || strlen(obj) >= sizeof m->object || strlen(sha) != 64 ||
-        n < 0) {
+        strcmp(fmt, KA_SNAPOBJ_FORMAT) != 0 || strcmp(sbx, id) != 0 ||
+        strncmp(obj, own, strlen(own)) != 0 || strchr(obj + strlen(own), '/') ||
+        strlen(obj) >= sizeof m->object || strlen(sha) != 64 || n < 0) {
         s_msg(err, cap, "the snapshot manifest is malformed or names another sandbox", key);
         json_decref(j);
         return -EBADMSG;
@@ -139,7 +139,7 @@ int ka_snapobj_save(const char *location, const char *id, const char *revision, 
         s_msg(err, cap, "writing the snapshot manifest failed", ka_objstore_error(os));
         ka_objstore_delete(os, object); /* unreferenced: best effort */
     }
-    if (!rc && had && strcmp(old.object, object) && ka_objstore_delete(os, old.object))
+    if (!rc && had && strcmp(old.object, object) != 0 && ka_objstore_delete(os, old.object))
         krt_log(KRT_LOG_WARN, "snapshots", "snapshot_old_object_kept", "sandbox=%s object=%s %s",
                 id, old.object, ka_objstore_error(os));
     if (!rc)
@@ -211,7 +211,7 @@ static int s_stream_restore(ka_objstore_t *os, const s_manifest_t *m, const char
         s_msg(err, cap, "restoring the snapshot archive failed", why);
         return rc;
     }
-    if (info.archive_bytes != (uint64_t)m->archive_bytes || strcmp(info.sha256, m->sha256)) {
+    if (info.archive_bytes != (uint64_t)m->archive_bytes || strcmp(info.sha256, m->sha256) != 0) {
         s_msg(err, cap, "the downloaded snapshot does not match its manifest's size and sha256",
               m->object);
         return -EBADMSG;
@@ -267,7 +267,7 @@ int ka_snapobj_remove(const char *location, const char *id, const ka_tree_opts_t
     if (!rc) /* the reference first: what remains a moment is never named */
         rc = ka_objstore_delete(os, manifest);
     for (size_t i = 0; !rc && i < k.n; i++)
-        if (strcmp(k.v[i], manifest))
+        if (strcmp(k.v[i], manifest) != 0)
             rc = ka_objstore_delete(os, k.v[i]);
     if (rc)
         s_msg(err, cap, "removing the snapshot objects failed", ka_objstore_error(os));

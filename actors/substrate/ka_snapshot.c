@@ -41,12 +41,12 @@ typedef struct s_ctx {
 static int s_fail(s_ctx_t *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int s_fail(s_ctx_t *c, int rc, const char *fmt, ...)
 {
-    if (c->err && c->cap && !c->err[0]) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err, c->cap, fmt, ap);
-        va_end(ap);
-    }
+    if (!c->err || !c->cap || c->err[0]) /* the first reason stands */
+        return rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->cap, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -83,7 +83,7 @@ static void s_digest_end(s_ctx_t *c)
         return;
     EVP_DigestFinal_ex(c->md, md, &len);
     for (unsigned i = 0; i < len && i < 32; i++)
-        snprintf(c->info.sha256 + 2 * i, 3, "%02x", md[i]);
+        snprintf(c->info.sha256 + (size_t)2 * i, 3, "%02x", md[i]);
     EVP_MD_CTX_free(c->md);
     c->md = NULL;
 }
@@ -221,15 +221,14 @@ static int s_put_entry(s_ctx_t *c, int dfd, const char *name, int depth)
         return s_fail(c, -ENAMETOOLONG, "a path longer than %d bytes", PATH_MAX);
     struct stat st;
     int rc = 0;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        c->info.tree.skipped++;
-    else if (S_ISDIR(st.st_mode))
+    mode_t type = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mode & S_IFMT : 0;
+    if (type == S_IFDIR)
         rc = s_put_subdir(c, dfd, name, depth);
-    else if (S_ISREG(st.st_mode))
+    else if (type == S_IFREG)
         rc = s_put_file(c, dfd, name);
-    else if (S_ISLNK(st.st_mode))
+    else if (type == S_IFLNK)
         rc = s_put_symlink(c, dfd, name, &st);
-    else /* fifos, sockets, devices: never opened, never archived */
+    else /* gone, or fifos, sockets, devices: never opened, never archived */
         c->info.tree.skipped++;
     c->path[base] = '\0';
     return rc;
@@ -293,9 +292,9 @@ int ka_snapshot_write(const char *dir, const ka_tree_opts_t *o, ka_snap_sink_fn 
     if (err && cap)
         err[0] = '\0';
     int fd = open(dir, S_DIRFLAG), rc = 0;
-    struct stat st;
+    struct stat st = {0};
     if (fd < 0 || fstat(fd, &st) < 0)
-        rc = s_fail(&c, -errno, "cannot open %s: %s", dir, strerror(errno));
+        rc = s_fail(&c, errno ? -errno : -EIO, "cannot open %s: %s", dir, strerror(errno));
     if (!rc && !(rc = s_open_write(&c))) {
         c.dev = st.st_dev;
         rc = s_put_dir(&c, fd, 0);
@@ -479,10 +478,10 @@ static int s_get_entry(s_ctx_t *c, int root, struct archive_entry *e)
     if (archive_entry_hardlink(e) || (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK))
         return s_fail(c, -EINVAL, "refused snapshot entry %.200s: not a file, directory or symlink",
                       name);
-    char *leaf;
+    char *leaf = NULL;
     int pfd = s_parent(c, root, &leaf);
-    if (pfd < 0)
-        return pfd;
+    if (pfd < 0 || !leaf)
+        return pfd < 0 ? pfd : -EINVAL;
     int rc = type == AE_IFREG   ? s_get_file(c, pfd, leaf, e)
              : type == AE_IFDIR ? s_get_dir(c, pfd, leaf, e)
                                 : s_get_symlink(c, pfd, leaf, e);
@@ -517,9 +516,9 @@ int ka_snapshot_read(const char *dir, int fd, const ka_tree_opts_t *o, ka_snapsh
     if (err && cap)
         err[0] = '\0';
     int rc = ka_mkdirs(dir, 0700), root = -1;
-    struct stat st;
+    struct stat st = {0};
     if (rc || (root = open(dir, S_DIRFLAG)) < 0 || fstat(root, &st) < 0)
-        rc = s_fail(&c, rc ? rc : -errno, "cannot open %s", dir);
+        rc = s_fail(&c, rc ? rc : errno ? -errno : -EIO, "cannot open %s", dir);
     if (!rc && !(rc = s_open_read(&c))) {
         c.dev = st.st_dev;
         struct archive_entry *e;
