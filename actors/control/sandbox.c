@@ -1119,9 +1119,12 @@ static void s_on_store_reply(krt_ctx_t *ctx, s_sbx_t *self, const krt_msg_t *msg
     case SS_INTENT:
         s_after_intent(ctx, self);
         break;
-    case SS_RESULT:
-        s_finish(ctx, self, self->result_code, self->result_message);
+    case SS_RESULT: {
+        int code = self->result_code; /* once: later results (s_mark) answer nobody */
+        self->result_code = KA_OK;
+        s_finish(ctx, self, code, self->result_message);
         break;
+    }
     case SS_TOMBSTONE:
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         s_finish(ctx, self, KA_OK, "");
