@@ -10,7 +10,6 @@
 #include "sandboxes.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -186,15 +185,15 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
 static int s_job_start(s_job_t *j);
 
 /* After a failed save to object storage the sandbox comes back READY with its /data: the
- * halted compute's /data goes to an unnamed temporary file, a fresh compute replaces it and
- * gets that /data back. 0, or the error that lost the sandbox. */
+ * halted compute's /data goes to an unnamed temporary file on the node (ka_snapshot_tmpfile),
+ * a fresh compute replaces it and gets that /data back. 0, or the error that lost the
+ * sandbox. */
 static int s_job_rescue(s_job_t *j)
 {
     char why[KA_SNAPSHOT_ERR_CAP] = "";
-    const char *tmp = getenv("TMPDIR");
     ka_tree_opts_t o = s_tree_opts(-1);
-    int fd = open(tmp && tmp[0] ? tmp : "/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? -errno
+    int fd = ka_snapshot_tmpfile();
+    int rc = fd < 0 ? fd
                     : ka_snapshot_write(ka_driver_data_dir(j->driver, j->sb), &o,
                                         ka_snapshot_fd_sink, &fd, NULL, why, sizeof why);
     if (!rc)
