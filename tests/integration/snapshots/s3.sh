@@ -80,8 +80,8 @@ t3=$(ms)
 [ "$(sum "$id")" = "$before" ] || fail "/data differs after resume"
 k sandbox exec "$id" -- sh -c '[ -L /data/workspace/link ] && [ -d /data/workspace/d/e ]' >/dev/null 2>&1 ||
   fail "symlink or empty dir lost"
-echo "BENCH snapshot_s3_suspend_64MiB ms=$((t1 - t0)) MBps=$((64000 / (t1 - t0 + 1)))"
-echo "BENCH snapshot_s3_resume_64MiB ms=$((t3 - t2)) MBps=$((64000 / (t3 - t2 + 1)))"
+echo "BENCH name=snapshot_s3_suspend_64MiB value=$((t1 - t0)) unit=ms"
+echo "BENCH name=snapshot_s3_resume_64MiB value=$((t3 - t2)) unit=ms"
 
 # --- a second suspend replaces the archive (the old one deleted after the new is referenced)
 k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 2"
