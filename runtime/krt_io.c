@@ -102,7 +102,7 @@ static void s_async_finish(krt_io_t *io, krt_callrec_t *r, int err, const krt_ms
 }
 
 static void s_finish(krt_system_t *sys, uint64_t ref, int err, krt_addr_t from, uint32_t type,
-                     const void *body, size_t len, bool *found)
+                     int32_t status, const void *body, size_t len, bool *found)
 {
     krt_io_t *io = sys->io;
     pthread_mutex_lock(&io->call_lock);
@@ -112,6 +112,7 @@ static void s_finish(krt_system_t *sys, uint64_t ref, int err, krt_addr_t from, 
         r->err = err;
         if (!err) {
             r->reply.type = type;
+            r->reply.status = status;
             r->reply.len = (uint32_t)len;
             r->reply.body = malloc(len ? len : 1);
             if (!r->reply.body)
@@ -126,22 +127,22 @@ static void s_finish(krt_system_t *sys, uint64_t ref, int err, krt_addr_t from, 
     if (found)
         *found = r != NULL;
     if (async) {
-        krt_msg_t m = {type, (uint32_t)len, from, ref, body};
-        s_async_finish(io, r, err, err ? NULL : &m);
+        krt_msg_t m = {type, (uint32_t)len, from, ref, body, status, KRT_KIND_REPLY};
+        s_async_finish(io, r, err ? err : status, err ? NULL : &m);
     }
 }
 
 bool krt__call_complete(krt_system_t *sys, uint64_t ref, krt_addr_t from, uint32_t type,
-                        const void *body, size_t len)
+                        int32_t status, const void *body, size_t len)
 {
     bool found;
-    s_finish(sys, ref, 0, from, type, body, len, &found);
+    s_finish(sys, ref, 0, from, type, status, body, len, &found);
     return found;
 }
 
 void krt__call_fail(krt_system_t *sys, uint64_t ref, int err)
 {
-    s_finish(sys, ref, err, KRT_ADDR_NONE, 0, NULL, 0, NULL);
+    s_finish(sys, ref, err, KRT_ADDR_NONE, 0, 0, NULL, 0, NULL);
 }
 
 static uint64_t s_call_ref(krt_io_t *io)
@@ -169,7 +170,7 @@ int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, 
     pthread_mutex_lock(&io->call_lock);
     s_call_put(io, &r);
     pthread_mutex_unlock(&io->call_lock);
-    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r.ref, KRT_NK_USER, body, len);
+    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r.ref, KRT_NK_REQUEST, body, len);
     pthread_mutex_lock(&io->call_lock);
     if (rc) {
         if (s_call_take(io, r.ref)) {
@@ -253,7 +254,7 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
         if (wake)
             s_wake_poller(io);
     }
-    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r->ref, KRT_NK_USER, body, len);
+    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r->ref, KRT_NK_REQUEST, body, len);
     if (rc) {
         pthread_mutex_lock(&io->call_lock);
         krt_callrec_t *mine = s_call_take(io, r->ref);

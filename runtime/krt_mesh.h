@@ -7,7 +7,9 @@
  * arrive in the order they were sent (while the connection lives). For two nodes to talk both
  * ways, each connects to the other.
  *
- * Messages travel as codec envelopes (krt_codec.h), one per ZeroMQ frame. A mesh installs
+ * Messages travel as codec envelopes (krt_codec.h), one per ZeroMQ frame; the envelope keeps
+ * a message's kind (plain, request, reply), ref and status, so a krt_request to a remote actor
+ * is answered, fails or times out exactly as a local one. A mesh installs
  * itself as its system's transport (krt_system_set_transport); the runtime then hands it
  * every message for another node. The send path only encodes, pushes onto a lock-free queue
  * and, if the I/O thread sleeps, writes an eventfd: it never blocks a runtime thread. One I/O

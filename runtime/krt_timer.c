@@ -4,7 +4,9 @@
  *
  * A timer is armed in the wheel of the scheduler its owner runs on; the wheel's lock guards its
  * buckets and the ARMED->FIRED transition. Firing pushes a KRT_NK_TIMER node carrying the timer
- * and its seq; every arm and cancel bumps seq, so a fired message whose timer was cancelled or
+ * and its seq (a request's timeout: a KRT_NK_REQ_TIMEOUT carrying the request's ref, looked up
+ * again at delivery, since a reply handled in between frees the entry); every arm and cancel
+ * bumps seq, so a fired message whose timer was cancelled or
  * re-armed in the meantime is dropped at delivery ("cancel during fire" is safe). An actor's
  * timers that are not idle sit on its ext->timers list, so reaping can cancel them.
  */
@@ -172,9 +174,14 @@ static void s_fire(void *user, krt_tmr_t *t)
     krt_node_t *n = krt__node_new(s, 0);
     if (!n)
         return; /* stays FIRED: cancel still reports true, the message is lost */
-    n->kind = KRT_NK_TIMER;
-    n->aux = t->seq;
-    n->msg.body = t;
+    if (t->state & KRT_TF_REQ) {
+        n->kind = KRT_NK_REQ_TIMEOUT;
+        n->msg.ref = t->ref;
+    } else {
+        n->kind = KRT_NK_TIMER;
+        n->aux = t->seq;
+        n->msg.body = t;
+    }
     krt__push(s->sys, t->owner, n);
 }
 
@@ -235,8 +242,6 @@ bool krt__timer_deliver(krt_ctx_t *ctx, krt_node_t *n, krt_msg_t *out)
     memset(out, 0, sizeof *out);
     out->type = t->type;
     out->ref = t->ref;
-    if (t->state & KRT_TF_REQ)
-        krt__pending_expired(ctx->actor, t); /* frees t */
     return true;
 }
 

@@ -177,7 +177,7 @@ typedef struct ka_guest_req {
     int32_t signal;         /* SIGNAL */
     int32_t stdin_open;     /* START */
     int32_t close;          /* INPUT: close stdin after data */
-    int32_t follow;         /* OUTPUT */
+    int32_t follow;         /* OUTPUT; START: stream the output to the exit (one round trip) */
     uint64_t timeout_ms;    /* START: 0 = guest default */
     uint64_t stdout_offset; /* OUTPUT */
     uint64_t stderr_offset; /* OUTPUT */
@@ -209,8 +209,10 @@ enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3 };
 
 /* One reply frame. Unary ops send one final frame; OUTPUT and READ send data frames
  * (final = 0, stream and offset set, data in tail) and then one final frame (with the exit
- * process for OUTPUT if it has exited). A final frame with has_process carries the process's
- * argv in tail as NUL-terminated strings. */
+ * process for OUTPUT if it has exited). START with follow sends a frame with has_process (not
+ * final, stream 0, no tail: the process runs), then the frames of OUTPUT with follow, ending
+ * with its exit. A final frame with has_process carries the process's argv in tail as
+ * NUL-terminated strings. */
 typedef struct ka_guest_reply {
     ka_status_t status;
     int32_t final;
@@ -243,33 +245,6 @@ static inline int ka_code_of_store(int err)
     default:
         return KA_INTERNAL;
     }
-}
-
-/* A request an actor waits for: an intrusive list keyed by the krt_request ref. Control actors
- * embed it first in their continuation structs. */
-typedef struct ka_pending ka_pending_t;
-struct ka_pending {
-    ka_pending_t *next;
-    uint64_t ref;
-};
-
-static inline void ka_pending_push(ka_pending_t **head, ka_pending_t *p)
-{
-    p->next = *head;
-    *head = p;
-}
-
-/* Unlinks and returns the entry waiting for ref, or NULL. */
-static inline ka_pending_t *ka_pending_take(ka_pending_t **head, uint64_t ref)
-{
-    for (ka_pending_t **pp = head; *pp; pp = &(*pp)->next)
-        if ((*pp)->ref == ref) {
-            ka_pending_t *p = *pp;
-            *pp = p->next;
-            p->next = NULL;
-            return p;
-        }
-    return NULL;
 }
 
 /* The manager hands a request to a sandbox actor with the original requester, so the sandbox

@@ -19,19 +19,10 @@
 #define RESOLVE_TIMEOUT_MS (15 * 60 * 1000)
 #define RECOVER_PAGE       100
 
-typedef enum {
-    ST_RESOLVE,   /* template resolved -> insert the record */
-    ST_INSERT,    /* record inserted (or found) -> spawn its actor, or answer */
-    ST_READ,      /* get / list from the store -> answer */
-    ST_NOT_LIVE,  /* a call for a sandbox with no actor here: the record decides */
-    ST_TOMBSTONE, /* delete of a record without compute -> answer */
-    ST_RECOVER    /* a page of live records at start */
-} s_step_t;
-
+/* A caller's request in flight: each step is a krt_request whose callback is the next step. */
 typedef struct s_op s_op_t;
 struct s_op {
-    ka_pending_t link; /* first: keyed by the ref of the reply this op waits for */
-    s_step_t step;
+    s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
     krt_addr_t from;
     uint64_t from_ref;
     uint32_t type;      /* the caller's request type */
@@ -45,8 +36,8 @@ struct s_op {
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live;    /* id -> krt_addr_t* of the sandbox's actor */
-    ka_pending_t *ops; /* s_op_t by their link */
+    zhashx_t *live; /* id -> krt_addr_t* of the sandbox's actor */
+    s_op_t *ops;    /* in flight, owned */
 } s_mgr_t;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -73,28 +64,36 @@ int ka_check_uuid(const char *s)
     return 0;
 }
 
-static void s_op_free(s_op_t *op)
+static void s_op_free(s_mgr_t *self, s_op_t *op)
 {
-    if (op) {
-        free(op->body);
-        free(op);
-    }
+    if (!op)
+        return;
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        self->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    free(op->body);
+    free(op);
 }
 
-static s_op_t *s_op_new(const krt_msg_t *msg)
+/* A new op answering msg (NULL: nobody to answer) later, owned by self. */
+static s_op_t *s_op_new(s_mgr_t *self, const krt_msg_t *msg)
 {
     s_op_t *op = calloc(1, sizeof *op);
-    if (op) {
+    if (!op)
+        return NULL;
+    if (msg) {
         op->from = msg->from;
         op->from_ref = msg->ref;
         op->type = msg->type;
     }
+    op->next = self->ops;
+    if (self->ops)
+        self->ops->prev = op;
+    self->ops = op;
     return op;
-}
-
-static s_op_t *s_op_take(s_mgr_t *self, uint64_t ref)
-{
-    return (s_op_t *)ka_pending_take(&self->ops, ref);
 }
 
 /* Answers with an error status in the reply shape the caller's request type expects. */
@@ -129,21 +128,30 @@ static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, i
     krt_reply_to(ctx, to, ref, type, &r, len);
 }
 
-static void s_fail_op(krt_ctx_t *ctx, s_op_t *op, int code, const char *message)
+static void s_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message)
 {
     s_fail(ctx, op->from, op->from_ref, op->type, code, "%s", message);
-    s_op_free(op);
+    s_op_free(self, op);
 }
 
-static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, s_step_t step, krt_addr_t to,
+/* Sends a request for op; its reply (or failure) runs `next` with op as user. */
+static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
-    op->step = step;
-    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
-        s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service is not running; retry");
-        return;
-    }
-    ka_pending_push(&self->ops, &op->link);
+    if (krt_request(ctx, to, type, body, len, timeout_ms, next, op))
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+}
+
+/* Common head of a step: the op if its service answered, else NULL after failing the op. */
+static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
+{
+    s_op_t *op = user;
+    if (!err)
+        return op;
+    s_fail_op(ctx, self, op, KA_UNAVAILABLE,
+              err == KRT_ETIMEDOUT ? "a control-plane service did not answer in time; retry"
+                                   : "a control-plane service is not running; retry");
+    return NULL;
 }
 
 static krt_addr_t s_live(s_mgr_t *self, const char *id)
@@ -198,6 +206,12 @@ static void s_forward(krt_ctx_t *ctx, krt_addr_t actor, krt_addr_t from, uint64_
 
 /* ---- create ------------------------------------------------------------------------------- */
 
+/* The steps: each is the callback of the request the previous one made. */
+static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+
 static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *why, size_t cap)
 {
     if (!memchr(c->caller, 0, sizeof c->caller) ||
@@ -230,37 +244,41 @@ static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *w
 
 static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(msg);
+    s_op_t *op = s_op_new(self, msg);
     if (!op)
         return;
     char why[KA_MSG_LEN];
     if (msg->len != sizeof op->cr) {
-        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed create request");
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed create request");
         return;
     }
     memcpy(&op->cr, msg->body, sizeof op->cr);
     int code = s_check_create(self, &op->cr, why, sizeof why);
     if (code) {
-        s_fail_op(ctx, op, code, why);
+        s_fail_op(ctx, self, op, code, why);
         return;
     }
     ka_tpl_key_t k;
     memset(&k, 0, sizeof k);
     s_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
     s_copy(k.name, sizeof k.name, op->cr.template_name);
-    s_ask(ctx, self, op, ST_RESOLVE, self->a.templates, KA_TPL_RESOLVE, &k, sizeof k,
+    s_ask(ctx, self, op, s_on_resolved, self->a.templates, KA_TPL_RESOLVE, &k, sizeof k,
           RESOLVE_TIMEOUT_MS);
 }
 
-static void s_on_resolved(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
     const ka_tpl_resolved_t *res = msg->body;
     if (msg->len != sizeof *res) {
-        s_fail_op(ctx, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
         return;
     }
     if (res->status.code) {
-        s_fail_op(ctx, op, res->status.code, res->status.message);
+        s_fail_op(ctx, self, op, res->status.code, res->status.message);
         return;
     }
     op->res = *res;
@@ -274,15 +292,19 @@ static void s_on_resolved(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
     s_copy(c.revision, sizeof c.revision, res->revision);
     s_copy(c.node, sizeof c.node, self->a.node);
     c.ttl_ms = op->cr.ttl_ms ? op->cr.ttl_ms : self->a.default_ttl_ms;
-    s_ask(ctx, self, op, ST_INSERT, self->a.store, KA_STORE_SANDBOX_CREATE, &c, sizeof c,
+    s_ask(ctx, self, op, s_on_inserted, self->a.store, KA_STORE_SANDBOX_CREATE, &c, sizeof c,
           STORE_TIMEOUT_MS);
 }
 
-static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
     const ka_store_sandbox_reply_t *r = msg->body;
     if (msg->len != sizeof *r || r->status.err) {
-        s_fail_op(ctx, op,
+        s_fail_op(ctx, self, op,
                   ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
                   msg->len >= sizeof *r ? r->status.message : "malformed store reply");
         return;
@@ -290,7 +312,7 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
     krt_addr_t actor = r->created ? KRT_ADDR_NONE : s_live(self, r->sandbox.id);
     if (actor) { /* idempotent replay of a live sandbox: its actor knows more than the row */
         s_forward(ctx, actor, op->from, op->from_ref, op->type, &op->cr, sizeof op->cr);
-        s_op_free(op);
+        s_op_free(self, op);
         return;
     }
     if (!r->created) { /* idempotent replay: the winning insert, even after delete */
@@ -298,7 +320,7 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
         memset(&out, 0, sizeof out);
         out.sandbox = r->sandbox;
         krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-        s_op_free(op);
+        s_op_free(self, op);
         return;
     }
     ka_sandbox_args_t a = {.mode = KA_SBX_BOOT,
@@ -308,60 +330,61 @@ static void s_on_inserted(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
                            .templates = self->a.templates,
                            .driver = self->a.driver,
                            .reply_to = op->from,
-                           .reply_ref = op->from_ref};
+                           .reply_ref = op->from_ref,
+                           .guest_idle_ms = self->a.guest_idle_ms};
     if (s_spawn(ctx, self, &a)) {
-        s_fail_op(ctx, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
         return;
     }
     krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created", "sandbox=%s creator=%s template=%s/%s",
                   r->sandbox.id, r->sandbox.creator, r->sandbox.template_namespace,
                   r->sandbox.template_name);
-    s_op_free(op); /* the sandbox actor answers the creator */
+    s_op_free(self, op); /* the sandbox actor answers the creator */
 }
 
 /* ---- reads -------------------------------------------------------------------------------- */
 
 static void s_get(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(msg);
+    s_op_t *op = s_op_new(self, msg);
     const ka_sbx_key_t *k = msg->body;
     if (!op)
         return;
     if (msg->len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
         !memchr(k->caller, 0, sizeof k->caller)) {
-        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed request");
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed request");
         return;
     }
     if (!k->caller[0]) { /* the store reads "" as any creator: never let that through */
-        s_fail_op(ctx, op, KA_UNAUTHENTICATED, "authentication required");
+        s_fail_op(ctx, self, op, KA_UNAUTHENTICATED, "authentication required");
         return;
     }
     if (ka_check_uuid(k->id)) {
-        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
         return;
     }
     ka_store_sandbox_key_t sk;
     memset(&sk, 0, sizeof sk);
     s_copy(sk.id, sizeof sk.id, k->id);
     s_copy(sk.creator, sizeof sk.creator, k->caller);
-    s_ask(ctx, self, op, ST_READ, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
+    s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
           STORE_TIMEOUT_MS);
 }
 
 static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(msg);
+    s_op_t *op = s_op_new(self, msg);
     const ka_sbx_list_req_t *q = msg->body;
     if (!op)
         return;
     if (msg->len != sizeof *q || !memchr(q->caller, 0, sizeof q->caller) || !q->caller[0] ||
         !memchr(q->template_namespace, 0, sizeof q->template_namespace) ||
         !memchr(q->template_name, 0, sizeof q->template_name)) {
-        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "malformed list request");
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed list request");
         return;
     }
     if (q->limit < 0 || q->limit > KA_STORE_LIST_MAX || q->offset < 0) {
-        s_fail_op(ctx, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
+        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
         return;
     }
     ka_store_sandbox_query_t sq;
@@ -371,21 +394,25 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     s_copy(sq.template_name, sizeof sq.template_name, q->template_name);
     sq.limit = q->limit;
     sq.offset = q->offset;
-    s_ask(ctx, self, op, ST_READ, self->a.store, KA_STORE_SANDBOX_LIST, &sq, sizeof sq,
+    s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_LIST, &sq, sizeof sq,
           STORE_TIMEOUT_MS);
 }
 
 /* Store replies start with ka_store_status_t {err, message}; ours with ka_status_t {code,
  * message}: same layout, so the body is copied and only the code translated. */
-static void s_on_read(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
+static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
     if (msg->len < sizeof(ka_store_status_t)) {
-        s_fail_op(ctx, op, KA_INTERNAL, "malformed store reply");
+        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed store reply");
         return;
     }
     void *copy = malloc(msg->len);
     if (!copy) {
-        s_fail_op(ctx, op, KA_INTERNAL, "out of memory");
+        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
         return;
     }
     memcpy(copy, msg->body, msg->len);
@@ -406,7 +433,7 @@ static void s_on_read(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
         krt_reply_to(ctx, op->from, op->from_ref, op->type, copy, len);
     }
     free(copy);
-    s_op_free(op);
+    s_op_free(self, op);
 }
 
 /* ---- calls for one sandbox ---------------------------------------------------------------- */
@@ -453,9 +480,9 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     }
     if (msg->type == KA_SBX_GUEST_CANCEL)
         return;
-    s_op_t *op = s_op_new(msg);
+    s_op_t *op = s_op_new(self, msg);
     if (!op || !(op->body = malloc(msg->len))) {
-        s_op_free(op);
+        s_op_free(self, op);
         s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE, "out of memory; retry");
         return;
     }
@@ -465,24 +492,28 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     memset(&sk, 0, sizeof sk);
     s_copy(sk.id, sizeof sk.id, id);
     s_copy(sk.creator, sizeof sk.creator, caller);
-    s_ask(ctx, self, op, ST_NOT_LIVE, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
+    s_ask(ctx, self, op, s_on_not_live, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
           STORE_TIMEOUT_MS);
 }
 
 /* No actor holds this sandbox: it is deleted, failed elsewhere, or unknown. */
-static void s_on_not_live(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
     const ka_store_sandbox_reply_t *r = msg->body;
     if (msg->len != sizeof *r || r->status.err) {
-        int err = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
-        s_fail_op(ctx, op, ka_code_of_store(err),
-                  err == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND
-                                            : "the sandbox store is unavailable");
+        int serr = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
+        s_fail_op(ctx, self, op, ka_code_of_store(serr),
+                  serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND
+                                             : "the sandbox store is unavailable");
         return;
     }
     const ka_store_sandbox_t *sb = &r->sandbox;
     if (op->type == KA_SBX_GUEST) {
-        s_fail_op(ctx, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
         return;
     }
     if (op->type == KA_SBX_DELETE) {
@@ -491,52 +522,51 @@ static void s_on_not_live(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_m
             memset(&out, 0, sizeof out);
             out.sandbox = *sb;
             krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-            s_op_free(op);
+            s_op_free(self, op);
             return;
         }
         ka_store_sandbox_key_t sk;
         memset(&sk, 0, sizeof sk);
         s_copy(sk.id, sizeof sk.id, sb->id);
-        s_ask(ctx, self, op, ST_TOMBSTONE, self->a.store, KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
+        s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
               STORE_TIMEOUT_MS);
         return;
     }
     char why[KA_MSG_LEN];
     snprintf(why, sizeof why, "cannot %s a sandbox in state %s",
              op->type == KA_SBX_SUSPEND ? "suspend" : "resume", ka_state_name(sb->state));
-    s_fail_op(ctx, op, KA_FAILED_PRECONDITION, why);
+    s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
 }
 
 /* ---- recovery at start -------------------------------------------------------------------- */
 
+static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+
 static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
 {
-    s_op_t *op = calloc(1, sizeof *op);
+    s_op_t *op = s_op_new(self, NULL); /* nobody to answer */
     if (!op)
         return;
-    op->type = 0; /* nobody to answer */
     op->expired = expired;
     op->offset = offset;
     ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
-    op->step = ST_RECOVER;
     if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
-                    &op->link.ref)) {
-        s_op_free(op);
-        return;
-    }
-    ka_pending_push(&self->ops, &op->link);
+                    s_on_recover, op))
+        s_op_free(self, op);
 }
 
-static void s_on_recover(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
-    const ka_store_sandbox_list_t *l = msg->body;
-    if (msg->type == KRT_MSG_CALL_TIMEOUT || msg->len < sizeof *l || l->status.err ||
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    const ka_store_sandbox_list_t *l = err ? NULL : msg->body;
+    if (!l || msg->len < sizeof *l || l->status.err ||
         msg->len < sizeof *l + l->count * sizeof l->items[0]) {
         krt_log_actor(ctx, KRT_LOG_WARN, "recover_retry", "expired=%d offset=%d", op->expired,
                       op->offset);
         ka_sbx_recover_t again = {op->expired, op->offset};
         krt_send_after(ctx, krt_self(ctx), 1000, KA_SBX_RECOVER_, &again, sizeof again);
-        s_op_free(op);
+        s_op_free(self, op);
         return;
     }
     for (uint32_t i = 0; i < l->count; i++) {
@@ -547,43 +577,18 @@ static void s_on_recover(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_ms
                                .record = *sb,
                                .store = self->a.store,
                                .templates = self->a.templates,
-                               .driver = self->a.driver};
+                               .driver = self->a.driver,
+                               .guest_idle_ms = self->a.guest_idle_ms};
         if (s_spawn(ctx, self, &a) == 0)
             krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_recovered", "sandbox=%s state=%s", sb->id,
                           ka_state_name(sb->state));
     }
     if (l->more)
         s_recover_page(ctx, self, op->expired, op->offset + (int32_t)l->count);
-    s_op_free(op);
+    s_op_free(self, op);
 }
 
 /* ---- the actor ---------------------------------------------------------------------------- */
-
-static void s_on_reply(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const krt_msg_t *msg)
-{
-    if (msg->type == KRT_MSG_CALL_TIMEOUT && op->step != ST_RECOVER) {
-        s_fail_op(ctx, op, KA_UNAVAILABLE, "a control-plane service did not answer in time; retry");
-        return;
-    }
-    switch (op->step) {
-    case ST_RESOLVE:
-        s_on_resolved(ctx, self, op, msg);
-        break;
-    case ST_INSERT:
-        s_on_inserted(ctx, self, op, msg);
-        break;
-    case ST_READ:
-    case ST_TOMBSTONE:
-        s_on_read(ctx, op, msg);
-        break;
-    case ST_NOT_LIVE:
-        s_on_not_live(ctx, self, op, msg);
-        break;
-    case ST_RECOVER:
-        s_on_recover(ctx, self, op, msg);
-        break;
-    }
-}
 
 static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 {
@@ -621,13 +626,6 @@ static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    if (msg->ref) {
-        s_op_t *op = s_op_take(self, msg->ref);
-        if (op) {
-            s_on_reply(ctx, self, op, msg);
-            return;
-        }
-    }
     switch (msg->type) {
     case KA_SBX_CREATE:
         s_create(ctx, self, msg);
@@ -695,12 +693,11 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_mgr_t *self = state;
     while (self->ops) {
-        s_op_t *op = (s_op_t *)self->ops;
-        self->ops = op->link.next;
+        s_op_t *op = self->ops;
         if (op->type)
             s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
                    "the node is shutting down; retry");
-        s_op_free(op);
+        s_op_free(self, op);
     }
     zhashx_destroy(&self->live);
 }

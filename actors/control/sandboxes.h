@@ -7,13 +7,15 @@
  * compute and answers. Lifecycle calls and guest calls for a live sandbox go to its actor (the
  * manager forwards them with the original requester, so the actor answers directly); reads go
  * to the store. At start the manager recovers every live record of this node: expired ones are
- * deleted, suspended ones get their TTL re-armed, and ones whose compute is gone are marked
- * FAILED with a reason.
+ * deleted, suspended ones get their TTL re-armed, and live ones, whose compute is gone, come
+ * back SUSPENDED with reason ComputeLost and their /data kept where it was (a resume boots them
+ * on it; one still being created is FAILED): a node crash loses no /data.
  *
  * A sandbox actor owns: the record, one TTL timer (expiry deletes through the normal path,
- * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. It
- * refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses a
- * conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
+ * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. Its
+ * lifecycle is one state machine (sandbox.c: a transition table for every request and event):
+ * it refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses
+ * a conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
  */
 #ifndef KA_SANDBOXES_H
 #define KA_SANDBOXES_H
@@ -33,6 +35,7 @@ typedef struct ka_sandboxes_args {
     char node[KA_STORE_NODE_LEN]; /* this node's name, recorded on its sandboxes */
     int64_t default_ttl_ms;
     int64_t max_ttl_ms;
+    uint32_t guest_idle_ms; /* a guest call with no frame for this long fails; 0: 120 s */
 } ka_sandboxes_args_t;
 
 extern const krt_behaviour_t ka_sandboxes_behaviour;
@@ -53,6 +56,7 @@ typedef struct ka_sandbox_args {
     ka_driver_t *driver;
     krt_addr_t reply_to; /* BOOT: the creator's request, answered when READY or FAILED */
     uint64_t reply_ref;
+    uint32_t guest_idle_ms; /* see ka_sandboxes_args_t */
 } ka_sandbox_args_t;
 
 extern const krt_behaviour_t ka_sandbox_behaviour;

@@ -1,9 +1,10 @@
 /*
  * ka_templates: SandboxTemplates, their revisions and preparation, as one actor.
  *
- * Each request becomes a chain of asynchronous steps (store and images requests); an s_op_t
- * holds a chain's context, keyed by the ref of the request it waits for. Nothing blocks: the
- * store and images actors do the I/O.
+ * Each request becomes a chain of asynchronous steps: store and images requests made with
+ * krt_request, each naming the callback that is the next step; an s_op_t holds a chain's
+ * context and is the callbacks' user pointer. Nothing blocks: the store and images actors do
+ * the I/O. The actor owns its ops in flight (answered and freed if it stops).
  */
 #include "templates_actor.h"
 
@@ -25,25 +26,10 @@
 #define PREPARE_TIMEOUT_MS (15 * 60 * 1000) /* a first unpack or a pull can take a while */
 #define KEY_LEN            (KA_STORE_NS_LEN + KA_STORE_TNAME_LEN + 2)
 
-typedef enum {
-    ST_APPLY_PUT,    /* template stored -> make the revision */
-    ST_APPLY_REV,    /* revision stored -> publish Preparing (or Prepared) */
-    ST_APPLY_STATUS, /* status stored -> answer; maybe start preparing */
-    ST_PREP_IMAGE,   /* tools image prepared -> check the guest image */
-    ST_PREP_GUEST,   /* guest image present -> mark the revision */
-    ST_PREP_MARK,    /* revision marked -> publish the final status */
-    ST_PREP_STATUS,  /* final status stored: done */
-    ST_FORWARD,      /* a store read/delete whose reply goes back to the caller as-is */
-    ST_RES_TPL,      /* template read -> its latest revision */
-    ST_RES_REV,      /* revision read -> its image */
-    ST_RES_IMAGE     /* image prepared -> answer */
-} s_step_t;
-
 typedef struct s_op s_op_t;
 struct s_op {
-    ka_pending_t link; /* first: keyed by the ref of the reply this op waits for */
-    s_step_t step;
-    krt_addr_t from; /* who to answer; KRT_ADDR_NONE + from_ref 0 = nobody */
+    s_op_t *prev, *next; /* the actor's ops in flight */
+    krt_addr_t from;     /* who to answer; KRT_ADDR_NONE + from_ref 0 = nobody */
     uint64_t from_ref;
     uint32_t reply_type;
     char ns[KA_STORE_NS_LEN];
@@ -61,7 +47,8 @@ struct s_op {
 
 typedef struct {
     ka_templates_args_t a;
-    ka_pending_t *ops;  /* s_op_t by their link */
+    s_op_t *ops; /* in flight, owned */
+    size_t n_ops;
     zhashx_t *latest;   /* "ns/name" -> prepared revision that creates pin (char *) */
     zhashx_t *desired;  /* "ns/name" -> revision being prepared (char *) */
     zhashx_t *runtimes; /* revision -> ka_tpl_resolved_t * (immutable, cached) */
@@ -79,36 +66,74 @@ static void s_copy(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-static void s_op_free(s_op_t *op)
+/* A new op answering msg later, owned by self. NULL if out of memory. */
+static s_op_t *s_op_new(s_tpl_t *self, const krt_msg_t *msg)
 {
+    s_op_t *op = calloc(1, sizeof *op);
     if (!op)
-        return;
+        return NULL;
+    op->from = msg->from;
+    op->from_ref = msg->ref;
+    op->reply_type = msg->type;
+    op->next = self->ops;
+    if (self->ops)
+        self->ops->prev = op;
+    self->ops = op;
+    self->n_ops++;
+    return op;
+}
+
+static void s_op_free(s_tpl_t *self, s_op_t *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        self->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    self->n_ops--;
     free(op->spec_json);
     ka_template_free(&op->doc);
     free(op->res);
     free(op);
 }
 
-static s_op_t *s_op_take(s_tpl_t *self, uint64_t ref)
-{
-    return (s_op_t *)ka_pending_take(&self->ops, ref);
-}
-
-/* Sends a request for op and parks op until its reply (or timeout) arrives. On a send failure
- * the op is finished with UNAVAILABLE. */
 static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, s_step_t step, krt_addr_t to,
+static const char *s_service(const s_tpl_t *self, krt_addr_t to)
+{
+    return to == self->a.images ? "image" : "store";
+}
+
+/* Sends a request for op; its reply (or failure) runs `next` with op as user. */
+static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
-    op->step = step;
-    if (krt_request(ctx, to, type, body, len, timeout_ms, &op->link.ref)) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service is not running",
-                  to == self->a.images ? "image" : "store");
-        return;
-    }
-    ka_pending_push(&self->ops, &op->link);
+    if (krt_request(ctx, to, type, body, len, timeout_ms, next, op))
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory asking the %s service",
+                  s_service(self, to));
+}
+
+/* Common head of a step: the op if the store/images service answered with a body that starts
+ * with its status, else NULL after failing the op (the service timed out, is gone, or sent
+ * something malformed). */
+static s_op_t *s_answered(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err, const krt_msg_t *msg,
+                          const char *service)
+{
+    s_op_t *op = user;
+    if (err == KRT_ETIMEDOUT)
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service did not answer in time", service);
+    else if (err == KRT_ENOACTOR)
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service is not running", service);
+    else if (err)
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service failed: %s", service,
+                  krt_strerror(err));
+    else if (msg->len < sizeof(int32_t))
+        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed reply");
+    else
+        return op;
+    return NULL;
 }
 
 static void s_answer(krt_ctx_t *ctx, s_op_t *op, const void *body, size_t len)
@@ -142,7 +167,7 @@ static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const
     krt_log_actor(ctx, KRT_LOG_WARN, "template_request_failed", "template=%s/%s code=%d msg=\"%s\"",
                   op->ns, op->name, code, msg);
     s_answer_status(ctx, op, code, msg);
-    s_op_free(op);
+    s_op_free(self, op);
 }
 
 /* Maps a store error to a gRPC code. */
@@ -154,6 +179,20 @@ static const ka_store_template_t *s_first_template(const krt_msg_t *msg)
         return NULL;
     return ka_store_blob_next(b, msg->len, NULL);
 }
+
+/* The steps, in the order a request runs them. */
+static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_apply_status(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg);
+static void s_on_prep_image(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_prep_guest(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_prep_mark(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_store_answer(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg);
+static void s_on_res_tpl(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_res_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_res_image(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 
 /* ---- revision identity -------------------------------------------------------------------- */
 
@@ -211,7 +250,7 @@ static char *s_status_json(int64_t generation, bool ready, const char *reason, c
 }
 
 /* Publishes the template's Ready condition; latest "" keeps the last good revision. */
-static void s_put_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, s_step_t next, bool ready,
+static void s_put_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn next, bool ready,
                          const char *reason, const char *message, const char *latest)
 {
     char *json = s_status_json(op->generation, ready, reason, message);
@@ -258,12 +297,9 @@ static void s_answer_templates(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
 static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
 {
     const ka_tpl_apply_t *req = msg->body;
-    s_op_t *op = calloc(1, sizeof *op);
+    s_op_t *op = s_op_new(self, msg);
     if (!op)
         return;
-    op->from = msg->from;
-    op->from_ref = msg->ref;
-    op->reply_type = msg->type;
     if (msg->len < sizeof *req || msg->len != sizeof *req + req->yaml_len + 1 ||
         req->yaml[req->yaml_len] != '\0' || !memchr(req->default_namespace, 0, KA_STORE_NS_LEN)) {
         s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed apply request");
@@ -289,13 +325,17 @@ static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
     s_copy(put->name, sizeof put->name, op->name);
     put->spec_len = (uint32_t)sl;
     memcpy(put->spec, op->spec_json, sl + 1);
-    s_ask(ctx, self, op, ST_APPLY_PUT, self->a.store, KA_STORE_TEMPLATE_PUT, put,
-          sizeof *put + sl + 1, STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_put, self->a.store, KA_STORE_TEMPLATE_PUT, put, sizeof *put + sl + 1,
+          STORE_TIMEOUT_MS);
     free(put);
 }
 
-static void s_on_put(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     const ka_store_template_t *t = s_first_template(msg);
     if (!t) {
         const ka_store_status_t *st = msg->body;
@@ -307,8 +347,8 @@ static void s_on_put(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t 
     const char *klass = s_pool_class(self, op->doc->pool);
     if (!klass) { /* stored, but nothing to prepare until the pool exists */
         op->revision[0] = '\0';
-        s_put_status(ctx, self, op, ST_APPLY_STATUS, false, KA_READY_NO_POOL, KA_READY_NO_POOL_MSG,
-                     "");
+        s_put_status(ctx, self, op, s_on_apply_status, false, KA_READY_NO_POOL,
+                     KA_READY_NO_POOL_MSG, "");
         return;
     }
     if (ka_revision_hash(op->ns, op->name, op->uid, op->spec_json, klass, &self->a.policy,
@@ -333,13 +373,17 @@ static void s_on_put(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t 
     s_copy(rp->reason, sizeof rp->reason, KA_READY_PREPARING);
     rp->spec_len = (uint32_t)sl;
     memcpy(rp->spec, op->spec_json, sl + 1);
-    s_ask(ctx, self, op, ST_APPLY_REV, self->a.store, KA_STORE_REVISION_PUT, rp,
-          sizeof *rp + sl + 1, STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_rev, self->a.store, KA_STORE_REVISION_PUT, rp, sizeof *rp + sl + 1,
+          STORE_TIMEOUT_MS);
     free(rp);
 }
 
-static void s_on_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     const ka_store_blob_t *b = msg->body;
     const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
     if (!r) {
@@ -349,10 +393,10 @@ static void s_on_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t 
     }
     op->prepared = r->state == KA_REV_PREPARED;
     if (op->prepared)
-        s_put_status(ctx, self, op, ST_APPLY_STATUS, true, KA_READY_PREPARED, KA_READY_PREPARED_MSG,
-                     op->revision);
+        s_put_status(ctx, self, op, s_on_apply_status, true, KA_READY_PREPARED,
+                     KA_READY_PREPARED_MSG, op->revision);
     else
-        s_put_status(ctx, self, op, ST_APPLY_STATUS, false, KA_READY_PREPARING,
+        s_put_status(ctx, self, op, s_on_apply_status, false, KA_READY_PREPARING,
                      KA_READY_PREPARING_MSG, "");
 }
 
@@ -363,12 +407,17 @@ static void s_prepare(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op)
     s_copy(req.arg, sizeof req.arg, op->doc->image);
     krt_log_actor(ctx, KRT_LOG_INFO, "revision_preparing", "template=%s/%s revision=%.16s image=%s",
                   op->ns, op->name, op->revision, op->doc->image);
-    s_ask(ctx, self, op, ST_PREP_IMAGE, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
+    s_ask(ctx, self, op, s_on_prep_image, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
           PREPARE_TIMEOUT_MS);
 }
 
-static void s_on_apply_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_apply_status(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     s_answer_templates(ctx, op, msg);
     const ka_store_blob_t *b = msg->body;
     if (b->status.err || !op->revision[0] || op->prepared) {
@@ -377,7 +426,7 @@ static void s_on_apply_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const k
             s_key(key, op->ns, op->name);
             zhashx_update(self->latest, key, strdup(op->revision));
         }
-        s_op_free(op);
+        s_op_free(self, op);
         return;
     }
     s_prepare(ctx, self, op);
@@ -395,12 +444,33 @@ static void s_prep_failed(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const char 
     s_copy(rs.reason, sizeof rs.reason, KA_READY_FAILED);
     s_copy(rs.message, sizeof rs.message, why);
     s_copy(op->reason, sizeof op->reason, KA_READY_FAILED);
-    s_ask(ctx, self, op, ST_PREP_MARK, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
+    s_ask(ctx, self, op, s_on_prep_mark, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
           STORE_TIMEOUT_MS);
 }
 
-static void s_on_prep_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+/* Common head of a preparation step: a failure of the images service fails the revision. */
+static s_op_t *s_prep_answered(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err,
+                               const krt_msg_t *msg)
 {
+    s_op_t *op = user;
+    if (err == KRT_ETIMEDOUT)
+        s_prep_failed(ctx, self, op, "image preparation timed out");
+    else if (err)
+        s_prep_failed(ctx, self, op,
+                      err == KRT_ENOACTOR ? "the image service is not running" : krt_strerror(err));
+    else if (msg->len < sizeof(ka_images_reply_t))
+        s_prep_failed(ctx, self, op, "malformed reply from the image service");
+    else
+        return op;
+    return NULL;
+}
+
+static void s_on_prep_image(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_tpl_t *self = state;
+    s_op_t *op = s_prep_answered(ctx, self, user, err, msg);
+    if (!op)
+        return;
     const ka_images_reply_t *r = msg->body;
     if (r->err) {
         s_prep_failed(ctx, self, op, r->message);
@@ -409,12 +479,16 @@ static void s_on_prep_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt
     ka_images_req_t req;
     memset(&req, 0, sizeof req);
     s_copy(req.arg, sizeof req.arg, self->a.policy.guest_image_digest);
-    s_ask(ctx, self, op, ST_PREP_GUEST, self->a.images, KA_IMAGES_RESOLVE, &req, sizeof req,
+    s_ask(ctx, self, op, s_on_prep_guest, self->a.images, KA_IMAGES_RESOLVE, &req, sizeof req,
           STORE_TIMEOUT_MS);
 }
 
-static void s_on_prep_guest(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_prep_guest(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_prep_answered(ctx, self, user, err, msg);
+    if (!op)
+        return;
     const ka_images_reply_t *r = msg->body;
     if (r->err) {
         char why[KA_STORE_MESSAGE_LEN + 128];
@@ -429,7 +503,7 @@ static void s_on_prep_guest(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt
     rs.state = KA_REV_PREPARED;
     s_copy(rs.reason, sizeof rs.reason, KA_READY_PREPARED);
     s_copy(op->reason, sizeof op->reason, KA_READY_PREPARED);
-    s_ask(ctx, self, op, ST_PREP_MARK, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
+    s_ask(ctx, self, op, s_on_prep_mark, self->a.store, KA_STORE_REVISION_STATE, &rs, sizeof rs,
           STORE_TIMEOUT_MS);
 }
 
@@ -442,11 +516,15 @@ static bool s_still_desired(s_tpl_t *self, const s_op_t *op)
     return want && strcmp(want, op->revision) == 0;
 }
 
-static void s_on_prep_mark(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_prep_mark(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     bool ok = strcmp(op->reason, KA_READY_PREPARED) == 0;
     if (!s_still_desired(self, op)) { /* superseded or deleted: the newer work publishes */
-        s_op_free(op);
+        s_op_free(self, op);
         return;
     }
     if (ok) {
@@ -455,10 +533,10 @@ static void s_on_prep_mark(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_
         zhashx_update(self->latest, key, strdup(op->revision));
         krt_log_actor(ctx, KRT_LOG_INFO, "revision_prepared", "template=%s/%s revision=%.16s",
                       op->ns, op->name, op->revision);
-        s_put_status(ctx, self, op, ST_PREP_STATUS, true, KA_READY_PREPARED, KA_READY_PREPARED_MSG,
-                     op->revision);
+        s_put_status(ctx, self, op, s_on_store_answer, true, KA_READY_PREPARED,
+                     KA_READY_PREPARED_MSG, op->revision);
     } else {
-        s_put_status(ctx, self, op, ST_PREP_STATUS, false, KA_READY_FAILED, KA_READY_FAILED_MSG,
+        s_put_status(ctx, self, op, s_on_store_answer, false, KA_READY_FAILED, KA_READY_FAILED_MSG,
                      "");
     }
 }
@@ -474,12 +552,9 @@ static bool s_key_ok(const krt_msg_t *msg)
 
 static void s_forward(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg, uint32_t store_type)
 {
-    s_op_t *op = calloc(1, sizeof *op);
+    s_op_t *op = s_op_new(self, msg);
     if (!op)
         return;
-    op->from = msg->from;
-    op->from_ref = msg->ref;
-    op->reply_type = msg->type;
     if (!s_key_ok(msg)) {
         s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed template key");
         return;
@@ -497,27 +572,38 @@ static void s_forward(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg, uint3
     memset(&sk, 0, sizeof sk);
     s_copy(sk.namespace_, sizeof sk.namespace_, op->ns);
     s_copy(sk.name, sizeof sk.name, op->name);
-    s_ask(ctx, self, op, ST_FORWARD, self->a.store, store_type, &sk, sizeof sk, STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_store_answer, self->a.store, store_type, &sk, sizeof sk,
+          STORE_TIMEOUT_MS);
+}
+
+/* The last step of a forward or of a preparation: the store's answer goes back as-is. */
+static void s_on_store_answer(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg)
+{
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
+    s_answer_templates(ctx, op, msg);
+    s_op_free(self, op);
 }
 
 /* ---- resolve: what a sandbox pins, and a pinned revision's runtime ------------------------ */
 
 static void s_runtime_from_revision(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op);
 
-static void s_answer_resolved(krt_ctx_t *ctx, s_op_t *op, const ka_tpl_resolved_t *res)
+static void s_answer_resolved(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op,
+                              const ka_tpl_resolved_t *res)
 {
     s_answer(ctx, op, res, sizeof *res);
-    s_op_free(op);
+    s_op_free(self, op);
 }
 
 static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = calloc(1, sizeof *op);
+    s_op_t *op = s_op_new(self, msg);
     if (!op)
         return;
-    op->from = msg->from;
-    op->from_ref = msg->ref;
-    op->reply_type = msg->type;
     if (msg->type == KA_TPL_RUNTIME) {
         const ka_tpl_runtime_req_t *r = msg->body;
         if (msg->len != sizeof *r || !memchr(r->revision, 0, sizeof r->revision) ||
@@ -548,12 +634,16 @@ static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
     memset(&sk, 0, sizeof sk);
     s_copy(sk.namespace_, sizeof sk.namespace_, op->ns);
     s_copy(sk.name, sizeof sk.name, op->name);
-    s_ask(ctx, self, op, ST_RES_TPL, self->a.store, KA_STORE_TEMPLATE_GET, &sk, sizeof sk,
+    s_ask(ctx, self, op, s_on_res_tpl, self->a.store, KA_STORE_TEMPLATE_GET, &sk, sizeof sk,
           STORE_TIMEOUT_MS);
 }
 
-static void s_on_res_tpl(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_res_tpl(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     const ka_store_template_t *t = s_first_template(msg);
     if (!t) {
         const ka_store_status_t *st = msg->body;
@@ -579,13 +669,13 @@ static void s_runtime_from_revision(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op)
 {
     const ka_tpl_resolved_t *cached = zhashx_lookup(self->runtimes, op->revision);
     if (cached) {
-        s_answer_resolved(ctx, op, cached);
+        s_answer_resolved(ctx, self, op, cached);
         return;
     }
     ka_store_revision_key_t rk;
     memset(&rk, 0, sizeof rk);
     s_copy(rk.hash, sizeof rk.hash, op->revision);
-    s_ask(ctx, self, op, ST_RES_REV, self->a.store, KA_STORE_REVISION_GET, &rk, sizeof rk,
+    s_ask(ctx, self, op, s_on_res_rev, self->a.store, KA_STORE_REVISION_GET, &rk, sizeof rk,
           STORE_TIMEOUT_MS);
 }
 
@@ -621,8 +711,12 @@ static int s_fill_from_spec(ka_tpl_resolved_t *res, const char *spec_json, char 
     return 0;
 }
 
-static void s_on_res_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_res_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    if (!op)
+        return;
     const ka_store_blob_t *b = msg->body;
     const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
     if (!r || r->state != KA_REV_PREPARED) {
@@ -640,12 +734,16 @@ static void s_on_res_rev(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_ms
         return;
     }
     s_copy(op->res->revision, sizeof op->res->revision, op->revision);
-    s_ask(ctx, self, op, ST_RES_IMAGE, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
+    s_ask(ctx, self, op, s_on_res_image, self->a.images, KA_IMAGES_PREPARE, &req, sizeof req,
           PREPARE_TIMEOUT_MS);
 }
 
-static void s_on_res_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
+static void s_on_res_image(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
+    s_tpl_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err, msg, "image");
+    if (!op)
+        return;
     const ka_images_reply_t *r = msg->body;
     if (r->err) {
         s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s: %s", KA_MSG_NO_RUNTIME, r->message);
@@ -657,63 +755,10 @@ static void s_on_res_image(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_
         *cached = *op->res;
         zhashx_update(self->runtimes, op->revision, cached);
     }
-    s_answer_resolved(ctx, op, op->res);
+    s_answer_resolved(ctx, self, op, op->res);
 }
 
 /* ---- the actor ---------------------------------------------------------------------------- */
-
-static void s_on_reply(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, const krt_msg_t *msg)
-{
-    if (msg->type == KRT_MSG_CALL_TIMEOUT) {
-        bool images =
-            op->step == ST_PREP_IMAGE || op->step == ST_PREP_GUEST || op->step == ST_RES_IMAGE;
-        if (op->step == ST_PREP_IMAGE || op->step == ST_PREP_GUEST) {
-            s_prep_failed(ctx, self, op, "image preparation timed out");
-            return;
-        }
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service did not answer in time",
-                  images ? "image" : "store");
-        return;
-    }
-    if (msg->len < sizeof(int32_t)) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed reply");
-        return;
-    }
-    switch (op->step) {
-    case ST_APPLY_PUT:
-        s_on_put(ctx, self, op, msg);
-        break;
-    case ST_APPLY_REV:
-        s_on_rev(ctx, self, op, msg);
-        break;
-    case ST_APPLY_STATUS:
-        s_on_apply_status(ctx, self, op, msg);
-        break;
-    case ST_PREP_IMAGE:
-        s_on_prep_image(ctx, self, op, msg);
-        break;
-    case ST_PREP_GUEST:
-        s_on_prep_guest(ctx, self, op, msg);
-        break;
-    case ST_PREP_MARK:
-        s_on_prep_mark(ctx, self, op, msg);
-        break;
-    case ST_PREP_STATUS:
-    case ST_FORWARD:
-        s_answer_templates(ctx, op, msg);
-        s_op_free(op);
-        break;
-    case ST_RES_TPL:
-        s_on_res_tpl(ctx, self, op, msg);
-        break;
-    case ST_RES_REV:
-        s_on_res_rev(ctx, self, op, msg);
-        break;
-    case ST_RES_IMAGE:
-        s_on_res_image(ctx, self, op, msg);
-        break;
-    }
-}
 
 /* Another node changed a template: forget what this node believed about it. */
 static void s_on_store_event(s_tpl_t *self, const krt_msg_t *msg)
@@ -729,13 +774,6 @@ static void s_on_store_event(s_tpl_t *self, const krt_msg_t *msg)
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    if (msg->ref) {
-        s_op_t *op = s_op_take(self, msg->ref);
-        if (op) {
-            s_on_reply(ctx, self, op, msg);
-            return;
-        }
-    }
     switch (msg->type) {
     case KA_TPL_APPLY:
         s_apply(ctx, self, msg);
@@ -784,10 +822,9 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_tpl_t *self = state;
     while (self->ops) {
-        s_op_t *op = (s_op_t *)self->ops;
-        self->ops = op->link.next;
+        s_op_t *op = self->ops;
         s_answer_status(ctx, op, KA_UNAVAILABLE, "the template service is stopping");
-        s_op_free(op);
+        s_op_free(self, op);
     }
     zhashx_destroy(&self->latest);
     zhashx_destroy(&self->desired);
@@ -797,10 +834,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
 static void s_describe(const void *state, char *out, size_t cap)
 {
     const s_tpl_t *self = state;
-    size_t ops = 0;
-    for (const ka_pending_t *p = self->ops; p; p = p->next)
-        ops++;
-    snprintf(out, cap, "{\"in_flight\":%zu,\"pinned\":%zu,\"runtimes\":%zu}", ops,
+    snprintf(out, cap, "{\"in_flight\":%zu,\"pinned\":%zu,\"runtimes\":%zu}", self->n_ops,
              self->latest ? zhashx_size(self->latest) : 0,
              self->runtimes ? zhashx_size(self->runtimes) : 0);
 }

@@ -56,6 +56,25 @@ int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb)
     return d->ops->kill ? d->ops->kill(d, sb) : -ENOSYS;
 }
 
+int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb)
+{
+    if (!d || !sb || !*sb)
+        return 0;
+    return d->ops->park ? d->ops->park(d, sb) : d->ops->stop(d, sb);
+}
+
+bool ka_driver_kept(ka_driver_t *d, const char *id)
+{
+    return d && id && d->ops->kept && d->ops->kept(d, id);
+}
+
+int ka_driver_discard(ka_driver_t *d, const char *id)
+{
+    if (!d || !id)
+        return -EINVAL;
+    return d->ops->discard ? d->ops->discard(d, id) : 0;
+}
+
 void ka_driver_destroy(ka_driver_t **d_p)
 {
     if (!d_p || !*d_p)

@@ -14,6 +14,7 @@
 #ifndef KA_DRIVER_H
 #define KA_DRIVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,7 @@ typedef struct ka_sandbox_spec {
     size_t n_lower;
     const char *hostname; /* NULL: "sandbox" */
     int ready_timeout_ms; /* how long to wait for the guest's ready frame; 0: 5000 */
+    bool reuse_data;      /* boot on the /data kept for this id (see park); none: a fresh one */
 } ka_sandbox_spec_t;
 
 typedef struct ka_sandbox_stats {
@@ -60,7 +62,14 @@ typedef struct ka_driver_ops {
     /* Kills the guest (SIGKILL) without waiting or cleaning up: never blocks, so an actor may
      * call it (a guest that broke the protocol). stop still has to follow. */
     int (*kill)(ka_driver_t *d, ka_sandbox_t *sb);
-    /* Frees the driver (sandboxes still running are stopped first). */
+    /* Like stop, but the sandbox's /data stays, kept under its id, for a later start of the
+     * same id with reuse_data (a node that crashed leaves the same behind for every sandbox
+     * it ran). Frees the sandbox and NULLs *sb (even on error). Optional. */
+    int (*park)(ka_driver_t *d, ka_sandbox_t **sb);
+    /* Whether /data is kept for id, and removing it (0 when nothing is kept). Optional. */
+    bool (*kept)(ka_driver_t *d, const char *id);
+    int (*discard)(ka_driver_t *d, const char *id);
+    /* Frees the driver (sandboxes still running are stopped first; kept data stays). */
     void (*destroy)(ka_driver_t *d);
 } ka_driver_ops_t;
 
@@ -81,6 +90,10 @@ const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb);
 uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb);
+/* Without park (a driver that keeps nothing): stop. */
+int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb);
+bool ka_driver_kept(ka_driver_t *d, const char *id);
+int ka_driver_discard(ka_driver_t *d, const char *id);
 /* Idempotent; NULLs *d_p. */
 void ka_driver_destroy(ka_driver_t **d_p);
 

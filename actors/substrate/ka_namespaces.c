@@ -74,9 +74,19 @@ typedef struct s_driver {
     struct sock_fprog filter; /* exported once; the child only installs it */
     pthread_mutex_t lock;     /* guards the list of live sandboxes and the uid slots */
     struct ka_sandbox *live;
-    uint64_t *slots; /* one bit per uid of the range: taken */
+    struct s_kept *kept; /* sandboxes whose /data outlived them (park, or a crashed node) */
+    uint64_t *slots;     /* one bit per uid of the range: taken */
     uint32_t next_slot;
 } s_driver_t;
+
+/* A sandbox gone but its /data kept: its directory holds only the links to its volume, which
+ * stays claimed, and its host uid stays taken (its files are that uid's). */
+typedef struct s_kept {
+    struct s_kept *next;
+    char id[65];
+    char vol[S_PATH];
+    int slot;
+} s_kept_t;
 
 struct ka_sandbox {
     struct ka_sandbox *prev, *next; /* the driver's live list */
@@ -642,6 +652,95 @@ static int s_teardown(s_driver_t *d, ka_sandbox_t *sb)
     return rc < 0 ? rc : r2;
 }
 
+/* ---- kept /data ---------------------------------------------------------------------------- */
+
+/* Unlinks and returns the kept entry of id (NULL if none). */
+static s_kept_t *s_kept_take(s_driver_t *d, const char *id)
+{
+    pthread_mutex_lock(&d->lock);
+    s_kept_t **pp = &d->kept;
+    while (*pp && strcmp((*pp)->id, id) != 0)
+        pp = &(*pp)->next;
+    s_kept_t *k = *pp;
+    if (k)
+        *pp = k->next;
+    pthread_mutex_unlock(&d->lock);
+    return k;
+}
+
+static void s_kept_put(s_driver_t *d, const char *id, const char *vol, int slot)
+{
+    s_kept_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return; /* the next node start finds it on disk */
+    snprintf(k->id, sizeof(k->id), "%s", id);
+    snprintf(k->vol, sizeof(k->vol), "%s", vol);
+    k->slot = slot;
+    pthread_mutex_lock(&d->lock);
+    k->next = d->kept;
+    d->kept = k;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Leaves in a gone sandbox's directory only the links to its volume (vol, data). */
+static void s_strip_dir(const char *dir)
+{
+    char p[S_PATH + 320];
+    snprintf(p, sizeof(p), "%s/root", dir);
+    rmdir(p); /* its mounts were in the sandbox's own namespace: gone with its processes */
+    snprintf(p, sizeof(p), "%s/guest.log", dir);
+    unlink(p);
+}
+
+/* Ends sandbox sb keeping its /data: nothing of it runs, its volume and uid stay for id. */
+static int s_park_sb(s_driver_t *d, ka_sandbox_t *sb)
+{
+    s_kill_wait(sb);
+    int rc = ka_cgroup_remove(&sb->cg);
+    s_strip_dir(sb->dir);
+    s_kept_put(d, sb->id, sb->vol, sb->slot);
+    sb->slot = -1;
+    sb->vol[0] = 0;
+    return rc;
+}
+
+/* A kept sandbox's directories for a new start on its /data: its volume mounted, the changes
+ * to its root (on the volume too) dropped, as a resume from a snapshot would. */
+static int s_reuse_dirs(const s_driver_t *d, ka_sandbox_t *sb)
+{
+    static const char *const sub[] = {"upper", "upper/u", "upper/w"};
+    char p[S_PATH + 32];
+    int rc = ka_volume_mount(d->volumes, sb->vol);
+    if (rc < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/root", sb->dir);
+    if (mkdir(p, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    snprintf(p, sizeof(p), "%s/upper", sb->vol);
+    if ((rc = s_rm_rf(p)) < 0)
+        return rc;
+    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", sb->vol, sub[i]);
+        if (mkdir(p, i == 2 ? 0700 : 0755) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* The kept entry of spec's id, if it asks for reuse, set up as sb's volume and uid. */
+static int s_take_kept(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *sb, bool *reused)
+{
+    s_kept_t *k = spec->reuse_data ? s_kept_take(d, spec->id) : NULL;
+    *reused = k != NULL;
+    if (!k)
+        return 0;
+    sb->slot = k->slot;
+    sb->uid = d->uid_base + (uint32_t)k->slot;
+    snprintf(sb->vol, sizeof(sb->vol), "%s", k->vol);
+    free(k);
+    return s_reuse_dirs(d, sb);
+}
+
 static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -657,14 +756,20 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     c->log_fd = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", spec->id);
     snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, spec->id);
-    rc = s_uid_take(d, sb);
-    if (rc < 0)
-        goto fail_free;
-    rc = s_mkdirs(d, sb);
-    if (rc == -EEXIST)
-        goto fail_free; /* someone else's sandbox: do not touch it */
+    bool reused = false;
+    rc = s_take_kept(d, spec, sb, &reused);
     if (rc < 0)
         goto fail;
+    if (!reused) {
+        rc = s_uid_take(d, sb);
+        if (rc < 0)
+            goto fail_free;
+        rc = s_mkdirs(d, sb);
+        if (rc == -EEXIST)
+            goto fail_free; /* someone else's sandbox: do not touch it */
+        if (rc < 0)
+            goto fail;
+    }
     sb->cg = ka_cgroup_new(d->cgroup_name, sb->id, &d->lim, &rc);
     if (!sb->cg)
         goto fail;
@@ -750,8 +855,12 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     return 0;
 
 fail:
-    s_teardown(d, sb);
-    s_release_volume(d, sb);
+    if (reused) { /* its /data stays kept */
+        s_park_sb(d, sb);
+    } else {
+        s_teardown(d, sb);
+        s_release_volume(d, sb);
+    }
 fail_free:
     if (c)
         s_close_layers(c);
@@ -771,11 +880,8 @@ fail_free:
     return rc;
 }
 
-static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
+static void s_unlist(s_driver_t *d, ka_sandbox_t *sb)
 {
-    s_driver_t *d = (s_driver_t *)base;
-    ka_sandbox_t *sb = *sb_p;
-    *sb_p = NULL;
     pthread_mutex_lock(&d->lock);
     if (sb->prev)
         sb->prev->next = sb->next;
@@ -784,6 +890,52 @@ static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
     if (sb->next)
         sb->next->prev = sb->prev;
     pthread_mutex_unlock(&d->lock);
+}
+
+static int s_park(ka_driver_t *base, ka_sandbox_t **sb_p)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    ka_sandbox_t *sb = *sb_p;
+    *sb_p = NULL;
+    s_unlist(d, sb);
+    int rc = s_park_sb(d, sb);
+    s_sandbox_free(sb);
+    return rc;
+}
+
+static bool s_kept(ka_driver_t *base, const char *id)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    pthread_mutex_lock(&d->lock);
+    const s_kept_t *k = d->kept;
+    while (k && strcmp(k->id, id) != 0)
+        k = k->next;
+    pthread_mutex_unlock(&d->lock);
+    return k != NULL;
+}
+
+static int s_discard(ka_driver_t *base, const char *id)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    s_kept_t *k = s_valid_id(id) ? s_kept_take(d, id) : NULL;
+    if (!k)
+        return 0;
+    char dir[S_DIR];
+    snprintf(dir, sizeof(dir), "%s/%s", d->state_dir, id);
+    int rc = s_rm_rf(dir);
+    int r2 = ka_volume_release(d->volumes, k->vol, false);
+    ka_sandbox_t gone = {.slot = k->slot};
+    s_uid_release(d, &gone);
+    free(k);
+    return rc < 0 ? rc : r2;
+}
+
+static int s_stop(ka_driver_t *base, ka_sandbox_t **sb_p)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    ka_sandbox_t *sb = *sb_p;
+    *sb_p = NULL;
+    s_unlist(d, sb);
     int rc = s_teardown(d, sb);
     int r2 = s_release_volume(d, sb);
     s_sandbox_free(sb);
@@ -839,6 +991,12 @@ static void s_destroy(ka_driver_t *base)
         ka_sandbox_t *sb = d->live;
         s_stop(base, &sb);
     }
+    while (d->kept) { /* kept on disk, nothing mounted: the next start finds them */
+        s_kept_t *k = d->kept;
+        d->kept = k->next;
+        ka_volume_unmount(d->volumes, k->vol);
+        free(k);
+    }
     pthread_mutex_destroy(&d->lock);
     free(d->slots);
     ka_volumes_destroy(&d->volumes);
@@ -864,6 +1022,9 @@ static const ka_driver_ops_t s_ops = {
     .owner = s_owner,
     .channel = s_channel,
     .kill = s_kill,
+    .park = s_park,
+    .kept = s_kept,
+    .discard = s_discard,
     .destroy = s_destroy,
 };
 
@@ -1005,7 +1166,26 @@ static int s_filter_build(struct sock_fprog *out)
 /* ------------------------------------------------------------------------------------------ */
 /* Creation and crash cleanup                                                                 */
 
-static void s_cleanup_leftovers(const s_driver_t *d)
+/* Keeps the /data of crashed sandbox id on volume vol (unmounted) if its host uid (the owner
+ * of its workspace) is still one of the range and free: true if kept. */
+static bool s_keep_leftover(s_driver_t *d, const char *id, const char *vol)
+{
+    char ws[S_PATH + 32];
+    struct stat st;
+    snprintf(ws, sizeof(ws), "%s/data/workspace", vol);
+    if (!s_valid_id(id) || ka_volume_mount(d->volumes, vol) < 0 || lstat(ws, &st) < 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid < d->uid_base || st.st_uid - d->uid_base >= d->uid_count)
+        return false;
+    uint32_t k = st.st_uid - d->uid_base;
+    if (d->slots[k / 64] & (1ull << (k % 64)))
+        return false;
+    d->slots[k / 64] |= 1ull << (k % 64);
+    s_kept_put(d, id, vol, (int)k);
+    ka_volume_unmount(d->volumes, vol); /* holds no loop device until a start reuses it */
+    return true;
+}
+
+static void s_cleanup_leftovers(s_driver_t *d)
 {
     DIR *dir = opendir(d->state_dir);
     if (!dir)
@@ -1020,11 +1200,15 @@ static void s_cleanup_leftovers(const s_driver_t *d)
         char vol[S_PATH];
         snprintf(p, sizeof(p), "%s/%s/vol", d->state_dir, e->d_name);
         ssize_t n = readlink(p, vol, sizeof(vol) - 1);
-        if (n > 0) {
+        if (n > 0)
             vol[n] = 0;
-            ka_volume_release(d->volumes, vol, false); /* its processes: not seen to end */
-        }
         snprintf(p, sizeof(p), "%s/%s", d->state_dir, e->d_name);
+        if (n > 0 && s_keep_leftover(d, e->d_name, vol)) {
+            s_strip_dir(p); /* a crash loses no /data: kept until a start reuses it, or discard */
+            continue;
+        }
+        if (n > 0)
+            ka_volume_release(d->volumes, vol, false); /* its processes: not seen to end */
         s_rm_rf(p);
     }
     closedir(dir);

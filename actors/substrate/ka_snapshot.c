@@ -112,21 +112,6 @@ static la_ssize_t s_write_cb(struct archive *a, void *arg, const void *buf, size
     return (la_ssize_t)n;
 }
 
-int ka_snapshot_tmpfile(void)
-{
-    const char *env = getenv("TMPDIR"), *dir = env && env[0] == '/' ? env : "/var/tmp";
-    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR))
-        return fd >= 0 ? fd : -errno;
-    char path[PATH_MAX]; /* no O_TMPFILE on that file system: a named one, unlinked at once */
-    if ((size_t)snprintf(path, sizeof path, "%s/kagent-snapshot-XXXXXX", dir) >= sizeof path)
-        return -ENAMETOOLONG;
-    if ((fd = mkostemp(path, O_CLOEXEC)) < 0)
-        return -errno;
-    unlink(path);
-    return fd;
-}
-
 int ka_snapshot_fd_sink(void *user, const void *buf, size_t n)
 {
     int fd = *(int *)user;

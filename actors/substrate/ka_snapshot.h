@@ -49,10 +49,6 @@ int ka_snapshot_write(const char *dir, const ka_tree_opts_t *o, ka_snap_sink_fn 
 int ka_snapshot_read(const char *dir, int fd, const ka_tree_opts_t *o, ka_snapshot_info_t *info,
                      char *err, size_t cap);
 
-/* An unnamed temporary file (gone when closed) in $TMPDIR, else /var/tmp, for a snapshot kept
- * on the node a moment: its fd (read-write), or a negative errno. */
-int ka_snapshot_tmpfile(void);
-
 /* A sink that writes to the file descriptor in user (an int *). */
 int ka_snapshot_fd_sink(void *user, const void *buf, size_t n);
 

@@ -128,28 +128,39 @@ static int s_loop_attach(int img_fd, char *dev, size_t cap)
     return rc;
 }
 
-/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). */
-static int s_make(const ka_volumes_t *v, uint64_t n)
+/* Mounts the formatted image img at mnt (created): 0 or -errno (nothing left behind). */
+static int s_mount(const char *img, const char *mnt)
 {
-    char mnt[S_PATH], img[S_PATH + 8], dev[32];
-    s_paths(v, n, mnt, img);
-    int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    char dev[32];
+    int fd = open(img, O_RDWR | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : s_mkfs(v, img);
-    int loop = rc < 0 ? rc : s_loop_attach(fd, dev, sizeof(dev));
+    int loop = s_loop_attach(fd, dev, sizeof(dev));
     close(fd);
-    if (loop < 0) {
-        unlink(img);
+    if (loop < 0)
         return loop;
-    }
-    rc = mkdir(mnt, 0700) < 0 ? -errno : 0;
+    int rc = mkdir(mnt, 0700) < 0 && errno != EEXIST ? -errno : 0;
     if (rc == 0 &&
         mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable,discard") < 0) {
         rc = -errno;
         rmdir(mnt);
     }
     close(loop); /* from here the mount holds the device; it goes with the last mount */
+    return rc;
+}
+
+/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). */
+static int s_make(const ka_volumes_t *v, uint64_t n)
+{
+    char mnt[S_PATH], img[S_PATH + 8];
+    s_paths(v, n, mnt, img);
+    int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : s_mkfs(v, img);
+    close(fd);
+    if (rc == 0)
+        rc = s_mount(img, mnt);
     if (rc < 0)
         unlink(img);
     return rc;
@@ -253,6 +264,39 @@ int ka_volume_release(ka_volumes_t *v, const char *path, bool reuse)
     pthread_cond_signal(&v->wake);
     pthread_mutex_unlock(&v->lock);
     return 0;
+}
+
+/* True if path is a mount point (its device differs from its parent's). */
+static bool s_mounted(const char *path)
+{
+    char parent[S_PATH + 4];
+    struct stat a, b;
+    snprintf(parent, sizeof(parent), "%s/..", path);
+    return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+int ka_volume_unmount(ka_volumes_t *v, const char *path)
+{
+    if (s_number(v->dir, path) == 0)
+        return -EINVAL;
+    if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int ka_volume_mount(ka_volumes_t *v, const char *path)
+{
+    uint64_t n = s_number(v->dir, path);
+    if (n == 0)
+        return -EINVAL;
+    if (s_mounted(path))
+        return 0;
+    char mnt[S_PATH], img[S_PATH + 8], used[S_PATH + 8];
+    s_paths(v, n, mnt, img);
+    snprintf(used, sizeof(used), "%s.used", mnt);
+    if (access(used, F_OK) != 0)
+        return -ENOENT; /* not claimed: nothing of a sandbox is on it */
+    return s_mount(used, mnt);
 }
 
 static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -72,6 +72,15 @@ int ka_volume_claim(ka_volumes_t *v, const char *link, char *path, size_t cap);
 int ka_volume_release(ka_volumes_t *v, const char *path, bool reuse);
 
 /*
+ * A claimed volume that outlives its sandbox (its /data is kept for a later start of the same
+ * sandbox): unmount detaches its mount and keeps its image claimed; mount mounts that image
+ * again at path if it is not mounted (after an unmount, or a reboot). 0, -EINVAL if path is
+ * not a volume of v's dir, -ENOENT if it is not claimed, or a negative errno.
+ */
+int ka_volume_unmount(ka_volumes_t *v, const char *path);
+int ka_volume_mount(ka_volumes_t *v, const char *path);
+
+/*
  * Mounts at dir (created if missing; a leftover mount there is replaced) a tmpfs holding a copy
  * of the regular file src as dir/name, mode 0555 (bind it read-only): a bind of that copy names
  * no host path in the sandbox's /proc/self/mountinfo. 0 or a negative errno (nothing left).

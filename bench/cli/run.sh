@@ -1,47 +1,47 @@
 #!/usr/bin/env bash
-# What a person at a terminal sees: create -> READY and exec of `true`, timed around the real
-# `kagent` CLI process against a real kagentd (busybox tools image), 200 runs each.
-# Usage: bench/cli/run.sh BUILD_DIR   (N=200 by default: BENCH_CLI_RUNS)
-# Each run includes the CLI's own process start and gRPC channel setup, as a user pays them.
+# What a person at a terminal sees, timed around the real `kagent` process:
+#   1. its start: first byte on the wire and `kagent --help` (no node);
+#   2. against a node started the way `make run` starts one (deploy/run-node.sh: embedded
+#      PostgreSQL with fsync on, the Debian tools image with python3, the template `scratch`):
+#      `kagent sandbox exec ID -- true` and create -> READY.
+# Usage: bench/cli/run.sh BUILD_DIR [PEER_KAGENT]
+#   PEER_KAGENT: another kagent binary (e.g. main's, on gRPC core) timed in alternation.
+#   BENCH_CLI_RUNS runs per figure (200). The node's state lives in var/bench-cli (the tools
+#   image is built there once, or taken from the e2e tests' var/e2e-tools cache); the node
+#   listens on a free port and is stopped at the end.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-export KAGENT_BUILD_DIR=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd) KAGENT_SOURCE_DIR=$here
-. "$here/tests/lib/node.sh"
-n=${BENCH_CLI_RUNS:-200}
-node_start
-node_apply_template bench
-k() { "$KAGENT" --api-url "$API" "$@"; }
-now() { date +%s%N; }
+build=$(cd "${1:?usage: run.sh BUILD_DIR [PEER_KAGENT]}" && pwd)
+peer=${2:-}
+kagent=$build/bridges/cli/kagent
+bench=$here/bench/cli/clibench.py
+export RUNS=${BENCH_CLI_RUNS:-200}
+state=$here/var/bench-cli
+say() { echo "bench/cli: $*" >&2; }
 
-create_ms=() ids=()
-for i in $(seq "$n"); do
-  t0=$(now)
-  id=$(k sandbox create bench --request-id "cli-bench-$i" -o json | jq -r '.id')
-  t1=$(now)
-  [[ $id =~ ^[0-9a-f-]{36}$ ]] || node_fail "create $i"
-  create_ms+=("$(( (t1 - t0) / 1000 ))")
-  ids+=("$id")
-  k sandbox delete "$id" >/dev/null
-done
-id=$(k sandbox create bench --request-id cli-bench-exec -o json | jq -r '.id')
-exec_ms=()
-for i in $(seq "$n"); do
-  t0=$(now)
-  k sandbox exec "$id" -- true >/dev/null 2>&1 || node_fail "exec $i"
-  t1=$(now)
-  exec_ms+=("$(( (t1 - t0) / 1000 ))")
-done
-k sandbox delete "$id" >/dev/null
-node_stop
+python3 "$bench" start "$kagent" ${peer:+"$peer"}
 
-# p50/p99 of microsecond samples, printed in ms
-pct() { printf '%s\n' "${@:2}" | sort -n | awk -v p="$1" '{a[NR]=$1} END {i=int((NR-1)*p/100)+1; printf "%.2f", a[i]/1000}'; }
-c50=$(pct 50 "${create_ms[@]}"); c99=$(pct 99 "${create_ms[@]}")
-e50=$(pct 50 "${exec_ms[@]}"); e99=$(pct 99 "${exec_ms[@]}")
-printf '%-32s %10s %10s\n' "cli ($n runs)" "p50 ms" "p99 ms"
-printf '%-32s %10s %10s\n' "create -> READY" "$c50" "$c99"
-printf '%-32s %10s %10s\n' "exec true (start -> exit)" "$e50" "$e99"
-echo "BENCH name=cli_create_ready_p50 value=$c50 unit=ms"
-echo "BENCH name=cli_create_ready_p99 value=$c99 unit=ms"
-echo "BENCH name=cli_exec_true_p50 value=$e50 unit=ms"
-echo "BENCH name=cli_exec_true_p99 value=$e99 unit=ms"
+# the make-run node, on its own state dir and a free port
+mkdir -p "$state"
+cache=$here/var/e2e-tools
+if [ ! -s "$state/tools-image.ref" ] && [ -s "$cache/tools-image.ref" ]; then
+  cp -a "$cache/images" "$state/" && cp "$cache/tools-image.ref" "$state/"
+fi
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  port: $port|" \
+  "$here/deploy/kagentd.example.yaml" > "$state/kagentd.yaml"
+KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" > "$state/run-node.log" 2>&1 &
+node=$!
+trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
+for _ in $(seq 3000); do
+  grep -q 'kagentd is running' "$state/run-node.log" && break
+  kill -0 $node 2>/dev/null || { tail -30 "$state/run-node.log" >&2; exit 1; }
+  sleep 0.2
+done
+grep -q 'kagentd is running' "$state/run-node.log" || { say "node not ready"; exit 1; }
+api=http://127.0.0.1:$port
+id=$("$kagent" --api-url "$api" sandbox create scratch --request-id "bench-cli-$$" -o json |
+     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+python3 "$bench" exec "$kagent" "$api" "$id" ${peer:+"$peer"}
+"$kagent" --api-url "$api" sandbox delete "$id" >/dev/null
+python3 "$bench" create "$kagent" "$api" scratch ${peer:+"$peer"}

@@ -7,7 +7,7 @@
  *   create   KA_SBX_CREATE through ka_svc_call_sync until the reply says READY (p50/p99 ms);
  *            each sandbox is deleted after, untimed. Peer: bwrap --unshare-all /bin/true on
  *            the same busybox rootfs (fork+exec+wait, no shell), same run.
- *   exec     START of `true` then OUTPUT follow until the final frame via ka_svc_stream
+ *   exec     START of `true` with follow until the final frame via ka_svc_stream (one round trip)
  *            (p50 ms); the same via gRPC with the CLI's C-core client (kb_rpc).
  *   rate     N concurrent creator threads, M creates in total: READY creates per second.
  *   idle     K idle sandboxes: host memory per sandbox, from the drop in MemAvailable, the
@@ -430,18 +430,15 @@ static int s_guest(ka_guest_req_t *q, ka_guest_reply_t *final)
     return w.final.status.code;
 }
 
-/* `true` through the service layer: START, then OUTPUT follow to the exit. */
+/* `true` through the service layer in one guest round trip: START with follow (the process,
+ * its output, its exit). */
 static int s_exec_true(const char *id)
 {
     ka_guest_req_t *q = ka_guest_req_new(CALLER, id, KA_GUEST_START, sizeof "true");
     q->n_argv = 1;
+    q->follow = 1;
     memcpy(q->tail, "true", sizeof "true");
     ka_guest_reply_t f;
-    if (s_guest(q, &f) != KA_OK)
-        return -1;
-    q = ka_guest_req_new(CALLER, id, KA_GUEST_OUTPUT, 0);
-    q->proc = f.process.proc;
-    q->follow = 1;
     if (s_guest(q, &f) != KA_OK || !f.has_process || f.process.exit_code != 0)
         return -1;
     return 0;

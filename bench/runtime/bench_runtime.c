@@ -165,6 +165,59 @@ static double bench_pingpong(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* request/reply: krt_request with a callback and a timeout, one in flight                    */
+
+static void rr_ask(krt_ctx_t *ctx, pp_t *s);
+
+static void rr_got(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    pp_t *s = state;
+    if (err)
+        s_post(-1);
+    else if (--s->left == 0)
+        s_post(0);
+    else
+        rr_ask(ctx, s);
+}
+
+static void rr_ask(krt_ctx_t *ctx, pp_t *s)
+{
+    if (krt_request(ctx, s->peer, T_PING, NULL, 0, 30000, rr_got, NULL))
+        s_post(-1);
+}
+
+static void rr_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    pp_t *s = state;
+    if (msg->type == T_GO) {
+        s->peer = *(const krt_addr_t *)msg->body;
+        s->left = 1000000;
+        rr_ask(ctx, s);
+    } else if (msg->type == T_PING) {
+        krt_reply(ctx, msg, T_PONG, NULL, 0);
+    }
+}
+static const krt_behaviour_t rr_b = {.kind = "rr", .state_size = sizeof(pp_t), .handle = rr_handle};
+
+static double bench_request(void)
+{
+    krt_system_t *sys = s_sys();
+    krt_addr_t a, b;
+    krt_system_spawn(sys, &rr_b, NULL, NULL, &a);
+    krt_system_spawn(sys, &rr_b, NULL, NULL, &b);
+    uint64_t t0 = s_ns();
+    krt_system_send(sys, a, T_GO, &b, sizeof b);
+    int64_t rc = s_wait();
+    uint64_t t1 = s_ns();
+    krt_system_destroy(&sys);
+    if (rc) {
+        fprintf(stderr, "request: a request failed\n");
+        exit(1);
+    }
+    return 1000000.0 / ((double)(t1 - t0) / 1e9);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* counting                                                                                   */
 
 typedef struct {
@@ -182,15 +235,19 @@ static void counter_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 static const krt_behaviour_t counter_b = {
     .kind = "counter", .state_size = sizeof(counter_t), .handle = counter_handle};
 
+static void driver_got(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    s_post(err ? -1 : *(const int64_t *)reply->body);
+}
+
 static void driver_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     if (msg->type == T_GO) {
         krt_addr_t c = *(const krt_addr_t *)msg->body;
         for (int i = 0; i < 1000000; i++)
             krt_send(ctx, c, T_INC, NULL, 0);
-        krt_request(ctx, c, T_GET, NULL, 0, 0, NULL);
-    } else if (msg->type == T_GET) {
-        s_post(*(const int64_t *)msg->body);
+        if (krt_request(ctx, c, T_GET, NULL, 0, 0, driver_got, NULL))
+            s_post(-1);
     }
 }
 static const krt_behaviour_t driver_b = {.kind = "driver", .handle = driver_handle};
@@ -339,9 +396,10 @@ static const struct {
     const char *name;
     double (*fn)(void);
 } s_benches[] = {
-    {"spawn_skynet_1m", bench_skynet},      {"pingpong_1m", bench_pingpong},
-    {"counting_1m", bench_counting},        {"ring_100x100k", bench_ring},
-    {"timers_1m_arm_cancel", bench_timers}, {"idle_actor_bytes", bench_idle},
+    {"spawn_skynet_1m", bench_skynet},   {"pingpong_1m", bench_pingpong},
+    {"request_reply_1m", bench_request}, {"counting_1m", bench_counting},
+    {"ring_100x100k", bench_ring},       {"timers_1m_arm_cancel", bench_timers},
+    {"idle_actor_bytes", bench_idle},
 };
 
 int main(int argc, char **argv)

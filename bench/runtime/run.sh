@@ -33,6 +33,7 @@ awk -v peerfile="$tmp/peer" '
   BEGIN {
     unit["spawn_skynet_1m"] = "ns/actor";      low["spawn_skynet_1m"] = 1
     unit["pingpong_1m"] = "msgs/s";            low["pingpong_1m"] = 0
+    unit["request_reply_1m"] = "reqs/s";       low["request_reply_1m"] = 0
     unit["counting_1m"] = "msgs/s";            low["counting_1m"] = 0
     unit["ring_100x100k"] = "msgs/s";          low["ring_100x100k"] = 0
     unit["timers_1m_arm_cancel"] = "ns/op";    low["timers_1m_arm_cancel"] = 1

@@ -16,8 +16,7 @@
 #define KB_EXIT_USAGE 2
 
 /* Runs one command line (argv[0] is the program name). Normal output goes to out, notes and
- * errors to err; both are flushed before returning. Returns the process exit code. The caller
- * has called grpc_init(). */
+ * errors to err; both are flushed before returning. Returns the process exit code. */
 int kb_cli_main(int argc, char **argv, FILE *out, FILE *err);
 
 /* Installs SIGINT/SIGTERM handlers that interrupt the call in flight (the command then

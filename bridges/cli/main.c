@@ -3,15 +3,10 @@
  */
 #include <stdio.h>
 
-#include <grpc/grpc.h>
-
 #include "cli.h"
 
 int main(int argc, char **argv)
 {
     kb_cli_install_signals();
-    grpc_init();
-    int rc = kb_cli_main(argc, argv, stdout, stderr);
-    grpc_shutdown();
-    return rc;
+    return kb_cli_main(argc, argv, stdout, stderr);
 }

@@ -1,58 +1,86 @@
 /*
- * kb_rpc: synchronous gRPC C core client calls for the CLI. See rpc.h.
+ * kb_rpc: the CLI's gRPC calls on its own HTTP/2 client (h2.c, hpack.c) over a plain or TLS
+ * (tls_client.c) socket. See rpc.h.
+ *
+ * No gRPC library: the kagent process links none, so it starts in about a millisecond. One
+ * connection per client, opened by the first call (and again by the next call after it broke);
+ * calls run one at a time, each on its own stream. Waiting is poll(2) in slices of S_POLL_MS
+ * that look at the interrupt flag and the command's deadline.
  */
 #include "rpc.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
-#include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
-#include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
-#include <grpc/slice.h>
-#include <grpc/support/alloc.h>
-#include <grpc/support/time.h>
+#include "h2.h"
+#include "tls_client.h"
 
-#define S_MAX_RECV   (80 * 1024 * 1024) /* above the 64 MiB transfer cap; tree JSON can be big */
-#define S_POLL_MS    100                /* how often a blocked call looks at the interrupt flag */
-#define S_MAX_MD     3
+#define S_MAX_RECV   (80 << 20) /* above the 64 MiB transfer cap; tree JSON can be big */
+#define S_POLL_MS    100        /* how often a blocked call looks at the interrupt flag */
 #define S_TARGET_CAP 512
+#define S_READ_CHUNK ((size_t)256 << 10)
+#define S_OUT_HIGH   ((size_t)1 << 20) /* queued output above which a sender waits for the socket */
+#define S_MSG_HEAD   5                 /* gRPC message prefix: compressed flag, 32-bit length */
+
+/* gRPC status codes. */
+enum {
+    S_OK = 0,
+    S_CANCELLED = 1,
+    S_UNKNOWN = 2,
+    S_DEADLINE_EXCEEDED = 4,
+    S_PERMISSION_DENIED = 7,
+    S_RESOURCE_EXHAUSTED = 8,
+    S_UNIMPLEMENTED = 12,
+    S_INTERNAL = 13,
+    S_UNAVAILABLE = 14,
+    S_DATA_LOSS = 15,
+    S_UNAUTHENTICATED = 16,
+};
 
 static volatile sig_atomic_t s_interrupted;
 
 struct kb_rpc {
-    grpc_channel *channel;
-    grpc_completion_queue *cq; /* pluck queue shared by this client's (sequential) calls */
-    gpr_timespec deadline;     /* absolute, monotonic; inf_future when no --timeout */
+    char *target; /* host:port, as given (IPv6 in brackets): :authority and messages */
+    char *host;   /* without brackets */
+    char *port;
+    bool tls;
+    char *ca_file;
+    char *cert_file;
+    char *key_file;
+    char *tls_name; /* the name the certificate must match */
     char *user_id;
-    char *auth;   /* "Bearer <token>" or NULL */
-    char *target; /* host:port */
-    FILE *trace;  /* borrowed; NULL = no tracing */
+    char *auth;          /* "Bearer <token>" or NULL */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = none */
+    FILE *trace;         /* borrowed; NULL = no tracing */
+    /* The connection: fd -1 until the first call. */
+    int fd;
+    kb_tls_t *ssl;
+    kb_h2_t *h2;
+    int dead_code; /* non-zero: the connection broke; the status a call on it gets */
+    char dead[KB_RPC_MSG_CAP];
+    uint8_t *rbuf;
 };
 
 struct kb_rpc_call {
     kb_rpc_t *rpc;
-    grpc_call *call;
-    grpc_metadata md[S_MAX_MD];
-    size_t n_md;
-    /* Status batch, started with the call and plucked by finish. */
-    grpc_metadata_array initial_md;
-    grpc_metadata_array trailing_md;
-    grpc_status_code status;
-    grpc_slice details;
-    bool status_started;
-    bool status_done;
-    bool failed;      /* a batch failed: the call is over, the status says why */
-    bool half_closed; /* SEND_CLOSE_FROM_CLIENT done (server streams: with the request) */
+    kb_h2_t *h2;  /* the connection the call runs on */
+    uint32_t sid; /* its stream; 0 if it never started */
+    bool done;    /* st holds the outcome */
+    bool half_closed;
+    kb_rpc_status_t st;
     char method[128]; /* for tracing */
-    gpr_timespec started;
-    int tag_status; /* tag storage: addresses only */
-    int tag_op;
+    int64_t started;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -86,13 +114,15 @@ void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap)
 
 bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st)
 {
+    if (st->unsent)
+        return false;
     switch (st->code) {
-    case GRPC_STATUS_UNAVAILABLE:
-    case GRPC_STATUS_DEADLINE_EXCEEDED:
-    case GRPC_STATUS_CANCELLED:
-    case GRPC_STATUS_UNKNOWN:
-    case GRPC_STATUS_INTERNAL:
-    case GRPC_STATUS_DATA_LOSS:
+    case S_UNAVAILABLE:
+    case S_DEADLINE_EXCEEDED:
+    case S_CANCELLED:
+    case S_UNKNOWN:
+    case S_INTERNAL:
+    case S_DATA_LOSS:
         return true;
     default:
         return false;
@@ -104,39 +134,23 @@ static void s_status(kb_rpc_status_t *st, int code, const char *msg)
     if (!st)
         return;
     st->code = code;
-    snprintf(st->message, sizeof st->message, "%s", msg);
+    st->unsent = false;
+    size_t n = strlen(msg);
+    if (n >= sizeof st->message)
+        n = sizeof st->message - 1; /* longer texts are cut */
+    memcpy(st->message, msg, n);
+    st->message[n] = '\0';
+}
+
+static int64_t s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Client                                                                                     */
-
-static char *s_read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
 
 /* Splits "http[s]://host:port[/...]" into target "host:port" (default port 80/443). */
 static int s_parse_url(const char *url, char *target, size_t cap, bool *tls)
@@ -164,53 +178,67 @@ static int s_parse_url(const char *url, char *target, size_t cap, bool *tls)
     return 0;
 }
 
+/* target "host:port" or "[v6]:port" into host (no brackets) and port; -EINVAL if malformed. */
+static int s_split_target(kb_rpc_t *self, const char *target)
+{
+    const char *colon = strrchr(target, ':');
+    size_t hl = (size_t)(colon - target);
+    const char *h = target;
+    if (target[0] == '[') {
+        if (hl < 2 || target[hl - 1] != ']')
+            return -EINVAL;
+        h++;
+        hl -= 2;
+    }
+    if (hl == 0 || !colon[1])
+        return -EINVAL;
+    self->host = strndup(h, hl);
+    self->port = strdup(colon + 1);
+    return self->host && self->port ? 0 : -ENOMEM;
+}
+
 static bool s_set(const char *s)
 {
     return s && *s;
 }
 
-/* Reads one PEM file named by a flag into *out (caller frees). 0, or -1 with err set. */
-static int s_read_flag(const char *flag, const char *path, char **out, char *err, size_t cap)
+/* A readable file named by a flag: 0, or -1 with err set. */
+static int s_check_file(const char *flag, const char *path, char *err, size_t cap)
 {
-    *out = s_read_file(path);
-    if (*out)
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
         return 0;
+    }
     snprintf(err, cap, "read --%s %s: %s", flag, path, strerror(errno));
     return -1;
 }
 
-/* The channel's credentials: TLS (roots from --ca-file or the system, a client certificate
- * from --cert-file/--key-file) for https://, insecure for http://. NULL with err set. */
-static grpc_channel_credentials *s_creds(const kb_rpc_opts_t *o, bool tls, char *err, size_t cap)
+/* The TLS flags: only with https://, a certificate with its key, every file readable, and
+ * OpenSSL loadable. 0, or -1 with err set. */
+static int s_check_tls(const kb_rpc_opts_t *o, bool tls, char *err, size_t cap)
 {
     bool pair = s_set(o->cert_file) || s_set(o->key_file);
     if (!tls && (pair || s_set(o->ca_file))) {
         snprintf(err, cap, "--ca-file, --cert-file and --key-file need an https:// --api-url");
-        return NULL;
+        return -1;
     }
     if (!tls)
-        return grpc_insecure_credentials_create();
+        return 0;
     if (pair && !(s_set(o->cert_file) && s_set(o->key_file))) {
         snprintf(err, cap, "--cert-file and --key-file go together");
-        return NULL;
+        return -1;
     }
-    char *roots = NULL, *cert = NULL, *key = NULL;
-    grpc_channel_credentials *creds = NULL;
-    if ((!s_set(o->ca_file) || !s_read_flag("ca-file", o->ca_file, &roots, err, cap)) &&
-        (!pair || (!s_read_flag("cert-file", o->cert_file, &cert, err, cap) &&
-                   !s_read_flag("key-file", o->key_file, &key, err, cap)))) {
-        grpc_ssl_pem_key_cert_pair kp = {.private_key = key, .cert_chain = cert};
-        creds = grpc_ssl_credentials_create(roots, pair ? &kp : NULL, NULL, NULL);
-        if (!creds)
-            snprintf(err, cap, "cannot create TLS credentials");
-    }
-    free(roots);
-    free(cert);
-    if (key) {
-        explicit_bzero(key, strlen(key));
-        free(key);
-    }
-    return creds;
+    if ((s_set(o->ca_file) && s_check_file("ca-file", o->ca_file, err, cap)) ||
+        (pair && (s_check_file("cert-file", o->cert_file, err, cap) ||
+                  s_check_file("key-file", o->key_file, err, cap))))
+        return -1;
+    return kb_tls_load(err, cap) == 0 ? 0 : -1;
+}
+
+static char *s_dup(const char *s)
+{
+    return strdup(s ? s : "");
 }
 
 kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
@@ -223,48 +251,51 @@ kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *o, char *err, size_t errcap)
                  o->api_url ? o->api_url : "");
         return NULL;
     }
+    if (s_check_tls(o, tls, err, errcap) != 0)
+        return NULL;
     kb_rpc_t *self = calloc(1, sizeof *self);
     if (!self) {
         snprintf(err, errcap, "out of memory");
         return NULL;
     }
+    self->fd = -1;
+    self->tls = tls;
     self->target = strdup(target);
-    self->user_id = strdup(o->user_id ? o->user_id : "");
+    self->user_id = s_dup(o->user_id);
+    self->ca_file = s_dup(o->ca_file);
+    self->cert_file = s_dup(o->cert_file);
+    self->key_file = s_dup(o->key_file);
+    self->rbuf = malloc(S_READ_CHUNK);
     if (o->token && *o->token && asprintf(&self->auth, "Bearer %s", o->token) < 0)
         self->auth = NULL;
-    grpc_channel_credentials *creds = s_creds(o, tls, err, errcap);
-    if (!creds) {
-        kb_rpc_destroy(&self);
-        return NULL;
-    }
-    grpc_arg args[2];
-    size_t nargs = 0;
-    args[nargs].type = GRPC_ARG_INTEGER;
-    args[nargs].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[nargs].value.integer = S_MAX_RECV;
-    nargs++;
-    if (tls && o->server_name && *o->server_name) {
-        args[nargs].type = GRPC_ARG_STRING;
-        args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[nargs].value.string = (char *)o->server_name;
-        nargs++;
-    }
-    grpc_channel_args cargs = {.num_args = nargs, .args = args};
-    self->channel = grpc_channel_create(target, creds, &cargs);
-    grpc_channel_credentials_release(creds);
-    self->cq = grpc_completion_queue_create_for_pluck(NULL);
     self->trace = o->trace;
     if (o->timeout_ms > 0)
-        self->deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(o->timeout_ms, GPR_TIMESPAN));
-    else
-        self->deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    if (!self->target || !self->user_id || !self->channel || !self->cq) {
-        snprintf(err, errcap, "cannot create a gRPC channel to %s", target);
+        self->deadline_ns = s_now() + o->timeout_ms * 1000000;
+    int rc = self->target ? s_split_target(self, target) : -ENOMEM;
+    if (rc == 0)
+        self->tls_name = s_dup(s_set(o->server_name) ? o->server_name : self->host);
+    if (rc || !self->user_id || !self->ca_file || !self->cert_file || !self->key_file ||
+        !self->rbuf || !self->tls_name) {
+        snprintf(err, errcap,
+                 rc == -EINVAL ? "invalid --api-url \"%s\": want http://HOST:PORT or "
+                                 "https://HOST:PORT"
+                               : "out of memory (%s)",
+                 o->api_url);
         kb_rpc_destroy(&self);
         return NULL;
     }
     return self;
+}
+
+static void s_disconnect(kb_rpc_t *r)
+{
+    kb_tls_destroy(&r->ssl);
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    kb_h2_destroy(&r->h2);
+    r->dead_code = 0;
+    r->dead[0] = '\0';
 }
 
 void kb_rpc_destroy(kb_rpc_t **p)
@@ -272,172 +303,517 @@ void kb_rpc_destroy(kb_rpc_t **p)
     kb_rpc_t *self = *p;
     if (!self)
         return;
-    if (self->channel)
-        grpc_channel_destroy(self->channel);
-    if (self->cq) {
-        grpc_completion_queue_shutdown(self->cq);
-        grpc_completion_queue_destroy(self->cq);
-    }
+    s_disconnect(self);
+    free(self->target);
+    free(self->host);
+    free(self->port);
+    free(self->ca_file);
+    free(self->cert_file);
+    free(self->key_file);
+    free(self->tls_name);
     free(self->user_id);
     free(self->auth);
-    free(self->target);
+    free(self->rbuf);
     free(self);
     *p = NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Connection                                                                                 */
+
+/* Waits up to one slice for events on the socket: the revents (0 when the slice passed),
+ * -ECANCELED once interrupted, -ETIMEDOUT past the deadline, or -errno. */
+/* -ECANCELED once interrupted, -ETIMEDOUT past the deadline, else 0; *ms is cut to what is
+ * left of the deadline. */
+static int s_expired(const kb_rpc_t *r, int *ms)
+{
+    if (s_interrupted)
+        return -ECANCELED;
+    if (r->deadline_ns) {
+        int64_t left = r->deadline_ns - s_now();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        if (left / 1000000 + 1 < *ms)
+            *ms = (int)(left / 1000000 + 1);
+    }
+    return 0;
+}
+
+static int s_poll(kb_rpc_t *r, short events)
+{
+    int ms = S_POLL_MS;
+    int rc = s_expired(r, &ms);
+    if (rc)
+        return rc;
+    struct pollfd pfd = {.fd = r->fd, .events = events};
+    int n = poll(&pfd, 1, ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    return n ? pfd.revents : 0;
+}
+
+/* Waits until the socket is ready for events (a whole wait, in slices). */
+static int s_wait_ready(kb_rpc_t *r, short events)
+{
+    int rc;
+    while ((rc = s_poll(r, events)) == 0)
+        ;
+    return rc < 0 ? rc : 0;
+}
+
+static int s_connect_addr(kb_rpc_t *r, const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    r->fd = fd;
+    int rc = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        rc = errno == EINPROGRESS ? s_wait_ready(r, POLLOUT) : -errno;
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
+            rc = -soerr;
+    }
+    if (rc) {
+        close(fd);
+        r->fd = -1;
+    }
+    return rc;
+}
+
+/* A status for a wait that ended with rc (-ECANCELED, -ETIMEDOUT or another -errno). */
+static void s_wait_status(kb_rpc_status_t *st, int rc, const char *what, const char *target)
+{
+    char msg[KB_RPC_MSG_CAP];
+    if (rc == -ECANCELED)
+        s_status(st, S_CANCELLED, "interrupted");
+    else if (rc == -ETIMEDOUT)
+        s_status(st, S_DEADLINE_EXCEEDED, "context deadline exceeded");
+    else {
+        snprintf(msg, sizeof msg, "%s %s: %s", what, target, strerror(-rc));
+        s_status(st, S_UNAVAILABLE, msg);
+    }
+}
+
+static int s_handshake(kb_rpc_t *r, kb_rpc_status_t *st)
+{
+    char err[KB_RPC_MSG_CAP] = "", msg[KB_RPC_MSG_CAP + 64];
+    kb_tls_opts_t o = {.ca_file = r->ca_file,
+                       .cert_file = r->cert_file,
+                       .key_file = r->key_file,
+                       .name = r->tls_name};
+    r->ssl = kb_tls_new(&o, r->fd, err, sizeof err);
+    int rc = r->ssl ? -EAGAIN : -EPROTO;
+    while (rc == -EAGAIN && (rc = kb_tls_handshake(r->ssl, err, sizeof err)) == -EAGAIN) {
+        int w = s_wait_ready(r, kb_tls_want(r->ssl));
+        if (w) {
+            s_wait_status(st, w, "TLS handshake with", r->target);
+            return w;
+        }
+    }
+    if (rc) {
+        snprintf(msg, sizeof msg, "%s: %s", r->target, err);
+        s_status(st, S_UNAVAILABLE, msg);
+    }
+    return rc;
+}
+
+/* Connects (TCP, then TLS) and queues the HTTP/2 preface. 0, or -1 with st set. */
+static int s_connect(kb_rpc_t *r, kb_rpc_status_t *st)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
+    int g = getaddrinfo(r->host, r->port, &hints, &res);
+    if (g != 0) {
+        char msg[KB_RPC_MSG_CAP];
+        snprintf(msg, sizeof msg, "resolve %s: %s", r->host, gai_strerror(g));
+        s_status(st, S_UNAVAILABLE, msg);
+        return -1;
+    }
+    int rc = -ENOENT;
+    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        rc = s_connect_addr(r, ai);
+        if (rc == 0 || rc == -ECANCELED || rc == -ETIMEDOUT)
+            break;
+    }
+    freeaddrinfo(res);
+    if (rc) {
+        s_wait_status(st, rc, "connect to", r->target);
+        return -1;
+    }
+    if (r->tls && s_handshake(r, st) != 0) {
+        s_disconnect(r);
+        return -1;
+    }
+    if (!(r->h2 = kb_h2_new())) {
+        s_status(st, S_RESOURCE_EXHAUSTED, "out of memory");
+        s_disconnect(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Marks the connection broken by rc (from the socket or the session). */
+static void s_break(kb_rpc_t *r, int rc)
+{
+    if (r->dead_code)
+        return;
+    r->dead_code = S_UNAVAILABLE;
+    if (rc == -EPROTONOSUPPORT)
+        snprintf(r->dead, sizeof r->dead, "%s does not speak HTTP/2: %s", r->target,
+                 kb_h2_error(r->h2));
+    else if (rc == -EPROTO) {
+        r->dead_code = S_INTERNAL;
+        snprintf(r->dead, sizeof r->dead, "bad HTTP/2 from %s: %s", r->target, kb_h2_error(r->h2));
+    } else if (rc == -ENOTCONN)
+        snprintf(r->dead, sizeof r->dead, "connection to %s closed by the server", r->target);
+    else
+        snprintf(r->dead, sizeof r->dead, "connection to %s: %s", r->target, strerror(-rc));
+}
+
+/* Writes what the session queued, as far as the socket takes it. 0 or -errno. */
+static int s_flush(kb_rpc_t *r)
+{
+    for (;;) {
+        size_t n;
+        const uint8_t *p = kb_h2_out(r->h2, &n);
+        if (!n)
+            return 0;
+        ssize_t w = r->ssl ? kb_tls_write(r->ssl, p, n) : send(r->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && !r->ssl)
+            w = errno == EAGAIN ? -EAGAIN : errno == EINTR ? 0 : -errno;
+        if (w == -EAGAIN)
+            return 0;
+        if (w < 0)
+            return (int)w;
+        kb_h2_sent(r->h2, (size_t)w);
+    }
+}
+
+/* Reads what has arrived and feeds it to the session. 0, -ENOTCONN at the end of the stream,
+ * the session's error, or -errno. */
+static int s_fill(kb_rpc_t *r)
+{
+    for (;;) {
+        ssize_t n = r->ssl ? kb_tls_read(r->ssl, r->rbuf, S_READ_CHUNK)
+                           : recv(r->fd, r->rbuf, S_READ_CHUNK, 0);
+        if (n < 0 && !r->ssl)
+            n = errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+        if (n == -EAGAIN)
+            return 0;
+        if (n <= 0)
+            return n ? (int)n : -ENOTCONN;
+        int rc = kb_h2_feed(r->h2, r->rbuf, (size_t)n);
+        if (rc)
+            return rc;
+        if ((size_t)n < S_READ_CHUNK && !(r->ssl && kb_tls_pending(r->ssl)))
+            return 0;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Calls                                                                                      */
 
-/* Waits for tag, cancelling the call when interrupted. Returns the event's success flag. */
-static bool s_wait(kb_rpc_call_t *c, void *tag)
+/* The call's stream, or NULL once it is gone (reset by us, or the connection replaced). */
+static kb_h2_stream_t *s_stream(kb_rpc_call_t *c)
 {
-    bool cancelled = false;
-    for (;;) {
-        if (s_interrupted && !cancelled) {
-            grpc_call_cancel_with_status(c->call, GRPC_STATUS_CANCELLED, "interrupted", NULL);
-            cancelled = true;
-        }
-        gpr_timespec t = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                      gpr_time_from_millis(S_POLL_MS, GPR_TIMESPAN));
-        grpc_event ev = grpc_completion_queue_pluck(c->rpc->cq, tag, t, NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
-            return ev.success != 0;
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            return false;
+    kb_rpc_t *r = c->rpc;
+    if (!c->sid || r->h2 != c->h2)
+        return NULL;
+    kb_h2_stream_t *st = kb_h2_stream(r->h2);
+    return st->id == c->sid ? st : NULL;
+}
+
+static bool s_over(const kb_h2_stream_t *st)
+{
+    return st->reset || st->remote_closed;
+}
+
+/* Ends the call with a status of ours, resetting its stream (CANCEL) if still open. */
+static void s_abort(kb_rpc_call_t *c, int code, const char *msg)
+{
+    s_status(&c->st, code, msg);
+    c->done = true;
+    if (s_stream(c)) {
+        kb_h2_close_stream(c->rpc->h2, KB_H2_CANCEL);
+        s_flush(c->rpc);
     }
 }
 
-static grpc_byte_buffer *s_pack(const ProtobufCMessage *msg)
+/* One round of waiting on the call's connection: flush, wait a slice, read. 0, or -1 when the
+ * call has ended with a status (interrupted, past the deadline, connection broken while the
+ * stream was open). */
+static int s_step(kb_rpc_call_t *c)
+{
+    kb_rpc_t *r = c->rpc;
+    kb_h2_stream_t *st = s_stream(c);
+    if (!st || r->dead_code) {
+        if (st && s_over(st))
+            return 0;
+        s_abort(c, r->dead_code ? r->dead_code : S_INTERNAL,
+                r->dead_code ? r->dead : "the call lost its stream");
+        return -1;
+    }
+    int rc = s_flush(r);
+    if (rc == 0) {
+        size_t out;
+        kb_h2_out(r->h2, &out);
+        short ev = POLLIN;
+        if (out || (r->ssl && kb_tls_want(r->ssl) == POLLOUT))
+            ev |= POLLOUT;
+        int pr, ms = 0;
+        if (r->ssl && kb_tls_pending(r->ssl)) { /* decrypted bytes wait: read them */
+            pr = s_expired(r, &ms);
+            pr = pr ? pr : POLLIN;
+        } else {
+            pr = s_poll(r, ev);
+        }
+        if (pr == -ECANCELED || pr == -ETIMEDOUT) {
+            kb_rpc_status_t ws;
+            s_wait_status(&ws, pr, "", "");
+            s_abort(c, ws.code, ws.message);
+            return -1;
+        }
+        rc = pr < 0 ? pr : pr & (POLLIN | POLLHUP | POLLERR) ? s_fill(r) : 0;
+    }
+    if (rc) {
+        s_break(r, rc);
+        s_flush(r); /* a GOAWAY the session queued, if the socket still takes it */
+        return s_step(c);
+    }
+    return 0;
+}
+
+/* The gRPC status for HTTP status without grpc-status (gRPC's http-grpc-status-mapping). */
+static int s_http_code(int http)
+{
+    switch (http) {
+    case 400:
+        return S_INTERNAL;
+    case 401:
+        return S_UNAUTHENTICATED;
+    case 403:
+        return S_PERMISSION_DENIED;
+    case 404:
+        return S_UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+        return S_UNAVAILABLE;
+    default:
+        return S_UNKNOWN;
+    }
+}
+
+static int s_reset_code(uint32_t h2_code)
+{
+    switch (h2_code) {
+    case KB_H2_REFUSED_STREAM:
+        return S_UNAVAILABLE;
+    case KB_H2_CANCEL:
+        return S_CANCELLED;
+    case KB_H2_ENHANCE_YOUR_CALM:
+        return S_RESOURCE_EXHAUSTED;
+    case KB_H2_INADEQUATE_SECURITY:
+        return S_PERMISSION_DENIED;
+    default:
+        return S_INTERNAL;
+    }
+}
+
+/* The outcome of a stream that is over. */
+static void s_final(const kb_h2_stream_t *st, kb_rpc_status_t *out)
+{
+    char msg[KB_RPC_MSG_CAP];
+    if (st->got_trailers && st->grpc_status >= 0) {
+        s_status(out, st->grpc_status, st->grpc_message);
+    } else if (st->reset) {
+        snprintf(msg, sizeof msg, "stream reset by the server (HTTP/2 error code %u)",
+                 st->reset_code);
+        s_status(out, s_reset_code(st->reset_code), st->error[0] ? st->error : msg);
+        /* REFUSED_STREAM (or a GOAWAY below it) means no processing began (RFC 9113 8.7) */
+        out->unsent = st->reset_code == KB_H2_REFUSED_STREAM;
+    } else if (st->http_status != 200) {
+        snprintf(msg, sizeof msg, "HTTP status %d from the server", st->http_status);
+        s_status(out, s_http_code(st->http_status), msg);
+    } else if (!st->grpc_content_type) {
+        s_status(out, S_UNKNOWN, "the server's answer is not gRPC (content-type)");
+    } else {
+        s_status(out, st->got_trailers ? S_UNKNOWN : S_INTERNAL,
+                 st->got_trailers ? "the server sent no grpc-status"
+                                  : "the stream ended without trailers");
+    }
+}
+
+/* Takes the next whole message off the stream: 1 with *msg, 0 when none is complete yet, -1
+ * when the call ended (a bad or oversized message). */
+static int s_next_msg(kb_rpc_call_t *c, kb_h2_stream_t *st, const ProtobufCMessageDescriptor *desc,
+                      ProtobufCMessage **msg)
+{
+    if (st->data_len < S_MSG_HEAD)
+        return 0;
+    const uint8_t *d = st->data;
+    uint32_t len = (uint32_t)d[1] << 24 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 8 | d[4];
+    char text[KB_RPC_MSG_CAP];
+    if (d[0] != 0) {
+        s_abort(c, S_INTERNAL, "compressed message although none was offered");
+        return -1;
+    }
+    if (len > S_MAX_RECV) {
+        snprintf(text, sizeof text, "received message larger than max (%u vs. %d)", len,
+                 S_MAX_RECV);
+        s_abort(c, S_RESOURCE_EXHAUSTED, text);
+        return -1;
+    }
+    if (st->data_len - S_MSG_HEAD < len)
+        return 0;
+    *msg = protobuf_c_message_unpack(desc, NULL, len, d + S_MSG_HEAD);
+    kb_h2_take(c->rpc->h2, S_MSG_HEAD + len);
+    if (!*msg) {
+        s_abort(c, S_INTERNAL, "cannot parse a response message");
+        return -1;
+    }
+    return 1;
+}
+
+/* Sends n bytes as DATA (end: and closes our side), waiting for flow-control credit and for
+ * the socket when much is queued. 0, or -EPIPE when the call or its stream is over. */
+static int s_send(kb_rpc_call_t *c, const uint8_t *p, size_t n, bool end)
+{
+    kb_rpc_t *r = c->rpc;
+    size_t at = 0;
+    do {
+        kb_h2_stream_t *st = c->done ? NULL : s_stream(c);
+        if (!st || s_over(st))
+            return -EPIPE;
+        size_t room = kb_h2_send_room(r->h2), out;
+        if (room == 0 && n > at) {
+            if (s_step(c) != 0)
+                return -EPIPE;
+            continue;
+        }
+        size_t chunk = n - at < room ? n - at : room;
+        if (kb_h2_data(r->h2, p + at, chunk, end && at + chunk == n) != 0)
+            return -EPIPE;
+        at += chunk;
+        while (kb_h2_out(r->h2, &out) && out > S_OUT_HIGH)
+            if (s_step(c) != 0)
+                return -EPIPE;
+    } while (at < n);
+    return 0;
+}
+
+/* A message with its gRPC prefix (caller frees), or NULL. */
+static uint8_t *s_pack(const ProtobufCMessage *msg, size_t *len)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
-    grpc_slice s = grpc_slice_malloc(n);
-    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
-    return bb;
+    uint8_t *b = malloc(S_MSG_HEAD + n);
+    if (!b)
+        return NULL;
+    b[0] = 0;
+    b[1] = (uint8_t)(n >> 24);
+    b[2] = (uint8_t)(n >> 16);
+    b[3] = (uint8_t)(n >> 8);
+    b[4] = (uint8_t)n;
+    protobuf_c_message_pack(msg, b + S_MSG_HEAD);
+    *len = S_MSG_HEAD + n;
+    return b;
 }
 
-/* Unpacks and destroys bb. NULL if it does not parse as desc. */
-static ProtobufCMessage *s_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc)
+static int s_send_msg(kb_rpc_call_t *c, const ProtobufCMessage *msg, bool end)
 {
-    grpc_byte_buffer_reader r;
-    ProtobufCMessage *m = NULL;
-    if (grpc_byte_buffer_reader_init(&r, bb)) {
-        grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-        grpc_byte_buffer_reader_destroy(&r);
-        m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-        grpc_slice_unref(s);
+    size_t n;
+    uint8_t *b = s_pack(msg, &n);
+    if (!b) {
+        s_abort(c, S_RESOURCE_EXHAUSTED, "out of memory");
+        return -EPIPE;
     }
-    grpc_byte_buffer_destroy(bb);
-    return m;
+    int rc = s_send(c, b, n, end);
+    free(b);
+    return rc;
 }
 
-static void s_add_md(kb_rpc_call_t *c, const char *key, const char *value)
+/* grpc-timeout for what is left of the deadline ("<n>m", or seconds when large). */
+static void s_timeout_header(const kb_rpc_t *r, char *buf, size_t cap)
 {
-    grpc_metadata *m = &c->md[c->n_md++];
-    memset(m, 0, sizeof *m);
-    m->key = grpc_slice_from_static_string(key);
-    m->value = grpc_slice_from_copied_string(value);
+    int64_t ms = (r->deadline_ns - s_now()) / 1000000;
+    if (ms < 1)
+        ms = 1;
+    if (ms < 100000000)
+        snprintf(buf, cap, "%lldm", (long long)ms);
+    else
+        snprintf(buf, cap, "%lldS", (long long)(ms / 1000 < 99999999 ? ms / 1000 : 99999999));
 }
 
-/* Creates the call, starts SEND_INITIAL_METADATA (+ request and half-close when req is
- * non-NULL) and the status batch. NULL on failure (st set). */
-static kb_rpc_call_t *s_start(kb_rpc_t *rpc, const char *method, const char *sandbox_id,
+/* Opens the call's stream with its headers on a working connection. */
+static int s_open_stream(kb_rpc_call_t *c, const char *method, const char *sandbox_id)
+{
+    kb_rpc_t *r = c->rpc;
+    char timeout[32];
+    kb_h2_header_t h[12] = {
+        {":method", "POST"},
+        {":scheme", r->tls ? "https" : "http"},
+        {":path", method},
+        {":authority", r->target},
+        {"te", "trailers"},
+        {"content-type", "application/grpc"},
+        {"user-agent", "kagent-cli"},
+    };
+    size_t n = 7;
+    if (r->deadline_ns) {
+        s_timeout_header(r, timeout, sizeof timeout);
+        h[n++] = (kb_h2_header_t){"grpc-timeout", timeout};
+    }
+    if (r->user_id[0])
+        h[n++] = (kb_h2_header_t){"x-user-id", r->user_id};
+    if (r->auth)
+        h[n++] = (kb_h2_header_t){"authorization", r->auth};
+    if (sandbox_id)
+        h[n++] = (kb_h2_header_t){"kagent-sandbox-id", sandbox_id};
+    int rc = kb_h2_open(r->h2, h, n, false);
+    if (rc) {
+        s_abort(c, rc == -E2BIG ? S_INTERNAL : S_UNAVAILABLE,
+                rc == -E2BIG ? "request headers too large" : "cannot open a stream");
+        return -1;
+    }
+    c->h2 = r->h2;
+    c->sid = kb_h2_stream(r->h2)->id;
+    return 0;
+}
+
+/* Starts a call: connects if needed, opens the stream and sends req (and half-closes) when
+ * non-NULL. A call that could not start comes back done, with its status, like one that failed
+ * later. NULL only without memory (st set). */
+static kb_rpc_call_t *s_start(kb_rpc_t *r, const char *method, const char *sandbox_id,
                               const ProtobufCMessage *req, kb_rpc_status_t *st)
 {
     kb_rpc_call_t *c = calloc(1, sizeof *c);
     if (!c) {
-        s_status(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        s_status(st, S_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
     }
-    c->rpc = rpc;
-    c->details = grpc_empty_slice();
+    c->rpc = r;
+    c->started = s_now();
     snprintf(c->method, sizeof c->method, "%s", method);
-    c->started = gpr_now(GPR_CLOCK_MONOTONIC);
-    grpc_metadata_array_init(&c->initial_md);
-    grpc_metadata_array_init(&c->trailing_md);
-    if (rpc->user_id[0])
-        s_add_md(c, "x-user-id", rpc->user_id);
-    if (rpc->auth)
-        s_add_md(c, "authorization", rpc->auth);
-    if (sandbox_id)
-        s_add_md(c, "kagent-sandbox-id", sandbox_id);
-    grpc_slice m = grpc_slice_from_copied_string(method);
-    c->call = grpc_channel_create_call(rpc->channel, NULL, GRPC_PROPAGATE_DEFAULTS, rpc->cq, m,
-                                       NULL, rpc->deadline, NULL);
-    grpc_slice_unref(m);
-    if (!c->call) {
-        s_status(st, GRPC_STATUS_INTERNAL, "cannot create call");
-        kb_rpc_call_destroy(&c);
-        return NULL;
-    }
-    grpc_op ops[3];
-    memset(ops, 0, sizeof ops);
-    size_t n = 0;
-    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[n].data.send_initial_metadata.count = c->n_md;
-    ops[n].data.send_initial_metadata.metadata = c->md;
-    n++;
-    grpc_byte_buffer *bb = NULL;
-    if (req) {
-        bb = s_pack(req);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n].data.send_message.send_message = bb;
-        n++;
-        ops[n].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-        n++;
+    uint32_t last, code;
+    if (r->h2 && (r->dead_code || kb_h2_goaway(r->h2, &last, &code)))
+        s_disconnect(r);
+    if (s_interrupted)
+        s_abort(c, S_CANCELLED, "interrupted");
+    else if (r->deadline_ns && s_now() >= r->deadline_ns)
+        s_abort(c, S_DEADLINE_EXCEEDED, "context deadline exceeded");
+    else if (!r->h2 && s_connect(r, &c->st) != 0)
+        c->done = true;
+    else if (s_open_stream(c, method, sandbox_id) == 0 && req) {
         c->half_closed = true;
+        s_send_msg(c, req, true);
     }
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->tag_op, NULL);
-    bool ok = e == GRPC_CALL_OK && s_wait(c, &c->tag_op);
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    if (e != GRPC_CALL_OK) {
-        s_status(st, GRPC_STATUS_INTERNAL, "cannot start call");
-        kb_rpc_call_destroy(&c);
-        return NULL;
-    }
-    grpc_op sops[2];
-    memset(sops, 0, sizeof sops);
-    sops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
-    sops[0].data.recv_initial_metadata.recv_initial_metadata = &c->initial_md;
-    sops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    sops[1].data.recv_status_on_client.trailing_metadata = &c->trailing_md;
-    sops[1].data.recv_status_on_client.status = &c->status;
-    sops[1].data.recv_status_on_client.status_details = &c->details;
-    if (grpc_call_start_batch(c->call, sops, 2, &c->tag_status, NULL) != GRPC_CALL_OK) {
-        s_status(st, GRPC_STATUS_INTERNAL, "cannot start call");
-        kb_rpc_call_destroy(&c);
-        return NULL;
-    }
-    c->status_started = true;
-    if (!ok)
-        c->failed = true; /* the status batch will say why */
+    if (!c->sid)
+        c->st.unsent = true; /* ended before its stream opened: nothing was sent */
     return c;
-}
-
-/* Plucks the status batch (once) and copies it to st. */
-static int s_collect_status(kb_rpc_call_t *c, kb_rpc_status_t *st)
-{
-    if (c->status_started && !c->status_done) {
-        s_wait(c, &c->tag_status);
-        c->status_done = true;
-    }
-    char *d = grpc_slice_to_c_string(c->details);
-    int code = c->status_done ? (int)c->status : GRPC_STATUS_INTERNAL;
-    if (code == GRPC_STATUS_CANCELLED && s_interrupted)
-        s_status(st, code, "interrupted");
-    else if (code == GRPC_STATUS_DEADLINE_EXCEEDED && (!d || !*d))
-        s_status(st, code, "context deadline exceeded");
-    else
-        s_status(st, code, d ? d : "");
-    gpr_free(d);
-    if (c->rpc->trace) {
-        gpr_timespec el = gpr_time_sub(gpr_now(GPR_CLOCK_MONOTONIC), c->started);
-        fprintf(c->rpc->trace, "grpc %s %s -> %s (%.1f ms)\n", c->rpc->target, c->method,
-                kb_rpc_code_name(code), (double)gpr_time_to_millis(el));
-    }
-    return code == GRPC_STATUS_OK ? 0 : -EIO;
 }
 
 kb_rpc_call_t *kb_rpc_server_stream(kb_rpc_t *rpc, const char *method, const char *sandbox_id,
@@ -452,93 +828,92 @@ kb_rpc_call_t *kb_rpc_client_stream(kb_rpc_t *rpc, const char *method, const cha
     return s_start(rpc, method, sandbox_id, NULL, st);
 }
 
+/* Waits for the next message: 1 with *msg, 0 at a clean end of the stream, -1 if the call
+ * ended otherwise (c->done then, or the stream reset: see s_final). */
+static int s_read(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc, ProtobufCMessage **msg)
+{
+    for (;;) {
+        kb_h2_stream_t *st = c->done ? NULL : s_stream(c);
+        if (!st)
+            return -1;
+        int rc = s_next_msg(c, st, desc, msg);
+        if (rc)
+            return rc;
+        /* trailers end the stream even if RST_STREAM(NO_ERROR) followed them */
+        if (st->got_trailers || (st->remote_closed && !st->reset)) {
+            if (st->data_len == 0)
+                return 0;
+            s_abort(c, S_INTERNAL, "the stream ended inside a message");
+            return -1;
+        }
+        if (st->reset)
+            return -1;
+        if (s_step(c) != 0)
+            return -1;
+    }
+}
+
 int kb_rpc_call_read(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **msg)
 {
     *msg = NULL;
-    if (c->failed)
-        return -EIO;
-    grpc_byte_buffer *bb = NULL;
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &bb;
-    if (grpc_call_start_batch(c->call, &op, 1, &c->tag_op, NULL) != GRPC_CALL_OK ||
-        !s_wait(c, &c->tag_op)) {
-        if (bb)
-            grpc_byte_buffer_destroy(bb);
-        c->failed = true;
-        return -EIO;
-    }
-    if (!bb)
-        return 0; /* end of stream: the status tells whether it ended well */
-    *msg = s_unpack(bb, desc);
-    if (!*msg) {
-        grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL,
-                                     "cannot parse a response message", NULL);
-        c->failed = true;
-        return -EIO;
-    }
-    return 1;
+    int rc = s_read(c, desc, msg);
+    return rc >= 0 ? rc : -EIO;
 }
 
 int kb_rpc_call_write(kb_rpc_call_t *c, const ProtobufCMessage *msg)
 {
-    if (c->failed || c->half_closed)
+    if (c->done || c->half_closed)
         return -EPIPE;
-    grpc_byte_buffer *bb = s_pack(msg);
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_MESSAGE;
-    op.data.send_message.send_message = bb;
-    bool ok = grpc_call_start_batch(c->call, &op, 1, &c->tag_op, NULL) == GRPC_CALL_OK &&
-              s_wait(c, &c->tag_op);
-    grpc_byte_buffer_destroy(bb);
-    if (!ok) {
-        c->failed = true;
-        return -EPIPE;
-    }
-    return 0;
+    return s_send_msg(c, msg, false);
+}
+
+static void s_trace(const kb_rpc_call_t *c)
+{
+    kb_rpc_t *r = c->rpc;
+    if (r->trace)
+        fprintf(r->trace, "grpc %s %s -> %s (%.1f ms)\n", r->target, c->method,
+                kb_rpc_code_name(c->st.code), (double)(s_now() - c->started) / 1e6);
 }
 
 int kb_rpc_call_finish(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *resp_desc,
                        ProtobufCMessage **resp, kb_rpc_status_t *st)
 {
+    ProtobufCMessage *m = NULL;
     if (resp)
         *resp = NULL;
-    grpc_byte_buffer *bb = NULL;
-    if (!c->failed && (!c->half_closed || resp_desc)) {
-        grpc_op ops[2];
-        memset(ops, 0, sizeof ops);
-        size_t n = 0;
-        if (!c->half_closed) {
-            ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-            c->half_closed = true;
-        }
-        if (resp_desc) {
-            ops[n].op = GRPC_OP_RECV_MESSAGE;
-            ops[n].data.recv_message.recv_message = &bb;
-            n++;
-        }
-        if (grpc_call_start_batch(c->call, ops, n, &c->tag_op, NULL) != GRPC_CALL_OK ||
-            !s_wait(c, &c->tag_op))
-            c->failed = true;
+    if (!c->done && !c->half_closed) {
+        c->half_closed = true;
+        s_send(c, NULL, 0, true); /* -EPIPE: the stream is over already; its status says why */
     }
-    int rc = s_collect_status(c, st);
-    if (bb && rc == 0 && resp_desc) {
-        *resp = s_unpack(bb, resp_desc);
-        bb = NULL;
-        if (!*resp) {
-            s_status(st, GRPC_STATUS_INTERNAL, "cannot parse the response message");
-            rc = -EIO;
-        }
-    } else if (rc == 0 && resp_desc) {
-        s_status(st, GRPC_STATUS_INTERNAL, "server sent no response message");
-        rc = -EIO;
+    if (!c->done && resp_desc)
+        s_read(c, resp_desc, &m);
+    kb_h2_stream_t *hs;
+    while (!c->done && (hs = s_stream(c)) && !s_over(hs))
+        s_step(c);
+    if (!c->done) {
+        hs = s_stream(c);
+        if (hs)
+            s_final(hs, &c->st);
+        else
+            s_status(&c->st, S_INTERNAL, "the call lost its stream");
+        c->done = true;
     }
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    return rc;
+    if (c->st.code == S_OK && resp_desc && !m)
+        s_status(&c->st, S_INTERNAL, "server sent no response message");
+    s_trace(c);
+    if (st)
+        *st = c->st;
+    if (c->st.code != S_OK) {
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        return -EIO;
+    }
+    if (resp)
+        *resp = m;
+    else if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
 }
 
 void kb_rpc_call_destroy(kb_rpc_call_t **p)
@@ -546,19 +921,11 @@ void kb_rpc_call_destroy(kb_rpc_call_t **p)
     kb_rpc_call_t *c = *p;
     if (!c)
         return;
-    if (c->call) {
-        if (c->status_started && !c->status_done) {
-            grpc_call_cancel(c->call, NULL);
-            grpc_completion_queue_pluck(c->rpc->cq, &c->tag_status,
-                                        gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        }
-        grpc_call_unref(c->call);
+    if (s_stream(c)) {
+        kb_h2_close_stream(c->rpc->h2, KB_H2_CANCEL); /* RST_STREAM only if still open */
+        if (!c->rpc->dead_code)
+            s_flush(c->rpc);
     }
-    for (size_t i = 0; i < c->n_md; i++)
-        grpc_slice_unref(c->md[i].value);
-    grpc_metadata_array_destroy(&c->initial_md);
-    grpc_metadata_array_destroy(&c->trailing_md);
-    grpc_slice_unref(c->details);
     free(c);
     *p = NULL;
 }

@@ -1,9 +1,11 @@
 /*
- * kb_rpc: the CLI's small gRPC client on gRPC C core: unary calls, server-stream readers and
- * client-stream writers of protobuf-c messages, with the CLI's metadata (x-user-id, bearer
- * token, kagent-sandbox-id) and one absolute deadline for the whole command (--timeout).
+ * kb_rpc: the CLI's small gRPC client: unary calls, server-stream readers and client-stream
+ * writers of protobuf-c messages, with the CLI's metadata (x-user-id, bearer token,
+ * kagent-sandbox-id) and one absolute deadline for the whole command (--timeout). It speaks
+ * HTTP/2 itself (h2.h) over TCP or TLS (tls_client.h): no gRPC library is linked, so the
+ * process starts fast.
  *
- * Calls are synchronous (one pluck completion queue per client) and meant for one thread.
+ * Calls are synchronous, one at a time on one connection, and meant for one thread.
  * kb_rpc_interrupt() (async-signal-safe) cancels whatever call is in flight and every later
  * one, which then fail with CANCELLED "interrupted".
  */
@@ -39,12 +41,14 @@ typedef struct kb_rpc_opts {
 typedef struct kb_rpc_status {
     int code;
     char message[KB_RPC_MSG_CAP];
+    bool unsent; /* the request certainly reached no handler (no connection, stream refused) */
 } kb_rpc_status_t;
 
-/* Opens a channel (lazily connected). NULL on a bad URL, an unreadable CA, certificate or key
- * file, TLS files with an http:// URL, or a certificate without its key, with err set. */
+/* A client (connected by its first call). NULL on a bad URL, an unreadable CA, certificate or
+ * key file, TLS files with an http:// URL, a certificate without its key, or https:// without
+ * a loadable OpenSSL, with err set. */
 kb_rpc_t *kb_rpc_new(const kb_rpc_opts_t *opts, char *err, size_t errcap);
-/* Closes the channel; idempotent, NULLs *self. No call may be open. */
+/* Closes the connection; idempotent, NULLs *self. No call may be open. */
 void kb_rpc_destroy(kb_rpc_t **self);
 
 /* One request, one response. method is the full path ("/pkg.Service/Method"); sandbox_id, when
@@ -86,8 +90,10 @@ const char *kb_rpc_code_name(int code);
 /* "rpc error: code = NotFound desc = <message>", as grpc-go formats a status error. */
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap);
 /* True when a failed call may still have taken effect on the server: it was cut off (UNAVAILABLE,
- * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS). False for a
- * refusal (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...), which changed nothing. */
+ * DEADLINE_EXCEEDED, CANCELLED, a broken stream: UNKNOWN, INTERNAL, DATA_LOSS) after its request
+ * may have reached the server. False for a refusal (INVALID_ARGUMENT, NOT_FOUND,
+ * PERMISSION_DENIED, ...) and for a request never delivered (st->unsent), which changed
+ * nothing. */
 bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st);
 
 #endif

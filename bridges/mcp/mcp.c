@@ -29,31 +29,18 @@
 
 #define LOG_PATH "bridges/mcp"
 
-/* Protocol versions, newest first. */
-static const char *const s_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
-#define S_N_VERSIONS      (sizeof s_versions / sizeof s_versions[0])
-#define S_DEFAULT_VERSION "2025-03-26" /* assumed without a session or header */
+#define S_DEFAULT_VERSION "2025-03-26" /* assumed without _meta, session or header */
 
-enum {
-    RPC_PARSE = -32700,
-    RPC_INVALID = -32600,
-    RPC_METHOD = -32601,
-    RPC_PARAMS = -32602,
-    RPC_INTERNAL = -32603,
-    RPC_SESSION = -32001,
-    RPC_SERVER = -32000
-};
+#define S_RPC_RESOURCE_NOT_FOUND_LEGACY (-32002) /* 2025-11-25 and earlier */
 
-static const char *const s_levels[] = {"debug", "info",     "notice", "warning",
-                                       "error", "critical", "alert",  "emergency"};
-#define S_N_LEVELS (sizeof s_levels / sizeof s_levels[0])
+#define S_NO_LOG KB_MCP_N_LEVELS /* a level above every level: no log notifications */
 
 typedef struct s_session {
     struct s_session *next;
     char id[33];
     char owner[KB_AUTH_ID_MAX + 1];
     char version[16];
-    int level; /* index in s_levels: log notifications at or above it */
+    int level; /* index in kb_mcp_levels: log notifications at or above it */
     time_t used;
 } s_session_t;
 
@@ -79,6 +66,7 @@ struct kb_mcp {
 typedef struct {
     const char *method; /* HTTP method */
     const char *host, *origin, *accept, *content_type, *session, *protocol;
+    const char *mcp_method, *mcp_name; /* 2026-07-28 request headers */
     const char *authorization, *user_id;
     int conn_fd; /* the connection's socket: its TLS client identity, if any */
     const char *body;
@@ -104,6 +92,7 @@ struct s_job {
     char caller[KB_AUTH_ID_MAX + 1];
     char tool[128];
     bool structured;
+    bool modern; /* the result carries resultType (2026-07-28) */
     json_t *id, *args, *token;
     int level;
     kb_http_stream_t *stream;
@@ -147,6 +136,17 @@ static json_t *s_rpc_error(const json_t *id, int code, const char *msg)
 {
     return json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                      "error", "code", code, "message", msg);
+}
+
+/* An error response with data (stolen; NULL = none). */
+static json_t *s_rpc_error_data(const json_t *id, int code, const char *msg, json_t *data)
+{
+    json_t *e = s_rpc_error(id, code, msg);
+    if (e && data)
+        json_object_set_new(json_object_get(e, "error"), "data", data);
+    else
+        json_decref(data);
+    return e;
 }
 
 static json_t *s_rpc_result(const json_t *id, json_t *result)
@@ -248,11 +248,12 @@ static bool s_origin_allowed(const kb_mcp_t *m, const char *origin)
     return false;
 }
 
-static bool s_version_supported(const char *v)
+/* An initialize-based revision we serve. */
+static bool s_version_legacy(const char *v)
 {
-    for (size_t i = 0; v && i < S_N_VERSIONS; i++)
-        if (strcmp(v, s_versions[i]) == 0)
-            return true;
+    for (size_t i = 0; v && kb_mcp_versions[i]; i++)
+        if (strcmp(v, kb_mcp_versions[i]) == 0)
+            return !kb_mcp_version_modern(v);
     return false;
 }
 
@@ -358,45 +359,71 @@ static bool s_session_delete(kb_mcp_t *m, const char *id, const char *owner)
 typedef struct {
     kb_mcp_t *m;
     const char *caller;
-    char version[16]; /* negotiated (session) or assumed */
+    char version[16]; /* the request's revision: negotiated (session), named, or assumed */
     char session[33]; /* "" without a session */
-    int level;
-    bool sse;  /* the client accepts text/event-stream */
-    bool json; /* the client accepts application/json */
+    int level;        /* log notifications at or above this index; S_NO_LOG none */
+    bool modern;      /* 2026-07-28: stateless, results carry resultType */
+    bool sse;         /* the client accepts text/event-stream */
+    bool json;        /* the client accepts application/json */
 } s_ctx_t;
+
+/* The capabilities of initialize and server/discover (new reference). */
+static json_t *s_capabilities(void)
+{
+    return json_pack("{s:{s:b},s:{s:b},s:{},s:{}}", "tools", "listChanged", 0, "prompts",
+                     "listChanged", 0, "resources", "logging");
+}
+
+/* resources/read: this server offers no resources, so every URI is not found: -32602 from
+ * 2026-07-28 on, -32002 before (data.uri names it). *code, buf and *data say so. */
+static void s_resource_read(bool modern, const json_t *params, int *code, char *buf, size_t cap,
+                            json_t **data)
+{
+    const char *uri = json_string_value(json_object_get(params, "uri"));
+    *code = modern || !uri ? KB_RPC_PARAMS : S_RPC_RESOURCE_NOT_FOUND_LEGACY;
+    if (!uri) {
+        snprintf(buf, cap, "uri is required");
+        return;
+    }
+    snprintf(buf, cap, "Resource not found: %.500s", uri);
+    *data = json_pack("{s:s}", "uri", uri);
+}
 
 static json_t *s_initialize(s_ctx_t *x, const json_t *params, s_out_t *out, int *code,
                             const char **emsg)
 {
     const char *want = json_string_value(json_object_get(params, "protocolVersion"));
     if (!want) {
-        *code = RPC_PARAMS;
+        *code = KB_RPC_PARAMS;
         *emsg = "protocolVersion is required";
         return NULL;
     }
-    const char *v = s_version_supported(want) ? want : s_versions[0];
+    const char *v = s_version_legacy(want) ? want : KB_MCP_LEGACY_LATEST;
     if (s_session_new(x->m, x->caller, v, out->session)) {
-        *code = RPC_INTERNAL;
+        *code = KB_RPC_INTERNAL;
         *emsg = "cannot create a session";
         return NULL;
     }
     krt_log(KRT_LOG_INFO, LOG_PATH, "session_start", "session=%s caller=%s version=%s",
             out->session, x->caller, v);
-    return json_pack("{s:s,s:{s:{s:b},s:{s:b},s:{}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v,
-                     "capabilities", "tools", "listChanged", 0, "prompts", "listChanged", 0,
-                     "logging", "serverInfo", "name", x->m->name, "title", "kagent sandboxes",
-                     "version", x->m->version, "instructions", kb_mcp_instructions());
+    return json_pack("{s:s,s:o,s:{s:s,s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
+                     s_capabilities(), "serverInfo", "name", x->m->name, "title",
+                     "kagent sandboxes", "version", x->m->version, "instructions",
+                     kb_mcp_instructions());
+}
+
+/* server/discover (2026-07-28): every revision served, capabilities, instructions. */
+static json_t *s_discover(void)
+{
+    return json_pack("{s:o,s:o,s:s}", "supportedVersions", kb_mcp_versions_json(), "capabilities",
+                     s_capabilities(), "instructions", kb_mcp_instructions());
 }
 
 static json_t *s_set_level(s_ctx_t *x, const json_t *params, int *code, const char **emsg)
 {
-    const char *lv = json_string_value(json_object_get(params, "level"));
-    int idx = -1;
-    for (size_t i = 0; lv && i < S_N_LEVELS; i++)
-        if (strcmp(lv, s_levels[i]) == 0)
-            idx = (int)i;
+    int idx = kb_mcp_log_level(json_string_value(json_object_get(params, "level")));
     if (idx < 0) {
-        *code = RPC_PARAMS;
+        *code = KB_RPC_PARAMS;
         *emsg = "level must be one of debug, info, notice, warning, error, critical, alert, "
                 "emergency";
         return NULL;
@@ -423,6 +450,28 @@ static json_t *s_log_note(int level, const char *tool, const json_t *result)
                      "data", "tool", tool, "error", text ? text : "");
 }
 
+/* A 2026-07-28 result: resultType, the server's identity in _meta, and for a cacheable one
+ * (lists, discover) its freshness hints; the lists are the same for every caller. Legacy
+ * results pass unchanged. Returns r. */
+static json_t *s_result_finish(kb_mcp_t *m, bool modern, json_t *r, bool cacheable)
+{
+    if (!modern || !r)
+        return r;
+    json_object_set_new(r, "resultType", json_string("complete"));
+    json_t *meta = json_object_get(r, "_meta");
+    if (!json_is_object(meta)) {
+        meta = json_object();
+        json_object_set_new(r, "_meta", meta);
+    }
+    json_object_set_new(meta, KB_MCP_META_SERVER,
+                        json_pack("{s:s,s:s}", "name", m->name, "version", m->version));
+    if (cacheable) {
+        json_object_set_new(r, "ttlMs", json_integer(KB_MCP_LIST_TTL_MS));
+        json_object_set_new(r, "cacheScope", json_string("public"));
+    }
+    return r;
+}
+
 static bool s_structured(const char *version)
 {
     return strcmp(version, "2025-06-18") >= 0;
@@ -441,11 +490,11 @@ static void s_tools_call_sync(s_ctx_t *x, const json_t *id, const char *name, js
 {
     kb_mcp_call_t c = {
         .svc = x->m->svc, .caller = x->caller, .structured = s_structured(x->version)};
-    json_t *r = kb_mcp_tool_call(&c, name, args);
+    json_t *r = s_result_finish(x->m, x->modern, kb_mcp_tool_call(&c, name, args), false);
     s_count_result(x->m, r);
     json_t *note = x->sse ? s_log_note(x->level, name, r) : NULL;
     bool sse = x->sse && (!x->json || note);
-    s_answer(out, 200, r ? s_rpc_result(id, r) : s_rpc_error(id, RPC_INTERNAL, "out of memory"),
+    s_answer(out, 200, r ? s_rpc_result(id, r) : s_rpc_error(id, KB_RPC_INTERNAL, "out of memory"),
              sse);
     if (note && out->body) {
         size_t nl;
@@ -460,94 +509,205 @@ static void s_tools_call_sync(s_ctx_t *x, const json_t *id, const char *name, js
     json_decref(note);
 }
 
+/* A tools/call answered as a progress stream: the job the handler runs on a worker. */
+static s_job_t *s_job_new(s_ctx_t *x, const json_t *id, const char *name, json_t *args,
+                          json_t *token)
+{
+    s_job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->m = x->m;
+    snprintf(j->caller, sizeof j->caller, "%s", x->caller);
+    snprintf(j->tool, sizeof j->tool, "%s", name);
+    j->structured = s_structured(x->version);
+    j->modern = x->modern;
+    j->id = json_incref((json_t *)id);
+    j->args = json_is_object(args) ? json_incref(args) : NULL;
+    j->token = json_incref(token);
+    j->level = x->level;
+    pthread_mutex_init(&j->mu, NULL);
+    return j;
+}
+
+/* tools/call: argument errors answer at once; the call itself runs synchronously or, for a
+ * client asking for progress over SSE, as a job. Returns false when *code / *emsg say why. */
+static bool s_tools_call(s_ctx_t *x, const json_t *id, const json_t *params, s_out_t *out,
+                         int *code, const char **emsg, char *buf, size_t cap)
+{
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    *code = KB_RPC_PARAMS;
+    if (!name) {
+        *emsg = "name is required";
+    } else if (!kb_mcp_tool_exists(name)) {
+        snprintf(buf, cap, "Unknown tool: %.500s", name);
+        *emsg = buf;
+    } else if (args && !json_is_object(args) && !json_is_null(args)) {
+        *emsg = "arguments must be an object";
+    } else if (x->sse && (json_is_string(token) || json_is_integer(token))) {
+        if (!(out->job = s_job_new(x, id, name, args, token))) {
+            *code = KB_RPC_INTERNAL;
+            *emsg = "out of memory";
+            return false;
+        }
+        out->status = 200;
+        out->ctype = "text/event-stream";
+        return true;
+    } else {
+        s_tools_call_sync(x, id, name, json_is_object(args) ? args : NULL, out);
+        return true;
+    }
+    return false;
+}
+
+static json_t *s_prompts_get(const json_t *params, int *code, const char **emsg, char *buf,
+                             size_t cap)
+{
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    *code = KB_RPC_PARAMS;
+    if (!name) {
+        *emsg = "name is required";
+        return NULL;
+    }
+    if (args && !json_is_object(args) && !json_is_null(args)) {
+        *emsg = "arguments must be an object";
+        return NULL;
+    }
+    *emsg = buf;
+    return kb_mcp_prompt_get(name, json_is_object(args) ? args : NULL, code, buf, cap);
+}
+
+/* Methods of one era only: initialize-based revisions have initialize, ping and
+ * logging/setLevel; 2026-07-28 has server/discover (its log level is per request). */
+static bool s_method_in_era(const char *method, bool modern)
+{
+    static const char *const legacy_only[] = {"initialize", "ping", "logging/setLevel"};
+    if (strcmp(method, "server/discover") == 0)
+        return modern;
+    for (size_t i = 0; i < sizeof legacy_only / sizeof legacy_only[0]; i++)
+        if (strcmp(method, legacy_only[i]) == 0)
+            return !modern;
+    return true;
+}
+
 static void s_dispatch(s_ctx_t *x, const json_t *id, const char *method, const json_t *params,
                        s_out_t *out)
 {
     int code = 0;
     const char *emsg = NULL;
     char buf[600];
-    json_t *result = NULL;
-    if (strcmp(method, "initialize") == 0) {
+    json_t *result = NULL, *edata = NULL;
+    bool cacheable = false;
+    if (!s_method_in_era(method, x->modern)) {
+        code = KB_RPC_METHOD;
+    } else if (strcmp(method, "initialize") == 0) {
         result = s_initialize(x, params, out, &code, &emsg);
+    } else if (strcmp(method, "server/discover") == 0) {
+        result = s_discover();
+        cacheable = true;
     } else if (strcmp(method, "ping") == 0) {
         result = json_object();
     } else if (strcmp(method, "tools/list") == 0) {
         result = json_pack("{s:o}", "tools", kb_mcp_tools_list());
+        cacheable = true;
     } else if (strcmp(method, "prompts/list") == 0) {
         result = json_pack("{s:o}", "prompts", kb_mcp_prompts_list());
+        cacheable = true;
+    } else if (strcmp(method, "resources/list") == 0) {
+        result = json_pack("{s:[]}", "resources");
+        cacheable = true;
+    } else if (strcmp(method, "resources/templates/list") == 0) {
+        result = json_pack("{s:[]}", "resourceTemplates");
+        cacheable = true;
+    } else if (strcmp(method, "resources/read") == 0) {
+        s_resource_read(x->modern, params, &code, buf, sizeof buf, &edata);
+        emsg = buf;
     } else if (strcmp(method, "logging/setLevel") == 0) {
         result = s_set_level(x, params, &code, &emsg);
     } else if (strcmp(method, "prompts/get") == 0) {
-        const char *name = json_string_value(json_object_get(params, "name"));
-        json_t *args = json_object_get(params, "arguments");
-        if (!name) {
-            code = RPC_PARAMS;
-            emsg = "name is required";
-        } else if (args && !json_is_object(args) && !json_is_null(args)) {
-            code = RPC_PARAMS;
-            emsg = "arguments must be an object";
-        } else {
-            result =
-                kb_mcp_prompt_get(name, json_is_object(args) ? args : NULL, &code, buf, sizeof buf);
-            emsg = buf;
-        }
+        result = s_prompts_get(params, &code, &emsg, buf, sizeof buf);
     } else if (strcmp(method, "tools/call") == 0) {
-        const char *name = json_string_value(json_object_get(params, "name"));
-        json_t *args = json_object_get(params, "arguments");
-        json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
-        if (!name) {
-            code = RPC_PARAMS;
-            emsg = "name is required";
-        } else if (!kb_mcp_tool_exists(name)) {
-            code = RPC_PARAMS;
-            snprintf(buf, sizeof buf, "Unknown tool: %.500s", name);
-            emsg = buf;
-        } else if (args && !json_is_object(args) && !json_is_null(args)) {
-            code = RPC_PARAMS;
-            emsg = "arguments must be an object";
-        } else if (x->sse && (json_is_string(token) || json_is_integer(token))) {
-            s_job_t *j = calloc(1, sizeof *j);
-            if (!j) {
-                code = RPC_INTERNAL;
-                emsg = "out of memory";
-            } else {
-                j->m = x->m;
-                snprintf(j->caller, sizeof j->caller, "%s", x->caller);
-                snprintf(j->tool, sizeof j->tool, "%s", name);
-                j->structured = s_structured(x->version);
-                j->id = json_incref((json_t *)id);
-                j->args = json_is_object(args) ? json_incref(args) : NULL;
-                j->token = json_incref(token);
-                j->level = x->level;
-                pthread_mutex_init(&j->mu, NULL);
-                out->status = 200;
-                out->ctype = "text/event-stream";
-                out->job = j;
-            }
-            if (out->job)
-                return;
-        } else {
-            s_tools_call_sync(x, id, name, json_is_object(args) ? args : NULL, out);
+        if (s_tools_call(x, id, params, out, &code, &emsg, buf, sizeof buf))
             return;
-        }
     } else {
-        code = RPC_METHOD;
-        snprintf(buf, sizeof buf, "Method not found: %.500s", method);
-        emsg = buf;
+        code = KB_RPC_METHOD;
     }
     if (result) {
+        result = s_result_finish(x->m, x->modern, result, cacheable);
         s_answer(out, 200, s_rpc_result(id, result), x->sse && !x->json);
         return;
     }
-    if (!code) {
-        code = RPC_INTERNAL;
+    if (code == KB_RPC_METHOD) {
+        snprintf(buf, sizeof buf, "Method not found: %.500s", method);
+        emsg = buf;
+    } else if (!code) {
+        code = KB_RPC_INTERNAL;
         emsg = "out of memory";
     }
-    s_answer(out, 200, s_rpc_error(id, code, emsg), x->sse && !x->json);
+    /* 2026-07-28: an unknown method is 404, so a client tells it from a legacy server's */
+    unsigned status = x->modern && code == KB_RPC_METHOD ? 404 : 200;
+    s_answer(out, status, s_rpc_error_data(id, code, emsg, edata), x->sse && !x->json);
 }
 
 /* ---- the request -------------------------------------------------------------------------------
  */
+
+static void s_answer_verdict(s_out_t *out, const json_t *id, kb_mcp_verdict_t *v)
+{
+    s_answer(out, v->status, s_rpc_error_data(id, v->code, v->msg, v->data), false);
+    v->data = NULL;
+}
+
+/* Finds the legacy session a request names (Mcp-Session-Id) and takes its revision and log
+ * level; false when the id is unknown or another identity's. */
+static bool s_legacy_session(kb_mcp_t *m, const s_in_t *in, s_ctx_t *x)
+{
+    pthread_mutex_lock(&m->mu);
+    s_session_t *s = s_session_find(m, in->session, x->caller);
+    if (s) {
+        s->used = time(NULL);
+        snprintf(x->version, sizeof x->version, "%s", s->version);
+        snprintf(x->session, sizeof x->session, "%s", s->id);
+        x->level = s->level;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return s != NULL;
+}
+
+/* A well-formed JSON-RPC request: picks its revision, applies that revision's rules, then
+ * dispatches. */
+static void s_serve_request(kb_mcp_t *m, const s_in_t *in, s_ctx_t *x, const json_t *id,
+                            const char *method, const json_t *params, s_out_t *out)
+{
+    const char *version;
+    kb_mcp_verdict_t v;
+    if (kb_mcp_era(in->protocol, params, &version, &v)) {
+        s_answer_verdict(out, id, &v);
+        return;
+    }
+    x->modern = kb_mcp_version_modern(version); /* a modern initialize is a removed method */
+    snprintf(x->version, sizeof x->version, "%s", version ? version : S_DEFAULT_VERSION);
+    if (x->modern) { /* stateless: Mcp-Session-Id is ignored, none is minted or echoed */
+        int level;
+        if (kb_mcp_modern_check(in->protocol, in->mcp_method, in->mcp_name, method, params, &level,
+                                &v)) {
+            s_answer_verdict(out, id, &v);
+            return;
+        }
+        x->level = level < 0 ? S_NO_LOG : level;
+        s_dispatch(x, id, method, params, out);
+        return;
+    }
+    if (in->session && strcmp(method, "initialize") != 0 && !s_legacy_session(m, in, x)) {
+        s_answer_error(out, 404, id, KB_RPC_SESSION, "Session not found");
+        return;
+    }
+    s_dispatch(x, id, method, params, out);
+    if (x->session[0] && !out->session[0])
+        snprintf(out->session, sizeof out->session, "%s", x->session);
+}
 
 static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_out_t *out)
 {
@@ -557,27 +717,18 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
              s_list_has(acc, "application/*") || s_list_has(acc, "*/*");
     x.sse = acc && s_list_has(acc, "text/event-stream");
     if (!x.json && !x.sse) {
-        s_answer_error(out, 406, NULL, RPC_INVALID,
+        s_answer_error(out, 406, NULL, KB_RPC_INVALID,
                        "Not Acceptable: Accept must include application/json or "
                        "text/event-stream");
         return;
     }
     if (!in->content_type || strncasecmp(in->content_type, "application/json", 16) != 0) {
-        s_answer_error(out, 415, NULL, RPC_INVALID,
+        s_answer_error(out, 415, NULL, KB_RPC_INVALID,
                        "Unsupported Media Type: Content-Type must be application/json");
         return;
     }
     if (in->len > m->max_body) {
-        s_answer_error(out, 413, NULL, RPC_INVALID, "Request body too large");
-        return;
-    }
-    if (in->protocol && !s_version_supported(in->protocol)) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "Bad Request: Unsupported protocol version: %.60s (supported: "
-                 "2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)",
-                 in->protocol);
-        s_answer_error(out, 400, NULL, RPC_INVALID, msg);
+        s_answer_error(out, 413, NULL, KB_RPC_INVALID, "Request body too large");
         return;
     }
     json_error_t jerr;
@@ -586,7 +737,7 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
     if (!msg) {
         char t[300];
         snprintf(t, sizeof t, "Parse error: %s", jerr.text);
-        s_answer_error(out, 400, NULL, RPC_PARSE, t);
+        s_answer_error(out, 400, NULL, KB_RPC_PARSE, t);
         return;
     }
     json_t *id = json_object_get(msg, "id");
@@ -594,48 +745,27 @@ static void s_serve_post(kb_mcp_t *m, const s_in_t *in, const char *caller, s_ou
     json_t *params = json_object_get(msg, "params");
     bool id_ok = !id || json_is_string(id) || json_is_integer(id);
     if (json_is_array(msg)) {
-        s_answer_error(out, 400, NULL, RPC_INVALID,
+        s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                        "Invalid Request: batch requests are not supported; send one message per "
                        "POST");
     } else if (!json_is_object(msg) ||
                strcmp(json_string_value(json_object_get(msg, "jsonrpc")) ?: "", "2.0") != 0) {
-        s_answer_error(out, 400, id_ok ? id : NULL, RPC_INVALID,
+        s_answer_error(out, 400, id_ok ? id : NULL, KB_RPC_INVALID,
                        "Invalid Request: not a JSON-RPC 2.0 message");
     } else if (!id_ok) {
-        s_answer_error(out, 400, NULL, RPC_INVALID,
+        s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                        "Invalid Request: id must be a string or an integer");
     } else if (!method) {
         if (id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
             out->status = 202; /* a response to us: we send no requests, nothing to do */
         else
-            s_answer_error(out, 400, id, RPC_INVALID, "Invalid Request: method is required");
+            s_answer_error(out, 400, id, KB_RPC_INVALID, "Invalid Request: method is required");
     } else if (!id) {
         out->status = 202; /* a notification (initialized, cancelled, ...) */
     } else if (params && !json_is_object(params)) {
-        s_answer_error(out, 200, id, RPC_PARAMS, "Invalid params: params must be an object");
+        s_answer_error(out, 200, id, KB_RPC_PARAMS, "Invalid params: params must be an object");
     } else {
-        snprintf(x.version, sizeof x.version, "%s",
-                 in->protocol ? in->protocol : S_DEFAULT_VERSION);
-        bool init = strcmp(method, "initialize") == 0;
-        bool known = true;
-        if (!init && in->session) {
-            pthread_mutex_lock(&m->mu);
-            s_session_t *s = s_session_find(m, in->session, caller);
-            if (s) {
-                s->used = time(NULL);
-                snprintf(x.version, sizeof x.version, "%s", s->version);
-                snprintf(x.session, sizeof x.session, "%s", s->id);
-                x.level = s->level;
-            }
-            known = s != NULL;
-            pthread_mutex_unlock(&m->mu);
-        }
-        if (!known)
-            s_answer_error(out, 404, id, RPC_SESSION, "Session not found");
-        else
-            s_dispatch(&x, id, method, params, out);
-        if (x.session[0] && !out->session[0])
-            snprintf(out->session, sizeof out->session, "%s", x.session);
+        s_serve_request(m, in, &x, id, method, params, out);
     }
     atomic_fetch_add(&m->requests, 1);
     json_decref(msg);
@@ -647,11 +777,11 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
     /* DNS-rebinding protection first: a browser page must not reach us through a name it
      * controls */
     if (!in->host || !s_host_allowed(m->hosts, in->host)) {
-        s_answer_error(out, 403, NULL, RPC_INVALID, "Forbidden: Host header not allowed");
+        s_answer_error(out, 403, NULL, KB_RPC_INVALID, "Forbidden: Host header not allowed");
         return;
     }
     if (in->origin && !s_origin_allowed(m, in->origin)) {
-        s_answer_error(out, 403, NULL, RPC_INVALID, "Forbidden: Origin header not allowed");
+        s_answer_error(out, 403, NULL, KB_RPC_INVALID, "Forbidden: Origin header not allowed");
         return;
     }
     char caller[KB_AUTH_ID_MAX + 1], why[KB_AUTH_ID_MAX + 1];
@@ -660,7 +790,7 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
         snprintf(why, sizeof why, "%s", caller);
         char msg[KB_AUTH_ID_MAX + 32];
         snprintf(msg, sizeof msg, "Unauthorized: %s", why);
-        s_answer_error(out, 401, NULL, RPC_SERVER, msg);
+        s_answer_error(out, 401, NULL, KB_RPC_SERVER, msg);
         out->www_auth = kb_auth_mode(m->auth) == KB_AUTH_TOKENS;
         return;
     }
@@ -668,15 +798,15 @@ static void s_serve(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
         s_serve_post(m, in, caller, out);
     } else if (strcmp(in->method, "DELETE") == 0) {
         if (!in->session)
-            s_answer_error(out, 400, NULL, RPC_INVALID,
+            s_answer_error(out, 400, NULL, KB_RPC_INVALID,
                            "Bad Request: Mcp-Session-Id header is required");
         else if (!s_session_delete(m, in->session, caller))
-            s_answer_error(out, 404, NULL, RPC_SESSION, "Session not found");
+            s_answer_error(out, 404, NULL, KB_RPC_SESSION, "Session not found");
         else
             out->status = 200;
     } else {
         out->allow = "POST, DELETE";
-        s_answer_error(out, 405, NULL, RPC_INVALID,
+        s_answer_error(out, 405, NULL, KB_RPC_INVALID,
                        "Method Not Allowed: this server offers no standalone SSE stream");
     }
 }
@@ -730,10 +860,11 @@ static void s_job_run(s_job_t *j)
     s_job_write(j, json_pack("{s:s,s:s,s:{s:O,s:i,s:s}}", "jsonrpc", "2.0", "method",
                              "notifications/progress", "params", "progressToken", j->token,
                              "progress", 0, "message", j->tool));
-    json_t *r = kb_mcp_tool_call(&c, j->tool, j->args);
+    json_t *r = s_result_finish(j->m, j->modern, kb_mcp_tool_call(&c, j->tool, j->args), false);
     s_count_result(j->m, r);
     s_job_write(j, s_log_note(j->level, j->tool, r));
-    s_job_write(j, r ? s_rpc_result(j->id, r) : s_rpc_error(j->id, RPC_INTERNAL, "out of memory"));
+    s_job_write(j,
+                r ? s_rpc_result(j->id, r) : s_rpc_error(j->id, KB_RPC_INTERNAL, "out of memory"));
     pthread_mutex_lock(&j->mu);
     kb_http_stream_close(&j->stream);
     pthread_mutex_unlock(&j->mu);
@@ -765,8 +896,15 @@ unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const
                  .user_id = user_id,
                  .body = body,
                  .len = len};
+    /* Mcp-Method and Mcp-Name as a conforming client derives them from the body */
+    json_t *msg = json_loadb(body ? body : "", len, JSON_DECODE_ANY, NULL);
+    json_t *params = json_object_get(msg, "params");
+    in.mcp_method = json_string_value(json_object_get(msg, "method"));
+    in.mcp_name = json_string_value(json_object_get(params, "name"))
+                      ?: json_string_value(json_object_get(params, "uri"));
     s_out_t out;
     s_serve(m, &in, &out);
+    json_decref(msg);
     if (out.job) { /* no stream: the job's events go nowhere */
         s_job_run(out.job);
         s_job_free(out.job);
@@ -788,6 +926,8 @@ static void s_handler(kb_http_req_t *req, void *arg)
                  .content_type = kb_http_req_header(req, "Content-Type"),
                  .session = kb_http_req_header(req, "Mcp-Session-Id"),
                  .protocol = kb_http_req_header(req, "Mcp-Protocol-Version"),
+                 .mcp_method = kb_http_req_header(req, "Mcp-Method"),
+                 .mcp_name = kb_http_req_header(req, "Mcp-Name"),
                  .authorization = kb_http_req_header(req, "Authorization"),
                  .user_id = kb_http_req_header(req, "X-User-Id"),
                  .conn_fd = kb_http_req_conn_fd(req)};

@@ -3,12 +3,22 @@
  * kb_http), JSON-RPC 2.0 with jansson, the 13 sandbox tools and 2 prompts of the reference
  * (section 2), translated to the service layer (ka_service) that the gRPC bridge calls too.
  *
+ * Two eras on the one endpoint, chosen per request (the 2026-07-28 versioning page):
+ *   2026-07-28   stateless: a request carrying io.modelcontextprotocol/protocolVersion in
+ *                params._meta (or a 2026-07-28 MCP-Protocol-Version header) is served alone:
+ *                no initialize and no session; server/discover; every result has resultType
+ *                (lists and discover: ttlMs, cacheScope) and the server's identity in _meta;
+ *                MCP-Protocol-Version, Mcp-Method and Mcp-Name must match the body (400
+ *                -32020), _meta needs protocolVersion and clientCapabilities (400 -32602), an
+ *                unserved revision is 400 -32022, a removed or unknown method 404 -32601; log
+ *                notifications only with _meta logLevel.
+ *   2024-11-05 .. 2025-11-25   initialize-based: initialize issues an Mcp-Session-Id, checked
+ *                when sent; without it the request is stateless (identity alone decides).
+ *
  *   POST /mcp    one JSON-RPC request or notification (batches are refused); the answer is JSON
  *                when the client accepts it, else one SSE event; a tools/call carrying
  *                _meta.progressToken from a client accepting text/event-stream is answered as
  *                an SSE stream of notifications/progress events, then the result.
- *                Mcp-Session-Id (issued by initialize) is checked when sent; without it the
- *                server is stateless (the reference's handler is), identity alone decides.
  *   GET /mcp     405 with Allow: POST, DELETE (no standalone server stream).
  *   DELETE /mcp  ends the session named by Mcp-Session-Id (200; unknown -> 404).
  *

@@ -21,6 +21,65 @@
 #define KB_MCP_SNIFF_LEN     512               /* bytes that decide a file's type */
 #define KB_MCP_GUEST_WAIT_MS 120000            /* a guest call's overall bound */
 
+/* JSON-RPC and MCP error codes. */
+enum {
+    KB_RPC_PARSE = -32700,
+    KB_RPC_INVALID = -32600,
+    KB_RPC_METHOD = -32601,
+    KB_RPC_PARAMS = -32602, /* also resource-not-found from 2026-07-28 on */
+    KB_RPC_INTERNAL = -32603,
+    KB_RPC_SERVER = -32000,
+    KB_RPC_SESSION = -32001,
+    KB_RPC_HEADER_MISMATCH = -32020,    /* 2026-07-28 */
+    KB_RPC_MISSING_CAPABILITY = -32021, /* 2026-07-28 */
+    KB_RPC_UNSUPPORTED_VERSION = -32022 /* 2026-07-28 */
+};
+
+/* ---- protocol revisions (mcp_era.c) ---- */
+
+#define KB_MCP_MODERN_VERSION "2026-07-28" /* stateless: per-request _meta, no initialize */
+#define KB_MCP_LEGACY_LATEST  "2025-11-25" /* newest initialize-based revision */
+#define KB_MCP_META_VERSION   "io.modelcontextprotocol/protocolVersion"
+#define KB_MCP_META_CAPS      "io.modelcontextprotocol/clientCapabilities"
+#define KB_MCP_META_CLIENT    "io.modelcontextprotocol/clientInfo"
+#define KB_MCP_META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
+#define KB_MCP_META_SERVER    "io.modelcontextprotocol/serverInfo"
+#define KB_MCP_LIST_TTL_MS    300000 /* ttlMs of tools/list, prompts/list, server/discover */
+#define KB_MCP_N_LEVELS       8
+
+/* Every revision served, newest first, NULL-terminated; and the syslog levels, lowest first. */
+extern const char *const kb_mcp_versions[];
+extern const char *const kb_mcp_levels[];
+/* True for a stateless (2026-07-28) revision. */
+bool kb_mcp_version_modern(const char *v);
+/* kb_mcp_versions as a JSON array (new reference). */
+json_t *kb_mcp_versions_json(void);
+/* Index of a log level name in kb_mcp_levels, or -1. */
+int kb_mcp_log_level(const char *name);
+
+/* Why a request is refused before dispatch: HTTP status (0 = accepted), JSON-RPC code and
+ * message, optional error data (owned; the caller steals or frees it). */
+typedef struct {
+    unsigned status;
+    int code;
+    char msg[300];
+    json_t *data;
+} kb_mcp_verdict_t;
+
+/* The revision a request speaks: params._meta's protocolVersion, else the MCP-Protocol-Version
+ * header (both present: they must agree). *version is one of kb_mcp_versions, or NULL when
+ * neither says. 0, or -1 with a 400 verdict: -32020 (the two disagree), -32022 (a revision we
+ * do not serve; data {supported, requested}), -32602 (not a string). */
+int kb_mcp_era(const char *header, const json_t *params, const char **version, kb_mcp_verdict_t *v);
+/* The 2026-07-28 request rules: _meta carries protocolVersion and clientCapabilities (an
+ * object), clientInfo is an object when present; MCP-Protocol-Version, Mcp-Method and, for
+ * tools/call, prompts/get and resources/read, Mcp-Name headers are present and match the body
+ * (whitespace trimmed, =?base64?..?= decoded); a logLevel is a known level (*log_level its
+ * index, else -1). 0, or -1 with a 400 verdict (-32602 or -32020). */
+int kb_mcp_modern_check(const char *protocol, const char *mcp_method, const char *mcp_name,
+                        const char *method, const json_t *params, int *log_level,
+                        kb_mcp_verdict_t *v);
+
 /* One tool call's context: who calls, and a tick run every tick_ms while it waits on the
  * service (progress notifications). tick may be NULL. */
 typedef struct kb_mcp_call {
@@ -48,7 +107,8 @@ json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, 
 const char *kb_mcp_instructions(void);
 
 /* One POST /mcp without HTTP (what the kb_http handler does, for the fuzz target): the headers
- * that matter (NULL = absent; Host is localhost, Content-Type application/json) and the body.
+ * that matter (NULL = absent; Host is localhost, Content-Type application/json; Mcp-Method and
+ * Mcp-Name taken from the body, as a conforming client sends them) and the body.
  * A tools/call answered as a progress stream runs to its end here, its events discarded.
  * Returns the HTTP status; *body (may be NULL) receives the answer (malloc'd, caller frees). */
 unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const char *session,
@@ -74,6 +134,32 @@ const char *kb_mcp_sniff(const unsigned char *p, size_t len);
 int kb_mcp_image_size(const unsigned char *p, size_t len, unsigned *w, unsigned *h);
 /* Go's RFC3339Nano for a unix time in ms (UTC, trailing zeros of the fraction dropped). */
 void kb_mcp_rfc3339(int64_t ms, char *out, size_t cap);
+
+/* ---- images for the model (mcp_image.c) ---- */
+
+#define KB_MCP_IMAGE_CAP        ((size_t)16 << 20) /* images read as image content up to this */
+#define KB_MCP_IMAGE_MAX_SIDE   2000u              /* long side shown at most */
+#define KB_MCP_IMAGE_MAX_BYTES  500000u            /* encoded bytes shown at most */
+#define KB_MCP_IMAGE_MAX_PIXELS 50000000ull        /* refused above */
+
+enum { KB_MCP_IMAGE_TOO_LARGE = -1, KB_MCP_IMAGE_CORRUPT = -2 };
+
+typedef struct {
+    unsigned char *data; /* re-encoded bytes (malloc'd); NULL: show the original */
+    size_t len;
+    const char *mime;          /* of what is shown (static) */
+    unsigned w, h;             /* the original's size (0 when unknown) */
+    unsigned shown_w, shown_h; /* re-encoded: the size shown */
+    bool reencoded;
+} kb_mcp_image_t;
+
+/* Prepares image bytes p (type mime, one of kb_mcp_sniff's image/...) for a model: as they are
+ * when the long side is <= 2000 px and they are <= 500,000 bytes, else decoded and re-encoded
+ * as JPEG at quality 85, 70, 55, 40, shrinking by 0.75 until both hold. 0, or
+ * KB_MCP_IMAGE_TOO_LARGE (over 50 M pixels) / KB_MCP_IMAGE_CORRUPT (cannot decode) with msg. */
+int kb_mcp_image_prepare(const unsigned char *p, size_t len, const char *mime, kb_mcp_image_t *out,
+                         char *msg, size_t cap);
+void kb_mcp_image_free(kb_mcp_image_t *img);
 
 /* Line pager of read_sandbox_file: feed bytes, then finish. */
 typedef struct kb_mcp_pager kb_mcp_pager_t;

@@ -777,9 +777,11 @@ static bool s_read_route(s_read_t *r, const unsigned char *p, size_t n)
             r->page_done = kb_mcp_pager_feed(r->pager, (const char *)p, n);
         return !r->page_done;
     }
-    /* image or binary: keep the window, count the rest */
+    /* image or binary: keep the window (a whole image up to its cap), count the rest */
     uint64_t start = r->pos, end = r->pos + n;
-    uint64_t ws = r->byte_offset, we = r->byte_offset + KB_MCP_FILE_CAP;
+    bool whole = r->kind == S_KIND_IMAGE && r->byte_offset == 0;
+    uint64_t ws = r->byte_offset,
+             we = r->byte_offset + (whole ? KB_MCP_IMAGE_CAP : KB_MCP_FILE_CAP);
     uint64_t a = start > ws ? start : ws, b = end < we ? end : we;
     if (a < b) {
         unsigned char *nw = realloc(r->win, r->win_len + (size_t)(b - a));
@@ -834,24 +836,42 @@ static bool s_read_data(void *u, const ka_guest_reply_t *f)
     return n ? s_read_route(r, p, n) : true;
 }
 
+/* An image as the model sees it: re-encoded when large (mcp_image.c), captioned with its
+ * sizes. NULL when it cannot be decoded (then it is read as a binary file). */
+static json_t *s_read_image(s_read_t *r)
+{
+    kb_mcp_image_t img;
+    char msg[256], cap[256];
+    int rc = kb_mcp_image_prepare(r->win, r->win_len, r->mime, &img, msg, sizeof msg);
+    if (rc == KB_MCP_IMAGE_TOO_LARGE)
+        return s_error(KA_INVALID_ARGUMENT, msg);
+    if (rc)
+        return NULL;
+    int n = img.w ? snprintf(cap, sizeof cap, "%s, %u\xc3\x97%u px", r->mime, img.w, img.h)
+                  : snprintf(cap, sizeof cap, "%s", r->mime);
+    if (img.reencoded)
+        snprintf(cap + n, sizeof cap - (size_t)n, ", shown at %u\xc3\x97%u (%s, %zu bytes)",
+                 img.shown_w, img.shown_h, img.mime, img.len);
+    char *b = img.reencoded ? kb_mcp_b64_encode(img.data, img.len)
+                            : kb_mcp_b64_encode(r->win, r->win_len);
+    json_t *res = json_pack("{s:[{s:s,s:s},{s:s,s:s,s:s,s:{s:s}}],s:b}", "content", "type", "text",
+                            "text", cap, "type", "image", "data", b ? b : "", "mimeType", img.mime,
+                            "_meta", "codex/imageDetail", "original", "isError", 0);
+    free(b);
+    kb_mcp_image_free(&img);
+    return res;
+}
+
 static json_t *s_read_binary(kb_mcp_call_t *c, s_read_t *r, uint64_t size)
 {
-    if (r->kind == S_KIND_IMAGE && r->byte_offset == 0 && size <= KB_MCP_FILE_CAP &&
+    if (r->kind == S_KIND_IMAGE && r->byte_offset == 0 && size <= KB_MCP_IMAGE_CAP &&
         r->win_len == size) {
-        unsigned w = 0, h = 0;
-        char cap[128];
-        if (kb_mcp_image_size(r->win, r->win_len, &w, &h) == 0)
-            snprintf(cap, sizeof cap, "%s, %u\xc3\x97%u px", r->mime, w, h);
-        else
-            snprintf(cap, sizeof cap, "%s", r->mime);
-        char *b = kb_mcp_b64_encode(r->win, r->win_len);
-        json_t *res =
-            json_pack("{s:[{s:s,s:s},{s:s,s:s,s:s,s:{s:s}}],s:b}", "content", "type", "text",
-                      "text", cap, "type", "image", "data", b ? b : "", "mimeType", r->mime,
-                      "_meta", "codex/imageDetail", "original", "isError", 0);
-        free(b);
-        return res;
+        json_t *res = s_read_image(r);
+        if (res)
+            return res;
     }
+    if (r->win_len > KB_MCP_FILE_CAP) /* an image kept whole, shown as a binary file */
+        r->win_len = KB_MCP_FILE_CAP;
     char *b = kb_mcp_b64_encode(r->win, r->win_len);
     json_t *o = json_pack("{s:s,s:I,s:I,s:s}", "mime_type", r->mime, "size", (json_int_t)size,
                           "byte_offset", (json_int_t)r->byte_offset, "data_base64", b ? b : "");
@@ -1050,7 +1070,8 @@ static const s_tool_t s_tools[] = {
      "Reads a file. Text comes back as numbered lines \"<n>: <line>\" from offset (first line, "
      "from 1), at most limit lines (default 2000) and 32 KiB; long lines are cut; when there is "
      "more the text ends with (lines A-B; continue with offset=N). Images (PNG, JPEG, GIF, WebP) "
-     "up to 1 MiB come back as image content. Other binary files come back as data_base64 of at "
+     "up to 16 MiB come back as image content, re-encoded as JPEG when over 2000 px or 500,000 "
+     "bytes; over 50 M pixels they are refused. Other binary files come back as data_base64 of at "
      "most 1 MiB from byte_offset, with next_byte_offset when there is more.",
      "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
      "\"path\":{\"type\":\"string\",\"minLength\":1,\"description\":\"File path (relative to "

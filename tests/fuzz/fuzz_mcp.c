@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const accepts[] = {"application/json, text/event-stream", "application/json",
                                           "text/event-stream", NULL};
-    static const char *const protocols[] = {NULL, "2025-06-18", "2024-11-05", "1999-01-01"};
+    static const char *const protocols[] = {NULL, "2025-06-18", "2026-07-28", "1999-01-01"};
     kb_mcp_t *m = s_bridge();
     uint8_t sel = size ? data[0] : 0;
     const char *body = size ? (const char *)data + 1 : "";

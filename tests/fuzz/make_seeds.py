@@ -329,4 +329,41 @@ oci = [docker_archive(layer, config), oci_layout(layer, config, False),
        tar_bytes([("manifest.json", "file", b'[{"Config":"../../etc/passwd","Layers":[]}]')])]
 for i, o in enumerate(oci):
     put("oci", i, o)
+# ---- h2: what a gRPC server sends the CLI ----------------------------------------------------
+# Input layout (fuzz_h2.c): byte 0 = where stream 1 ends, byte 1 = feed piece size - 1, then
+# frames. Header blocks are RFC 7541 Appendix C's (Huffman, indexing, evictions) and literals
+# as gRPC core sends them.
+def frame(typ, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([typ, flags]) + struct.pack(">I", sid) + payload
+
+
+def lit(name, value):
+    return bytes([0, len(name)]) + name + bytes([len(value)]) + value
+
+
+H = bytes.fromhex
+settings = frame(4, 0, 0, H("000300000064") + H("00040000ffff") + H("0006ffffffff") + H("fe0300000001"))
+resp = lit(b":status", b"200") + lit(b"content-type", b"application/grpc")
+trail = lit(b"grpc-status", b"0") + lit(b"grpc-message", b"all%20good")
+msg = b"\0\0\0\0\x05hello"
+rfc_resp = [H("3fe101488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff6e919d29ad"
+              "171863c78f0b97c8e9ae82ae43d3"), H("4883640effc1c0bf"),
+            H("88c16196d07abe941054d444a8200595040b8166e084a62d1bffc05a839bd9ab77ad94e7821dd7f2e6c7"
+              "b335dfdfcd5b3960d5af27087f3672c1ab270fb5291f9587316065c003ed4ee5b1063d5007")]
+h2 = [
+    settings + frame(4, 1, 0) + frame(8, 0, 0, H("00100000")) + frame(1, 4, 1, resp) +
+    frame(0, 0, 1, msg) + frame(6, 0, 0, b"12345678") + frame(1, 5, 1, trail),
+    settings + frame(1, 5, 1, resp + lit(b"grpc-status", b"12") + lit(b"grpc-message", b"no")),
+    settings + frame(1, 0, 1, resp[:5]) + frame(9, 4, 1, resp[5:]) + frame(0, 8, 1, b"\x03" + msg + b"pad") +
+    frame(3, 0, 1, H("00000008")) + frame(1, 5, 3, trail),
+    settings + frame(7, 0, 0, H("0000000000000000") + b"bye") + frame(8, 0, 1, H("00000400")),
+    settings + b"".join(frame(1, 4 | (1 if i == 2 else 0), 1, b) for i, b in enumerate(rfc_resp)),
+    settings + frame(1, 0x24, 1, H("0000000010") + resp) + frame(2, 0, 1, H("0000000010")),
+    H("1503030002023200"),  # a TLS alert: not HTTP/2
+]
+for i, c in enumerate(h2):
+    put("h2", i, bytes([128 + 16 * (i % 4), 0xff if i % 2 else 3]) + c)
+for j, b in enumerate(rfc_resp):
+    put("h2", len(h2) + j, b)
+
 print("seeds written to", OUT)

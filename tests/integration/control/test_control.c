@@ -6,7 +6,7 @@
  * Covers: template validation and Ready/Prepared, WorkerPoolNotFound, create idempotency (also
  * under concurrent duplicates and after delete), exec with output, files, ownership probes for
  * every operation, TTL expiry, suspend/resume keeping /data, and recovery after a restart of
- * the sandboxes actor.
+ * the sandboxes actor (a READY sandbox comes back SUSPENDED with its /data kept).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -270,13 +270,25 @@ static int s_follow(const char *caller, const char *id, uint64_t proc, s_frames_
     return c->final.process.exit_code;
 }
 
+/* Runs argv to its exit in one guest round trip (START with follow: the process, its output,
+ * its exit); returns its exit code (or -1000 - status code). */
 static int s_exec(const char *id, const char *const *argv, s_frames_t *c)
 {
-    uint64_t proc = 0;
-    int code = s_start(ALICE, id, argv, &proc);
+    size_t tail = 0, n = 0;
+    for (; argv[n]; n++)
+        tail += strlen(argv[n]) + 1;
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, KA_GUEST_START, tail);
+    q->n_argv = (uint32_t)n;
+    q->follow = 1;
+    char *p = q->tail;
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, argv[i]) + 1;
+    int code = s_guest(q, c);
     if (code)
         return -1000 - code;
-    return s_follow(ALICE, id, proc, c);
+    assert_true(c->final.has_process);
+    assert_int_equal(c->final.process.state, 2); /* exited */
+    return c->final.process.exit_code;
 }
 
 /* ---- setup -------------------------------------------------------------------------------- */
@@ -441,6 +453,12 @@ static void test_create_exec_files_delete(void **unused)
     c.out[c.out_len] = '\0';
     assert_string_equal(c.out, "hello-from-template\n/data/workspace\n65532\n");
     assert_int_equal(c.err_len, 5);
+    /* the same in two round trips: START, then OUTPUT with follow */
+    uint64_t proc = 0;
+    assert_int_equal(s_start(ALICE, id, echo, &proc), KA_OK);
+    assert_int_equal(s_follow(ALICE, id, proc, &c), 3);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "hello-from-template\n/data/workspace\n65532\n");
 
     ka_guest_req_t *w = ka_guest_req_new(ALICE, id, KA_GUEST_WRITE, 6);
     snprintf(w->path, sizeof w->path, "notes/a.txt");
@@ -884,24 +902,38 @@ static void test_suspend_ends_open_guest_calls(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* The sandboxes actor stops (its sandboxes' actors with it, parking their compute) and a new
+ * one starts: the READY sandbox comes back SUSPENDED (ComputeLost) with its /data kept where it
+ * was and its TTL unchanged, and a resume boots it again on that /data. */
 static void test_restart_recovers_records(void **unused)
 {
     ka_sbx_reply_t ready, susp, o;
     assert_int_equal(s_create(ALICE, "req-rec-ready", "scratch", 0, &ready), KA_OK);
     assert_int_equal(s_create(ALICE, "req-rec-susp", "scratch", 0, &susp), KA_OK);
+    s_frames_t c;
+    const char *mk[] = {"sh", "-c", "echo acked > /data/workspace/a.txt", NULL};
+    assert_int_equal(s_exec(ready.sandbox.id, mk, &c), 0);
     assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, susp.sandbox.id, &o), KA_OK);
-    /* the sandboxes actor stops (its sandboxes' compute with it) and a new one starts */
     krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
     assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, 10000), KRT_ETIMEDOUT);
+    usleep(200 * 1000); /* the sandbox actors' terminate parks their compute */
     s_spawn_sandboxes();
     for (int i = 0; i < 100; i++) {
         s_lifecycle(KA_SBX_GET, ALICE, ready.sandbox.id, &o);
-        if (o.sandbox.state == KA_STATE_FAILED)
+        if (o.sandbox.state == KA_STATE_SUSPENDED && o.sandbox.operation == KA_OP_NONE)
             break;
         usleep(50 * 1000);
     }
-    assert_int_equal(o.sandbox.state, KA_STATE_FAILED);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
     assert_string_equal(o.sandbox.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(o.sandbox.expires_ms, ready.sandbox.expires_ms);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, ready.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_string_equal(o.sandbox.failure_reason, "");
+    const char *cat[] = {"cat", "/data/workspace/a.txt", NULL};
+    assert_int_equal(s_exec(ready.sandbox.id, cat, &c), 0);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "acked\n");
     assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, susp.sandbox.id, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
     assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, susp.sandbox.id, &o), KA_OK);

@@ -1277,6 +1277,26 @@ static void test_runtime_and_errors(void **state)
              "invalid --api-url \"grpc://x\"");
 }
 
+/* Nothing reached a server that refused the connection: an exec says so, without the "may have
+ * started" warning that a cut-off call gets. */
+static void test_unreachable_exec_is_known_not_started(void **state)
+{
+    (void)state;
+    char *argv[] = {"kagent", "--api-url", "http://127.0.0.1:1", "sandbox", "exec", SB_ID, "--",
+                    "true",   NULL};
+    char *o = NULL, *e = NULL;
+    size_t ol, el;
+    FILE *out = open_memstream(&o, &ol), *err = open_memstream(&e, &el);
+    int rc = kb_cli_main(8, argv, out, err);
+    fclose(out);
+    fclose(err);
+    assert_int_equal(rc, 1);
+    assert_string_equal(e, "Error: start process in sandbox " SB_ID ": rpc error: code = "
+                           "Unavailable desc = connect to 127.0.0.1:1: Connection refused\n");
+    free(o);
+    free(e);
+}
+
 static void test_duration_parser(void **state)
 {
     int64_t ns;
@@ -1315,6 +1335,7 @@ int main(void)
         cmocka_unit_test_setup(test_download, s_setup),
         cmocka_unit_test_setup(test_templates_and_apply, s_setup),
         cmocka_unit_test_setup(test_runtime_and_errors, s_setup),
+        cmocka_unit_test_setup(test_unreachable_exec_is_known_not_started, s_setup),
         cmocka_unit_test(test_duration_parser),
     };
     int rc = cmocka_run_group_tests(tests, s_fake_start, s_fake_stop);

@@ -471,12 +471,18 @@ static void test_map_find(void **unused)
 /* Envelopes                                                                                  */
 
 static void s_envelope_roundtrip(krt_addr_t to, uint32_t type, krt_addr_t from, uint64_t ref,
-                                 size_t len)
+                                 size_t len, uint8_t kind, int32_t status)
 {
     uint8_t *body = malloc(len ? len : 1);
     for (size_t i = 0; i < len; i++)
         body[i] = (uint8_t)s_rand();
-    krt_msg_t m = {.type = type, .len = (uint32_t)len, .from = from, .ref = ref, .body = body};
+    krt_msg_t m = {.type = type,
+                   .len = (uint32_t)len,
+                   .from = from,
+                   .ref = ref,
+                   .body = body,
+                   .status = status,
+                   .kind = kind};
     krt_pack_t *p = krt_pack_new(0);
     assert_int_equal(krt_envelope_encode(p, to, &m), 0);
     assert_true(krt_pack_len(p) <= len + KRT_ENVELOPE_OVERHEAD);
@@ -488,6 +494,8 @@ static void s_envelope_roundtrip(krt_addr_t to, uint32_t type, krt_addr_t from, 
     assert_int_equal(got.type, type);
     assert_true(got.from == from);
     assert_true(got.ref == ref);
+    assert_int_equal(got.kind, kind);
+    assert_int_equal(got.status, status);
     assert_int_equal(got.len, len);
     if (len)
         assert_memory_equal(got.body, body, len);
@@ -520,21 +528,35 @@ static void s_envelope_roundtrip(krt_addr_t to, uint32_t type, krt_addr_t from, 
 
 static void test_envelope(void **unused)
 {
-    s_envelope_roundtrip(((krt_addr_t)2 << 48) | 77, KRT_MSG_USER, ((krt_addr_t)1 << 48) | 5, 0, 0);
+    s_envelope_roundtrip(((krt_addr_t)2 << 48) | 77, KRT_MSG_USER, ((krt_addr_t)1 << 48) | 5, 0, 0,
+                         KRT_KIND_PLAIN, 0);
     s_envelope_roundtrip(((krt_addr_t)65535 << 48) | 0xffffffffffffull, UINT32_MAX, 1, UINT64_MAX,
-                         13);
-    s_envelope_roundtrip(1, KRT_MSG_DOWN, 0, 1, 255);
-    s_envelope_roundtrip(1, 300, 2, 3, 256);
-    s_envelope_roundtrip(1, 300, 2, 3, 65536);
+                         13, KRT_KIND_REQUEST, 0);
+    s_envelope_roundtrip(1, KRT_MSG_DOWN, 0, 1, 255, KRT_KIND_PLAIN, 0);
+    s_envelope_roundtrip(1, 300, 2, 3, 256, KRT_KIND_REPLY, 0);
+    s_envelope_roundtrip(1, 300, 2, 3, 65536, KRT_KIND_REQUEST, 0);
+    /* error replies: the status travels in the envelope */
+    s_envelope_roundtrip(1, KRT_MSG_ERROR, 2, 3, 12, KRT_KIND_REPLY, -EPERM);
+    s_envelope_roundtrip(1, KRT_MSG_ERROR, 2, UINT64_MAX, 0, KRT_KIND_REPLY, -KRT_ENVELOPE_MAX_ERR);
 
     /* Well-formed msgpack that is not an envelope. */
     krt_addr_t to;
     krt_msg_t m;
-    const uint8_t wrong_version[] = {0x96, 0x02, 0x01, 0x01, 0x01, 0x01, 0xc4, 0x00};
-    const uint8_t wrong_arity[] = {0x95, 0x01, 0x01, 0x01, 0x01, 0x01};
-    const uint8_t body_is_str[] = {0x96, 0x01, 0x01, 0x01, 0x01, 0x01, 0xa0};
-    const uint8_t type_too_big[] = {0x96, 0x01, 0x01, 0x01, 0xcf, 0,    0,    0,
-                                    1,    0,    0,    0,    0,    0x01, 0xc4, 0x00};
+    const uint8_t wrong_version[] = {0x98, 0x01, 0x01, 0x01, 0x01, 0x01, 0x00, 0x00, 0xc4, 0x00};
+    const uint8_t wrong_arity[] = {0x96, 0x02, 0x01, 0x01, 0x01, 0x01, 0xc4, 0x00};
+    const uint8_t body_is_str[] = {0x98, 0x02, 0x01, 0x01, 0x01, 0x01, 0x00, 0x00, 0xa0};
+    const uint8_t type_too_big[] = {0x98, 0x02, 0x01, 0x01, 0xcf, 0, 0,    0,    1,
+                                    0,    0,    0,    0,    0x01, 0, 0x00, 0xc4, 0x00};
+    const uint8_t bad_kind[] = {0x98, 0x02, 0x01, 0x01, 0x01, 0x01, 0x03, 0x00, 0xc4, 0x00};
+    const uint8_t status_on_request[] = {0x98, 0x02, 0x01, 0x01, 0x01,
+                                         0x01, 0x01, 0x05, 0xc4, 0x00};
+    const uint8_t status_too_big[] = {0x98, 0x02, 0x01, 0x01, 0x01, 0x01,
+                                      0x02, 0xcd, 0x10, 0x00, 0xc4, 0x00};
+    assert_int_equal(krt_envelope_decode(bad_kind, sizeof bad_kind, &to, &m), KRT_CODEC_EBADMSG);
+    assert_int_equal(krt_envelope_decode(status_on_request, sizeof status_on_request, &to, &m),
+                     KRT_CODEC_EBADMSG);
+    assert_int_equal(krt_envelope_decode(status_too_big, sizeof status_too_big, &to, &m),
+                     KRT_CODEC_EBADMSG);
     assert_int_equal(krt_envelope_decode(wrong_version, sizeof wrong_version, &to, &m),
                      KRT_CODEC_EBADMSG);
     assert_int_equal(krt_envelope_decode(wrong_arity, sizeof wrong_arity, &to, &m),

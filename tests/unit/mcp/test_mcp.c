@@ -21,6 +21,10 @@
 #include "mcp_content.c"
 #include "mcp_pager.c"
 #include "mcp_schema.c"
+#include "mcp_era.c"
+#include "mcp_image.c"
+
+#include <webp/encode.h>
 
 #define CHUNK (256u << 10)
 #define ALICE "alice@example.com"
@@ -395,7 +399,7 @@ static void test_jsonrpc_errors(void **unused)
     j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", 400); /* duplicate */
     assert_int_equal(s_err_code(j), -32700);
     json_decref(j);
-    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"resources/list\"}", 200);
+    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"completion/complete\"}", 200);
     assert_int_equal(s_err_code(j), -32601);
     assert_string_equal(json_string_value(json_object_get(j, "id")), "a");
     json_decref(j);
@@ -450,7 +454,7 @@ static void test_initialize_negotiates(void **unused)
     assert_non_null(json_object_get(caps, "tools"));
     assert_non_null(json_object_get(caps, "prompts"));
     assert_non_null(json_object_get(caps, "logging"));
-    assert_null(json_object_get(caps, "resources"));
+    assert_int_equal(json_object_size(json_object_get(caps, "resources")), 0); /* none offered */
     json_decref(j);
     j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{}}", 200);
     assert_int_equal(s_err_code(j), -32602);
@@ -527,6 +531,438 @@ static void test_sessions(void **unused)
     s_serve(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     free(out.body);
+}
+
+/* ---- 2026-07-28: stateless requests -------------------------------------------------------- */
+
+#define MODERN_META                                                                                \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                       \
+    "\"io.modelcontextprotocol/clientCapabilities\":{}"
+
+/* A 2026-07-28 request: in with the standard headers for method (and name), body built from
+ * params_head (members before _meta, may be "") and meta_tail (more _meta members, may be ""). */
+static s_in_t s_modern_in(char **body, const char *method, const char *name,
+                          const char *params_head, const char *meta_tail)
+{
+    assert_true(
+        asprintf(body,
+                 "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"%s\",\"params\":{%s%s" MODERN_META
+                 "%s}}}",
+                 method, params_head, *params_head ? "," : "", meta_tail) > 0);
+    s_in_t in = s_in(*body);
+    in.accept = "application/json, text/event-stream";
+    in.protocol = "2026-07-28";
+    in.mcp_method = method;
+    in.mcp_name = name;
+    return in;
+}
+
+/* Serves in; checks the status; returns the last message (caller decrefs). */
+static json_t *s_serve_want(s_in_t *in, unsigned status, s_out_t *out)
+{
+    s_serve(F.m, in, out);
+    if (out->status != status)
+        fail_msg("status %u, want %u: %s", out->status, status, out->body ? out->body : "");
+    assert_null(out->job);
+    json_t *j = out->body ? s_msg(out) : NULL;
+    free(out->body);
+    return j;
+}
+
+static void test_modern_results(void **unused)
+{
+    char *body;
+    s_out_t out;
+    s_in_t in = s_modern_in(&body, "server/discover", NULL, "", "");
+    in.session = "0123456789abcdef0123456789abcdef"; /* ignored, never echoed */
+    json_t *j = s_serve_want(&in, 200, &out);
+    assert_string_equal(out.session, "");
+    json_t *r = json_object_get(j, "result");
+    assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+    json_t *sv = json_object_get(r, "supportedVersions");
+    assert_string_equal(json_string_value(json_array_get(sv, 0)), "2026-07-28");
+    assert_string_equal(json_string_value(json_array_get(sv, 1)), "2025-11-25");
+    assert_non_null(json_object_get(json_object_get(r, "capabilities"), "tools"));
+    assert_non_null(json_object_get(json_object_get(r, "capabilities"), "prompts"));
+    assert_non_null(strstr(json_string_value(json_object_get(r, "instructions")), "request_id"));
+    assert_int_equal(json_integer_value(json_object_get(r, "ttlMs")), KB_MCP_LIST_TTL_MS);
+    assert_string_equal(json_string_value(json_object_get(r, "cacheScope")), "public");
+    json_t *si = json_object_get(json_object_get(r, "_meta"), "io.modelcontextprotocol/serverInfo");
+    assert_string_equal(json_string_value(json_object_get(si, "name")), "kagent");
+    json_decref(j);
+    free(body);
+    const char *lists[] = {"tools/list", "prompts/list", "resources/list",
+                           "resources/templates/list"};
+    for (size_t i = 0; i < 4; i++) {
+        in = s_modern_in(&body, lists[i], NULL, "", "");
+        j = s_serve_want(&in, 200, &out);
+        r = json_object_get(j, "result");
+        assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+        assert_true(json_is_integer(json_object_get(r, "ttlMs")));
+        assert_string_equal(json_string_value(json_object_get(r, "cacheScope")), "public");
+        json_decref(j);
+        free(body);
+    }
+    /* a tool call: structured content, resultType; Mcp-Name whitespace and base64 decoded */
+    const char *names[] = {"get_sandbox", "  get_sandbox ", "=?base64?Z2V0X3NhbmRib3g=?="};
+    for (size_t i = 0; i < 3; i++) {
+        in = s_modern_in(&body, "tools/call", names[i],
+                         "\"name\":\"get_sandbox\",\"arguments\":{\"sandbox_id\":\"" SBX "\"}", "");
+        j = s_serve_want(&in, 200, &out);
+        r = json_object_get(j, "result");
+        assert_false(s_is_error(r));
+        assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+        assert_non_null(json_object_get(r, "structuredContent"));
+        assert_null(json_object_get(r, "ttlMs"));
+        json_decref(j);
+        free(body);
+    }
+    /* prompts/get */
+    in = s_modern_in(&body, "prompts/get", "sandbox-task",
+                     "\"name\":\"sandbox-task\",\"arguments\":{\"task\":\"t\"}", "");
+    j = s_serve_want(&in, 200, &out);
+    r = json_object_get(j, "result");
+    assert_string_equal(json_string_value(json_object_get(r, "resultType")), "complete");
+    assert_int_equal(json_array_size(json_object_get(r, "messages")), 2);
+    json_decref(j);
+    free(body);
+    /* no resources: not found is -32602 with the URI, -32002 for the legacy revisions */
+    in = s_modern_in(&body, "resources/read", "file:///x", "\"uri\":\"file:///x\"", "");
+    j = s_serve_want(&in, 200, &out);
+    assert_int_equal(s_err_code(j), -32602);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(j, "error"), "data"), "uri")),
+                        "file:///x");
+    json_decref(j);
+    free(body);
+    j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/read\",\"params\":{\"uri\":"
+              "\"file:///x\"}}",
+              200);
+    assert_int_equal(s_err_code(j), -32002);
+    json_decref(j);
+}
+
+static void test_modern_refusals(void **unused)
+{
+    struct {
+        const char *method, *name, *head, *meta, *proto, *mcp_method;
+        unsigned status;
+        int code;
+    } cases[] = {
+        /* removed and unknown methods: 404 -32601 */
+        {"initialize", NULL, "", "", "2026-07-28", "initialize", 404, -32601},
+        {"ping", NULL, "", "", "2026-07-28", "ping", 404, -32601},
+        {"logging/setLevel", NULL, "\"level\":\"debug\"", "", "2026-07-28", "logging/setLevel", 404,
+         -32601},
+        {"subscriptions/listen", NULL, "", "", "2026-07-28", "subscriptions/listen", 404, -32601},
+        {"no/such", NULL, "", "", "2026-07-28", "no/such", 404, -32601},
+        /* headers: required and matching the body */
+        {"tools/list", NULL, "", "", NULL, "tools/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2025-11-25", "tools/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", NULL, 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", "prompts/list", 400, -32020},
+        {"tools/list", NULL, "", "", "2026-07-28", "TOOLS/LIST", 400, -32020},
+        {"tools/call", NULL, "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call", 400,
+         -32020},
+        {"tools/call", "list_sandboxes", "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call",
+         400, -32020},
+        {"tools/call", "=?base64?!!?=", "\"name\":\"get_sandbox\"", "", "2026-07-28", "tools/call",
+         400, -32020},
+        {"prompts/get", "x", "\"name\":\"sandbox-task\"", "", "2026-07-28", "prompts/get", 400,
+         -32020},
+        /* a log level that is none of the eight */
+        {"tools/list", NULL, "", ",\"io.modelcontextprotocol/logLevel\":\"loud\"", "2026-07-28",
+         "tools/list", 400, -32602},
+        {"tools/list", NULL, "", ",\"io.modelcontextprotocol/clientInfo\":\"me\"", "2026-07-28",
+         "tools/list", 400, -32602},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *body;
+        s_out_t out;
+        s_in_t in =
+            s_modern_in(&body, cases[i].method, cases[i].name, cases[i].head, cases[i].meta);
+        in.protocol = cases[i].proto;
+        in.mcp_method = cases[i].mcp_method;
+        s_serve(F.m, &in, &out);
+        if (out.status != cases[i].status)
+            fail_msg("case %zu: status %u, want %u: %s", i, out.status, cases[i].status, out.body);
+        json_t *j = s_msg(&out);
+        if (s_err_code(j) != cases[i].code)
+            fail_msg("case %zu: code %d, want %d", i, s_err_code(j), cases[i].code);
+        assert_int_equal(json_integer_value(json_object_get(j, "id")), 7); /* the request's */
+        assert_string_equal(out.session, "");
+        json_decref(j);
+        free(out.body);
+        free(body);
+    }
+    /* the _meta envelope: both required fields, checked before the headers */
+    const char *bodies[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+        "\"io.modelcontextprotocol/clientCapabilities\":[]}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":2026,"
+        "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        s_in_t in = s_in(bodies[i]);
+        in.protocol = "2026-07-28";
+        in.mcp_method = "server/discover";
+        s_out_t out;
+        json_t *j = s_serve_want(&in, 400, &out);
+        if (s_err_code(j) != -32602)
+            fail_msg("body %zu: code %d", i, s_err_code(j));
+        json_decref(j);
+    }
+    /* a revision we do not serve: -32022 with what we do and what was asked */
+    const char *asked[][2] = {{"v999.0.0", "v999.0.0"}, {NULL, "2099-01-01"}};
+    for (size_t i = 0; i < 2; i++) {
+        char *body = NULL;
+        assert_true(asprintf(&body,
+                             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\","
+                             "\"params\":{\"_meta\":{%s%s%s"
+                             "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                             asked[i][0] ? "\"io.modelcontextprotocol/protocolVersion\":\"" : "",
+                             asked[i][0] ? asked[i][0] : "", asked[i][0] ? "\"," : "") > 0);
+        s_in_t in = s_in(body);
+        in.protocol = asked[i][1];
+        in.mcp_method = "server/discover";
+        s_out_t out;
+        json_t *j = s_serve_want(&in, 400, &out);
+        assert_int_equal(s_err_code(j), -32022);
+        json_t *data = json_object_get(json_object_get(j, "error"), "data");
+        assert_string_equal(json_string_value(json_object_get(data, "requested")), asked[i][1]);
+        assert_string_equal(
+            json_string_value(json_array_get(json_object_get(data, "supported"), 0)), "2026-07-28");
+        json_decref(j);
+        free(body);
+    }
+    /* _meta and header disagree: -32020 */
+    s_in_t in = s_in("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{"
+                     "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"v999.0.0\","
+                     "\"io.modelcontextprotocol/clientCapabilities\":{}}}}");
+    in.protocol = "2026-07-28";
+    in.mcp_method = "server/discover";
+    s_out_t out;
+    json_t *j = s_serve_want(&in, 400, &out);
+    assert_int_equal(s_err_code(j), -32020);
+    json_decref(j);
+    /* nothing was changed by any of it: no session was minted */
+    kb_mcp_stats_t st;
+    kb_mcp_stats(F.m, &st);
+    unsigned long before = st.sessions;
+    char *body;
+    in = s_modern_in(&body, "initialize", NULL, "\"protocolVersion\":\"2026-07-28\"", "");
+    j = s_serve_want(&in, 404, &out);
+    json_decref(j);
+    free(body);
+    kb_mcp_stats(F.m, &st);
+    assert_int_equal(st.sessions, before);
+}
+
+/* Log notifications only for a request that asked with logLevel, at or below warning. */
+static void test_modern_logging(void **unused)
+{
+    const char *metas[] = {"", ",\"io.modelcontextprotocol/logLevel\":\"warning\"",
+                           ",\"io.modelcontextprotocol/logLevel\":\"error\""};
+    for (size_t i = 0; i < 3; i++) {
+        char *body;
+        s_in_t in = s_modern_in(&body, "tools/call", "get_sandbox",
+                                "\"name\":\"get_sandbox\",\"arguments\":{\"sandbox_id\":\"nope\"}",
+                                metas[i]);
+        s_out_t out;
+        s_serve(F.m, &in, &out);
+        assert_int_equal(out.status, 200);
+        bool note = out.body && strstr(out.body, "notifications/message");
+        assert_true(note == (i == 1));
+        json_t *j = s_msg(&out);
+        assert_true(s_is_error(json_object_get(j, "result")));
+        json_decref(j);
+        free(out.body);
+        free(body);
+    }
+}
+
+/* ---- images for the model ---------------------------------------------------------------- */
+
+/* A w x h RGB image: noise when noisy (incompressible), else a gradient. malloc'd. */
+static s_rgb_t s_test_rgb(unsigned w, unsigned h, bool noisy)
+{
+    s_rgb_t img = {malloc((size_t)w * h * 3), w, h};
+    assert_non_null(img.px);
+    uint32_t seed = 1;
+    for (size_t i = 0; i < (size_t)w * h * 3; i++) {
+        seed = seed * 1103515245u + 12345u;
+        img.px[i] = noisy ? (unsigned char)(seed >> 24) : (unsigned char)(i / 3 % w * 255 / w);
+    }
+    return img;
+}
+
+static unsigned char *s_test_png(const s_rgb_t *img, size_t *len)
+{
+    png_image p;
+    memset(&p, 0, sizeof p);
+    p.version = PNG_IMAGE_VERSION;
+    p.width = img->w;
+    p.height = img->h;
+    p.format = PNG_FORMAT_RGB;
+    png_alloc_size_t n = 0;
+    assert_true(png_image_write_to_memory(&p, NULL, &n, 0, img->px, 0, NULL));
+    unsigned char *buf = malloc(n);
+    assert_true(png_image_write_to_memory(&p, buf, &n, 0, img->px, 0, NULL));
+    *len = n;
+    return buf;
+}
+
+static int s_test_gif_write(GifFileType *g, const GifByteType *b, int n)
+{
+    s_mem_t *m = g->UserData;
+    unsigned char *p = realloc((void *)m->p, m->len + (size_t)n);
+    assert_non_null(p);
+    memcpy(p + m->len, b, (size_t)n);
+    m->p = p;
+    m->len += (size_t)n;
+    return n;
+}
+
+/* A w x h GIF of 4 colours in stripes. */
+static unsigned char *s_test_gif(unsigned w, unsigned h, size_t *len)
+{
+    s_mem_t m = {NULL, 0, 0};
+    int err;
+    GifFileType *g = EGifOpen(&m, s_test_gif_write, &err);
+    assert_non_null(g);
+    GifColorType colors[4] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {9, 9, 9}};
+    ColorMapObject *cm = GifMakeMapObject(4, colors);
+    assert_int_equal(EGifPutScreenDesc(g, (int)w, (int)h, 2, 0, cm), GIF_OK);
+    assert_int_equal(EGifPutImageDesc(g, 0, 0, (int)w, (int)h, false, NULL), GIF_OK);
+    GifPixelType *line = malloc(w);
+    for (unsigned y = 0; y < h; y++) {
+        for (unsigned x = 0; x < w; x++)
+            line[x] = (GifPixelType)(x / 7 % 4);
+        assert_int_equal(EGifPutLine(g, line, (int)w), GIF_OK);
+    }
+    free(line);
+    GifFreeMapObject(cm);
+    assert_int_equal(EGifCloseFile(g, &err), GIF_OK);
+    *len = m.len;
+    return (unsigned char *)m.p;
+}
+
+/* Decodes a prepared JPEG back and checks its size. */
+static void s_test_jpeg_is(const kb_mcp_image_t *img, unsigned w, unsigned h)
+{
+    s_rgb_t back;
+    char msg[200];
+    assert_int_equal(s_decode_jpeg(img->data, img->len, &back, msg, sizeof msg), 0);
+    assert_int_equal(back.w, w);
+    assert_int_equal(back.h, h);
+    free(back.px);
+}
+
+static void test_images(void **unused)
+{
+    char msg[256];
+    kb_mcp_image_t img;
+    size_t len;
+    /* small: shown as it is */
+    s_rgb_t rgb = s_test_rgb(120, 80, false);
+    unsigned char *png = s_test_png(&rgb, &len);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_false(img.reencoded);
+    assert_null(img.data);
+    assert_int_equal(img.w, 120);
+    assert_string_equal(img.mime, "image/png");
+    free(png);
+    free(rgb.px);
+    /* a long side over 2000 px: JPEG, shrunk by 0.75 steps (3000 -> 2250 -> 1688) */
+    rgb = s_test_rgb(3000, 40, false);
+    png = s_test_png(&rgb, &len);
+    assert_true(len < KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_string_equal(img.mime, "image/jpeg");
+    assert_int_equal(img.w, 3000);
+    assert_int_equal(img.shown_w, 1688);
+    assert_int_equal(img.shown_h, 23);
+    s_test_jpeg_is(&img, 1688, 23);
+    kb_mcp_image_free(&img);
+    free(png);
+    free(rgb.px);
+    /* over 500,000 bytes (noise): JPEG within the byte budget, shrunk if the ladder is not
+     * enough */
+    rgb = s_test_rgb(1200, 900, true);
+    png = s_test_png(&rgb, &len);
+    assert_true(len > KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_true(img.len <= KB_MCP_IMAGE_MAX_BYTES);
+    assert_true(img.shown_w <= 1200 && img.shown_w * 3 == img.shown_h * 4);
+    s_test_jpeg_is(&img, img.shown_w, img.shown_h);
+    kb_mcp_image_free(&img);
+    free(png);
+    /* the same pixels as JPEG and as WebP */
+    unsigned char *jpg;
+    assert_int_equal(s_encode_jpeg(&rgb, 98, &jpg, &len), 0);
+    assert_true(len > KB_MCP_IMAGE_MAX_BYTES);
+    assert_int_equal(kb_mcp_image_prepare(jpg, len, "image/jpeg", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded && img.len <= KB_MCP_IMAGE_MAX_BYTES);
+    kb_mcp_image_free(&img);
+    free(jpg);
+    free(rgb.px);
+    rgb = s_test_rgb(2100, 30, false);
+    uint8_t *webp;
+    len = WebPEncodeRGB(rgb.px, 2100, 30, 2100 * 3, 90, &webp);
+    assert_true(len > 0);
+    assert_int_equal(kb_mcp_image_prepare(webp, len, "image/webp", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_int_equal(img.w, 2100);
+    assert_int_equal(img.shown_w, 1575);
+    kb_mcp_image_free(&img);
+    WebPFree(webp);
+    free(rgb.px);
+    /* GIF: its first frame */
+    unsigned char *gif = s_test_gif(2100, 20, &len);
+    assert_int_equal(kb_mcp_image_prepare(gif, len, "image/gif", &img, msg, sizeof msg), 0);
+    assert_true(img.reencoded);
+    assert_int_equal(img.shown_w, 1575);
+    s_test_jpeg_is(&img, 1575, 15);
+    kb_mcp_image_free(&img);
+    /* the same GIF cut short: cannot be decoded, said so */
+    assert_int_equal(kb_mcp_image_prepare(gif, len / 2, "image/gif", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_CORRUPT);
+    assert_non_null(strstr(msg, "cannot decode image/gif"));
+    free(gif);
+    /* hostile headers: over 50 M pixels is refused before anything is decoded */
+    rgb = s_test_rgb(8, 8, false);
+    png = s_test_png(&rgb, &len);
+    png[16] = 0, png[17] = 0, png[18] = 0x27, png[19] = 0x10; /* width 10000 */
+    png[20] = 0, png[21] = 0, png[22] = 0x17, png[23] = 0x70; /* height 6000 */
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_TOO_LARGE);
+    assert_non_null(strstr(msg, "10000\xc3\x97"
+                                "6000 px: too large to read"));
+    /* a header that lies small, garbage after it: a decode error, not a crash */
+    png[18] = 0x0b, png[19] = 0xb8, png[22] = 0, png[23] = 8; /* 3000 x 8, data for 8 x 8 */
+    assert_int_equal(kb_mcp_image_prepare(png, len, "image/png", &img, msg, sizeof msg),
+                     KB_MCP_IMAGE_CORRUPT);
+    free(png);
+    free(rgb.px);
+    static const unsigned char junk_jpeg[] = {0xff, 0xd8, 0xff, 0xc0, 0x00, 0x11, 0x08, 0x0b,
+                                              0xb8, 0x0b, 0xb8, 0x03, 0x01, 0x22, 0x00, 0x02,
+                                              0x11, 0x01, 0x03, 0x11, 0x01, 0xff, 0xd9};
+    assert_int_equal(
+        kb_mcp_image_prepare(junk_jpeg, sizeof junk_jpeg, "image/jpeg", &img, msg, sizeof msg),
+        KB_MCP_IMAGE_CORRUPT);
+    static const unsigned char gif_bomb[] = {'G',  'I',  'F',  '8',  '9',  'a', 0x40, 0x1f,
+                                             0x40, 0x1f, 0x00, 0x00, 0x00, ';'}; /* 8000 x 8000 */
+    assert_int_equal(
+        kb_mcp_image_prepare(gif_bomb, sizeof gif_bomb, "image/gif", &img, msg, sizeof msg),
+        KB_MCP_IMAGE_TOO_LARGE);
 }
 
 static void test_http_level_checks(void **unused)
@@ -1272,6 +1708,10 @@ int main(void)
         cmocka_unit_test(test_jsonrpc_errors),
         cmocka_unit_test(test_initialize_negotiates),
         cmocka_unit_test(test_sessions),
+        cmocka_unit_test(test_modern_results),
+        cmocka_unit_test(test_modern_refusals),
+        cmocka_unit_test(test_modern_logging),
+        cmocka_unit_test(test_images),
         cmocka_unit_test(test_http_level_checks),
         cmocka_unit_test(test_bearer_tokens),
         cmocka_unit_test(test_tools_list_schemas),

@@ -1,7 +1,8 @@
 /*
  * Unit tests for runtime/mesh_zmq.c: two real krt systems (node 1 and node 2) in this
  * process, joined by the mesh over inproc:// and ipc:// (and tcp:// with CURVE). Actors on
- * node 1 talk to actors on node 2 with krt_request/krt_reply, ping-pong 10,000 messages and
+ * node 1 talk to actors on node 2 with krt_request/krt_reply (replies, error replies, timeouts
+ * and missing targets behave as they do locally), ping-pong 10,000 messages and
  * stream 10,000 more (complete and in order), sends to an unknown node fail with KRT_EREMOTE,
  * a silent node is reported as DOWN/KRT_EXIT_NOCONN, and shutdown leaves no thread behind.
  */
@@ -26,6 +27,9 @@ enum {
     T_STREAM, /* body: uint64_t seq */
     T_STREAM_DONE,
     T_GO,
+    T_FAIL,    /* request: answered with an error reply -EPERM "nope" */
+    T_HOLD,    /* request: kept until T_RELEASE */
+    T_RELEASE, /* answers the held request */
 };
 
 #define PINGPONG_N 10000
@@ -166,6 +170,8 @@ typedef struct echo_state {
     uint64_t next_ping;
     uint64_t next_stream;
     uint64_t out_of_order;
+    krt_addr_t held_from;
+    uint64_t held_ref;
 } echo_state_t;
 
 static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -175,8 +181,18 @@ static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     if (msg->len == sizeof seq)
         memcpy(&seq, msg->body, sizeof seq);
     switch (msg->type) {
+    case T_FAIL:
+        krt_reply_error(ctx, msg, -EPERM, "nope");
+        return;
+    case T_HOLD:
+        st->held_from = msg->from;
+        st->held_ref = msg->ref;
+        return;
+    case T_RELEASE:
+        krt_reply_to(ctx, st->held_from, st->held_ref, T_PONG, NULL, 0);
+        return;
     case T_PING:
-        if (msg->ref) {
+        if (msg->kind == KRT_KIND_REQUEST) {
             krt_reply(ctx, msg, T_PONG, msg->body, msg->len);
             return;
         }
@@ -206,6 +222,10 @@ static const krt_behaviour_t s_echo = {
 typedef struct report {
     krt_addr_t target;  /* in: the echo actor on node 2 */
     size_t body_len;    /* in: request body size (request test) */
+    uint32_t type;      /* in: request type (T_PING if 0) */
+    int timeout_ms;     /* in: request timeout (10 s if 0) */
+    bool stay;          /* in: keep running after the reply (until T_GO) */
+    _Atomic int calls;  /* out: callbacks that ran */
     _Atomic int result; /* out: 0 ok, else a negative error or 1 for a wrong answer */
     _Atomic uint64_t count;
     _Atomic uint64_t out_of_order;
@@ -216,10 +236,39 @@ typedef struct report {
 
 typedef struct client_state {
     report_t *r;
-    uint64_t ref;
     uint64_t next;
     uint8_t *body;
 } client_state_t;
+
+/* The reply (or failure) of the request: result 0 for the echoed body, the error for an
+ * expected failure (error reply -EPERM "nope" with its status, timeout with no reply,
+ * missing target with the runtime's error reply), 1 for anything else. */
+static void req_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    client_state_t *st = state;
+    int result = 1;
+    if (user != st || krt_addr_node(krt_self(ctx)) != 1)
+        result = 1;
+    else if (err == 0)
+        result = reply && reply->type == T_PONG && reply->status == 0 &&
+                         reply->from == st->r->target && reply->len == st->r->body_len &&
+                         (reply->len == 0 || memcmp(reply->body, st->body, reply->len) == 0)
+                     ? 0
+                     : 1;
+    else if (err == -EPERM)
+        result = reply && reply->type == KRT_MSG_ERROR && reply->status == -EPERM &&
+                         strcmp(reply->body, "nope") == 0
+                     ? err
+                     : 1;
+    else if (err == KRT_ETIMEDOUT)
+        result = reply ? 1 : err;
+    else if (err == KRT_ENOACTOR)
+        result = reply && reply->status == err ? err : 1;
+    atomic_store(&st->r->result, result);
+    atomic_fetch_add(&st->r->calls, 1);
+    if (!st->r->stay)
+        krt_exit(ctx, KRT_EXIT_NORMAL);
+}
 
 /* Request/reply: one krt_request to the echo actor, checks the reply, exits. */
 static int req_init(krt_ctx_t *ctx, void *state, void *arg)
@@ -232,7 +281,9 @@ static int req_init(krt_ctx_t *ctx, void *state, void *arg)
         return KRT_EXIT_ERROR;
     for (size_t i = 0; i < n; i++)
         st->body[i] = (uint8_t)(i * 7 + 3);
-    int rc = krt_request(ctx, st->r->target, T_PING, st->body, n, 10000, &st->ref);
+    report_t *r = st->r;
+    int rc = krt_request(ctx, r->target, r->type ? r->type : T_PING, st->body, n,
+                         r->timeout_ms ? r->timeout_ms : 10000, req_done, st);
     if (rc) {
         atomic_store(&st->r->result, rc);
         krt_exit(ctx, KRT_EXIT_NORMAL);
@@ -242,18 +293,10 @@ static int req_init(krt_ctx_t *ctx, void *state, void *arg)
 
 static void req_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
-    client_state_t *st = state;
-    if (msg->type == KRT_MSG_CALL_TIMEOUT) {
-        atomic_store(&st->r->result, KRT_ETIMEDOUT);
-    } else if (msg->type == T_PONG && msg->ref == st->ref &&
-               krt_addr_node(msg->from) == krt_addr_node(st->r->target)) {
-        bool same = msg->len == st->r->body_len &&
-                    (msg->len == 0 || memcmp(msg->body, st->body, msg->len) == 0);
-        atomic_store(&st->r->result, same ? 0 : 1);
-    } else {
-        return;
-    }
-    krt_exit(ctx, KRT_EXIT_NORMAL);
+    if (msg->type == T_GO)
+        krt_exit(ctx, KRT_EXIT_NORMAL);
+    else if (msg->kind == KRT_KIND_REPLY)
+        atomic_store(&((client_state_t *)state)->r->result, 2); /* never as a message */
 }
 
 /* Every client actor's terminate: tells the test thread it is finished. */
@@ -441,6 +484,54 @@ static void test_request_reply_large_body(void **unused)
 static void test_request_reply_tcp_curve(void **unused)
 {
     s_request_reply("tcp-curve", 100);
+}
+
+/* One request from node 1 to `target` on node 2; returns the result (see req_done). */
+static int s_remote_request(pair_t *p, krt_addr_t target, uint32_t type, int timeout_ms)
+{
+    report_t r = {.target = target, .type = type, .timeout_ms = timeout_ms, .result = 99};
+    krt_addr_t c = s_spawn(p->sys[0], &s_requester, &r);
+    s_wait(p->sys[0], c, &r);
+    assert_int_equal(atomic_load(&r.calls), 1);
+    return atomic_load(&r.result);
+}
+
+/* Error replies, timeouts and missing targets across the mesh, as they are locally. */
+static void test_request_errors_remote(void **unused)
+{
+    pair_t p;
+    s_pair_up(&p, "inproc", 0);
+    krt_addr_t echo = s_spawn(p.sys[1], &s_echo, NULL);
+    assert_int_equal(s_remote_request(&p, echo, T_FAIL, 0), -EPERM);
+    assert_int_equal(s_remote_request(&p, echo, T_HOLD, 50), KRT_ETIMEDOUT);
+    assert_int_equal(s_remote_request(&p, s_node_addr(2, 999999), T_PING, 0), KRT_ENOACTOR);
+    /* a remote target that has stopped: its node answers KRT_ENOACTOR */
+    krt_addr_t gone = s_spawn(p.sys[1], &s_echo, NULL);
+    assert_int_equal(krt_system_kill(p.sys[1], gone, KRT_EXIT_KILLED), 0);
+    assert_true(krt_system_wait(p.sys[1], gone, WAIT_MS) >= KRT_ENOACTOR);
+    assert_int_equal(s_remote_request(&p, gone, T_PING, 0), KRT_ENOACTOR);
+
+    /* a reply after the timeout is dropped: the callback ran once, with the timeout */
+    report_t r = {.target = echo, .type = T_HOLD, .timeout_ms = 30, .stay = true, .result = 99};
+    krt_addr_t c = s_spawn(p.sys[0], &s_requester, &r);
+    for (int i = 0; i < WAIT_MS && atomic_load(&r.calls) == 0; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&r.result), KRT_ETIMEDOUT);
+    krt_mesh_stats_t before, after;
+    krt_mesh_stats(p.mesh[0], &before);
+    assert_int_equal(krt_system_send(p.sys[1], echo, T_RELEASE, NULL, 0), 0);
+    for (int i = 0; i < WAIT_MS; i++) {
+        krt_mesh_stats(p.mesh[0], &after);
+        if (after.received > before.received)
+            break;
+        usleep(1000);
+    }
+    assert_true(after.received > before.received); /* the late reply reached node 1 */
+    assert_int_equal(krt_system_send(p.sys[0], c, T_GO, NULL, 0), 0);
+    s_wait(p.sys[0], c, &r);
+    assert_int_equal(atomic_load(&r.calls), 1);
+    assert_int_equal(atomic_load(&r.result), KRT_ETIMEDOUT);
+    s_pair_down(&p);
 }
 
 static void s_pingpong(const char *kind)
@@ -787,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_request_reply_ipc),
         cmocka_unit_test(test_request_reply_large_body),
         cmocka_unit_test(test_request_reply_tcp_curve),
+        cmocka_unit_test(test_request_errors_remote),
         cmocka_unit_test(test_pingpong_inproc),
         cmocka_unit_test(test_pingpong_ipc),
         cmocka_unit_test(test_unknown_node),

@@ -179,10 +179,16 @@ static bool s_cgroup_exists(const char *id)
     return system(cmd) == 0;
 }
 
+/* A node that dies with a sandbox running: the next start kills what is left and removes its
+ * cgroups, keeps its /data (a crash loses none) for a start of the same id with reuse_data,
+ * and discard removes it. */
 static void test_crash_cleanup(void **unused)
 {
     (void)unused;
-    /* a "node" that starts a sandbox and dies without stopping it */
+    char p[400], f[450];
+    snprintf(p, sizeof(p), "%s/crashed", s_state);
+    snprintf(f, sizeof(f), "%s/data/workspace/acked", p);
+    /* a "node" that starts a sandbox, writes to its /data and dies without stopping it */
     pid_t node = fork();
     assert_true(node >= 0);
     if (node == 0) {
@@ -196,19 +202,32 @@ static void test_crash_cleanup(void **unused)
         ka_sandbox_t *sb = NULL;
         if (!d || ka_driver_start(d, &spec, &sb) < 0)
             _exit(1);
+        FILE *w = fopen(f, "w");
+        if (!w || fputs("kept\n", w) < 0 || fclose(w) != 0)
+            _exit(1);
         raise(SIGKILL);
     }
     int st = 0;
     assert_int_equal(waitpid(node, &st, 0), node);
     assert_true(WIFSIGNALED(st));
-    char p[400];
-    snprintf(p, sizeof(p), "%s/crashed", s_state);
     assert_int_equal(access(p, F_OK), 0); /* left behind */
     assert_true(s_cgroup_exists("crashed"));
-    /* the next node start cleans it */
+    /* the next node start cleans what ran, keeps the data */
     ka_driver_t *d = s_driver();
-    assert_int_equal(access(p, F_OK), -1);
     assert_false(s_cgroup_exists("crashed"));
+    assert_true(ka_driver_kept(d, "crashed")); /* its volume unmounted until a start reuses it */
+    const char *lower[] = {s_rootfs};
+    ka_sandbox_spec_t spec = {
+        .id = "crashed", .lowerdirs = lower, .n_lower = 1, .reuse_data = true};
+    ka_sandbox_t *sb = NULL;
+    assert_int_equal(ka_driver_start(d, &spec, &sb), 0);
+    assert_false(ka_driver_kept(d, "crashed"));
+    assert_int_equal(access(f, F_OK), 0); /* booted on it */
+    assert_int_equal(ka_driver_park(d, &sb), 0);
+    assert_true(ka_driver_kept(d, "crashed"));
+    assert_int_equal(ka_driver_discard(d, "crashed"), 0);
+    assert_false(ka_driver_kept(d, "crashed"));
+    assert_int_equal(access(p, F_OK), -1);
     ka_driver_destroy(&d);
 }
 

@@ -1,0 +1,431 @@
+/*
+ * Schedulers: run queues with a LIFO slot, work stealing, waking and parking on a futex, and
+ * running an actor: one turn of its mailbox, each message dispatched by kind, signals, reaping.
+ */
+#include "krt_int.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static __thread krt_sched_t *s_tls;
+
+static void s_futex_wait(_Atomic uint32_t *w, uint32_t val, int timeout_ms)
+{
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, timeout_ms >= 0 ? &ts : NULL, NULL, 0);
+}
+
+void krt__futex_wake(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+krt_sched_t *krt__self_sched(krt_system_t *sys)
+{
+    return (s_tls && s_tls->sys == sys) ? s_tls : NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Run queues, waking and parking                                                            */
+
+static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
+{
+    a->run_next = NULL;
+    pthread_mutex_lock(&s->rq_lock);
+    if (s->rq_tail)
+        s->rq_tail->run_next = a;
+    else
+        s->rq_head = a;
+    s->rq_tail = a;
+    atomic_fetch_add(&s->rq_len, 1);
+    pthread_mutex_unlock(&s->rq_lock);
+}
+
+static krt_actor_t *s_rq_pop(krt_sched_t *s)
+{
+    if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
+        return NULL;
+    pthread_mutex_lock(&s->rq_lock);
+    krt_actor_t *a = s->rq_head;
+    if (a) {
+        s->rq_head = a->run_next;
+        if (!s->rq_head)
+            s->rq_tail = NULL;
+        atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&s->rq_lock);
+    return a;
+}
+
+/* Takes half of a victim's queue: returns one actor and queues the rest locally. */
+static krt_actor_t *s_steal(krt_sched_t *s)
+{
+    krt_system_t *sys = s->sys;
+    for (int i = 1; i < sys->n_sched; i++) {
+        krt_sched_t *v = &sys->scheds[(s->idx + i) % sys->n_sched];
+        if (!atomic_load_explicit(&v->rq_len, memory_order_relaxed))
+            continue;
+        if (pthread_mutex_trylock(&v->rq_lock) != 0)
+            continue;
+        uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
+        uint32_t take = (len + 1) / 2;
+        krt_actor_t *first = v->rq_head, *last = first;
+        if (!first) {
+            pthread_mutex_unlock(&v->rq_lock);
+            continue;
+        }
+        for (uint32_t k = 1; k < take; k++)
+            last = last->run_next;
+        v->rq_head = last->run_next;
+        if (!v->rq_head)
+            v->rq_tail = NULL;
+        atomic_fetch_sub(&v->rq_len, take);
+        pthread_mutex_unlock(&v->rq_lock);
+        last->run_next = NULL;
+        krt_actor_t *rest = first->run_next;
+        while (rest) {
+            krt_actor_t *next = rest->run_next;
+            s_rq_push(s, rest);
+            rest = next;
+        }
+        return first;
+    }
+    return NULL;
+}
+
+static void s_wake(krt_sched_t *s)
+{
+    if (atomic_load(&s->parked) && atomic_exchange(&s->wake, 1) == 0)
+        krt__futex_wake(&s->wake);
+}
+
+static void s_wake_one(krt_system_t *sys, krt_sched_t *except)
+{
+    for (int i = 0; i < sys->n_sched; i++) {
+        krt_sched_t *s = &sys->scheds[i];
+        if (s != except && atomic_load(&s->parked) && atomic_load(&s->wake) == 0) {
+            s_wake(s);
+            return;
+        }
+    }
+}
+
+/* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
+void krt__share_work(krt_system_t *sys, krt_sched_t *me)
+{
+    if (!atomic_load(&sys->n_parked))
+        return;
+    if (me->next) {
+        s_rq_push(me, me->next);
+        me->next = NULL;
+    }
+    if (atomic_load_explicit(&me->rq_len, memory_order_relaxed))
+        s_wake_one(sys, me);
+}
+
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
+ * must start after those spawned before it. */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo)
+{
+    krt_sched_t *me = krt__self_sched(sys);
+    if (me && fifo) {
+        s_rq_push(me, a);
+        if (atomic_load(&sys->n_parked) &&
+            atomic_load_explicit(&me->rq_len, memory_order_relaxed) > 1)
+            s_wake_one(sys, me);
+        return;
+    }
+    if (me) {
+        /* LIFO slot: the actor just made runnable runs next on this thread (message locality,
+         * depth-first spawning); the one it displaces goes to the stealable queue. */
+        krt_actor_t *old = me->next;
+        me->next = a;
+        if (old) {
+            s_rq_push(me, old);
+            if (atomic_load(&sys->n_parked))
+                s_wake_one(sys, me);
+        }
+        return;
+    }
+    krt_sched_t *s = &sys->scheds[atomic_fetch_add(&sys->rr, 1) % (uint32_t)sys->n_sched];
+    s_rq_push(s, a);
+    if (atomic_load(&s->parked))
+        s_wake(s);
+    else if (atomic_load(&sys->n_parked))
+        s_wake_one(sys, s);
+}
+
+static bool s_any_work(krt_system_t *sys)
+{
+    for (int i = 0; i < sys->n_sched; i++)
+        if (atomic_load(&sys->scheds[i].rq_len))
+            return true;
+    return false;
+}
+
+static void s_park(krt_sched_t *s)
+{
+    krt_system_t *sys = s->sys;
+    atomic_store(&s->wake, 0);
+    atomic_store(&s->parked, 1);
+    atomic_fetch_add(&sys->n_parked, 1);
+    if (!s_any_work(sys) && !atomic_load(&sys->quit)) {
+        bool timers = __atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED) != 0;
+        s_futex_wait(&s->wake, 0, timers ? 1 : -1);
+    }
+    atomic_store(&s->parked, 0);
+    atomic_fetch_sub(&sys->n_parked, 1);
+}
+
+/* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */
+void krt__signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits)
+{
+    atomic_fetch_or(&a->sig, bits);
+    if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
+        krt__schedule(sys, a, false);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Running an actor                                                                           */
+
+static void s_handle(krt_ctx_t *ctx, krt_actor_t *a, krt_node_t *n, const krt_msg_t *m)
+{
+    ctx->node = n;
+    a->b->handle(ctx, a->state, m);
+    ctx->node = NULL;
+}
+
+static void s_exit_signal(krt_ctx_t *ctx, krt_actor_t *a, krt_node_t *n, bool link)
+{
+    int reason = (int)n->aux;
+    if (a->flags & KRT_AF_TRAP) {
+        krt_exit_t e = {n->msg.from, reason};
+        krt_msg_t m = {.type = KRT_MSG_EXIT, .len = sizeof e, .body = &e};
+        s_handle(ctx, a, n, &m);
+    } else if (!(link && reason == KRT_EXIT_NORMAL)) {
+        krt_exit(ctx, reason);
+    }
+}
+
+static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
+{
+    krt_ctx_t *ctx = &s->ctx;
+    krt_msg_t tm;
+    switch (n->kind) {
+    case KRT_NK_REPLY:
+        if (krt__request_reply(ctx, n))
+            s_handle(ctx, a, n, &n->msg);
+        break;
+    case KRT_NK_REQUEST:
+        ctx->replied = false;
+        s_handle(ctx, a, n, &n->msg);
+        if (!ctx->replied && n->msg.from != KRT_ADDR_NONE &&
+            krt_addr_node(n->msg.from) == s->sys->node_id)
+            krt__rel_add(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref);
+        break;
+    case KRT_NK_USER:
+        if (n->msg.type == KRT_MSG_STOP) {
+            s_handle(ctx, a, n, &n->msg);
+            if (!(a->flags & (KRT_AF_EXITING | KRT_AF_SUPERVISOR)))
+                krt_exit(ctx, KRT_EXIT_SHUTDOWN);
+        } else {
+            s_handle(ctx, a, n, &n->msg);
+        }
+        break;
+    case KRT_NK_INIT: {
+        int rc = a->b->init ? a->b->init(ctx, a->state, (void *)n->msg.body) : 0;
+        if (rc)
+            krt_exit(ctx, rc);
+        else
+            a->flags |= KRT_AF_INITED;
+        break;
+    }
+    case KRT_NK_REQ_TIMEOUT:
+        krt__request_expired(ctx, n->msg.ref);
+        break;
+    case KRT_NK_TIMER:
+        if (krt__timer_deliver(ctx, n, &tm))
+            s_handle(ctx, a, n, &tm);
+        break;
+    case KRT_NK_LINK:
+        krt__rel_add(a, KRT_REL_LINK, n->msg.from, 0);
+        break;
+    case KRT_NK_UNLINK:
+        krt__rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL);
+        break;
+    case KRT_NK_MONITOR:
+        krt__rel_add(a, KRT_REL_MON_IN, n->msg.from, n->msg.ref);
+        break;
+    case KRT_NK_DEMONITOR: /* a monitor, or a request answered by another actor */
+        if (!krt__rel_del(a, KRT_REL_MON_IN, 0, n->msg.ref, NULL))
+            krt__rel_del(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref, NULL);
+        break;
+    case KRT_NK_EXIT:
+        s_exit_signal(ctx, a, n, false);
+        break;
+    case KRT_NK_LINKEXIT:
+        if (krt__rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL))
+            s_exit_signal(ctx, a, n, true);
+        break;
+    case KRT_NK_DOWN:
+        if (krt__rel_del(a, KRT_REL_MON_OUT, 0, n->msg.ref, NULL)) {
+            tm = n->msg;
+            tm.type = KRT_MSG_DOWN;
+            tm.from = KRT_ADDR_NONE;
+            s_handle(ctx, a, n, &tm);
+        }
+        break;
+    default:
+        break;
+    }
+    krt__node_free(s, n);
+}
+
+/* Out-of-band signals: kill, shutdown (children first), poke (a child went away). */
+static void s_signals(krt_sched_t *s, krt_actor_t *a)
+{
+    krt_system_t *sys = s->sys;
+    uint32_t sig = atomic_exchange(&a->sig, 0);
+    if (sig & KRT_SIG_KILL) {
+        krt_exit(&s->ctx, atomic_load(&a->sig_reason));
+        return;
+    }
+    if (sig & KRT_SIG_SHUTDOWN)
+        atomic_fetch_or(&a->aflags, KRT_AAF_SHUTDOWN);
+    if (!(atomic_load(&a->aflags) & KRT_AAF_SHUTDOWN))
+        return;
+    pthread_mutex_lock(&sys->tree_lock);
+    if (!a->first_child) {
+        krt_exit(&s->ctx, KRT_EXIT_SHUTDOWN);
+    } else if (a->flags & KRT_AF_SUPERVISOR) {
+        krt__signal(sys, a->first_child, KRT_SIG_SHUTDOWN); /* newest first, one at a time */
+    } else if (sig & KRT_SIG_SHUTDOWN) {
+        for (krt_actor_t *c = a->first_child; c; c = c->next_sib)
+            krt__signal(sys, c, KRT_SIG_SHUTDOWN);
+    }
+    pthread_mutex_unlock(&sys->tree_lock);
+}
+
+void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
+
+static void s_reap(krt_sched_t *s, krt_actor_t *a)
+{
+    krt_ctx_t *ctx = &s->ctx;
+    ctx->node = NULL;
+    krt__slot_kill(s->sys, a); /* no new messages or pins; then terminate sees a quiet actor */
+    if (a->b->terminate && (a->flags & KRT_AF_INITED))
+        a->b->terminate(ctx, a->state, a->exit_reason);
+    krt__cleanup(s->sys, s, a);
+}
+
+static void s_run(krt_sched_t *s, krt_actor_t *a)
+{
+    krt_system_t *sys = s->sys;
+    s->ctx.actor = a;
+    s->ctx.node = NULL;
+    s->turn_sends = 0;
+    uint32_t n = 0;
+    while (n < sys->budget) {
+        if (atomic_load_explicit(&a->sig, memory_order_relaxed)) {
+            s_signals(s, a);
+            if (a->flags & KRT_AF_EXITING)
+                break;
+        }
+        krt_mlink_t *l = krt__mb_pop(a);
+        if (!l)
+            break;
+        atomic_store_explicit(&a->popped,
+                              atomic_load_explicit(&a->popped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        n++;
+        s_dispatch(s, a, (krt_node_t *)l);
+        if (a->flags & KRT_AF_EXITING)
+            break;
+    }
+    if (n) {
+        atomic_store_explicit(&s->handled,
+                              atomic_load_explicit(&s->handled, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+    }
+    if (a->flags & KRT_AF_EXITING) {
+        s_reap(s, a);
+        return;
+    }
+    if (krt__mb_tail_busy(a) || atomic_load(&a->sig) || n == sys->budget) {
+        s_rq_push(s, a);
+        return;
+    }
+    /* Going idle. Once sched is 0 another scheduler may run a, stop it and free it: our
+     * hazard pointer makes that reaper wait while we re-check for late messages. */
+    atomic_store(&s->hazard, a);
+    atomic_store(&a->sched, 0);
+    if ((krt__mb_head_busy(a) || atomic_load(&a->sig)) && atomic_exchange(&a->sched, 1) == 0)
+        s_rq_push(s, a);
+    atomic_store_explicit(&s->hazard, NULL, memory_order_release);
+}
+
+/* Runs describe on an idle actor, owning it for the duration (sched 0 -> 2 -> 0). Caller holds
+ * the tree lock, so a cannot be freed. False if the actor is busy. */
+bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap)
+{
+    uint32_t idle = 0;
+    if (!a->b->describe || !atomic_compare_exchange_strong(&a->sched, &idle, 2))
+        return false;
+    buf[0] = 0;
+    a->b->describe(a->state, buf, cap);
+    atomic_store(&a->sched, 0);
+    if ((krt__mb_head_busy(a) || atomic_load(&a->sig)) && atomic_exchange(&a->sched, 1) == 0)
+        krt__schedule(sys, a, false);
+    return true;
+}
+
+static void s_timers(krt_sched_t *s)
+{
+    if (!__atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED))
+        return;
+    uint64_t now = krt_now_ms();
+    if (now > __atomic_load_n(&s->wheel.now, __ATOMIC_RELAXED))
+        krt__timers_fire(s, now);
+}
+
+void *krt__sched_main(void *arg)
+{
+    krt_sched_t *s = arg;
+    krt_system_t *sys = s->sys;
+    s_tls = s;
+    uint32_t turns = 0;
+    while (!atomic_load_explicit(&sys->quit, memory_order_relaxed)) {
+        krt_actor_t *a = s->next;
+        if (a && s->next_streak < sys->budget) {
+            s->next = NULL;
+            s->next_streak++;
+        } else {
+            if (a) { /* the LIFO slot had its share: let the queue run */
+                s->next = NULL;
+                s_rq_push(s, a);
+            }
+            s->next_streak = 0;
+            a = s_rq_pop(s);
+        }
+        if (!a)
+            a = s_steal(s);
+        if (a) {
+            s_run(s, a);
+            if ((++turns & 15) == 0)
+                s_timers(s);
+            continue;
+        }
+        s_timers(s);
+        bool work = s->next != NULL;
+        for (int i = 0; i < 1000 && !work; i++) {
+            krt__relax();
+            work = s_any_work(sys);
+        }
+        if (!work)
+            s_park(s);
+    }
+    s_tls = NULL;
+    return NULL;
+}

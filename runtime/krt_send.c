@@ -1,0 +1,182 @@
+/*
+ * Sending: copies and pointer bodies, the envelope of a message, remote addresses through the
+ * transport, inbound messages from other nodes.
+ */
+#include "krt_int.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sending                                                                                    */
+
+int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
+{
+    int rc;
+    if (n->flags & KRT_NF_PTR) {
+        rc = KRT_EMSGSIZE;
+    } else if (!atomic_load(&sys->has_transport)) {
+        rc = KRT_EREMOTE;
+    } else {
+        pthread_mutex_lock(&sys->transport_lock);
+        krt_transport_t t = sys->transport;
+        pthread_mutex_unlock(&sys->transport_lock);
+        rc = t.send ? t.send(t.self, to, &n->msg) : KRT_EREMOTE;
+    }
+    krt__node_free(krt__self_sched(sys), n);
+    return rc;
+}
+
+int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
+{
+    if (to == KRT_ADDR_NONE) {
+        krt__node_free(krt__self_sched(sys), n);
+        return KRT_ENOACTOR;
+    }
+    if (krt_addr_node(to) != sys->node_id)
+        return krt__send_remote(sys, to, n);
+    krt_actor_t *a = krt__acquire(sys, to);
+    if (!a) {
+        krt__node_free(krt__self_sched(sys), n);
+        return KRT_ENOACTOR;
+    }
+    krt__push(sys, a, n);
+    krt__release(sys, to);
+    return 0;
+}
+
+/* The envelope kind of a node kind. */
+static inline uint8_t s_env_kind(uint16_t kind)
+{
+    return kind == KRT_NK_REQUEST ? KRT_KIND_REQUEST
+           : kind == KRT_NK_REPLY ? KRT_KIND_REPLY
+                                  : KRT_KIND_PLAIN;
+}
+
+int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                   uint16_t kind, const void *body, size_t len)
+{
+    return krt__send_env(sys, to, from, type, ref, kind, 0, body, len);
+}
+
+int krt__send_env(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
+                  uint16_t kind, int32_t status, const void *body, size_t len)
+{
+    if (len && !body)
+        return KRT_EINVAL;
+    krt_sched_t *me = krt__self_sched(sys);
+    if (me && (++me->turn_sends & 63) == 0)
+        krt__share_work(sys, me);
+    krt_node_t *n = krt__node_new(me, len);
+    if (!n)
+        return KRT_ENOMEM;
+    n->kind = kind;
+    n->msg.type = type;
+    n->msg.len = (uint32_t)len;
+    n->msg.from = from;
+    n->msg.ref = ref;
+    n->msg.status = status;
+    n->msg.kind = s_env_kind(kind);
+    n->msg.body = n->data;
+    if (len)
+        memcpy(n->data, body, len);
+    return krt__send_node(sys, to, n);
+}
+
+void krt__send_sys(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint16_t kind, uint64_t ref,
+                   uint32_t aux, const void *body, size_t len)
+{
+    krt_node_t *n = krt__node_new(krt__self_sched(sys), len);
+    if (!n)
+        return;
+    n->kind = kind;
+    n->aux = aux;
+    n->msg.from = from;
+    n->msg.ref = ref;
+    n->msg.len = (uint32_t)len;
+    n->msg.body = n->data;
+    if (len)
+        memcpy(n->data, body, len);
+    krt__send_node(sys, to, n);
+}
+
+void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
+                    const void *body, size_t len)
+{
+    krt_node_t *n = krt__node_new(ctx->sched, len);
+    if (!n)
+        return;
+    n->kind = kind;
+    n->aux = aux;
+    n->msg.from = from;
+    n->msg.ref = ref;
+    n->msg.len = (uint32_t)len;
+    n->msg.body = n->data;
+    if (len)
+        memcpy(n->data, body, len);
+    krt__push(ctx->sys, ctx->actor, n);
+}
+
+int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)
+{
+    return krt__send_copy(ctx->sys, to, ctx->actor->addr, type, 0, KRT_NK_USER, body, len);
+}
+
+int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *))
+{
+    krt_node_t *n = krt__node_new(ctx->sched, sizeof(krt_free_fn));
+    if (!n) {
+        if (free_fn)
+            free_fn(ptr);
+        return KRT_ENOMEM;
+    }
+    n->flags |= KRT_NF_PTR;
+    memcpy(n->data, &free_fn, sizeof(krt_free_fn));
+    n->msg.type = type;
+    n->msg.from = ctx->actor->addr;
+    n->msg.body = ptr;
+    return krt__send_node(ctx->sys, to, n);
+}
+
+void *krt_msg_take(krt_ctx_t *ctx, const krt_msg_t *msg)
+{
+    krt_node_t *n = ctx->node;
+    if (!n || &n->msg != msg || !(n->flags & KRT_NF_PTR))
+        return NULL;
+    n->flags |= KRT_NF_TAKEN;
+    return (void *)msg->body;
+}
+
+int krt_system_send(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len)
+{
+    return krt__send_copy(sys, to, KRT_ADDR_NONE, type, 0, KRT_NK_USER, body, len);
+}
+
+int krt_system_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg)
+{
+    if (krt_addr_node(to) != sys->node_id)
+        return KRT_EREMOTE;
+    uint16_t kind = msg->kind == KRT_KIND_REQUEST ? KRT_NK_REQUEST
+                    : msg->kind == KRT_KIND_REPLY ? KRT_NK_REPLY
+                                                  : KRT_NK_USER;
+    int rc = krt__send_env(sys, to, msg->from, msg->type, msg->ref, kind, msg->status, msg->body,
+                           msg->len);
+    if (rc == KRT_ENOACTOR && kind == KRT_NK_REQUEST && msg->from != KRT_ADDR_NONE)
+        krt__request_orphan(sys, to, msg->from, msg->ref);
+    return rc;
+}
+
+void krt_system_set_transport(krt_system_t *sys, const krt_transport_t *t)
+{
+    pthread_mutex_lock(&sys->transport_lock);
+    if (t)
+        sys->transport = *t;
+    else
+        memset(&sys->transport, 0, sizeof sys->transport);
+    atomic_store(&sys->has_transport, t && t->send);
+    pthread_mutex_unlock(&sys->transport_lock);
+}
+
+uint16_t krt_system_node_id(const krt_system_t *sys)
+{
+    return sys->node_id;
+}

@@ -1,0 +1,765 @@
+/*
+ * The sandbox actor's state machine and the sandboxes manager, with a fake driver (a fake guest
+ * speaking the real guest protocol over a socketpair, a real /data directory), a fake store and
+ * a fake templates actor (fakes.h): every interleaving the transition table allows, in
+ * milliseconds and without root.
+ *
+ * Each test asserts that every caller gets exactly one answer, that the store saw exactly the
+ * writes the table implies, that no event or transition the table forbids happened
+ * (ka_sandbox_fsm_violations), and that no fake sandbox outlives the node.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fakes.h"
+#include "sandbox_int.h"
+#include "sandboxes.h"
+#include "service.h"
+#include "store.h"
+
+#define ALICE   "alice@example.com"
+#define BOB     "bob@example.com"
+#define WAIT_MS 5000
+#define IDLE_MS 300 /* the guest call deadline in these tests */
+
+static struct {
+    char dir[PATH_MAX];
+    krt_system_t *sys;
+    krt_addr_t store, templates, sandboxes;
+    ka_driver_t *driver;
+    ka_service_t *svc;
+    ka_sandboxes_args_t args;
+} T;
+
+/* ---- answers ------------------------------------------------------------------------------- */
+
+/* A unary call's answers: exactly one is expected. */
+typedef struct {
+    int n;
+    int code;
+    ka_sbx_reply_t r;
+} s_answer_t;
+
+static void s_on_answer(void *user, const ka_status_t *st, const void *body, size_t len)
+{
+    s_answer_t *a = user;
+    pthread_mutex_lock(&F.lock);
+    a->n++;
+    a->code = st->code;
+    memset(&a->r, 0, sizeof a->r);
+    a->r.status = *st;
+    if (body && len == sizeof a->r)
+        memcpy(&a->r, body, len);
+    pthread_cond_broadcast(&F.cond);
+    pthread_mutex_unlock(&F.lock);
+}
+
+static bool s_answered(void *arg)
+{
+    return ((s_answer_t *)arg)->n > 0;
+}
+
+static void s_send(uint32_t type, const void *body, size_t len, s_answer_t *a)
+{
+    memset(a, 0, sizeof *a);
+    assert_int_equal(ka_svc_call(T.svc, type, body, len, WAIT_MS, s_on_answer, a), 0);
+}
+
+/* Waits for a's one answer (and a moment for a second, which must not come). */
+static int s_wait_answer(s_answer_t *a)
+{
+    assert_true(f_wait(s_answered, a, WAIT_MS));
+    usleep(20 * 1000);
+    pthread_mutex_lock(&F.lock);
+    int n = a->n;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(n, 1);
+    return a->code;
+}
+
+static ka_sbx_create_t s_create_req(const char *caller, const char *request_id, int64_t ttl_ms)
+{
+    ka_sbx_create_t c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.caller, sizeof c.caller, "%s", caller);
+    snprintf(c.request_id, sizeof c.request_id, "%s", request_id);
+    snprintf(c.template_namespace, sizeof c.template_namespace, "kagent");
+    snprintf(c.template_name, sizeof c.template_name, "scratch");
+    c.ttl_ms = ttl_ms;
+    return c;
+}
+
+static ka_sbx_key_t s_key(const char *caller, const char *id)
+{
+    ka_sbx_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.caller, sizeof k.caller, "%s", caller);
+    snprintf(k.id, sizeof k.id, "%s", id);
+    return k;
+}
+
+/* A lifecycle call, waited for; returns its code, *out the reply. */
+static int s_life(uint32_t type, const char *caller, const char *id, ka_sbx_reply_t *out)
+{
+    ka_sbx_key_t k = s_key(caller, id);
+    s_answer_t a;
+    s_send(type, &k, sizeof k, &a);
+    int code = s_wait_answer(&a);
+    if (out)
+        *out = a.r;
+    return code;
+}
+
+static void s_create(const char *request_id, int64_t ttl_ms, ka_sbx_reply_t *out)
+{
+    ka_sbx_create_t c = s_create_req(ALICE, request_id, ttl_ms);
+    s_answer_t a;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &a);
+    assert_int_equal(s_wait_answer(&a), KA_OK);
+    assert_int_equal(a.r.sandbox.state, KA_STATE_READY);
+    *out = a.r;
+}
+
+/* A guest stream's frames. */
+typedef struct {
+    int finals;
+    int frames;
+    bool had_process; /* a non-final frame carried the process */
+    ka_guest_reply_t final;
+    char out[512];
+    size_t out_len;
+} s_stream_t;
+
+static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
+{
+    s_stream_t *s = user;
+    pthread_mutex_lock(&F.lock);
+    s->frames++;
+    if (f->final) {
+        s->finals++;
+        s->final = *f;
+    } else if (f->has_process) {
+        s->had_process = true;
+    } else if (f->tail_len && s->out_len + f->tail_len < sizeof s->out) {
+        memcpy(s->out + s->out_len, f->tail, f->tail_len);
+        s->out_len += f->tail_len;
+    }
+    pthread_cond_broadcast(&F.cond);
+    pthread_mutex_unlock(&F.lock);
+}
+
+static bool s_stream_done(void *arg)
+{
+    return ((s_stream_t *)arg)->finals > 0;
+}
+
+static void s_stream_start(ka_guest_req_t *q, s_stream_t *s)
+{
+    memset(s, 0, sizeof *s);
+    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q + q->tail_len, s_on_frame, s, NULL), 0);
+    free(q);
+}
+
+static int s_stream_wait(s_stream_t *s, int ms)
+{
+    assert_true(f_wait(s_stream_done, s, ms));
+    usleep(20 * 1000);
+    pthread_mutex_lock(&F.lock);
+    int finals = s->finals;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(finals, 1);
+    return s->final.status.code;
+}
+
+/* START with follow: the process, its output and its exit in one guest round trip. */
+static ka_guest_req_t *s_exec_req(const char *id, const char *const *argv)
+{
+    size_t tail = 0, n = 0;
+    for (; argv[n]; n++)
+        tail += strlen(argv[n]) + 1;
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, KA_GUEST_START, tail);
+    char *p = q->tail;
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, argv[i]) + 1;
+    q->n_argv = (uint32_t)n;
+    q->follow = 1;
+    return q;
+}
+
+static int s_exec(const char *id, const char *const *argv, s_stream_t *s)
+{
+    s_stream_start(s_exec_req(id, argv), s);
+    return s_stream_wait(s, WAIT_MS);
+}
+
+static int s_file(const char *id, int op, const char *path, const char *data, s_stream_t *s)
+{
+    size_t len = data ? strlen(data) : 0;
+    ka_guest_req_t *q = ka_guest_req_new(ALICE, id, op, len);
+    snprintf(q->path, sizeof q->path, "%s", path);
+    if (len)
+        memcpy(q->tail, data, len);
+    s_stream_start(q, s);
+    return s_stream_wait(s, WAIT_MS);
+}
+
+/* ---- conditions ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *id;
+    int state;
+} s_want_t;
+
+static bool s_record_is(void *arg)
+{
+    const s_want_t *w = arg;
+    for (int i = 0; i < F.n_records; i++)
+        if (!strcmp(F.records[i].id, w->id))
+            return F.records[i].state == w->state && F.records[i].operation == KA_OP_NONE;
+    return false;
+}
+
+static void s_wait_state(const char *id, int state)
+{
+    s_want_t w = {id, state};
+    assert_true(f_wait(s_record_is, &w, WAIT_MS));
+}
+
+static bool s_in_start(void *arg)
+{
+    return F.in_start > 0;
+}
+
+static bool s_held(void *arg)
+{
+    return F.held > 0;
+}
+
+static void s_assert_history(const char *id, const char *want)
+{
+    char got[2048];
+    f_history(id, got, sizeof got);
+    assert_string_equal(got, want);
+}
+
+/* ---- fixture ------------------------------------------------------------------------------- */
+
+static void s_spawn_manager(void)
+{
+    krt_spawn_opts_t o = {.name = KA_SANDBOXES_NAME};
+    assert_int_equal(krt_system_spawn(T.sys, &ka_sandboxes_behaviour, &T.args, &o, &T.sandboxes),
+                     0);
+    ka_service_destroy(&T.svc);
+    T.svc = ka_service_new(T.sys, T.templates, T.sandboxes);
+}
+
+/* The node without its sandboxes manager (spawned by each test, after any records it plants). */
+static int s_setup(void **state)
+{
+    snprintf(T.dir, sizeof T.dir, "/tmp/kagent-fsm.XXXXXX");
+    assert_non_null(mkdtemp(T.dir));
+    f_reset(T.dir);
+    krt_config_t cfg = {.node_id = 1, .name = "node-fsm", .schedulers = 2};
+    T.sys = krt_system_new(&cfg);
+    assert_non_null(T.sys);
+    assert_int_equal(krt_system_start(T.sys), 0);
+    assert_int_equal(krt_system_spawn(T.sys, &f_store_behaviour, NULL, NULL, &T.store), 0);
+    assert_int_equal(krt_system_spawn(T.sys, &f_templates_behaviour, NULL, NULL, &T.templates), 0);
+    T.driver = f_driver_new();
+    T.args = (ka_sandboxes_args_t){.store = T.store,
+                                   .templates = T.templates,
+                                   .driver = T.driver,
+                                   .default_ttl_ms = 3600000,
+                                   .max_ttl_ms = 86400000,
+                                   .guest_idle_ms = IDLE_MS};
+    snprintf(T.args.node, sizeof T.args.node, "node-fsm");
+    return 0;
+}
+
+static int s_teardown(void **state)
+{
+    ka_service_destroy(&T.svc);
+    f_open_gate();
+    krt_system_destroy(&T.sys);
+    ka_driver_destroy(&T.driver);
+    pthread_mutex_lock(&F.lock);
+    int live = F.live;
+    pthread_mutex_unlock(&F.lock);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", T.dir);
+    if (system(cmd) != 0)
+        return -1;
+    assert_int_equal(live, 0);                        /* nothing outlives the node */
+    assert_int_equal(ka_sandbox_fsm_violations(), 0); /* nothing the table forbids */
+    return 0;
+}
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+/* Create, an exec in one guest round trip, files, suspend and resume keeping /data, delete. */
+static void test_lifecycle_and_one_round_trip_exec(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("life", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *echo[] = {"echo", "hello", NULL};
+    pthread_mutex_lock(&F.lock);
+    int before = F.guest_requests;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    assert_int_equal(F.guest_requests - before, 1); /* start with follow: one request */
+    assert_true(s.had_process);
+    assert_true(s.final.has_process);
+    assert_int_equal(s.final.process.state, KA_GP_STATE_EXITED);
+    assert_int_equal(s.out_len, 6);
+    assert_memory_equal(s.out, "hello\n", 6);
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "kept.txt", "kept", &s), KA_OK);
+    assert_int_equal(s.final.written, 4);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_int_equal(s_file(id, KA_GUEST_READ, "kept.txt", NULL, &s), KA_FAILED_PRECONDITION);
+    assert_string_equal(s.final.status.message, KA_MSG_NOT_READY);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_file(id, KA_GUEST_READ, "kept.txt", NULL, &s), KA_OK);
+    assert_int_equal(s.out_len, 4);
+    assert_memory_equal(s.out, "kept", 4);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK); /* the tombstone again */
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    s_assert_history(id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                         "SUSPENDED/RESUME READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* What the table refuses, with the reference's codes and messages; nothing changes. */
+static void test_refusals(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("refuse", 0, &r);
+    const char *id = r.sandbox.id;
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_string_equal(o.status.message, "cannot resume a sandbox in state RUNTIME_STATE_READY");
+    assert_int_equal(s_life(KA_SBX_SUSPEND, BOB, id, &o), KA_NOT_FOUND);
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_string_equal(o.status.message,
+                        "cannot suspend a sandbox in state RUNTIME_STATE_SUSPENDED");
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                         "DELETING/DELETE DELETED/NONE");
+}
+
+/* A delete (and its duplicate, a suspend, a guest call, a replayed create) while the create
+ * runs: the create is answered READY, the delete then supersedes it. */
+static void test_delete_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.gate_start = true;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "racing", 0);
+    s_answer_t create, replay, del, dup, susp;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_in_start, NULL, WAIT_MS));
+    char id[KA_STORE_ID_LEN];
+    snprintf(id, sizeof id, "%s", F.records[0].id);
+    s_send(KA_SBX_CREATE, &c, sizeof c, &replay);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_send(KA_SBX_DELETE, &k, sizeof k, &del);
+    usleep(50 * 1000); /* the delete is queued before its duplicate */
+    s_send(KA_SBX_DELETE, &k, sizeof k, &dup);
+    s_send(KA_SBX_SUSPEND, &k, sizeof k, &susp);
+    assert_int_equal(s_wait_answer(&dup), KA_ABORTED);
+    assert_string_equal(dup.r.status.message, "a delete of this sandbox is running");
+    assert_int_equal(s_wait_answer(&susp), KA_ABORTED);
+    s_stream_t g;
+    const char *echo[] = {"echo", "x", NULL};
+    assert_int_equal(s_exec(id, echo, &g), KA_FAILED_PRECONDITION);
+    f_open_gate();
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    assert_int_equal(create.r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_wait_answer(&replay), KA_OK);
+    assert_string_equal(replay.r.sandbox.id, id);
+    assert_int_equal(s_wait_answer(&del), KA_OK);
+    assert_int_equal(del.r.sandbox.state, KA_STATE_DELETED);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+    assert_int_equal(F.starts, 1);
+    assert_int_equal(F.stops, 1);
+}
+
+/* The TTL ends while the create runs: the creator gets READY, then the expiry deletes it. */
+static void test_ttl_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.gate_start = true;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "ttl-create", 1000);
+    s_answer_t create;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_in_start, NULL, WAIT_MS));
+    usleep(1200 * 1000);
+    f_open_gate();
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    assert_int_equal(create.r.sandbox.state, KA_STATE_READY);
+    s_wait_state(create.r.sandbox.id, KA_STATE_DELETED);
+    s_assert_history(create.r.sandbox.id,
+                     "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* The guest exits while the create's READY is being written: the creator gets READY, then
+ * the sandbox is FAILED (GuestExited). */
+static void test_guest_exit_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.guest_dies = 1;
+    F.hold_op = KA_OP_NONE; /* the READY write */
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "dies-early", 0);
+    s_answer_t create;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_held, NULL, WAIT_MS));
+    usleep(100 * 1000); /* the guest's exit reaches the actor while it writes */
+    f_release(T.sys, T.store);
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    const char *id = create.r.sandbox.id;
+    s_wait_state(id, KA_STATE_FAILED);
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE READY/NONE FAILED/NONE/GuestExited DELETING/DELETE "
+                         "DELETED/NONE");
+}
+
+/* A delete while a suspend runs, and one while a resume runs: each waits for the operation,
+ * which is answered, then supersedes it. */
+static void test_delete_during_suspend_and_resume(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t a, b, o;
+    s_create("del-susp", 0, &a);
+    s_create("del-res", 0, &b);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, b.sandbox.id, &o), KA_OK);
+    const int ops[2] = {KA_OP_SUSPEND, KA_OP_RESUME};
+    const char *ids[2] = {a.sandbox.id, b.sandbox.id};
+    const uint32_t types[2] = {KA_SBX_SUSPEND, KA_SBX_RESUME};
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&F.lock);
+        F.hold_op = ops[i];
+        pthread_mutex_unlock(&F.lock);
+        ka_sbx_key_t k = s_key(ALICE, ids[i]);
+        s_answer_t op, del;
+        s_send(types[i], &k, sizeof k, &op);
+        assert_true(f_wait(s_held, NULL, WAIT_MS));
+        s_send(KA_SBX_DELETE, &k, sizeof k, &del);
+        usleep(50 * 1000);
+        f_release(T.sys, T.store);
+        assert_int_equal(s_wait_answer(&op), KA_OK);
+        assert_int_equal(op.r.sandbox.state, i ? KA_STATE_READY : KA_STATE_SUSPENDED);
+        assert_int_equal(s_wait_answer(&del), KA_OK);
+        assert_int_equal(del.r.sandbox.state, KA_STATE_DELETED);
+    }
+    s_assert_history(a.sandbox.id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                                   "DELETING/DELETE DELETED/NONE");
+    s_assert_history(b.sandbox.id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                                   "SUSPENDED/RESUME READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* The driver fails the start: the creator gets the FAILED record (StartFailed), a delete
+ * removes it. */
+static void test_driver_failure_during_start(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.fail_start = 1;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "nostart", 0);
+    s_answer_t a;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &a);
+    assert_int_equal(s_wait_answer(&a), KA_OK);
+    assert_int_equal(a.r.sandbox.state, KA_STATE_FAILED);
+    assert_string_equal(a.r.sandbox.failure_reason, KA_FAIL_START);
+    const char *id = a.r.sandbox.id;
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE FAILED/NONE/StartFailed DELETING/DELETE DELETED/NONE");
+}
+
+/* The TTL ends while a suspend's intent is being written: the suspend finishes and is
+ * answered, then the expiry deletes the sandbox. */
+static void test_ttl_during_suspend(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r;
+    s_create("short", 1000, &r);
+    const char *id = r.sandbox.id;
+    pthread_mutex_lock(&F.lock);
+    F.hold_op = KA_OP_SUSPEND;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_answer_t susp;
+    s_send(KA_SBX_SUSPEND, &k, sizeof k, &susp);
+    assert_true(f_wait(s_held, NULL, WAIT_MS));
+    usleep(1200 * 1000); /* past the TTL */
+    f_release(T.sys, T.store);
+    assert_int_equal(s_wait_answer(&susp), KA_OK);
+    assert_int_equal(susp.r.sandbox.state, KA_STATE_SUSPENDED);
+    s_wait_state(id, KA_STATE_DELETED);
+    s_assert_history(id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                         "DELETING/DELETE DELETED/NONE");
+}
+
+/* The guest exits while an exec streams: the caller is told at once, the sandbox is FAILED
+ * (GuestExited) and only a delete moves it on. */
+static void test_guest_exit_during_exec(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("dies", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *die[] = {"die", NULL};
+    assert_int_equal(s_exec(id, die, &s), KA_UNAVAILABLE);
+    s_wait_state(id, KA_STATE_FAILED);
+    ka_store_sandbox_t rec;
+    assert_true(f_record(id, &rec));
+    assert_string_equal(rec.failure_reason, KA_FAIL_GUEST_EXITED);
+    const char *echo[] = {"echo", "x", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE READY/NONE FAILED/NONE/GuestExited DELETING/DELETE "
+                         "DELETED/NONE");
+}
+
+/* The store fails a delete's intent: the caller is told to retry and the sandbox is usable as
+ * it was; a tombstone the store fails is written again, and the caller waits for it. */
+static void test_store_error_during_delete(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("storefail", 0, &r);
+    const char *id = r.sandbox.id;
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 1;
+    F.fail_op = KA_OP_DELETE;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_UNAVAILABLE);
+    assert_string_equal(o.status.message, "the sandbox store is unavailable; retry");
+    s_stream_t s;
+    const char *echo[] = {"echo", "still", "here", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 2;
+    F.fail_tombstone = true;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(F.fail_writes, 0);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* An expiry whose intent the store fails is tried again until the sandbox is deleted; a
+ * caller's delete that failed leaves the TTL as it was. */
+static void test_expiry_retries_when_store_fails(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("expire-retry", 1000, &r);
+    s_create("delete-fails", 0, &o);
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 1;
+    F.fail_op = KA_OP_DELETE;
+    pthread_mutex_unlock(&F.lock);
+    s_wait_state(r.sandbox.id, KA_STATE_DELETED);
+    s_assert_history(r.sandbox.id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 1;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_reply_t refused;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, o.sandbox.id, &refused), KA_UNAVAILABLE);
+    usleep(1500 * 1000); /* no expiry retry for a caller's delete */
+    ka_store_sandbox_t rec;
+    assert_true(f_record(o.sandbox.id, &rec));
+    assert_int_equal(rec.state, KA_STATE_READY);
+}
+
+/* A suspend whose result write fails: written again until it lands; a suspend whose halt fails:
+ * FAILED (SuspendFailed), compute released, its unsaved /data kept until the delete. */
+static void test_suspend_failures(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("susp-retry", 0, &r);
+    pthread_mutex_lock(&F.lock);
+    F.fail_writes = 2;
+    F.fail_op = KA_OP_NONE;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    s_create("susp-halt", 0, &r);
+    pthread_mutex_lock(&F.lock);
+    F.fail_halt = 1;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_FAILED);
+    assert_string_equal(o.sandbox.failure_reason, KA_FAIL_SUSPEND);
+    assert_int_equal(F.live, 0);
+    assert_int_equal(F.n_kept, 1); /* its /data was not saved: kept until the delete */
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, r.sandbox.id, &o), KA_OK);
+    assert_int_equal(F.n_kept, 0);
+}
+
+/* Every open stream ends: when its guest stops answering (deadline), and when the sandbox's
+ * actor goes away (monitor). */
+static void test_streams_never_wait_forever(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r;
+    s_create("hangs", 0, &r);
+    s_stream_t s;
+    const char *hang[] = {"hang", NULL};
+    s_stream_start(s_exec_req(r.sandbox.id, hang), &s);
+    assert_int_equal(s_stream_wait(&s, IDLE_MS * 10), KA_DEADLINE_EXCEEDED);
+    assert_true(s.had_process);
+    s_stream_start(s_exec_req(r.sandbox.id, hang), &s);
+    usleep(50 * 1000);
+    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED); /* its sandbox actors with it */
+    assert_int_equal(s_stream_wait(&s, WAIT_MS), KA_UNAVAILABLE);
+}
+
+/* Concurrent duplicates: replayed creates join the running one; a second suspend while one
+ * runs is ABORTED. */
+static void test_duplicate_requests(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_create_t c = s_create_req(ALICE, "dup", 0);
+    s_answer_t a[4];
+    for (int i = 0; i < 4; i++)
+        s_send(KA_SBX_CREATE, &c, sizeof c, &a[i]);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(s_wait_answer(&a[i]), KA_OK);
+        assert_string_equal(a[i].r.sandbox.id, a[0].r.sandbox.id);
+    }
+    assert_int_equal(F.starts, 1);
+    const char *id = a[0].r.sandbox.id;
+    pthread_mutex_lock(&F.lock);
+    F.hold_op = KA_OP_SUSPEND;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_answer_t s1, s2, res;
+    s_send(KA_SBX_SUSPEND, &k, sizeof k, &s1);
+    assert_true(f_wait(s_held, NULL, WAIT_MS));
+    s_send(KA_SBX_SUSPEND, &k, sizeof k, &s2);
+    s_send(KA_SBX_RESUME, &k, sizeof k, &res);
+    assert_int_equal(s_wait_answer(&s2), KA_ABORTED);
+    assert_int_equal(s_wait_answer(&res), KA_ABORTED);
+    f_release(T.sys, T.store);
+    assert_int_equal(s_wait_answer(&s1), KA_OK);
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* A record that was READY when its node died comes back SUSPENDED with reason ComputeLost, its
+ * TTL unchanged; a resume boots it again; one that was being created is FAILED. */
+static void test_recovery_compute_lost(void **unused)
+{
+    ka_store_sandbox_t live;
+    memset(&live, 0, sizeof live);
+    snprintf(live.id, sizeof live.id, "0198f000-0000-7000-8000-00000000abcd");
+    snprintf(live.creator, sizeof live.creator, ALICE);
+    snprintf(live.request_id, sizeof live.request_id, "was-live");
+    snprintf(live.revision, sizeof live.revision, "rev-1");
+    snprintf(live.node, sizeof live.node, "node-fsm");
+    live.state = KA_STATE_READY;
+    live.expires_ms = krt_wall_ms() + 3600000;
+    f_put_record(&live);
+    ka_store_sandbox_t creating = live;
+    snprintf(creating.id, sizeof creating.id, "0198f000-0000-7000-8000-00000000abce");
+    snprintf(creating.request_id, sizeof creating.request_id, "was-creating");
+    creating.state = KA_STATE_CREATING;
+    creating.operation = KA_OP_CREATE;
+    f_put_record(&creating);
+    s_spawn_manager();
+    s_wait_state(live.id, KA_STATE_SUSPENDED);
+    s_wait_state(creating.id, KA_STATE_FAILED);
+    ka_store_sandbox_t rec;
+    assert_true(f_record(live.id, &rec));
+    assert_string_equal(rec.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(rec.expires_ms, live.expires_ms);
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, live.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_string_equal(o.sandbox.failure_reason, "");
+    assert_int_equal(o.sandbox.expires_ms, live.expires_ms);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, live.id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, creating.id, &o), KA_OK);
+    s_assert_history(live.id, "SUSPENDED/NONE/ComputeLost SUSPENDED/RESUME READY/NONE "
+                              "DELETING/DELETE DELETED/NONE");
+    s_assert_history(creating.id, "FAILED/NONE/ComputeLost DELETING/DELETE DELETED/NONE");
+}
+
+/* The sandboxes manager goes away with a READY sandbox (its actor parks the compute): the next
+ * manager finds it SUSPENDED (ComputeLost) and a resume boots it on the same /data. */
+static void test_manager_restart_keeps_data(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("keep", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "acked.txt", "acked", &s), KA_OK);
+    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
+    assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, WAIT_MS), KRT_ETIMEDOUT);
+    usleep(50 * 1000); /* its sandbox actor's terminate parks the compute */
+    s_spawn_manager();
+    s_wait_state(id, KA_STATE_SUSPENDED);
+    ka_store_sandbox_t rec;
+    assert_true(f_record(id, &rec));
+    assert_string_equal(rec.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(rec.expires_ms, r.sandbox.expires_ms);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_file(id, KA_GUEST_READ, "acked.txt", NULL, &s), KA_OK);
+    assert_int_equal(s.out_len, 5);
+    assert_memory_equal(s.out, "acked", 5);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(F.n_kept, 0); /* delete removes the data */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lifecycle_and_one_round_trip_exec, s_setup,
+                                        s_teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_guest_exit_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_during_suspend_and_resume, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_driver_failure_during_start, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_during_suspend, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_guest_exit_during_exec, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_store_error_during_delete, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_expiry_retries_when_store_fails, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_suspend_failures, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_streams_never_wait_forever, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_requests, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_compute_lost, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_manager_restart_keeps_data, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
