@@ -21,6 +21,8 @@ PACKAGES=(
   e2fsprogs
   # test clients and benchmark peers
   python3 python3-grpcio python3-protobuf erlang-base
+  # object storage snapshots: the independent S3 client of tests/integration/snapshots
+  awscli
   # TLS: test certificates (deploy/gen-test-certs.sh, run-node.sh --tls)
   openssl
   # MCP read_sandbox_file: decoding images and re-encoding large ones as JPEG

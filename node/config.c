@@ -177,6 +177,9 @@ static const s_field_t s_mcp_fields[] = {
      .count_off = OFF(n_allowed_hosts),
      .max_items = KA_CFG_MAX_HOSTS},
 };
+static const s_field_t s_snapshots_fields[] = {
+    STR("credentialsFile", snapshot_credentials_file),
+};
 static const s_field_t s_mesh_fields[] = {
     STR("bind", mesh_bind),
     LIST("peers", peers, ka_peer_cfg_t, s_peer, n_peers, KA_CFG_MAX_PEERS, NULL),
@@ -186,7 +189,8 @@ static const s_section_t s_node = SECTION(s_node_fields), s_listen = SECTION(s_l
                          s_log = SECTION(s_log_fields), s_runtime = SECTION(s_runtime_fields),
                          s_database = SECTION(s_database_fields), s_auth = SECTION(s_auth_fields),
                          s_sandbox = SECTION(s_sandbox_fields), s_images = SECTION(s_images_fields),
-                         s_mcp = SECTION(s_mcp_fields), s_mesh = SECTION(s_mesh_fields);
+                         s_mcp = SECTION(s_mcp_fields), s_mesh = SECTION(s_mesh_fields),
+                         s_snapshots = SECTION(s_snapshots_fields);
 
 static const s_field_t s_top_fields[] = {
     MAP("node", s_node),
@@ -200,6 +204,7 @@ static const s_field_t s_top_fields[] = {
     MAP("images", s_images),
     MAP("mcp", s_mcp),
     MAP("mesh", s_mesh),
+    MAP("snapshots", s_snapshots),
 };
 static const s_section_t s_top = SECTION(s_top_fields);
 

@@ -98,6 +98,8 @@ typedef struct ka_config {
     size_t n_allowed_hosts;
     /* mesh */
     char mesh_bind[KA_CFG_URL_MAX];
+    /* snapshots: object storage credentials overriding kagentd's AWS_* environment */
+    char snapshot_credentials_file[KA_CFG_PATH_MAX];
     ka_peer_cfg_t peers[KA_CFG_MAX_PEERS];
     size_t n_peers;
 } ka_config_t;

@@ -20,6 +20,7 @@
 #include "images_actor.h"
 #include "ka_guestcalls.h"
 #include "ka_namespaces.h"
+#include "ka_objstore.h"
 #include "ka_tree.h"
 #include "krt.h"
 #include "listener.h"
@@ -190,6 +191,8 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
 static int s_control(ka_node_t *n, char *err, size_t cap)
 {
     ka_templates_args_t *t = &n->templates_args;
+    if (ka_objstore_set_credentials_file(n->cfg.snapshot_credentials_file))
+        return s_fail(err, cap, "snapshots.credentialsFile: path too long");
     t->store = n->store;
     t->images = n->images;
     snprintf(t->policy.guest_image_digest, sizeof t->policy.guest_image_digest, "%.79s",

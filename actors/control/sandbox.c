@@ -23,6 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ka_objstore.h"
+#include "ka_snapobj.h"
 #include "ka_tree.h"
 #include "phases.h"
 
@@ -50,10 +52,14 @@ struct ka_sbx_job {
     ka_driver_t *driver;
     char id[KA_STORE_ID_LEN];
     char rootfs[1024];
-    char snapshot[PATH_MAX]; /* this sandbox's snapshot dir ("" if none) */
-    ka_sandbox_t *sb;        /* in: to stop; out: started */
-    bool lost;               /* resume: the compute was lost, its /data kept where it was */
-    char err[256];
+    char snapshot[PATH_MAX]; /* this sandbox's snapshot dir, or its s3:// / gs:// location */
+    char revision[KA_STORE_REV_LEN];
+    ka_sandbox_t *sb; /* in: to stop; out: started */
+    bool lost;        /* resume: the compute was lost, its /data kept where it was */
+    char err[512];
+    /* failed, but the sandbox is as it was: READY with sb (booted again on its kept /data)
+     * after a suspend, SUSPENDED after a resume (sb, if any, is stopped) */
+    bool kept;
     atomic_int owner;
 };
 
@@ -83,6 +89,7 @@ typedef struct s_ev {
     int err;              /* EV_STORE_FAILED: KA_STORE_E* */
     const char *reason;   /* EV_GUEST_EXIT */
     const char *message;  /* EV_GUEST_EXIT, EV_DRIVER_FAILED */
+    bool kept;            /* EV_DRIVER_FAILED: the sandbox is as it was (object storage away) */
 } s_ev_t;
 
 typedef void (*s_action_t)(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev);
@@ -254,10 +261,13 @@ static void s_arm_ttl(krt_ctx_t *ctx, ka_sbx_t *self)
     krt_timer_arm(ctx, &self->ttl, left > 0 ? (uint64_t)left : 0, KA_SBX_MSG_TTL, 0);
 }
 
-/* The directory a file:// snapshot location gives this sandbox, or "" for other schemes. */
+/* The directory a file:// snapshot location gives this sandbox, an s3:// or gs:// location
+ * as it is (the objects are named by the sandbox id), or "" for other schemes. */
 static int s_snapshot_dir(const ka_sbx_t *self, const char *location, char *out, size_t cap)
 {
     out[0] = '\0';
+    if (ka_objstore_is_location(location))
+        return (size_t)snprintf(out, cap, "%s", location) < cap ? 0 : -ENAMETOOLONG;
     if (strncmp(location, FILE_SCHEME, strlen(FILE_SCHEME)) != 0)
         return -EPROTONOSUPPORT;
     const char *path = location + strlen(FILE_SCHEME);
@@ -276,35 +286,83 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
     return (ka_tree_opts_t){.deadline_ms = krt_mono_ms() + SNAPSHOT_DEADLINE_MS, .owner = owner};
 }
 
+static int s_job_start(ka_sbx_job_t *j, bool reuse_data);
+
+/* After a failed save to object storage the sandbox comes back READY with its /data: the
+ * halted compute is parked (its /data kept under its id) and booted again on it. 0, or the
+ * error that lost it. */
+static int s_job_rescue(ka_sbx_job_t *j)
+{
+    char err[sizeof j->err];
+    s_copy(err, sizeof err, j->err);
+    int rc = ka_driver_park(j->driver, &j->sb);
+    if (!rc && !ka_driver_kept(j->driver, j->id))
+        rc = -ENOTSUP; /* a driver that keeps nothing */
+    if (!rc)
+        rc = s_job_start(j, true);
+    if (rc)
+        snprintf(j->err, sizeof j->err, "%.300s; booting on the kept /data failed too: %.150s", err,
+                 strerror(-rc));
+    else
+        s_copy(j->err, sizeof j->err, err);
+    return rc;
+}
+
 /* Saves /data: the sandbox is halted first (nothing inside runs while it is read), and the
- * walk never follows a link out of it nor opens anything but regular files. */
+ * walk never follows a link out of it nor opens anything but regular files. A save to object
+ * storage that fails leaves the sandbox READY with its /data (s_job_rescue). */
 static int s_job_suspend(ka_sbx_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(-1);
+    char why[sizeof j->err - 64] = "";
+    bool object = ka_objstore_is_location(j->snapshot);
     ka_phase_next(j->id, KA_PHASE_SUSPEND_UPLOAD);
     int rc = ka_driver_halt(j->driver, j->sb);
-    if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
+    if (!rc && object)
+        rc = ka_snapobj_save(j->snapshot, j->id, j->revision, ka_driver_data_dir(j->driver, j->sb),
+                             &o, why, sizeof why);
+    else if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
         rc = ka_tree_copy(ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, NULL);
     ka_phase_end(j->id);
     if (rc) {
         snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
-                 strerror(-rc));
+                 why[0] ? why : strerror(-rc));
+        j->kept = object && j->sb && s_job_rescue(j) == 0;
         return rc;
     }
     return ka_driver_stop(j->driver, &j->sb);
 }
 
-/* Restores /data into a fresh sandbox, owned by its new host uid. */
+/* Restores /data into a fresh sandbox, owned by its new host uid. A restore from object
+ * storage that fails leaves the sandbox SUSPENDED: a later resume tries again. */
 static int s_job_restore(ka_sbx_job_t *j)
 {
     ka_tree_opts_t o = s_tree_opts(ka_driver_owner(j->driver, j->sb));
+    char why[sizeof j->err - 64] = "";
+    const char *data = ka_driver_data_dir(j->driver, j->sb);
+    bool object = ka_objstore_is_location(j->snapshot);
     ka_phase_next(j->id, KA_PHASE_RESUME_DOWNLOAD);
-    int rc = ka_tree_copy(j->snapshot, ka_driver_data_dir(j->driver, j->sb), &o, NULL);
+    int rc = object ? ka_snapobj_restore(j->snapshot, j->id, data, &o, why, sizeof why)
+                    : ka_tree_copy(j->snapshot, data, &o, NULL);
     ka_phase_end(j->id);
+    if (rc == -ENOENT && object && j->lost)
+        return 0; /* lost before anything was saved: a fresh /data */
     if (rc)
         snprintf(j->err, sizeof j->err, "restoring /data from the snapshot failed: %s",
-                 strerror(-rc));
+                 why[0] ? why : strerror(-rc));
+    j->kept = rc && object;
     return rc;
+}
+
+/* Removes the sandbox's snapshot (a delete); a failure leaves objects behind, said in the log. */
+static void s_job_remove_snapshot(ka_sbx_job_t *j)
+{
+    ka_tree_opts_t o = s_tree_opts(-1);
+    char why[sizeof j->err] = "";
+    if (!ka_objstore_is_location(j->snapshot))
+        ka_tree_remove(j->snapshot, &o);
+    else if (ka_snapobj_remove(j->snapshot, j->id, &o, why, sizeof why))
+        krt_log(KRT_LOG_WARN, "sandboxes", "snapshot_remove_failed", "sandbox=%s %s", j->id, why);
 }
 
 static int s_job_start(ka_sbx_job_t *j, bool reuse_data)
@@ -332,7 +390,7 @@ static int s_job_resume(ka_sbx_job_t *j)
     int rc = s_job_start(j, kept);
     if (rc || kept)
         return rc;
-    if (j->lost && access(j->snapshot, F_OK) != 0)
+    if (j->lost && !ka_objstore_is_location(j->snapshot) && access(j->snapshot, F_OK) != 0)
         return 0; /* lost before anything was saved: a fresh /data */
     return s_job_restore(j);
 }
@@ -340,10 +398,9 @@ static int s_job_resume(ka_sbx_job_t *j)
 /* Releases the compute (if any), what the driver kept of its /data, and the snapshot. */
 static int s_job_stop(ka_sbx_job_t *j)
 {
-    ka_tree_opts_t o = s_tree_opts(-1);
     int rc = j->sb ? ka_driver_stop(j->driver, &j->sb) : 0;
     int r2 = ka_driver_discard(j->driver, j->id);
-    ka_tree_remove(j->snapshot, &o);
+    s_job_remove_snapshot(j);
     return rc ? rc : r2;
 }
 
@@ -365,9 +422,10 @@ static int s_job_run(void *arg)
 {
     ka_sbx_job_t *j = arg;
     int rc = s_job_do(j);
-    if (rc && j->sb && j->kind == JOB_SUSPEND) /* not saved: /data stays (FAILED until deleted) */
+    bool live = rc && j->kept && j->kind == JOB_SUSPEND; /* READY again on its /data */
+    if (rc && j->sb && !live && j->kind == JOB_SUSPEND)  /* not saved: /data stays (FAILED) */
         ka_driver_park(j->driver, &j->sb);
-    else if (rc && j->sb) /* half-done: never leave compute that no record points at */
+    else if (rc && j->sb && !live) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);
     if (atomic_exchange(&j->owner, JOB_FINISHED) == JOB_ORPHANED) { /* nobody will take it */
         ka_driver_park(j->driver, &j->sb);
@@ -387,6 +445,7 @@ static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const cha
     s_copy(j->id, sizeof j->id, self->a.record.id);
     s_copy(j->rootfs, sizeof j->rootfs, self->a.runtime.rootfs);
     s_copy(j->snapshot, sizeof j->snapshot, snapshot);
+    s_copy(j->revision, sizeof j->revision, self->a.record.revision);
     j->lost = strcmp(self->a.record.failure_reason, KA_FAIL_COMPUTE_LOST) == 0;
     atomic_init(&j->owner, JOB_RUNNING);
     if (kind == JOB_SUSPEND || kind == JOB_STOP) {
@@ -468,6 +527,7 @@ static void s_begin(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_state_t to, const ka_
         op->caller = *c;
     op->before = self->state;
     op->before_op = self->a.record.operation;
+    op->code = KA_OK;
     op->target = to;
     s_enter(ctx, self, to);
 }
@@ -542,8 +602,9 @@ static void s_settle(krt_ctx_t *ctx, ka_sbx_t *self, const ka_store_sandbox_t *r
     krt_timer_cancel(ctx, &self->retry);
     s_enter(ctx, self, op->target);
     if (op->answer)
-        s_answer(ctx, self, &op->caller, KA_OK, "");
+        s_answer(ctx, self, &op->caller, op->code, op->message);
     op->answer = false;
+    op->code = KA_OK;
     s_answer_joiners(ctx, self, KA_OK, "");
     if (self->state == KA_SBX_DELETED) {
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
@@ -638,7 +699,8 @@ static bool s_location_ok(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t 
     if (!loc[0] || s_snapshot_dir(self, loc, dir, sizeof dir) == 0)
         return true;
     ka_sbx_reply_status(ctx, c->to, c->ref, c->type, KA_FAILED_PRECONDITION,
-                        "snapshot location \"%s\" is not supported yet: use a file:// location",
+                        "snapshot location \"%s\" is not supported: use a file://, s3:// or "
+                        "gs:// location",
                         loc);
     return false;
 }
@@ -693,7 +755,8 @@ static void a_runtime(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     const char *loc = res->snapshot_location;
     if (loc[0] && s_snapshot_dir(self, loc, dir, sizeof dir)) {
         s_intent_lost(ctx, self, KA_FAILED_PRECONDITION,
-                      "the snapshot location is not supported yet: use a file:// location");
+                      "the snapshot location is not supported: use a file://, s3:// or gs:// "
+                      "location");
         return;
     }
     s_resume_intent(ctx, self);
@@ -774,7 +837,11 @@ static void a_job_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
                                                           : KA_FAIL_SUSPEND;
     if (self->state == KA_SBX_DELETING) /* a stop leaves nothing either way */
         a_job_done(ctx, self, ev);
-    else
+    else if (ev->kept) { /* object storage away: the caller learns why, nothing changed */
+        self->op.code = KA_UNAVAILABLE;
+        s_copy(self->op.message, sizeof self->op.message, ev->message);
+        s_result(ctx, self, self->op.before, NULL, NULL);
+    } else
         s_result(ctx, self, KA_SBX_FAILED, reason, ev->message);
 }
 
@@ -897,7 +964,9 @@ static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
     int rc = d->result;
     self->op.job = NULL;
     self->op.ref = 0;
-    if (!rc && (j->kind == JOB_BOOT || j->kind == JOB_RESUME)) {
+    bool kept = rc && j->kept; /* failed, the sandbox as it was: its state stays */
+    if ((!rc && (j->kind == JOB_BOOT || j->kind == JOB_RESUME)) ||
+        (kept && j->kind == JOB_SUSPEND)) {
         self->compute = j->sb;
         ka_sbx_guest_attach(ctx, self);
     }
@@ -906,7 +975,7 @@ static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
     krt_log_actor(ctx, rc ? KRT_LOG_WARN : KRT_LOG_DEBUG, "sandbox_job_done",
                   "sandbox=%s job=%d rc=%d", self->a.record.id, j->kind, rc);
     free(j);
-    s_ev_t ev = {.type = rc ? EV_DRIVER_FAILED : EV_JOB_DONE, .message = err};
+    s_ev_t ev = {.type = rc ? EV_DRIVER_FAILED : EV_JOB_DONE, .message = err, .kept = kept};
     s_fire(ctx, self, &ev);
 }
 

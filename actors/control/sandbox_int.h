@@ -66,6 +66,8 @@ typedef struct ka_sbx_op {
     bool asking;                     /* a store / templates request in flight */
     ka_sbx_job_t *job;               /* in flight on a job thread */
     ka_store_sandbox_update_t write; /* the result write, kept to be sent again */
+    int code;                        /* what the caller gets once it is written (KA_OK: the */
+    char message[512];               /* record; else this status, e.g. storage away) */
 } ka_sbx_op_t;
 
 typedef struct ka_sbx {

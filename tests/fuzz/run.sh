@@ -10,10 +10,10 @@ secs=${2:-60}
 shift 2 2>/dev/null || shift $#
 src=$(cd "$(dirname "$0")" && pwd)
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(template config mcp image pbjson proto guest oci h2)
+[ ${#names[@]} -gt 0 ] || names=(template config mcp image pbjson proto guest oci h2 snapshot)
 
 declare -A max_len=([template]=8192 [config]=8192 [mcp]=16384 [image]=65536 [pbjson]=8192 [proto]=4096
-                    [guest]=65536 [oci]=65536 [h2]=16384)
+                    [guest]=65536 [oci]=65536 [h2]=16384 [snapshot]=65536)
 failed=()
 summary=()
 for n in "${names[@]}"; do

@@ -1,7 +1,8 @@
 # Test helper (source it): a real kagentd node in a temp dir, with a busybox tools image.
 #   node_start            builds the guest and tools images, writes a config, starts kagentd,
 #                         waits until it serves; sets WORK, STATE, PORT, API, TOOLS_REF, KAGENT
-#   node_apply_template NAME   applies and waits for Ready=True (namespace kagent)
+#   node_apply_template NAME   applies and waits for Ready=True (namespace kagent); its
+#                         snapshotPolicy.location is NODE_SNAPSHOT_LOCATION (default file://)
 #   node_restart          starts kagentd again on the same config and state (after a kill)
 #   node_stop             SIGTERM, waits, checks nothing is left behind
 # Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR (set by ctest). Everything fails loudly.
@@ -76,7 +77,7 @@ spec:
     workerPoolRef:
       name: kagent-default
     snapshotPolicy:
-      location: file://$WORK/snapshots/
+      location: ${NODE_SNAPSHOT_LOCATION:-file://$WORK/snapshots/}
 YAML
   # shellcheck disable=SC2086 # NODE_CLI_FLAGS are words
   "$KAGENT" ${NODE_CLI_FLAGS:-} --api-url "$API" apply -f "$WORK/$name.yaml" >/dev/null ||

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Snapshot benchmarks on a real kagentd: suspend and resume of a 1 MiB, a 100 MiB (random, so
+# incompressible) and a 10,000-file /data, to file:// and to s3:// (npm's s3rver on loopback);
+# medians of SNAP_BENCH_RUNS (3). Peers in the same run on the same trees: `tar | zstd -3`
+# (what the archive costs) and Debian's `aws s3 cp` of that archive to the same s3rver.
+# Usage: bench/snapshots/run.sh BUILD_DIR   (needs root, node, npm, awscli)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+export KAGENT_BUILD_DIR KAGENT_SOURCE_DIR=$here
+KAGENT_BUILD_DIR=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
+. "$here/tests/lib/node.sh"
+. "$here/tests/lib/s3rver.sh"
+runs=${SNAP_BENCH_RUNS:-3}
+s3_install
+stop_all() { [ -n "${S3PID:-}" ] && kill "$S3PID" 2>/dev/null; node_cleanup; }
+node_prestart() {
+  trap stop_all EXIT
+  s3_start
+}
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$S3PORT
+node_start
+NODE_SNAPSHOT_LOCATION=file://$WORK/snapshots/ node_apply_template fbench
+NODE_SNAPSHOT_LOCATION=s3://snaps/bench/ node_apply_template sbench
+k() { "$KAGENT" --api-url "$API" "$@"; }
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
+ms() { date +%s%3N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# the tree: in the sandbox (to snapshot) and on the host (for the peers)
+mk_tree() { # SIZE DIR
+  case $1 in
+  1MiB) echo "head -c 1048576 /dev/urandom > $2/f" ;;
+  100MiB) echo "head -c 104857600 /dev/urandom > $2/f" ;;
+  10kfiles) echo "for d in \$(seq 100); do mkdir -p $2/d\$d; for f in \$(seq 100); do echo \$d-\$f > $2/d\$d/\$f; done; done" ;;
+  esac
+}
+printf '%-10s %-7s %12s %12s\n' tree target suspend_ms resume_ms
+for size in 1MiB 100MiB 10kfiles; do
+  for tpl in fbench sbench; do
+    target=$([ $tpl = fbench ] && echo file || echo s3)
+    id=$(k sandbox create $tpl --request-id "b-$size-$tpl" -o json | field id)
+    k sandbox exec "$id" -- sh -c "$(mk_tree $size /data/workspace)" >/dev/null 2>&1 || node_fail "tree $size"
+    sus=() res=()
+    for _ in $(seq "$runs"); do
+      t0=$(ms); k sandbox suspend "$id" >/dev/null || node_fail "suspend"; t1=$(ms)
+      k sandbox resume "$id" >/dev/null || node_fail "resume"; t2=$(ms)
+      sus+=($((t1 - t0))); res+=($((t2 - t1)))
+    done
+    s=$(printf '%s\n' "${sus[@]}" | median); r=$(printf '%s\n' "${res[@]}" | median)
+    printf '%-10s %-7s %12s %12s\n' "$size" "$target" "$s" "$r"
+    echo "BENCH name=snapshot_suspend_${size}_${target} value=$s unit=ms"
+    echo "BENCH name=snapshot_resume_${size}_${target} value=$r unit=ms"
+    k sandbox delete "$id" >/dev/null
+  done
+  # peers: the same tree on the host
+  peer=$WORK/peer-$size; mkdir -p "$peer"
+  sh -c "$(mk_tree $size "$peer")"
+  t0=$(ms); tar -C "$peer" -cf - . | zstd -3 -q -c > "$WORK/peer.tar.zst"; t1=$(ms)
+  s3_aws s3 cp "$WORK/peer.tar.zst" "s3://snaps/peer/$size.tar.zst" >/dev/null; t2=$(ms)
+  s3_aws s3 cp "s3://snaps/peer/$size.tar.zst" "$WORK/peer.dl" >/dev/null; t3=$(ms)
+  echo "BENCH name=peer_tar_zstd_${size} value=$((t1 - t0)) unit=ms"
+  echo "BENCH name=peer_aws_s3_cp_up_${size} value=$((t2 - t1)) unit=ms"
+  echo "BENCH name=peer_aws_s3_cp_down_${size} value=$((t3 - t2)) unit=ms"
+  rm -rf "$peer" "$WORK/peer.tar.zst" "$WORK/peer.dl"
+done
+node_stop

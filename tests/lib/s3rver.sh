@@ -1,0 +1,50 @@
+# Test helper (source it after node.sh): npm's s3rver on loopback, installed from
+# tests/integration/snapshots/package-lock.json into the build dir (reused while it matches).
+#   s3_install            npm ci once; sets S3RVER
+#   s3_start / s3_stop    starts (bucket `snaps`, data in $WORK/s3) / stops it on $S3PORT
+#   s3_aws ARGS...        Debian's awscli against it with s3rver's keys
+# Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR. Everything fails loudly (node_fail).
+S3_AWS=/usr/bin/aws # Debian's awscli (deploy/install-deps.sh), not whatever else is on PATH
+
+s3_install() {
+  local here=${KAGENT_SOURCE_DIR:?}/tests/integration/snapshots npmdir lockhash
+  npmdir=${KAGENT_BUILD_DIR:?}/tests/integration/snapshots/npm
+  command -v node >/dev/null || node_fail "node is required (apt-get install nodejs npm)"
+  command -v npm >/dev/null || node_fail "npm is required"
+  [ -x "$S3_AWS" ] || node_fail "awscli is required (apt-get install awscli)"
+  lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
+  if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
+    rm -rf "$npmdir"
+    mkdir -p "$npmdir"
+    cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
+    (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
+      { cat "$npmdir/npm.log" >&2; node_fail "npm ci failed"; }
+    echo "$lockhash" > "$npmdir/.lockhash"
+  fi
+  S3RVER=$npmdir/node_modules/.bin/s3rver
+  S3PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  S3PID=
+}
+
+s3_start() {
+  mkdir -p "$WORK/s3"
+  "$S3RVER" -d "$WORK/s3" -a 127.0.0.1 -p "$S3PORT" --configure-bucket snaps --silent \
+    >>"$WORK/s3rver.log" 2>&1 &
+  S3PID=$!
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && return 0
+    sleep 0.1
+  done
+  node_fail "s3rver did not start"
+}
+
+s3_stop() {
+  [ -n "${S3PID:-}" ] || return 0
+  kill "$S3PID"; wait "$S3PID" 2>/dev/null || true; S3PID=
+  ! curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" || node_fail "s3rver still answers"
+}
+
+s3_aws() {
+  AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 \
+    "$S3_AWS" --endpoint-url "http://127.0.0.1:$S3PORT" "$@"
+}
