@@ -151,6 +151,16 @@ typedef struct s_peer {
     uint8_t key[32];  /* its CURVE public key */
 } s_peer_t;
 
+/* A CURVE handshake whose client key no peer has yet: answered once a peer with that key is
+ * added (nodes learn each other at different moments) or refused at its deadline. */
+#define S_ZAP_WAIT_MS  2000
+#define S_ZAP_WAIT_MAX 16
+typedef struct s_zap_wait {
+    zmq_msg_t id, req; /* the ZAP client's routing id, the request id */
+    uint8_t key[32];
+    uint64_t deadline; /* ms, monotonic */
+} s_zap_wait_t;
+
 /* A node monitor. I/O thread only. */
 typedef struct s_mon {
     uint64_t ref;
@@ -173,7 +183,7 @@ struct krt_mesh {
 
     void *ctx;    /* shared context (one reference), or our own with CURVE */
     void *router; /* I/O thread after start */
-    void *zap;    /* CURVE: ZAP handler (REP), I/O thread after start */
+    void *zap;    /* CURVE: ZAP handler (ROUTER: answers may wait), I/O thread after start */
     char endpoint[256];
     int efd; /* wakes the I/O thread */
     pthread_t thread;
@@ -200,6 +210,8 @@ struct krt_mesh {
     s_mon_t *mons;
     size_t n_mons, cap_mons;
     uint64_t next_hb;
+    s_zap_wait_t zap_wait[S_ZAP_WAIT_MAX];
+    size_t n_zap_wait;
 };
 
 static bool s_bit(const _Atomic uint64_t *set, uint16_t node)
@@ -465,25 +477,47 @@ static void s_drain(krt_mesh_t *m)
     }
 }
 
-/* ZAP (RFC 27): one authentication request from the ROUTER's CURVE handshake. Frames:
- * version, request id, domain, address, identity, mechanism, client public key. Returns the
- * node whose key it is (ZeroMQ then tags that connection's messages with it as User-Id), or
- * 0 to refuse. */
-static uint16_t s_zap_node(krt_mesh_t *m, zmq_msg_t *f, int n)
+/* ZAP (RFC 27) over a ROUTER, so an answer can wait: frames are the client's routing id, an
+ * empty delimiter, then version, request id, domain, address, identity, mechanism, client
+ * public key. */
+static bool s_zap_valid(zmq_msg_t *f, int n)
 {
-    if (n != 7 || zmq_msg_size(&f[0]) != 3 || memcmp(zmq_msg_data(&f[0]), "1.0", 3) != 0 ||
-        zmq_msg_size(&f[5]) != 5 || memcmp(zmq_msg_data(&f[5]), "CURVE", 5) != 0 ||
-        zmq_msg_size(&f[6]) != 32)
-        return 0;
+    return n == 9 && zmq_msg_size(&f[1]) == 0 && zmq_msg_size(&f[2]) == 3 &&
+           memcmp(zmq_msg_data(&f[2]), "1.0", 3) == 0 && zmq_msg_size(&f[7]) == 5 &&
+           memcmp(zmq_msg_data(&f[7]), "CURVE", 5) == 0 && zmq_msg_size(&f[8]) == 32;
+}
+
+/* The node whose key it is (ZeroMQ then tags that connection's messages with it as User-Id),
+ * or 0. */
+static uint16_t s_zap_node(const krt_mesh_t *m, const uint8_t key[32])
+{
     for (size_t i = 0; i < m->n_peers; i++)
-        if (m->peers[i].has_key && memcmp(m->peers[i].key, zmq_msg_data(&f[6]), 32) == 0)
+        if (m->peers[i].has_key && memcmp(m->peers[i].key, key, 32) == 0)
             return m->peers[i].node;
     return 0;
 }
 
-static void s_zap_handle(krt_mesh_t *m)
+/* Reply: routing id, delimiter, version, request id, status code, status text, user id,
+ * metadata. node 0 refuses. */
+static void s_zap_reply(krt_mesh_t *m, zmq_msg_t *id, zmq_msg_t *req, uint16_t node)
 {
-    zmq_msg_t f[8];
+    char uid[8];
+    int ulen = snprintf(uid, sizeof uid, "%u", node);
+    if (!node)
+        krt_log(KRT_LOG_WARN, m->path, "peer_refused", "reason=unknown_curve_key");
+    zmq_send(m->zap, zmq_msg_data(id), zmq_msg_size(id), ZMQ_SNDMORE);
+    zmq_send(m->zap, "", 0, ZMQ_SNDMORE);
+    zmq_send(m->zap, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(m->zap, zmq_msg_data(req), zmq_msg_size(req), ZMQ_SNDMORE);
+    zmq_send(m->zap, node ? "200" : "400", 3, ZMQ_SNDMORE);
+    zmq_send(m->zap, node ? "OK" : "unknown key", node ? 2 : 11, ZMQ_SNDMORE);
+    zmq_send(m->zap, uid, node ? (size_t)ulen : 0, ZMQ_SNDMORE);
+    zmq_send(m->zap, "", 0, 0);
+}
+
+static void s_zap_handle(krt_mesh_t *m, uint64_t now)
+{
+    zmq_msg_t f[10];
     int n = 0;
     bool more = true;
     while (more) {
@@ -494,27 +528,49 @@ static void s_zap_handle(krt_mesh_t *m)
             break;
         }
         more = zmq_msg_more(&part);
-        if (n < 8)
+        if (n < 10)
             f[n++] = part; /* moved: closed below */
         else
             zmq_msg_close(&part);
     }
-    if (n >= 2) {
-        uint16_t node = s_zap_node(m, f, n);
-        char uid[8];
-        int ulen = snprintf(uid, sizeof uid, "%u", node);
-        if (!node)
-            krt_log(KRT_LOG_WARN, m->path, "peer_refused", "reason=unknown_curve_key");
-        /* Reply: version, request id, status code, status text, user id, metadata. */
-        zmq_send(m->zap, "1.0", 3, ZMQ_SNDMORE);
-        zmq_send(m->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
-        zmq_send(m->zap, node ? "200" : "400", 3, ZMQ_SNDMORE);
-        zmq_send(m->zap, node ? "OK" : "unknown key", node ? 2 : 11, ZMQ_SNDMORE);
-        zmq_send(m->zap, uid, node ? (size_t)ulen : 0, ZMQ_SNDMORE);
-        zmq_send(m->zap, "", 0, 0);
+    bool valid = s_zap_valid(f, n);
+    uint16_t node = valid ? s_zap_node(m, zmq_msg_data(&f[8])) : 0;
+    if (valid && !node && m->n_zap_wait < S_ZAP_WAIT_MAX) {
+        s_zap_wait_t *w = &m->zap_wait[m->n_zap_wait++];
+        zmq_msg_init(&w->id);
+        zmq_msg_init(&w->req);
+        zmq_msg_move(&w->id, &f[0]);
+        zmq_msg_move(&w->req, &f[3]);
+        memcpy(w->key, zmq_msg_data(&f[8]), 32);
+        w->deadline = now + S_ZAP_WAIT_MS;
+    } else if (n >= 4) {
+        s_zap_reply(m, &f[0], &f[3], node);
     }
     for (int i = 0; i < n; i++)
         zmq_msg_close(&f[i]);
+}
+
+/* Answers the waiting handshakes whose key a new peer brought, refuses the expired ones.
+ * Returns the ms until the next deadline (-1: none waits). */
+static long s_zap_waiting(krt_mesh_t *m, uint64_t now)
+{
+    long next = -1;
+    for (size_t i = 0; i < m->n_zap_wait;) {
+        s_zap_wait_t *w = &m->zap_wait[i];
+        uint16_t node = s_zap_node(m, w->key);
+        if (node || now >= w->deadline) {
+            s_zap_reply(m, &w->id, &w->req, node);
+            zmq_msg_close(&w->id);
+            zmq_msg_close(&w->req);
+            *w = m->zap_wait[--m->n_zap_wait];
+            continue;
+        }
+        long left = (long)(w->deadline - now);
+        if (next < 0 || left < next)
+            next = left;
+        i++;
+    }
+    return next;
 }
 
 /* CURVE: true if the message came over a connection authenticated as `node`. */
@@ -632,6 +688,11 @@ static void s_io_cleanup(krt_mesh_t *m)
     m->n_mons = m->cap_mons = 0;
     zmq_close(m->router);
     m->router = NULL;
+    for (size_t i = 0; i < m->n_zap_wait; i++) {
+        zmq_msg_close(&m->zap_wait[i].id);
+        zmq_msg_close(&m->zap_wait[i].req);
+    }
+    m->n_zap_wait = 0;
     if (m->zap)
         zmq_close(m->zap);
     m->zap = NULL;
@@ -649,10 +710,12 @@ static void *s_io_main(void *arg)
     m->next_hb = (uint64_t)krt_mono_ms();
     while (atomic_load(&m->io_run)) {
         long timeout = -1;
-        if (m->heartbeat_ms > 0) {
-            uint64_t now = (uint64_t)krt_mono_ms();
+        uint64_t now = (uint64_t)krt_mono_ms();
+        if (m->heartbeat_ms > 0)
             timeout = m->next_hb > now ? (long)(m->next_hb - now) : 0;
-        }
+        long zap = s_zap_waiting(m, now);
+        if (zap >= 0 && (timeout < 0 || zap < timeout))
+            timeout = zap;
         atomic_store(&m->armed, true);
         if (s_queue_busy(&m->q))
             timeout = 0;
@@ -668,9 +731,10 @@ static void *s_io_main(void *arg)
             (void)r; /* nonblocking: EAGAIN just means a racing read already reset it */
         }
         s_drain(m); /* first: peers (and their keys) added before a handshake are known */
+        now = (uint64_t)krt_mono_ms();
         if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
-            s_zap_handle(m);
-        uint64_t now = (uint64_t)krt_mono_ms();
+            s_zap_handle(m, now);
+        s_zap_waiting(m, now);
         if (items[0].revents & ZMQ_POLLIN)
             s_recv_batch(m, now);
         s_heartbeat(m, now);
@@ -763,7 +827,7 @@ static int s_sock_common(krt_mesh_t *m, void *s)
 static int s_zap_open(krt_mesh_t *m)
 {
     int zero = 0;
-    m->zap = zmq_socket(m->ctx, ZMQ_REP);
+    m->zap = zmq_socket(m->ctx, ZMQ_ROUTER);
     if (!m->zap)
         return -zmq_errno();
     if (zmq_setsockopt(m->zap, ZMQ_LINGER, &zero, sizeof zero) ||

@@ -612,6 +612,45 @@ static void *s_curve_client(void *ctx, zcert_t *cert, const char *server_key, ui
 
 /* CURVE authenticates peers: a node accepts a connection only with the key it was given for
  * that node (krt_mesh_connect), and only for the routing id of that node. */
+/* Nodes learn each other's keys at different moments: a handshake from a node whose key is
+ * not known yet waits for it (it used to be refused, and ZeroMQ then may never retry: the
+ * request was lost). */
+static void test_curve_late_key(void **unused)
+{
+    zcert_t *cert[2] = {zcert_new(), zcert_new()};
+    krt_system_t *sys[2];
+    krt_mesh_t *mesh[2];
+    for (int i = 0; i < 2; i++) {
+        krt_config_t cfg = {.node_id = (uint16_t)(i + 1), .schedulers = 1, .job_threads = 1};
+        sys[i] = krt_system_new(&cfg);
+        assert_non_null(sys[i]);
+        assert_int_equal(krt_system_start(sys[i]), 0);
+        krt_mesh_config_t mc = {.bind = "tcp://127.0.0.1:*",
+                                .curve_public = zcert_public_txt(cert[i]),
+                                .curve_secret = zcert_secret_txt(cert[i])};
+        mesh[i] = krt_mesh_new(sys[i], &mc);
+        assert_non_null(mesh[i]);
+        assert_int_equal(krt_mesh_start(mesh[i]), 0);
+    }
+    krt_addr_t echo = s_spawn(sys[1], &s_echo, NULL);
+    report_t r = {.body_len = 3, .result = 99, .target = echo};
+    assert_int_equal(
+        krt_mesh_connect(mesh[0], 2, krt_mesh_endpoint(mesh[1]), zcert_public_txt(cert[1])), 0);
+    krt_addr_t c = s_spawn(sys[0], &s_requester, &r);
+    usleep(300000); /* node 1's handshake reached node 2, which does not know its key yet */
+    assert_int_equal(
+        krt_mesh_connect(mesh[1], 1, krt_mesh_endpoint(mesh[0]), zcert_public_txt(cert[0])), 0);
+    s_wait(sys[0], c, &r);
+    assert_int_equal(atomic_load(&r.result), 0);
+    for (int i = 0; i < 2; i++)
+        krt_mesh_stop(mesh[i]);
+    for (int i = 0; i < 2; i++) {
+        krt_system_destroy(&sys[i]);
+        krt_mesh_destroy(&mesh[i]);
+        zcert_destroy(&cert[i]);
+    }
+}
+
 static void test_curve_authentication(void **unused)
 {
     int threads = s_threads();
@@ -884,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_unknown_node),
         cmocka_unit_test(test_hostile_frames),
         cmocka_unit_test(test_curve_authentication),
+        cmocka_unit_test(test_curve_late_key),
         cmocka_unit_test(test_node_down),
         cmocka_unit_test(test_node_restart),
     };
