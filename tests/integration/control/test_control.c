@@ -965,12 +965,13 @@ static void test_restart_recovers_records(void **unused)
 }
 
 /* Requests in flight while a supervised actor is killed: each is answered (OK, or UNAVAILABLE
- * "retry" when it reached the dead instance), none hangs. */
+ * when it reached the dead instance), none hangs. */
 #define FLIGHT 32
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done, ok, unavailable, other;
+    char message[KA_MSG_LEN + 16]; /* the last UNAVAILABLE or other answer's */
 } s_flight_t;
 
 static void s_on_flight(void *user, const ka_status_t *st, const void *body, size_t len)
@@ -979,10 +980,12 @@ static void s_on_flight(void *user, const ka_status_t *st, const void *body, siz
     pthread_mutex_lock(&f->lock);
     if (st->code == KA_OK)
         f->ok++;
-    else if (st->code == KA_UNAVAILABLE && strstr(st->message, "retry"))
+    else if (st->code == KA_UNAVAILABLE)
         f->unavailable++;
     else
         f->other++;
+    if (st->code != KA_OK)
+        snprintf(f->message, sizeof f->message, "%d %s", st->code, st->message);
     f->done++;
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
@@ -1005,8 +1008,8 @@ static void s_kill_in_flight(const char *name, uint32_t type, const void *body, 
         ;
     int done = f.done, ok = f.ok, unavailable = f.unavailable, other = f.other;
     pthread_mutex_unlock(&f.lock);
-    print_message("kill %s with %d requests in flight: %d OK, %d UNAVAILABLE\n", name, FLIGHT, ok,
-                  unavailable);
+    print_message("kill %s with %d requests in flight: %d OK, %d UNAVAILABLE (%s)\n", name, FLIGHT,
+                  ok, unavailable, f.message);
     assert_int_equal(done, FLIGHT);
     assert_int_equal(other, 0);
 }
@@ -1050,10 +1053,11 @@ static void s_kept(const char *id)
     assert_true(found);
 }
 
-/* Each of store, images and templates is killed with requests in flight (the sandboxes
- * manager's kill is test_restart_recovers_records): the supervisor restarts it under its name,
- * the in-flight requests are answered, and a create/exec/get/delete works again while the
- * sandbox created before (and its running guest) is kept. */
+/* Each of store, images, templates and the sandboxes manager is killed with requests in
+ * flight: the supervisor restarts it under its name, the in-flight requests are answered, and
+ * a create/exec/get/delete works again while the sandbox created before is kept (running its
+ * guest through the first three kills; SUSPENDED, ComputeLost, after the manager's, and it
+ * resumes). */
 static void test_supervised_actor_kills(void **unused)
 {
     ka_sbx_reply_t before, o;
@@ -1071,7 +1075,8 @@ static void test_supervised_actor_kills(void **unused)
                           for images: the service sends nothing to it directly) */
     } kills[] = {{KA_STORE_NAME, KA_SBX_LIST},
                  {KA_IMAGES_NAME, KA_TPL_GET},
-                 {KA_TEMPLATES_NAME, KA_TPL_GET}};
+                 {KA_TEMPLATES_NAME, KA_TPL_GET},
+                 {KA_SANDBOXES_NAME, KA_SBX_LIST}};
     for (size_t k = 0; k < sizeof kills / sizeof kills[0]; k++) {
         if (kills[k].type == KA_SBX_LIST)
             s_kill_in_flight(kills[k].name, kills[k].type, &lq, sizeof lq);
@@ -1082,8 +1087,21 @@ static void test_supervised_actor_kills(void **unused)
         char req[64];
         snprintf(req, sizeof req, "req-sup-after-%s", kills[k].name);
         s_serves(req);
+        s_frames_t c;
+        const char *t[] = {"true", NULL};
+        if (strcmp(kills[k].name, KA_SANDBOXES_NAME) != 0) /* its guest still runs */
+            assert_int_equal(s_exec(before.sandbox.id, t, &c), 0);
     }
-    /* the sandbox from before the kills still runs its guest */
+    usleep(200 * 1000);             /* the old sandbox actors' terminate parks their compute */
+    for (int i = 0; i < 100; i++) { /* the new manager recovers records asynchronously */
+        assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, before.sandbox.id, &o), KA_OK);
+        if (o.sandbox.state == KA_STATE_SUSPENDED && o.sandbox.operation == KA_OP_NONE)
+            break;
+        usleep(50 * 1000);
+    }
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_string_equal(o.sandbox.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, before.sandbox.id, &o), KA_OK);
     s_frames_t c;
     const char *t[] = {"true", NULL};
     assert_int_equal(s_exec(before.sandbox.id, t, &c), 0);
