@@ -582,8 +582,8 @@ static void test_tree_json(void **unused)
 {
     krt_system_t *sys = rt_system(2);
     krt_child_spec_t kids[] = {
-        {"count-a", &counter_b, NULL, KRT_PERMANENT},
-        {"echo-b", &echo_b, NULL, KRT_PERMANENT},
+        {"count-a", &counter_b, NULL, KRT_PERMANENT, false},
+        {"echo-b", &echo_b, NULL, KRT_PERMANENT, false},
     };
     krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, 3, 1000, kids, 2};
     krt_spawn_opts_t o = {.name = "top"};
