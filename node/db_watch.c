@@ -15,8 +15,8 @@
 
 struct ka_db_watch {
     krt_system_t *sys;
-    krt_addr_t store;
-    char *state_dir; /* NULL: an external database */
+    const char *store; /* registered name */
+    char *state_dir;   /* NULL: an external database */
     char path[64];
     pthread_t thread;
     pthread_mutex_t lock;
@@ -28,7 +28,7 @@ struct ka_db_watch {
 static bool s_store_connected(ka_db_watch_t *w)
 {
     krt_reply_t r;
-    if (krt_call(w->sys, w->store, KA_STORE_INFO, NULL, 0, S_CALL_MS, &r) != 0)
+    if (krt_call(w->sys, krt_whereis(w->sys, w->store), KA_STORE_INFO, NULL, 0, S_CALL_MS, &r) != 0)
         return false;
     const ka_store_info_t *info = r.body;
     bool ok = r.len == sizeof *info && info->conn_state == KA_PG_READY;
@@ -80,7 +80,7 @@ static void *s_main(void *arg)
     return NULL;
 }
 
-ka_db_watch_t *ka_db_watch_start(krt_system_t *sys, krt_addr_t store, const char *state_dir,
+ka_db_watch_t *ka_db_watch_start(krt_system_t *sys, const char *store, const char *state_dir,
                                  const char *path)
 {
     ka_db_watch_t *w = calloc(1, sizeof *w);

@@ -13,9 +13,10 @@
 
 typedef struct ka_db_watch ka_db_watch_t;
 
-/* state_dir: the embedded cluster's node state dir, or NULL for an external database (only
- * watched). path: the actor path to log under. NULL if the thread cannot start. */
-ka_db_watch_t *ka_db_watch_start(krt_system_t *sys, krt_addr_t store, const char *state_dir,
+/* store: the store actor's registered name (static), looked up at each check. state_dir: the
+ * embedded cluster's node state dir, or NULL for an external database (only watched). path:
+ * the actor path to log under. NULL if the thread cannot start. */
+ka_db_watch_t *ka_db_watch_start(krt_system_t *sys, const char *store, const char *state_dir,
                                  const char *path);
 /* true while the store's last answer said it is connected */
 bool ka_db_watch_ok(const ka_db_watch_t *w);

@@ -34,6 +34,10 @@
 
 #define STORE_READY_MS 60000
 #define IMAGE_CALL_MS  (15 * 60 * 1000)
+/* The root supervisor gives up (and the node stops serving: /readyz fails) after more than
+ * SUP_INTENSITY restarts within SUP_PERIOD_MS: a crash loop, not a one-off crash. */
+#define SUP_INTENSITY 5
+#define SUP_PERIOD_MS 30000
 
 struct ka_node {
     ka_config_t cfg;
@@ -46,7 +50,7 @@ struct ka_node {
     char *mirrors[KA_CFG_MAX_REGS];
     ka_templates_args_t templates_args;
     ka_sandboxes_args_t sandboxes_args;
-    krt_addr_t store, images, templates, sandboxes;
+    krt_addr_t sup; /* root supervisor of store, images, templates, sandboxes (by name) */
     ka_driver_t *driver;
     ka_service_t *svc;
     kb_auth_t *auth;
@@ -94,12 +98,29 @@ static int s_database(ka_node_t *n, char *err, size_t cap)
     return 0;
 }
 
-static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char *name,
-                   krt_addr_t *out, char *err, size_t cap)
+/* The long-lived actors run under one one_for_one supervisor, each registered under its name:
+ * peers look each other up by name at every send, so a restarted actor (new address) is found.
+ * arg must outlive the node: it is given to init again at each restart. */
+static int s_supervisor(ka_node_t *n, char *err, size_t cap)
 {
-    krt_spawn_opts_t o = {.name = name, .register_name = true};
-    int rc = krt_system_spawn(n->sys, b, arg, &o, out);
+    krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, SUP_INTENSITY, SUP_PERIOD_MS, NULL, 0};
+    krt_spawn_opts_t o = {.name = "supervisor"};
+    int rc = krt_supervisor_spawn(n->sys, NULL, &spec, &o, &n->sup);
+    return rc ? s_fail(err, cap, "cannot start the supervisor: %s", krt_strerror(rc)) : 0;
+}
+
+static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char *name, char *err,
+                   size_t cap)
+{
+    krt_child_spec_t c = {
+        .name = name, .behaviour = b, .arg = arg, .restart = KRT_PERMANENT, .register_name = true};
+    int rc = krt_supervisor_start_child(n->sys, n->sup, &c, NULL);
     return rc ? s_fail(err, cap, "cannot start the %s actor: %s", name, krt_strerror(rc)) : 0;
+}
+
+static krt_addr_t s_actor(ka_node_t *n, const char *name)
+{
+    return krt_whereis(n->sys, name);
 }
 
 /* Waits until the store serves requests (migrations applied), or fails clearly. */
@@ -107,14 +128,14 @@ static int s_wait_store(ka_node_t *n, char *err, size_t cap)
 {
     for (int waited = 0; waited < STORE_READY_MS; waited += 100) {
         krt_reply_t r;
-        if (krt_call(n->sys, n->store, KA_STORE_INFO, NULL, 0, 5000, &r) == 0) {
+        if (krt_call(n->sys, s_actor(n, KA_STORE_NAME), KA_STORE_INFO, NULL, 0, 5000, &r) == 0) {
             const ka_store_info_t *info = r.body;
             bool ready = r.len == sizeof *info && info->conn_state == KA_PG_READY &&
                          info->schema_version > 0;
             krt_reply_free(&r);
             if (ready)
                 return 0;
-        } else if (krt_system_wait(n->sys, n->store, 0) != KRT_ETIMEDOUT) {
+        } else if (krt_system_wait(n->sys, n->sup, 0) != KRT_ETIMEDOUT) { /* restarts failed */
             return s_fail(err, cap,
                           "the store stopped at start (is the database schema newer "
                           "than this kagentd? see the log above)");
@@ -137,7 +158,7 @@ static int s_images(ka_node_t *n, char *err, size_t cap)
     n->images_args.state_dir = n->cfg.state_dir;
     n->images_args.mirrors = (const char *const *)n->mirrors;
     n->images_args.n_mirrors = n->cfg.n_registries;
-    return s_spawn(n, &ka_images_behaviour, &n->images_args, KA_IMAGES_NAME, &n->images, err, cap);
+    return s_spawn(n, &ka_images_behaviour, &n->images_args, KA_IMAGES_NAME, err, cap);
 }
 
 /* The guest binary comes from the guest image the policy pins: it must be in the store. */
@@ -147,7 +168,8 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
     memset(&req, 0, sizeof req);
     snprintf(req.arg, sizeof req.arg, "%s", n->cfg.guest_image_digest);
     krt_reply_t r;
-    int rc = krt_call(n->sys, n->images, KA_IMAGES_PREPARE, &req, sizeof req, IMAGE_CALL_MS, &r);
+    int rc = krt_call(n->sys, s_actor(n, KA_IMAGES_NAME), KA_IMAGES_PREPARE, &req, sizeof req,
+                      IMAGE_CALL_MS, &r);
     if (rc)
         return s_fail(err, cap, "the image service did not answer: %s", krt_strerror(rc));
     ka_images_reply_t rep;
@@ -193,8 +215,8 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
     ka_templates_args_t *t = &n->templates_args;
     if (ka_objstore_set_credentials_file(n->cfg.snapshot_credentials_file))
         return s_fail(err, cap, "snapshots.credentialsFile: path too long");
-    t->store = n->store;
-    t->images = n->images;
+    t->store = KA_STORE_NAME;
+    t->images = KA_IMAGES_NAME;
     snprintf(t->policy.guest_image_digest, sizeof t->policy.guest_image_digest, "%.79s",
              n->cfg.guest_image_digest);
     t->policy.cpu_millis = n->cfg.cpu_millis;
@@ -208,18 +230,18 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
                  n->cfg.pools[i].klass);
         t->policy.n_pools++;
     }
-    if (s_spawn(n, &ka_templates_behaviour, t, KA_TEMPLATES_NAME, &n->templates, err, cap))
+    if (s_spawn(n, &ka_templates_behaviour, t, KA_TEMPLATES_NAME, err, cap))
         return -1;
     ka_sandboxes_args_t *s = &n->sandboxes_args;
-    s->store = n->store;
-    s->templates = n->templates;
+    s->store = KA_STORE_NAME;
+    s->templates = KA_TEMPLATES_NAME;
     s->driver = n->driver;
     snprintf(s->node, sizeof s->node, "%s", n->cfg.node_name);
     s->default_ttl_ms = n->cfg.default_ttl_ms;
     s->max_ttl_ms = n->cfg.max_ttl_ms;
-    if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, &n->sandboxes, err, cap))
+    if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, err, cap))
         return -1;
-    n->svc = ka_service_new(n->sys, n->templates, n->sandboxes);
+    n->svc = ka_service_new(n->sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
     return n->svc ? 0 : s_fail(err, cap, "out of memory");
 }
 
@@ -384,7 +406,7 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
              (long long)n->cfg.listen_port);
     kb_api_options_t ao = {.svc = n->svc,
                            .auth = n->auth,
-                           .images = n->images,
+                           .images = KA_IMAGES_NAME,
                            .state_dir = n->cfg.state_dir,
                            .node_name = n->cfg.node_name,
                            .node_id = (int)n->cfg.node_id,
@@ -468,7 +490,9 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     }
     n->store_args.conninfo = n->conninfo;
     if (!rc)
-        rc = s_spawn(n, &ka_store_behaviour, &n->store_args, KA_STORE_NAME, &n->store, err, cap);
+        rc = s_supervisor(n, err, cap);
+    if (!rc)
+        rc = s_spawn(n, &ka_store_behaviour, &n->store_args, KA_STORE_NAME, err, cap);
     if (!rc)
         rc = s_wait_store(n, err, cap);
     if (!rc)
@@ -480,7 +504,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     if (!rc)
         rc = s_bridges(n, err, cap);
     if (!rc && !(n->db_watch = ka_db_watch_start(
-                     n->sys, n->store, n->embedded_db ? n->cfg.state_dir : NULL, n->path)))
+                     n->sys, KA_STORE_NAME, n->embedded_db ? n->cfg.state_dir : NULL, n->path)))
         rc = s_fail(err, cap, "cannot start the database watch: out of memory");
     if (rc) {
         ka_node_stop(&n);

@@ -335,6 +335,8 @@ typedef struct krt_child_spec {
     const krt_behaviour_t *behaviour;
     void *arg; /* passed to init at every (re)start */
     krt_restart_t restart;
+    bool register_name; /* register name in the system registry at every (re)start, so peers
+                           find the current address with krt_whereis */
 } krt_child_spec_t;
 
 typedef struct krt_sup_spec {

@@ -22,6 +22,7 @@ typedef struct s_child {
     const krt_behaviour_t *b;
     void *arg;
     krt_restart_t restart;
+    bool register_name;
     krt_addr_t addr; /* KRT_ADDR_NONE when not running */
     uint32_t restarts;
     bool restart_me; /* start again when the current stop sequence completes */
@@ -60,6 +61,7 @@ static int s_add(krt_sup_t *sup, const krt_child_spec_t *cs)
     c.b = cs->behaviour;
     c.arg = cs->arg;
     c.restart = cs->restart;
+    c.register_name = cs->register_name;
     int rc = 0;
     pthread_mutex_lock(&sup->lock); /* krt_supervisor_child reads ch from other threads */
     if (sup->n == sup->cap) {
@@ -93,7 +95,7 @@ static void s_set_addr(krt_sup_t *sup, s_child_t *c, krt_addr_t addr)
 static int s_start(krt_ctx_t *ctx, krt_sup_t *sup, size_t i)
 {
     s_child_t *c = &sup->ch[i];
-    krt_spawn_opts_t o = {.name = c->name, .link = true};
+    krt_spawn_opts_t o = {.name = c->name, .link = true, .register_name = c->register_name};
     krt_addr_t addr = KRT_ADDR_NONE;
     int rc = krt__spawn(ctx->sys, ctx, c->b, c->arg, NULL, &o, c->restarts, 0, &addr);
     if (rc == 0)

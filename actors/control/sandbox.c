@@ -26,6 +26,7 @@
 #include "ka_objstore.h"
 #include "ka_snapobj.h"
 #include "ka_tree.h"
+#include "peer.h"
 #include "phases.h"
 
 #define STORE_TIMEOUT_MS     30000
@@ -488,9 +489,9 @@ static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
         ka_store_sandbox_key_t k;
         memset(&k, 0, sizeof k);
         s_copy(k.id, sizeof k.id, u->id);
-        return s_ask(ctx, self, self->a.store, KA_STORE_SANDBOX_DELETE, &k, sizeof k);
+        return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &k, sizeof k);
     }
-    return s_ask(ctx, self, self->a.store, KA_STORE_SANDBOX_UPDATE, u, sizeof *u);
+    return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_UPDATE, u, sizeof *u);
 }
 
 /* Persists an intent (state and operation) or a result (which also sets the failure, "" when
@@ -738,7 +739,7 @@ static void a_resume(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     memset(&rr, 0, sizeof rr);
     s_copy(rr.revision, sizeof rr.revision, self->a.record.revision);
     self->op.phase = KA_PH_RUNTIME;
-    if (s_ask(ctx, self, self->a.templates, KA_TPL_RUNTIME, &rr, sizeof rr))
+    if (s_ask(ctx, self, ka_peer(ctx, self->a.templates), KA_TPL_RUNTIME, &rr, sizeof rr))
         s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peer.h"
 #include "template_doc.h"
 
 #define STORE_TIMEOUT_MS   30000
@@ -262,8 +263,8 @@ static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     memset(&k, 0, sizeof k);
     s_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
     s_copy(k.name, sizeof k.name, op->cr.template_name);
-    s_ask(ctx, self, op, s_on_resolved, self->a.templates, KA_TPL_RESOLVE, &k, sizeof k,
-          RESOLVE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_resolved, ka_peer(ctx, self->a.templates), KA_TPL_RESOLVE, &k,
+          sizeof k, RESOLVE_TIMEOUT_MS);
 }
 
 static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -292,8 +293,8 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
     s_copy(c.revision, sizeof c.revision, res->revision);
     s_copy(c.node, sizeof c.node, self->a.node);
     c.ttl_ms = op->cr.ttl_ms ? op->cr.ttl_ms : self->a.default_ttl_ms;
-    s_ask(ctx, self, op, s_on_inserted, self->a.store, KA_STORE_SANDBOX_CREATE, &c, sizeof c,
-          STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_inserted, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE, &c,
+          sizeof c, STORE_TIMEOUT_MS);
 }
 
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -367,8 +368,8 @@ static void s_get(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     memset(&sk, 0, sizeof sk);
     s_copy(sk.id, sizeof sk.id, k->id);
     s_copy(sk.creator, sizeof sk.creator, k->caller);
-    s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
-          STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
+          sizeof sk, STORE_TIMEOUT_MS);
 }
 
 static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
@@ -394,8 +395,8 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     s_copy(sq.template_name, sizeof sq.template_name, q->template_name);
     sq.limit = q->limit;
     sq.offset = q->offset;
-    s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_LIST, &sq, sizeof sq,
-          STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_LIST, &sq,
+          sizeof sq, STORE_TIMEOUT_MS);
 }
 
 /* Store replies start with ka_store_status_t {err, message}; ours with ka_status_t {code,
@@ -492,8 +493,8 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     memset(&sk, 0, sizeof sk);
     s_copy(sk.id, sizeof sk.id, id);
     s_copy(sk.creator, sizeof sk.creator, caller);
-    s_ask(ctx, self, op, s_on_not_live, self->a.store, KA_STORE_SANDBOX_GET, &sk, sizeof sk,
-          STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, s_on_not_live, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
+          sizeof sk, STORE_TIMEOUT_MS);
 }
 
 /* No actor holds this sandbox: it is deleted, failed elsewhere, or unknown. */
@@ -528,8 +529,8 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
         ka_store_sandbox_key_t sk;
         memset(&sk, 0, sizeof sk);
         s_copy(sk.id, sizeof sk.id, sb->id);
-        s_ask(ctx, self, op, s_on_read, self->a.store, KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
-              STORE_TIMEOUT_MS);
+        s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &sk,
+              sizeof sk, STORE_TIMEOUT_MS);
         return;
     }
     char why[KA_MSG_LEN];
@@ -550,8 +551,8 @@ static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32
     op->expired = expired;
     op->offset = offset;
     ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
-    if (krt_request(ctx, self->a.store, KA_STORE_SANDBOX_EXPIRY, &q, sizeof q, STORE_TIMEOUT_MS,
-                    s_on_recover, op))
+    if (krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_EXPIRY, &q, sizeof q,
+                    STORE_TIMEOUT_MS, s_on_recover, op))
         s_op_free(self, op);
 }
 

@@ -29,8 +29,8 @@
 /* Spawn argument of the manager: must stay valid until its init ran (init runs after the spawn
  * call returns) and is copied there; the driver is borrowed and must outlive the actor. */
 typedef struct ka_sandboxes_args {
-    krt_addr_t store;
-    krt_addr_t templates;
+    const char *store;     /* registered names of the peers (static strings), resolved at */
+    const char *templates; /* each send: KA_STORE_NAME, KA_TEMPLATES_NAME in a node */
     ka_driver_t *driver;
     char node[KA_STORE_NODE_LEN]; /* this node's name, recorded on its sandboxes */
     int64_t default_ttl_ms;
@@ -51,8 +51,8 @@ typedef struct ka_sandbox_args {
     ka_sbx_mode_t mode;
     ka_store_sandbox_t record;
     ka_tpl_resolved_t runtime; /* BOOT: the pinned revision's runtime */
-    krt_addr_t store;
-    krt_addr_t templates;
+    const char *store;         /* registered names, as in ka_sandboxes_args_t */
+    const char *templates;
     ka_driver_t *driver;
     krt_addr_t reply_to; /* BOOT: the creator's request, answered when READY or FAILED */
     uint64_t reply_ref;

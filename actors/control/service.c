@@ -13,11 +13,11 @@
 
 struct ka_service {
     krt_system_t *sys;
-    krt_addr_t templates;
-    krt_addr_t sandboxes;
+    const char *templates; /* registered names, resolved at each request */
+    const char *sandboxes;
 };
 
-ka_service_t *ka_service_new(krt_system_t *sys, krt_addr_t templates, krt_addr_t sandboxes)
+ka_service_t *ka_service_new(krt_system_t *sys, const char *templates, const char *sandboxes)
 {
     ka_service_t *svc = calloc(1, sizeof *svc);
     if (svc) {
@@ -44,9 +44,9 @@ krt_system_t *ka_service_system(ka_service_t *svc)
 static krt_addr_t s_route(const ka_service_t *svc, uint32_t type)
 {
     if (type > KA_CTL_MSG_BASE && type < KA_SBX_CREATE)
-        return svc->templates;
+        return krt_whereis(svc->sys, svc->templates);
     if (type >= KA_SBX_CREATE && type < KA_SBX_FORWARD_)
-        return svc->sandboxes;
+        return krt_whereis(svc->sys, svc->sandboxes);
     return KRT_ADDR_NONE;
 }
 
@@ -284,7 +284,7 @@ int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_s
     a->len = len;
     a->cb = cb;
     a->user = user;
-    a->sandboxes = svc->sandboxes;
+    a->sandboxes = krt_whereis(svc->sys, svc->sandboxes);
     snprintf(a->key.caller, sizeof a->key.caller, "%s", req->caller);
     snprintf(a->key.id, sizeof a->key.id, "%s", req->sandbox_id);
     krt_addr_t addr = KRT_ADDR_NONE;

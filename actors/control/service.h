@@ -20,8 +20,10 @@ typedef struct ka_service ka_service_t;
 /* Default time a unary call may take before it fails with DEADLINE_EXCEEDED. */
 #define KA_SVC_TIMEOUT_MS 120000
 
-/* NULL on failure. The addresses are the templates and sandboxes actors. */
-ka_service_t *ka_service_new(krt_system_t *sys, krt_addr_t templates, krt_addr_t sandboxes);
+/* NULL on failure. templates and sandboxes are the registered names of those actors (static
+ * strings: KA_TEMPLATES_NAME, KA_SANDBOXES_NAME in a node), looked up at each request so a
+ * restarted actor is found; while one is down its requests fail UNAVAILABLE. */
+ka_service_t *ka_service_new(krt_system_t *sys, const char *templates, const char *sandboxes);
 /* Idempotent; NULLs *svc_p. Streams still open are cancelled. */
 void ka_service_destroy(ka_service_t **svc_p);
 krt_system_t *ka_service_system(ka_service_t *svc);

@@ -19,6 +19,7 @@
 
 #include "control_msgs.h"
 #include "images_actor.h"
+#include "peer.h"
 #include "store.h"
 #include "template_doc.h"
 
@@ -49,9 +50,10 @@ typedef struct {
     ka_templates_args_t a;
     s_op_t *ops; /* in flight, owned */
     size_t n_ops;
-    zhashx_t *latest;   /* "ns/name" -> prepared revision that creates pin (char *) */
-    zhashx_t *desired;  /* "ns/name" -> revision being prepared (char *) */
-    zhashx_t *runtimes; /* revision -> ka_tpl_resolved_t * (immutable, cached) */
+    zhashx_t *latest;      /* "ns/name" -> prepared revision that creates pin (char *) */
+    zhashx_t *desired;     /* "ns/name" -> revision being prepared (char *) */
+    zhashx_t *runtimes;    /* revision -> ka_tpl_resolved_t * (immutable, cached) */
+    krt_addr_t subscribed; /* the store instance whose change events reach us */
 } s_tpl_t;
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -101,18 +103,14 @@ static void s_op_free(s_tpl_t *self, s_op_t *op)
 static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-static const char *s_service(const s_tpl_t *self, krt_addr_t to)
-{
-    return to == self->a.images ? "image" : "store";
-}
-
-/* Sends a request for op; its reply (or failure) runs `next` with op as user. */
-static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
+/* Sends a request for op to the peer registered as `peer` (self->a.store or self->a.images);
+ * its reply (or failure, KRT_ENOACTOR while the peer is down) runs `next` with op as user. */
+static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn next, const char *peer,
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
-    if (krt_request(ctx, to, type, body, len, timeout_ms, next, op))
+    if (krt_request(ctx, ka_peer(ctx, peer), type, body, len, timeout_ms, next, op))
         s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory asking the %s service",
-                  s_service(self, to));
+                  peer == self->a.images ? "image" : "store");
 }
 
 /* Common head of a step: the op if the store/images service answered with a body that starts
@@ -771,9 +769,24 @@ static void s_on_store_event(s_tpl_t *self, const krt_msg_t *msg)
     zhashx_delete(self->latest, key);
 }
 
+/* A restarted store (new address) has forgotten our subscription and we may have missed
+ * events meanwhile: subscribe again and forget the cached latest revisions. */
+static void s_follow_store(krt_ctx_t *ctx, s_tpl_t *self)
+{
+    krt_addr_t store = ka_peer(ctx, self->a.store);
+    if (store == self->subscribed || store == KRT_ADDR_NONE)
+        return;
+    if (self->subscribed != KRT_ADDR_NONE)
+        zhashx_purge(self->latest);
+    ka_store_subscribe_t sub = {KRT_ADDR_NONE};
+    if (krt_send(ctx, store, KA_STORE_SUBSCRIBE, &sub, sizeof sub) == 0)
+        self->subscribed = store;
+}
+
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
+    s_follow_store(ctx, self);
     switch (msg->type) {
     case KA_TPL_APPLY:
         s_apply(ctx, self, msg);
@@ -813,8 +826,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     zhashx_set_destructor(self->latest, (zhashx_destructor_fn *)zstr_free);
     zhashx_set_destructor(self->desired, (zhashx_destructor_fn *)zstr_free);
     zhashx_set_destructor(self->runtimes, (zhashx_destructor_fn *)zstr_free);
-    ka_store_subscribe_t sub = {KRT_ADDR_NONE};
-    krt_send(ctx, self->a.store, KA_STORE_SUBSCRIBE, &sub, sizeof sub);
+    s_follow_store(ctx, self);
     return 0;
 }
 

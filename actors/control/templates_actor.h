@@ -34,8 +34,8 @@ typedef struct ka_policy {
 
 /* Spawn argument: must stay valid until init ran (after the spawn call returns); copied there. */
 typedef struct ka_templates_args {
-    krt_addr_t store;
-    krt_addr_t images;
+    const char *store;  /* registered names of the peers (static strings), resolved at each */
+    const char *images; /* send: KA_STORE_NAME, KA_IMAGES_NAME in a node */
     ka_policy_t policy;
 } ka_templates_args_t;
 

@@ -301,18 +301,18 @@ static int s_setup(void)
     if (!B.sys || krt_system_start(B.sys))
         return -1;
     static ka_store_args_t store_args = {.conninfo = ""};
-    krt_spawn_opts_t so = {.name = KA_STORE_NAME};
+    krt_spawn_opts_t so = {.name = KA_STORE_NAME, .register_name = true};
     if (krt_system_spawn(B.sys, &ka_store_behaviour, &store_args, &so, &B.store))
         return -1;
     static ka_images_actor_args_t ia;
     ia.state_dir = B.dir;
-    krt_spawn_opts_t io = {.name = KA_IMAGES_NAME};
+    krt_spawn_opts_t io = {.name = KA_IMAGES_NAME, .register_name = true};
     if (krt_system_spawn(B.sys, &ka_images_behaviour, &ia, &io, &B.images))
         return -1;
     if (s_build_images() || s_start_driver())
         return -1;
-    B.targs.store = B.store;
-    B.targs.images = B.images;
+    B.targs.store = KA_STORE_NAME;
+    B.targs.images = KA_IMAGES_NAME;
     ka_policy_t *p = &B.targs.policy;
     snprintf(p->guest_image_digest, sizeof p->guest_image_digest, "%s", B.guest_digest);
     p->cpu_millis = 1000;
@@ -322,19 +322,19 @@ static int s_setup(void)
     snprintf(p->pools[0].name, sizeof p->pools[0].name, "kagent-default");
     snprintf(p->pools[0].klass, sizeof p->pools[0].klass, "namespaces");
     p->n_pools = 1;
-    krt_spawn_opts_t to = {.name = KA_TEMPLATES_NAME};
+    krt_spawn_opts_t to = {.name = KA_TEMPLATES_NAME, .register_name = true};
     if (krt_system_spawn(B.sys, &ka_templates_behaviour, &B.targs, &to, &B.templates))
         return -1;
-    B.sargs = (ka_sandboxes_args_t){.store = B.store,
-                                    .templates = B.templates,
+    B.sargs = (ka_sandboxes_args_t){.store = KA_STORE_NAME,
+                                    .templates = KA_TEMPLATES_NAME,
                                     .driver = B.driver,
                                     .node = "node-bench",
                                     .default_ttl_ms = 3600000,
                                     .max_ttl_ms = 86400000};
-    krt_spawn_opts_t xo = {.name = KA_SANDBOXES_NAME};
+    krt_spawn_opts_t xo = {.name = KA_SANDBOXES_NAME, .register_name = true};
     if (krt_system_spawn(B.sys, &ka_sandboxes_behaviour, &B.sargs, &xo, &B.sandboxes))
         return -1;
-    B.svc = ka_service_new(B.sys, B.templates, B.sandboxes);
+    B.svc = ka_service_new(B.sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
     return B.svc ? s_template() : -1;
 }
 
@@ -472,7 +472,7 @@ static int s_grpc_start(s_grpc_t *g)
     g->auth = kb_auth_new(KB_AUTH_USER_HEADER, NULL, &e, why, sizeof why);
     kb_api_options_t ao = {.svc = B.svc,
                            .auth = g->auth,
-                           .images = B.images,
+                           .images = KA_IMAGES_NAME,
                            .state_dir = B.dir,
                            .node_name = "node-bench",
                            .node_id = 1,

@@ -29,7 +29,7 @@ typedef struct kb_api_pool {
 typedef struct kb_api_options {
     ka_service_t *svc;     /* required */
     const kb_auth_t *auth; /* required */
-    krt_addr_t images;     /* the images actor (import, rm) */
+    const char *images;    /* the images actor's registered name (import, rm) */
     const char *state_dir; /* the node's state dir (image listing, import spool) */
     const char *node_name;
     int node_id;

@@ -287,7 +287,8 @@ static void s_images_call(kb_api_t *api, s_img_t *c, const char *arg)
     memset(&req, 0, sizeof req);
     snprintf(req.arg, sizeof req.arg, "%s", arg);
     snprintf(req.name, sizeof req.name, "%s", c->name);
-    if (krt_call_async(ka_service_system(api->o.svc), api->o.images, c->type, &req, sizeof req,
+    krt_system_t *sys = ka_service_system(api->o.svc);
+    if (krt_call_async(sys, krt_whereis(sys, api->o.images), c->type, &req, sizeof req,
                        15 * 60 * 1000, s_on_images, c)) {
         kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the image service is not running");
         if (c->path[0])

@@ -46,9 +46,10 @@ static kb_mcp_t *s_bridge(void)
     krt_config_t cfg = {.node_id = 1, .schedulers = 1, .job_threads = 1, .name = "node-fuzz"};
     krt_system_t *sys = krt_system_new(&cfg);
     krt_addr_t cp = KRT_ADDR_NONE;
-    if (!sys || krt_system_start(sys) || krt_system_spawn(sys, &s_answer, NULL, NULL, &cp))
+    krt_spawn_opts_t ao = {.name = "answer", .register_name = true};
+    if (!sys || krt_system_start(sys) || krt_system_spawn(sys, &s_answer, NULL, &ao, &cp))
         abort();
-    ka_service_t *svc = ka_service_new(sys, cp, cp);
+    ka_service_t *svc = ka_service_new(sys, "answer", "answer");
     int err = 0;
     kb_auth_t *auth = kb_auth_new(KB_AUTH_USER_HEADER, NULL, &err, NULL, 0);
     kb_mcp_options_t o = {.max_sessions = 8, .progress_interval_ms = 1000};

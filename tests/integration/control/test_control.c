@@ -5,8 +5,11 @@
  *
  * Covers: template validation and Ready/Prepared, WorkerPoolNotFound, create idempotency (also
  * under concurrent duplicates and after delete), exec with output, files, ownership probes for
- * every operation, TTL expiry, suspend/resume keeping /data, and recovery after a restart of
- * the sandboxes actor (a READY sandbox comes back SUSPENDED with its /data kept).
+ * every operation, TTL expiry, suspend/resume keeping /data, recovery after a restart of
+ * the sandboxes actor (a READY sandbox comes back SUSPENDED with its /data kept), and
+ * supervision: the long-lived actors run under a one_for_one supervisor as in node/node.c,
+ * found by registered name; a killed store, images or templates actor is restarted and the
+ * control plane serves again with every record kept.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,7 +42,7 @@ static struct {
     char tools_ref[1024];
     char guest_digest[80];
     krt_system_t *sys;
-    krt_addr_t store, images, templates, sandboxes;
+    krt_addr_t sup; /* the root supervisor of store, images, templates, sandboxes */
     ka_driver_t *driver;
     ka_service_t *svc;
     ka_templates_args_t targs;
@@ -67,7 +70,9 @@ static void s_images(int type, const char *arg, const char *name, ka_images_repl
     snprintf(req.arg, sizeof req.arg, "%s", arg);
     snprintf(req.name, sizeof req.name, "%s", name ? name : "");
     krt_reply_t r;
-    assert_int_equal(krt_call(T.sys, T.images, type, &req, sizeof req, TIMEOUT, &r), 0);
+    assert_int_equal(
+        krt_call(T.sys, krt_whereis(T.sys, KA_IMAGES_NAME), type, &req, sizeof req, TIMEOUT, &r),
+        0);
     assert_int_equal(r.len, sizeof *out);
     memcpy(out, r.body, sizeof *out);
     krt_reply_free(&r);
@@ -84,6 +89,23 @@ static int s_call(uint32_t type, const void *body, size_t len, void *out, size_t
         memcpy(out, r.body, r.len < cap ? r.len : cap);
     krt_reply_free(&r);
     return code;
+}
+
+/* Waits until the control plane serves a list again (a restarted or reconnecting store
+ * answers UNAVAILABLE until its connection is up). */
+static void s_wait_serving(void)
+{
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, ALICE);
+    ka_sbx_list_t l;
+    int code = KA_UNAVAILABLE;
+    for (int i = 0; i < 300 && code == KA_UNAVAILABLE; i++) {
+        code = s_call(KA_SBX_LIST, &q, sizeof q, &l, sizeof l);
+        if (code == KA_UNAVAILABLE)
+            usleep(100 * 1000);
+    }
+    assert_int_equal(code, KA_OK);
 }
 
 static char *s_template_yaml(const char *name, const char *image, const char *pool)
@@ -331,13 +353,24 @@ static void s_start_driver(void)
         fail_msg("namespaces driver: %s", strerror(-err));
 }
 
-static void s_spawn_sandboxes(void)
+/* Starts a supervised child registered under name, as node/node.c does. */
+static void s_child(const char *name, const krt_behaviour_t *b, void *arg)
 {
-    krt_spawn_opts_t o = {.name = KA_SANDBOXES_NAME};
-    assert_int_equal(krt_system_spawn(T.sys, &ka_sandboxes_behaviour, &T.sargs, &o, &T.sandboxes),
-                     0);
-    ka_service_destroy(&T.svc);
-    T.svc = ka_service_new(T.sys, T.templates, T.sandboxes);
+    krt_child_spec_t c = {name, b, arg, KRT_PERMANENT, true};
+    assert_int_equal(krt_supervisor_start_child(T.sys, T.sup, &c, NULL), 0);
+}
+
+/* Kills the actor registered as name and waits for its restart (a new address, same name). */
+static void s_kill_and_wait_restart(const char *name)
+{
+    krt_addr_t old = krt_whereis(T.sys, name);
+    assert_int_not_equal(old, KRT_ADDR_NONE);
+    assert_int_equal(krt_system_kill(T.sys, old, KRT_EXIT_KILLED), 0);
+    assert_int_not_equal(krt_system_wait(T.sys, old, 10000), KRT_ETIMEDOUT);
+    krt_addr_t now = KRT_ADDR_NONE;
+    for (int i = 0; i < 1000 && (now == KRT_ADDR_NONE || now == old); i++, usleep(1000))
+        now = krt_whereis(T.sys, name);
+    assert_true(now != KRT_ADDR_NONE && now != old);
 }
 
 static int s_setup(void **state)
@@ -349,16 +382,17 @@ static int s_setup(void **state)
     T.sys = krt_system_new(&cfg);
     assert_non_null(T.sys);
     assert_int_equal(krt_system_start(T.sys), 0);
+    krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, 5, 30000, NULL, 0}; /* as node/node.c */
+    assert_int_equal(krt_supervisor_spawn(T.sys, NULL, &spec, NULL, &T.sup), 0);
     static ka_store_args_t store_args = {.conninfo = ""};
-    krt_spawn_opts_t so = {.name = KA_STORE_NAME};
-    assert_int_equal(krt_system_spawn(T.sys, &ka_store_behaviour, &store_args, &so, &T.store), 0);
-    ka_images_actor_args_t ia = {.state_dir = T.dir};
-    krt_spawn_opts_t io = {.name = KA_IMAGES_NAME};
-    assert_int_equal(krt_system_spawn(T.sys, &ka_images_behaviour, &ia, &io, &T.images), 0);
+    s_child(KA_STORE_NAME, &ka_store_behaviour, &store_args);
+    static ka_images_actor_args_t ia; /* given to init again at each restart */
+    ia.state_dir = T.dir;
+    s_child(KA_IMAGES_NAME, &ka_images_behaviour, &ia);
     s_build_images();
     s_start_driver();
-    T.targs.store = T.store;
-    T.targs.images = T.images;
+    T.targs.store = KA_STORE_NAME;
+    T.targs.images = KA_IMAGES_NAME;
     ka_policy_t *p = &T.targs.policy;
     snprintf(p->guest_image_digest, sizeof p->guest_image_digest, "%s", T.guest_digest);
     p->cpu_millis = 1000;
@@ -368,16 +402,15 @@ static int s_setup(void **state)
     snprintf(p->pools[0].name, sizeof p->pools[0].name, "kagent-default");
     snprintf(p->pools[0].klass, sizeof p->pools[0].klass, "namespaces");
     p->n_pools = 1;
-    krt_spawn_opts_t to = {.name = KA_TEMPLATES_NAME};
-    assert_int_equal(krt_system_spawn(T.sys, &ka_templates_behaviour, &T.targs, &to, &T.templates),
-                     0);
-    T.sargs = (ka_sandboxes_args_t){.store = T.store,
-                                    .templates = T.templates,
+    s_child(KA_TEMPLATES_NAME, &ka_templates_behaviour, &T.targs);
+    T.sargs = (ka_sandboxes_args_t){.store = KA_STORE_NAME,
+                                    .templates = KA_TEMPLATES_NAME,
                                     .driver = T.driver,
                                     .node = "node-test",
                                     .default_ttl_ms = 3600000,
                                     .max_ttl_ms = 86400000};
-    s_spawn_sandboxes();
+    s_child(KA_SANDBOXES_NAME, &ka_sandboxes_behaviour, &T.sargs);
+    T.svc = ka_service_new(T.sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
     return 0;
 }
 
@@ -714,18 +747,7 @@ static void s_pg_unhold(pthread_t th, const int *restarted)
     assert_int_equal(*restarted, 0);
     s_psql("DROP TRIGGER ka_test_hold ON ka_sandboxes; DROP FUNCTION ka_test_hold();"
            "DROP SEQUENCE ka_test_hold;");
-    /* the store reconnects by itself (backing off up to 2 s): wait until it serves */
-    ka_sbx_list_req_t q;
-    memset(&q, 0, sizeof q);
-    snprintf(q.caller, sizeof q.caller, ALICE);
-    ka_sbx_list_t l;
-    int code = KA_UNAVAILABLE;
-    for (int i = 0; i < 300 && code == KA_UNAVAILABLE; i++) {
-        code = s_call(KA_SBX_LIST, &q, sizeof q, &l, sizeof l);
-        if (code == KA_UNAVAILABLE)
-            usleep(100 * 1000);
-    }
-    assert_int_equal(code, KA_OK);
+    s_wait_serving(); /* the store reconnects by itself (backing off up to 2 s) */
 }
 
 /* PostgreSQL restarts while a create's READY write is in flight (the record committed, the
@@ -902,9 +924,10 @@ static void test_suspend_ends_open_guest_calls(void **unused)
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
-/* The sandboxes actor stops (its sandboxes' actors with it, parking their compute) and a new
- * one starts: the READY sandbox comes back SUSPENDED (ComputeLost) with its /data kept where it
- * was and its TTL unchanged, and a resume boots it again on that /data. */
+/* The sandboxes actor is killed (its sandboxes' actors with it, parking their compute) and its
+ * supervisor starts a new one, which recovers the records: the READY sandbox comes back SUSPENDED
+ * (ComputeLost) with its /data kept where it was and its TTL unchanged, and a resume boots it again
+ * on that /data. */
 static void test_restart_recovers_records(void **unused)
 {
     ka_sbx_reply_t ready, susp, o;
@@ -914,10 +937,8 @@ static void test_restart_recovers_records(void **unused)
     const char *mk[] = {"sh", "-c", "echo acked > /data/workspace/a.txt", NULL};
     assert_int_equal(s_exec(ready.sandbox.id, mk, &c), 0);
     assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, susp.sandbox.id, &o), KA_OK);
-    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
-    assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, 10000), KRT_ETIMEDOUT);
-    usleep(200 * 1000); /* the sandbox actors' terminate parks their compute */
-    s_spawn_sandboxes();
+    s_kill_and_wait_restart(KA_SANDBOXES_NAME);
+    usleep(200 * 1000); /* the old sandbox actors' terminate parks their compute */
     for (int i = 0; i < 100; i++) {
         s_lifecycle(KA_SBX_GET, ALICE, ready.sandbox.id, &o);
         if (o.sandbox.state == KA_STATE_SUSPENDED && o.sandbox.operation == KA_OP_NONE)
@@ -943,6 +964,150 @@ static void test_restart_recovers_records(void **unused)
     assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
 }
 
+/* Requests in flight while a supervised actor is killed: each is answered (OK, or UNAVAILABLE
+ * when it reached the dead instance), none hangs. */
+#define FLIGHT 32
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, ok, unavailable, other;
+    char message[KA_MSG_LEN + 16]; /* the last UNAVAILABLE or other answer's */
+} s_flight_t;
+
+static void s_on_flight(void *user, const ka_status_t *st, const void *body, size_t len)
+{
+    s_flight_t *f = user;
+    pthread_mutex_lock(&f->lock);
+    if (st->code == KA_OK)
+        f->ok++;
+    else if (st->code == KA_UNAVAILABLE)
+        f->unavailable++;
+    else
+        f->other++;
+    if (st->code != KA_OK)
+        snprintf(f->message, sizeof f->message, "%d %s", st->code, st->message);
+    f->done++;
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void s_kill_in_flight(const char *name, uint32_t type, const void *body, size_t len)
+{
+    static s_flight_t f; /* callbacks may outlive a failed test: never on the stack */
+    memset(&f, 0, sizeof f);
+    pthread_mutex_init(&f.lock, NULL);
+    pthread_cond_init(&f.cond, NULL);
+    for (int i = 0; i < FLIGHT; i++)
+        assert_int_equal(ka_svc_call(T.svc, type, body, len, TIMEOUT, s_on_flight, &f), 0);
+    s_kill_and_wait_restart(name);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30; /* well under TIMEOUT: an answer, not the deadline */
+    pthread_mutex_lock(&f.lock);
+    while (f.done < FLIGHT && pthread_cond_timedwait(&f.cond, &f.lock, &until) == 0)
+        ;
+    int done = f.done, ok = f.ok, unavailable = f.unavailable, other = f.other;
+    pthread_mutex_unlock(&f.lock);
+    print_message("kill %s with %d requests in flight: %d OK, %d UNAVAILABLE (%s)\n", name, FLIGHT,
+                  ok, unavailable, f.message);
+    assert_int_equal(done, FLIGHT);
+    assert_int_equal(other, 0);
+}
+
+/* A fresh sandbox: create, exec, get, delete through the service layer. */
+static void s_serves(const char *req_id)
+{
+    ka_sbx_reply_t o;
+    assert_int_equal(s_create(ALICE, req_id, "scratch", 0, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    char id[KA_STORE_ID_LEN];
+    snprintf(id, sizeof id, "%s", o.sandbox.id);
+    s_frames_t c;
+    const char *echo[] = {"echo", "still-serving", NULL};
+    assert_int_equal(s_exec(id, echo, &c), 0);
+    c.out[c.out_len] = '\0';
+    assert_string_equal(c.out, "still-serving\n");
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+}
+
+/* The record made before the kills is still there, by id and in the list. */
+static void s_kept(const char *id)
+{
+    ka_sbx_reply_t o;
+    assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_string_equal(o.sandbox.id, id);
+    ka_sbx_list_req_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, ALICE);
+    struct {
+        ka_sbx_list_t l;
+        ka_store_sandbox_t items[KA_STORE_LIST_MAX];
+    } list;
+    assert_int_equal(s_call(KA_SBX_LIST, &q, sizeof q, &list, sizeof list), KA_OK);
+    bool found = false;
+    for (uint32_t i = 0; i < list.l.count; i++)
+        found = found || strcmp(list.l.items[i].id, id) == 0;
+    assert_true(found);
+}
+
+/* Each of store, images, templates and the sandboxes manager is killed with requests in
+ * flight: the supervisor restarts it under its name, the in-flight requests are answered, and
+ * a create/exec/get/delete works again while the sandbox created before is kept (running its
+ * guest through the first three kills; SUSPENDED, ComputeLost, after the manager's, and it
+ * resumes). */
+static void test_supervised_actor_kills(void **unused)
+{
+    ka_sbx_reply_t before, o;
+    assert_int_equal(s_create(ALICE, "req-sup-before", "scratch", 0, &before), KA_OK);
+    ka_sbx_list_req_t lq;
+    memset(&lq, 0, sizeof lq);
+    snprintf(lq.caller, sizeof lq.caller, ALICE);
+    ka_tpl_key_t tk;
+    memset(&tk, 0, sizeof tk);
+    snprintf(tk.namespace_, sizeof tk.namespace_, NS);
+    snprintf(tk.name, sizeof tk.name, "scratch");
+    static const struct {
+        const char *name;
+        uint32_t type; /* a request in flight meanwhile (it goes through the killed actor, but
+                          for images: the service sends nothing to it directly) */
+    } kills[] = {{KA_STORE_NAME, KA_SBX_LIST},
+                 {KA_IMAGES_NAME, KA_TPL_GET},
+                 {KA_TEMPLATES_NAME, KA_TPL_GET},
+                 {KA_SANDBOXES_NAME, KA_SBX_LIST}};
+    for (size_t k = 0; k < sizeof kills / sizeof kills[0]; k++) {
+        if (kills[k].type == KA_SBX_LIST)
+            s_kill_in_flight(kills[k].name, kills[k].type, &lq, sizeof lq);
+        else
+            s_kill_in_flight(kills[k].name, kills[k].type, &tk, sizeof tk);
+        s_wait_serving();
+        s_kept(before.sandbox.id);
+        char req[64];
+        snprintf(req, sizeof req, "req-sup-after-%s", kills[k].name);
+        s_serves(req);
+        s_frames_t c;
+        const char *t[] = {"true", NULL};
+        if (strcmp(kills[k].name, KA_SANDBOXES_NAME) != 0) /* its guest still runs */
+            assert_int_equal(s_exec(before.sandbox.id, t, &c), 0);
+    }
+    usleep(200 * 1000);             /* the old sandbox actors' terminate parks their compute */
+    for (int i = 0; i < 100; i++) { /* the new manager recovers records asynchronously */
+        assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, before.sandbox.id, &o), KA_OK);
+        if (o.sandbox.state == KA_STATE_SUSPENDED && o.sandbox.operation == KA_OP_NONE)
+            break;
+        usleep(50 * 1000);
+    }
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_string_equal(o.sandbox.failure_reason, KA_FAIL_COMPUTE_LOST);
+    assert_int_equal(s_lifecycle(KA_SBX_RESUME, ALICE, before.sandbox.id, &o), KA_OK);
+    s_frames_t c;
+    const char *t[] = {"true", NULL};
+    assert_int_equal(s_exec(before.sandbox.id, t, &c), 0);
+    assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, before.sandbox.id, &o), KA_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -958,6 +1123,7 @@ int main(void)
         cmocka_unit_test(test_suspend_delete_under_attack),
         cmocka_unit_test(test_suspend_ends_open_guest_calls),
         cmocka_unit_test(test_restart_recovers_records),
+        cmocka_unit_test(test_supervised_actor_kills),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -253,11 +253,11 @@ static void s_assert_history(const char *id, const char *want)
 
 static void s_spawn_manager(void)
 {
-    krt_spawn_opts_t o = {.name = KA_SANDBOXES_NAME};
+    krt_spawn_opts_t o = {.name = KA_SANDBOXES_NAME, .register_name = true};
     assert_int_equal(krt_system_spawn(T.sys, &ka_sandboxes_behaviour, &T.args, &o, &T.sandboxes),
                      0);
     ka_service_destroy(&T.svc);
-    T.svc = ka_service_new(T.sys, T.templates, T.sandboxes);
+    T.svc = ka_service_new(T.sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
 }
 
 /* The node without its sandboxes manager (spawned by each test, after any records it plants). */
@@ -270,11 +270,13 @@ static int s_setup(void **state)
     T.sys = krt_system_new(&cfg);
     assert_non_null(T.sys);
     assert_int_equal(krt_system_start(T.sys), 0);
-    assert_int_equal(krt_system_spawn(T.sys, &f_store_behaviour, NULL, NULL, &T.store), 0);
-    assert_int_equal(krt_system_spawn(T.sys, &f_templates_behaviour, NULL, NULL, &T.templates), 0);
+    krt_spawn_opts_t so = {.name = KA_STORE_NAME, .register_name = true};
+    krt_spawn_opts_t to = {.name = KA_TEMPLATES_NAME, .register_name = true};
+    assert_int_equal(krt_system_spawn(T.sys, &f_store_behaviour, NULL, &so, &T.store), 0);
+    assert_int_equal(krt_system_spawn(T.sys, &f_templates_behaviour, NULL, &to, &T.templates), 0);
     T.driver = f_driver_new();
-    T.args = (ka_sandboxes_args_t){.store = T.store,
-                                   .templates = T.templates,
+    T.args = (ka_sandboxes_args_t){.store = KA_STORE_NAME,
+                                   .templates = KA_TEMPLATES_NAME,
                                    .driver = T.driver,
                                    .default_ttl_ms = 3600000,
                                    .max_ttl_ms = 86400000,

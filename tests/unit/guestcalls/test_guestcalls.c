@@ -479,18 +479,20 @@ static void at_up(at_t *a)
     a->sys = krt_system_new(&cfg);
     assert_non_null(a->sys);
     assert_int_equal(krt_system_start(a->sys), 0);
-    assert_int_equal(krt_system_spawn(a->sys, &s_store_behaviour, NULL, NULL, &a->store), 0);
+    krt_spawn_opts_t so = {.name = KA_STORE_NAME, .register_name = true};
+    assert_int_equal(krt_system_spawn(a->sys, &s_store_behaviour, NULL, &so, &a->store), 0);
     ka_sandbox_args_t *sa = calloc(1, sizeof *sa);
     sa->mode = KA_SBX_BOOT;
     sa->record = s_rec;
-    sa->store = a->store;
+    sa->store = KA_STORE_NAME;
     sa->driver = &s_fake_driver;
-    assert_int_equal(krt_system_spawn(a->sys, &ka_sandbox_behaviour, sa, NULL, &a->sbx), 0);
+    krt_spawn_opts_t xo = {.name = "sbx-under-test", .register_name = true};
+    assert_int_equal(krt_system_spawn(a->sys, &ka_sandbox_behaviour, sa, &xo, &a->sbx), 0);
     for (int i = 0; i < 500 && s_rec_state() != KA_STATE_READY; i++)
         s_sleep_ms(10);
     assert_int_equal(s_rec_state(), KA_STATE_READY);
     /* the service sends guest calls straight to the sandbox actor (no manager here) */
-    a->svc = ka_service_new(a->sys, KRT_ADDR_NONE, a->sbx);
+    a->svc = ka_service_new(a->sys, NULL, "sbx-under-test");
     assert_non_null(a->svc);
 }
 

@@ -248,8 +248,9 @@ static int s_setup(void **state)
     F.sys = krt_system_new(&cfg);
     assert_non_null(F.sys);
     assert_int_equal(krt_system_start(F.sys), 0);
-    assert_int_equal(krt_system_spawn(F.sys, &s_fake, NULL, NULL, &F.fake), 0);
-    F.svc = ka_service_new(F.sys, F.fake, F.fake);
+    krt_spawn_opts_t fo = {.name = "fake", .register_name = true};
+    assert_int_equal(krt_system_spawn(F.sys, &s_fake, NULL, &fo, &F.fake), 0);
+    F.svc = ka_service_new(F.sys, "fake", "fake");
     assert_non_null(F.svc);
     int err = 0;
     F.auth = kb_auth_new(KB_AUTH_USER_HEADER, NULL, &err, NULL, 0);

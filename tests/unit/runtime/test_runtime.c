@@ -582,8 +582,8 @@ static void test_tree_json(void **unused)
 {
     krt_system_t *sys = rt_system(2);
     krt_child_spec_t kids[] = {
-        {"count-a", &counter_b, NULL, KRT_PERMANENT},
-        {"echo-b", &echo_b, NULL, KRT_PERMANENT},
+        {"count-a", &counter_b, NULL, KRT_PERMANENT, false},
+        {"echo-b", &echo_b, NULL, KRT_PERMANENT, false},
     };
     krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, 3, 1000, kids, 2};
     krt_spawn_opts_t o = {.name = "top"};
@@ -673,6 +673,39 @@ static void slow_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         rt_sleep_ms(1);
 }
 static const krt_behaviour_t slow_b = {.kind = "slow", .handle = slow_handle};
+
+/* A supervised child with register_name is found by name, and again under its new address
+ * after a crash; a start with a taken name fails. Also measures one lookup. */
+static void test_sup_registered_child(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_child_spec_t kids[] = {{"reg-echo", &echo_b, NULL, KRT_PERMANENT, true}};
+    krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, 3, 1000, kids, 1};
+    krt_addr_t sup;
+    assert_int_equal(krt_supervisor_spawn(sys, NULL, &spec, NULL, &sup), 0);
+    krt_addr_t a = KRT_ADDR_NONE;
+    for (int i = 0; i < 500 && a == KRT_ADDR_NONE; i++, rt_sleep_ms(1))
+        a = krt_whereis(sys, "reg-echo");
+    assert_true(a != KRT_ADDR_NONE);
+    assert_int_equal(krt_supervisor_child(sys, sup, "reg-echo"), a);
+    assert_int_equal(krt_system_kill(sys, a, KRT_EXIT_KILLED), 0);
+    krt_addr_t b = a;
+    for (int i = 0; i < 500 && (b == a || b == KRT_ADDR_NONE); i++, rt_sleep_ms(1))
+        b = krt_whereis(sys, "reg-echo");
+    assert_true(b != a && b != KRT_ADDR_NONE);
+    assert_int_equal(krt_supervisor_child(sys, sup, "reg-echo"), b);
+    ping_sync(sys, b);
+    krt_child_spec_t dup = {"reg-echo-2", &echo_b, NULL, KRT_TEMPORARY, true};
+    assert_int_equal(krt_register(sys, "reg-echo-2", b), 0);
+    assert_int_equal(krt_supervisor_start_child(sys, sup, &dup, NULL), KRT_EEXIST);
+    enum { N = 1000000 };
+    int64_t t0 = krt_mono_ms();
+    for (int i = 0; i < N; i++)
+        assert_true(krt_whereis(sys, "reg-echo") == b);
+    int64_t t1 = krt_mono_ms();
+    print_message("krt_whereis: %.1f ns per lookup\n", (double)(t1 - t0) * 1e6 / N);
+    krt_system_destroy(&sys);
+}
 
 static void test_shutdown_full_mailboxes(void **unused)
 {
@@ -784,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_send_ptr),
         cmocka_unit_test(test_jobs_and_fds),
         cmocka_unit_test(test_tree_json),
+        cmocka_unit_test(test_sup_registered_child),
         cmocka_unit_test(test_shutdown_full_mailboxes),
         cmocka_unit_test(test_destroy_never_started),
         cmocka_unit_test(test_transport),

@@ -70,8 +70,8 @@ static krt_addr_t start_sup(krt_system_t *sys, krt_strategy_t strat, int intensi
     krt_child_spec_t kids[16];
     for (int i = 0; i < n; i++) {
         snprintf(names[i], sizeof names[i], "w%d", i + 1);
-        kids[i] =
-            (krt_child_spec_t){names[i], &worker_b, &ids[i + 1], kinds ? kinds[i] : KRT_PERMANENT};
+        kids[i] = (krt_child_spec_t){names[i], &worker_b, &ids[i + 1],
+                                     kinds ? kinds[i] : KRT_PERMANENT, false};
     }
     krt_sup_spec_t spec = {strat, intensity, 5000, kids, (size_t)n};
     krt_spawn_opts_t o = {.name = "sup"};
@@ -242,7 +242,7 @@ static void test_dynamic_children_and_shutdown_order(void **unused)
 {
     krt_system_t *sys = rt_system(2);
     krt_addr_t sup = start_sup(sys, KRT_ONE_FOR_ONE, 5, NULL, 2);
-    krt_child_spec_t extra = {"w9", &worker_b, &ids[9], KRT_PERMANENT};
+    krt_child_spec_t extra = {"w9", &worker_b, &ids[9], KRT_PERMANENT, false};
     krt_addr_t w9;
     assert_int_equal(krt_supervisor_start_child(sys, sup, &extra, &w9), 0);
     rt_ev_t ev = {0};
@@ -276,12 +276,13 @@ static void test_dynamic_children_and_shutdown_order(void **unused)
 static void test_nested_system_stop(void **unused)
 {
     krt_system_t *sys = rt_system(2);
-    krt_child_spec_t inner_kids[] = {{"a", &worker_b, &ids[1], KRT_PERMANENT},
-                                     {"b", &worker_b, &ids[2], KRT_PERMANENT}};
+    krt_child_spec_t inner_kids[] = {{"a", &worker_b, &ids[1], KRT_PERMANENT, false},
+                                     {"b", &worker_b, &ids[2], KRT_PERMANENT, false}};
     krt_sup_spec_t inner = {KRT_ONE_FOR_ONE, 3, 1000, inner_kids, 2};
-    krt_child_spec_t outer_kids[] = {{"c", &worker_b, &ids[3], KRT_PERMANENT},
-                                     {"inner", &krt_supervisor_behaviour, &inner, KRT_PERMANENT},
-                                     {"d", &worker_b, &ids[4], KRT_PERMANENT}};
+    krt_child_spec_t outer_kids[] = {
+        {"c", &worker_b, &ids[3], KRT_PERMANENT, false},
+        {"inner", &krt_supervisor_behaviour, &inner, KRT_PERMANENT, false},
+        {"d", &worker_b, &ids[4], KRT_PERMANENT, false}};
     krt_sup_spec_t outer = {KRT_ONE_FOR_ALL, 3, 1000, outer_kids, 3};
     krt_addr_t sup;
     assert_int_equal(krt_supervisor_spawn(sys, NULL, &outer, NULL, &sup), 0);
