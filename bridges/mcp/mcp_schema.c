@@ -20,6 +20,12 @@ static size_t s_utf8_chars(const char *s)
     return n;
 }
 
+/* A real that is a whole number within json_int_t's range (the cast is defined). */
+static bool s_whole(double d)
+{
+    return d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == (double)(json_int_t)d;
+}
+
 static int s_check_value(const char *name, const json_t *prop, const json_t *v, char *msg,
                          size_t cap)
 {
@@ -52,7 +58,7 @@ static int s_check_value(const char *name, const json_t *prop, const json_t *v, 
         json_int_t iv;
         if (json_is_integer(v))
             iv = json_integer_value(v);
-        else if (json_is_real(v) && json_real_value(v) == (double)(json_int_t)json_real_value(v))
+        else if (json_is_real(v) && s_whole(json_real_value(v)))
             iv = (json_int_t)json_real_value(v);
         else
             return snprintf(msg, cap, "%s must be an integer", name), -1;

@@ -844,7 +844,7 @@ static json_t *s_read_image(s_read_t *r)
     char msg[256], cap[256];
     int rc = kb_mcp_image_prepare(r->win, r->win_len, r->mime, &img, msg, sizeof msg);
     if (rc == KB_MCP_IMAGE_TOO_LARGE)
-        return s_error(KA_INVALID_ARGUMENT, msg);
+        return s_error(KA_INVALID_ARGUMENT, "%s", msg);
     if (rc)
         return NULL;
     int n = img.w ? snprintf(cap, sizeof cap, "%s, %u\xc3\x97%u px", r->mime, img.w, img.h)
