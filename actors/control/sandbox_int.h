@@ -23,6 +23,8 @@ typedef enum {
     KA_SBX_DELETING,   /* intent, compute and data removed, tombstone written */
     KA_SBX_DELETED,    /* tombstone: answers from the record until the manager stops it */
     KA_SBX_FAILED,     /* compute unusable (kept until delete); only delete or expiry move on */
+    KA_SBX_PAUSED,     /* READY with every process frozen (cgroup freezer): memory kept, no CPU;
+                        * not persisted (the record stays READY), guest calls refused */
     KA_SBX_N_STATES
 } ka_sbx_state_t;
 

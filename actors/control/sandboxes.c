@@ -534,7 +534,11 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
     }
     char why[KA_MSG_LEN];
     snprintf(why, sizeof why, "cannot %s a sandbox in state %s",
-             op->type == KA_SBX_SUSPEND ? "suspend" : "resume", ka_state_name(sb->state));
+             op->type == KA_SBX_SUSPEND  ? "suspend"
+             : op->type == KA_SBX_RESUME ? "resume"
+             : op->type == KA_SBX_PAUSE  ? "pause"
+                                         : "unpause",
+             ka_state_name(sb->state));
     s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
 }
 
@@ -638,6 +642,8 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
+    case KA_SBX_PAUSE:
+    case KA_SBX_UNPAUSE:
     case KA_SBX_DELETE:
     case KA_SBX_GUEST:
     case KA_SBX_GUEST_CANCEL:

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -303,6 +304,59 @@ int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out)
         }
     }
     return 0;
+}
+
+/* Whether dir's cgroup.events has "frozen <want>" (fd: the open events file). */
+static bool s_frozen_is(int fd, bool want)
+{
+    char buf[512];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *f = strstr(buf, "frozen ");
+    return f && (f[7] == '1') == want;
+}
+
+/* Waits (poll on cgroup.events, which the kernel signals on change) until frozen == want. */
+static int s_freeze_wait(const char *dir, bool want, int timeout_ms)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/cgroup.events", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = 0;
+    while (!s_frozen_is(fd, want)) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (spent >= timeout_ms) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLPRI};
+        if (poll(&p, 1, (int)(timeout_ms - spent)) < 0 && errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int ka_cgroup_freeze(const ka_cgroup_t *cg, bool frozen, int timeout_ms)
+{
+    if (!cg || cg->n != 1 || cg->ctrl[0] != -1)
+        return -ENOTSUP;
+    int rc = s_write(cg->dir[0], "cgroup.freeze", frozen ? "1" : "0");
+    if (!rc)
+        rc = s_freeze_wait(cg->dir[0], frozen, timeout_ms);
+    if (rc == -ETIMEDOUT && frozen)
+        s_write(cg->dir[0], "cgroup.freeze", "0");
+    return rc == -ENOENT ? -ENOTSUP : rc;
 }
 
 /* SIGKILLs every task listed in dir/cgroup.procs; returns how many were listed. */

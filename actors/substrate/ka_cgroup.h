@@ -36,6 +36,10 @@ ka_cgroup_t *ka_cgroup_new(const char *parent, const char *id, const ka_cgroup_l
 /* Opens each dir's cgroup.procs for writing (O_CLOEXEC); returns the count or -errno. */
 int ka_cgroup_procs_fds(const ka_cgroup_t *cg, int fds[KA_CGROUP_MAX_DIRS]);
 int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out);
+/* Freezes (frozen true) or thaws every task in cg (cgroup v2 cgroup.freeze) and waits until
+ * cgroup.events says so, at most timeout_ms: 0, -ETIMEDOUT (a freeze not reached is undone),
+ * -ENOTSUP (cgroup v1). */
+int ka_cgroup_freeze(const ka_cgroup_t *cg, bool frozen, int timeout_ms);
 /* Kills whatever is still inside and removes the directories. Frees cg. Idempotent. */
 int ka_cgroup_remove(ka_cgroup_t **cg_p);
 /* Crash cleanup: kills the tasks in one cgroup dir and removes it (0 if already gone). */

@@ -1000,6 +1000,15 @@ static int s_kill(ka_driver_t *base, ka_sandbox_t *sb)
     return syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 ? -errno : 0;
 }
 
+/* Bounded: a sandbox's tasks freeze in well under this; past it the freeze is undone. */
+#define FREEZE_TIMEOUT_MS 200
+
+static int s_freeze(ka_driver_t *base, ka_sandbox_t *sb, bool frozen)
+{
+    (void)base;
+    return ka_cgroup_freeze(sb->cg, frozen, FREEZE_TIMEOUT_MS);
+}
+
 static void s_destroy(ka_driver_t *base)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -1039,6 +1048,7 @@ static const ka_driver_ops_t s_ops = {
     .owner = s_owner,
     .channel = s_channel,
     .kill = s_kill,
+    .freeze = s_freeze,
     .park = s_park,
     .kept = s_kept,
     .discard = s_discard,
