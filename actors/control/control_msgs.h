@@ -83,6 +83,7 @@ enum {
     KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
     KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
     KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
+    KA_SBX_PAUSED_,  /* sandbox actor -> manager: ka_sbx_paused_t, it paused or unpaused */
     KA_CTL_MSG_LAST_
 };
 
@@ -140,6 +141,11 @@ typedef struct ka_sbx_reply {
     ka_store_sandbox_t sandbox;
     bool paused; /* READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
 } ka_sbx_reply_t;
+
+typedef struct ka_sbx_paused {
+    char id[KA_STORE_ID_LEN];
+    uint8_t paused;
+} ka_sbx_paused_t;
 
 typedef struct ka_sbx_list_req {
     char caller[KA_STORE_CREATOR_LEN];

@@ -844,11 +844,22 @@ static int s_freeze(krt_ctx_t *ctx, ka_sbx_t *self, bool frozen, const ka_sbx_ca
     return rc;
 }
 
+/* Enters PAUSED or leaves it for READY, and tells the manager (a get shows it). */
+static void s_set_paused(krt_ctx_t *ctx, ka_sbx_t *self, bool paused)
+{
+    s_enter(ctx, self, paused ? KA_SBX_PAUSED : KA_SBX_READY);
+    ka_sbx_paused_t p;
+    memset(&p, 0, sizeof p);
+    s_copy(p.id, sizeof p.id, self->a.record.id);
+    p.paused = paused;
+    krt_send(ctx, krt_parent(ctx), KA_SBX_PAUSED_, &p, sizeof p);
+}
+
 static void a_pause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     if (s_freeze(ctx, self, true, &ev->from))
         return;
-    s_enter(ctx, self, KA_SBX_PAUSED);
+    s_set_paused(ctx, self, true);
     s_reply_record(ctx, self, &ev->from);
 }
 
@@ -856,7 +867,7 @@ static void a_unpause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     if (s_freeze(ctx, self, false, &ev->from))
         return;
-    s_enter(ctx, self, KA_SBX_READY);
+    s_set_paused(ctx, self, false);
     s_reply_record(ctx, self, &ev->from);
 }
 
@@ -865,7 +876,7 @@ static void a_unpause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 static void a_thaw_then(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     s_freeze(ctx, self, false, NULL);
-    s_enter(ctx, self, KA_SBX_READY);
+    s_set_paused(ctx, self, false);
     s_fire(ctx, self, ev);
 }
 

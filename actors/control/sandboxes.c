@@ -20,6 +20,12 @@
 #define RECOVER_PAGE       100
 
 /* A caller's request in flight: each step is a krt_request whose callback is the next step. */
+/* A live sandbox: its actor, and whether it says it is paused (a get shows it). */
+typedef struct {
+    krt_addr_t addr;
+    bool paused;
+} s_slot_t;
+
 typedef struct s_op s_op_t;
 struct s_op {
     s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
@@ -36,7 +42,7 @@ struct s_op {
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live; /* id -> krt_addr_t* of the sandbox's actor */
+    zhashx_t *live; /* id -> s_slot_t* of the sandbox's actor */
     s_op_t *ops;    /* in flight, owned */
 } s_mgr_t;
 
@@ -156,8 +162,8 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
 
 static krt_addr_t s_live(s_mgr_t *self, const char *id)
 {
-    krt_addr_t *a = zhashx_lookup(self->live, id);
-    return a ? *a : KRT_ADDR_NONE;
+    s_slot_t *a = zhashx_lookup(self->live, id);
+    return a ? a->addr : KRT_ADDR_NONE;
 }
 
 static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
@@ -177,10 +183,10 @@ static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
         free(copy);
         return rc;
     }
-    krt_addr_t *slot = malloc(sizeof *slot);
+    s_slot_t *slot = malloc(sizeof *slot);
     if (!slot)
         return KRT_ENOMEM;
-    *slot = addr;
+    *slot = (s_slot_t){.addr = addr};
     zhashx_update(self->live, args->record.id, slot);
     return 0;
 }
@@ -428,6 +434,8 @@ static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const kr
         out.status = *st;
         if (msg->len == sizeof *r)
             out.sandbox = r->sandbox;
+        const s_slot_t *a = zhashx_lookup(self->live, out.sandbox.id);
+        out.paused = a && a->paused && out.sandbox.state == KA_STATE_READY;
         krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
     } else {
         krt_reply_to(ctx, op->from, op->from_ref, op->type, copy, len);
@@ -596,8 +604,8 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
 
 static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 {
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == who)
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == who)
             return true;
     return false;
 }
@@ -605,8 +613,8 @@ static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
 {
     const krt_down_t *d = msg->body;
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == d->who) {
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == d->who) {
             zhashx_delete(self->live, zhashx_cursor(self->live));
             return;
         }
@@ -618,13 +626,24 @@ static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
  * the exit of an actor that is not our child. */
 static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == who) {
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == who) {
             zhashx_delete(self->live, zhashx_cursor(self->live));
             krt_unlink(ctx, who);
             krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
             return;
         }
+}
+
+/* A sandbox actor paused or unpaused (only the actor holding that id is believed). */
+static void s_on_paused(s_mgr_t *self, const krt_msg_t *msg)
+{
+    const ka_sbx_paused_t *p = msg->body;
+    if (msg->len != sizeof *p || !memchr(p->id, 0, sizeof p->id))
+        return;
+    s_slot_t *a = zhashx_lookup(self->live, p->id);
+    if (a && a->addr == msg->from)
+        a->paused = p->paused != 0;
 }
 
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -658,6 +677,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     }
     case KRT_MSG_DOWN:
         s_on_down(self, msg);
+        break;
+    case KA_SBX_PAUSED_:
+        s_on_paused(self, msg);
         break;
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);

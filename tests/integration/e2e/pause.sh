@@ -74,6 +74,8 @@ grep -q "RUNTIME_STATE_READY" "$WORK/out" && grep -q "^paused: yes" "$WORK/out" 
 k sandbox pause "$id" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["paused"] is True and d["sandbox"]["guest"].get("processExecution", False) is False, d' ||
   fail "pause again (json): not paused"
 [ "$(counter)" -gt "$c0" ] || fail "the counter never counted"
+k sandbox get "$id" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["state"] == "RUNTIME_STATE_READY" and not d["guest"].get("processExecution", False), d' ||
+  fail "get of a paused sandbox: guest capabilities not off"
 check_paused cli
 k sandbox unpause "$id" | grep -q "^paused: no" || fail "unpause output"
 check_counting cli
@@ -105,6 +107,9 @@ tool pause_sandbox > "$WORK/t.json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert not d["isError"] and d["content"]["paused"] is True, d' "$WORK/t.json" ||
   fail "mcp pause_sandbox: $(cat "$WORK/t.json")"
 check_paused mcp
+tool get_sandbox > "$WORK/t.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["content"]["paused"] is True, d' "$WORK/t.json" ||
+  fail "mcp get_sandbox of a paused sandbox: $(cat "$WORK/t.json")"
 tool unpause_sandbox > "$WORK/t.json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert not d["isError"] and d["content"]["paused"] is False, d' "$WORK/t.json" ||
   fail "mcp unpause_sandbox: $(cat "$WORK/t.json")"

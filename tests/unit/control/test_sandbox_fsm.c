@@ -772,7 +772,9 @@ static void test_pause_unpause(void **unused)
     assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK); /* already paused: as it is */
     assert_true(o.paused);
     assert_int_equal(s_counter(&F.freezes), 1);
-    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK); /* a get shows it */
+    assert_true(o.paused);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
     assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
     assert_string_equal(s.final.status.message, "sandbox is paused; unpause it first");
     assert_int_equal(s_file(id, KA_GUEST_READ, "x", NULL, &s), KA_FAILED_PRECONDITION);
@@ -784,6 +786,8 @@ static void test_pause_unpause(void **unused)
     assert_false(o.paused);
     assert_int_equal(s_counter(&F.frozen), 0);
     assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_false(o.paused);
     assert_int_equal(s_exec(id, echo, &s), KA_OK);
     assert_int_equal(s.out_len, 3);
     assert_memory_equal(s.out, "hi\n", 3);
