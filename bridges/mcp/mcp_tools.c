@@ -1027,17 +1027,6 @@ static const s_tool_t s_tools[] = {
      "{\"type\":\"object\",\"properties\":{" S_ID_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      t_resume, false, false, true},
-    {"pause_sandbox", "Pause a sandbox",
-     "Freezes every process of a READY sandbox: memory and processes stay, no CPU is used, the "
-     "TTL keeps running. Commands and file calls are refused until unpause_sandbox.",
-     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
-     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     t_pause, false, false, true},
-    {"unpause_sandbox", "Unpause a sandbox",
-     "Thaws a paused sandbox: its processes go on where they stopped.",
-     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
-     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     t_unpause, false, false, true},
     {"delete_sandbox", "Delete a sandbox",
      "Deletes a sandbox with its workspace and files. Collect artifacts first.",
      "{\"type\":\"object\",\"properties\":{" S_ID_PROP
@@ -1112,6 +1101,18 @@ static const s_tool_t s_tools[] = {
      "first byte to return.\"}},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
      t_read_file, true, false, true},
+    /* beyond the reference: after its tools, in the same shape */
+    {"pause_sandbox", "Pause a sandbox",
+     "Freezes every process of a READY sandbox: memory and processes stay, no CPU is used, the "
+     "TTL keeps running. Commands and file calls are refused until unpause_sandbox.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_pause, false, false, true},
+    {"unpause_sandbox", "Unpause a sandbox",
+     "Thaws a paused sandbox: its processes go on where they stopped.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_unpause, false, false, true},
 };
 
 #define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])
