@@ -139,7 +139,7 @@ typedef struct ka_sbx_key {
 typedef struct ka_sbx_reply {
     ka_status_t status;
     ka_store_sandbox_t sandbox;
-    bool paused; /* READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
+    uint8_t paused; /* 1: READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
 } ka_sbx_reply_t;
 
 typedef struct ka_sbx_paused {

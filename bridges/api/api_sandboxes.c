@@ -88,9 +88,9 @@ static void s_on_sandbox(void *user, const ka_status_t *st, const void *body, si
         ka_sbx_reply_t r;
         memcpy(&r, body, sizeof r);
         s_pb_sandbox_t p;
-        s_fill(&p, &r.sandbox, r.paused);
+        s_fill(&p, &r.sandbox, r.paused != 0);
         s_sandbox_response_t resp = {PROTOBUF_C_MESSAGE_INIT(s_response_desc(c->type)), &p.sb,
-                                     r.paused};
+                                     r.paused != 0};
         kb_grpc_reply(c->call, &resp.base);
     }
     free(c);

@@ -338,7 +338,7 @@ static json_t *s_reply_summary(kb_mcp_call_t *c, uint32_t type, const void *body
     const ka_sbx_reply_t *rep = body;
     json_t *o = s_summary(&rep->sandbox);
     if (type == KA_SBX_PAUSE || type == KA_SBX_UNPAUSE || rep->paused)
-        json_object_set_new(o, "paused", json_boolean(rep->paused));
+        json_object_set_new(o, "paused", json_boolean(rep->paused != 0));
     return s_ok(c, o);
 }
 

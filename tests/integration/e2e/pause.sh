@@ -27,7 +27,7 @@ pid=$(k sandbox exec "$id" -- cat pid 2>/dev/null)
 [[ $pid =~ ^[0-9]+$ ]] || fail "no pid from the counter: '$pid'"
 hostpid() { # the counter as the host sees it: the task in the cgroup whose cmdline is the loop
   for p in $(cat "$cg/cgroup.procs"); do
-    if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q 'mv c.tmp counter'; then
+    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q 'mv c.tmp counter'; then
       grep -q "^NSpid:.*[[:space:]]$pid\$" "/proc/$p/status" && { echo "$p"; return; }
     fi
   done

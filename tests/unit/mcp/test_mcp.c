@@ -192,8 +192,8 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_DELETE: {
         const ka_sbx_key_t *k = msg->body;
         ka_sbx_reply_t r;
+        memset(&r, 0, sizeof r);
         s_sandbox(k->id, k->caller, &r.sandbox);
-        memset(&r.status, 0, sizeof r.status);
         if (strcmp(k->caller, ALICE) != 0) {
             r.status.code = KA_NOT_FOUND;
             snprintf(r.status.message, sizeof r.status.message, KA_MSG_NOT_FOUND);
@@ -208,7 +208,7 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_CREATE: {
         const ka_sbx_create_t *c = msg->body;
         ka_sbx_reply_t r;
-        memset(&r.status, 0, sizeof r.status);
+        memset(&r, 0, sizeof r);
         s_sandbox(SBX, c->caller, &r.sandbox);
         snprintf(r.sandbox.name, sizeof r.sandbox.name, "%s", c->name);
         if (c->ttl_ms != 0 && c->ttl_ms < 1000) {
