@@ -17,7 +17,8 @@
  * memory kept, no CPU, the TTL runs on) and unpause thaws them; both are a bounded driver call
  * of a few ms made in the actor (no job: a thaw is a cgroup write and one poll), and neither
  * is persisted: the record stays READY, the reply says paused. Guest calls on a paused sandbox
- * are refused; suspend is refused too (unpause first: a suspend saves what the caller left
+ * are refused (those already open wait: their idle deadline stops while paused and starts again
+ * at unpause); suspend is refused too (unpause first: a suspend saves what the caller left
  * running, not what it froze). Delete, expiry and a guest lost thaw it first, then go on as
  * from READY.
  */
@@ -848,6 +849,8 @@ static int s_freeze(krt_ctx_t *ctx, ka_sbx_t *self, bool frozen, const ka_sbx_ca
 static void s_set_paused(krt_ctx_t *ctx, ka_sbx_t *self, bool paused)
 {
     s_enter(ctx, self, paused ? KA_SBX_PAUSED : KA_SBX_READY);
+    if (!paused)
+        ka_sbx_guest_touch(self);
     ka_sbx_paused_t p;
     memset(&p, 0, sizeof p);
     s_copy(p.id, sizeof p.id, self->a.record.id);

@@ -120,6 +120,8 @@ void ka_sbx_guest_credit(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, const 
 /* Reads and routes what the guest sent (from_fd: the one-shot watch fired). */
 void ka_sbx_guest_io(krt_ctx_t *ctx, ka_sbx_t *self, bool from_fd);
 void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self);
+/* The open calls' idle time starts again (the sandbox was unpaused: it was not the guest's). */
+void ka_sbx_guest_touch(ka_sbx_t *self);
 
 /* ---- sandbox.c ---------------------------------------------------------------------------- */
 

@@ -873,6 +873,28 @@ static void test_pause_during_create(void **unused)
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* A guest call open when the sandbox is paused waits (its idle deadline stops), and its idle
+ * time starts again at unpause. */
+static void test_open_call_waits_while_paused(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-open", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *hang[] = {"hang", NULL};
+    s_stream_start(s_exec_req(id, hang), &s);
+    usleep(50 * 1000);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    usleep(IDLE_MS * 3 * 1000);
+    assert_int_equal(s_counter(&s.finals), 0); /* not failed while paused */
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_OK);
+    usleep(IDLE_MS / 2 * 1000);
+    assert_int_equal(s_counter(&s.finals), 0); /* its idle time started again */
+    assert_int_equal(s_stream_wait(&s, IDLE_MS * 10), KA_DEADLINE_EXCEEDED);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
 /* A suspended sandbox cannot be paused: it has no processes. */
 static void test_pause_suspended(void **unused)
 {
@@ -913,6 +935,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ttl_while_paused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_pause_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_pause_suspended, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_open_call_waits_while_paused, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
