@@ -75,11 +75,15 @@ enum {
     KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
     KA_SBX_GUEST_BOUND,  /* sandbox actor -> stream sink, empty: the call is open (monitor me) */
     KA_SBX_GUEST_CREDIT, /* stream sink -> sandbox actor: ka_sbx_credit_t, data consumed */
+    /* sandboxes manager, then forwarded to the sandbox's own actor (beyond the reference) */
+    KA_SBX_PAUSE,   /* ka_sbx_key_t -> ka_sbx_reply_t (paused true): processes frozen */
+    KA_SBX_UNPAUSE, /* ka_sbx_key_t -> ka_sbx_reply_t (paused false): thawed */
     /* internal */
     KA_SBX_FORWARD_, /* manager -> sandbox actor: ka_sbx_forward_t (+ original body) */
     KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
     KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
     KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
+    KA_SBX_PAUSED_,  /* sandbox actor -> manager: ka_sbx_paused_t, it paused or unpaused */
     KA_CTL_MSG_LAST_
 };
 
@@ -135,7 +139,13 @@ typedef struct ka_sbx_key {
 typedef struct ka_sbx_reply {
     ka_status_t status;
     ka_store_sandbox_t sandbox;
+    uint8_t paused; /* 1: READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
 } ka_sbx_reply_t;
+
+typedef struct ka_sbx_paused {
+    char id[KA_STORE_ID_LEN];
+    uint8_t paused;
+} ka_sbx_paused_t;
 
 typedef struct ka_sbx_list_req {
     char caller[KA_STORE_CREATOR_LEN];

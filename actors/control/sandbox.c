@@ -12,6 +12,15 @@
  * (and expiry, a delete without a caller) waits for a running operation and then supersedes it.
  * Only delete and expiry remove a sandbox's /data: a sandbox whose compute was lost comes back
  * SUSPENDED (ComputeLost) and a resume boots it on the /data the driver kept.
+ *
+ * Pause (beyond the reference) freezes a READY sandbox's processes in its cgroup (PAUSED:
+ * memory kept, no CPU, the TTL runs on) and unpause thaws them; both are a bounded driver call
+ * of a few ms made in the actor (no job: a thaw is a cgroup write and one poll), and neither
+ * is persisted: the record stays READY, the reply says paused. Guest calls on a paused sandbox
+ * are refused (those already open wait: their idle deadline stops while paused and starts again
+ * at unpause); suspend is refused too (unpause first: a suspend saves what the caller left
+ * running, not what it froze). Delete, expiry and a guest lost thaw it first, then go on as
+ * from READY.
  */
 #include "sandbox_int.h"
 
@@ -21,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ka_objstore.h"
@@ -35,10 +45,12 @@
 #define FILE_SCHEME          "file://"
 #define SNAPSHOT_DEADLINE_MS (10 * 60 * 1000) /* a snapshot copy ends by then, done or failed */
 
-#define MSG_BUSY     "another lifecycle operation on this sandbox is running; retry later"
-#define MSG_DELETING "a delete of this sandbox is running"
-#define MSG_IN_STATE "cannot %s a sandbox in state %s"
-#define MSG_STORE    "the sandbox store is unavailable; retry"
+#define MSG_BUSY       "another lifecycle operation on this sandbox is running; retry later"
+#define MSG_DELETING   "a delete of this sandbox is running"
+#define MSG_IN_STATE   "cannot %s a sandbox in state %s"
+#define MSG_PAUSED     "sandbox is paused; unpause it first"
+#define MSG_NOT_PAUSED "the sandbox is not paused"
+#define MSG_STORE      "the sandbox store is unavailable; retry"
 #define MSG_LOST                                                                                   \
     "the sandbox's compute was lost when its node restarted; its /data is kept: resume it"
 
@@ -71,6 +83,8 @@ typedef enum {
     EV_GUEST,         /* exec, process and file calls */
     EV_SUSPEND,       /* lifecycle requests */
     EV_RESUME,        /*   " */
+    EV_PAUSE,         /*   " */
+    EV_UNPAUSE,       /*   " */
     EV_DELETE,        /*   " */
     EV_TTL,           /* the sandbox expired */
     EV_GUEST_EXIT,    /* its guest went away (exited, or killed for breaking the protocol) */
@@ -122,6 +136,9 @@ static void a_job_failed(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_store_done(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_store_failed(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_bug(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
+static void a_pause(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
+static void a_unpause(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
+static void a_thaw_then(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 
 /* The table reads as a grid: clang-format leaves it as laid out. */
 /* clang-format off */
@@ -131,6 +148,8 @@ static void a_bug(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 #define IN_STATE  {NULL, KA_FAILED_PRECONDITION, s_in_state}
 #define DELETING  {NULL, KA_ABORTED, MSG_DELETING}
 #define IGNORE    {NULL, KA_OK, NULL}
+#define PAUSED    {NULL, KA_FAILED_PRECONDITION, MSG_PAUSED}
+#define UNPAUSED  {NULL, KA_FAILED_PRECONDITION, MSG_NOT_PAUSED}
 #define BUG       {a_bug, KA_OK, NULL}
 
 /* Completions of the operation a transient state runs, and of a result a stable state writes on
@@ -140,33 +159,36 @@ static void a_bug(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 #define NONE      BUG, BUG, BUG, BUG
 
 static const s_cell_t s_table[KA_SBX_N_STATES][EV_N] = {
-    /*                     create        guest        suspend        resume        delete
-     *                     ttl                 guest exit          runtime
+    /*                     create        guest        suspend        resume        pause        unpause
+     *                     delete              ttl                 guest exit          runtime
      *                     job done, driver failed, store done, store failed */
-    [KA_SBX_CREATING]   = {DO(a_join),   NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
-                           DO(a_queue_delete), DO(a_guest_later),  BUG,
+    [KA_SBX_CREATING]   = {DO(a_join),   NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
+                           DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  BUG,
                            RUNNING},
-    [KA_SBX_READY]      = {DO(a_record), DO(a_guest), DO(a_suspend), IN_STATE,     DO(a_delete),
-                           DO(a_expire),       DO(a_guest_failed), BUG,
+    [KA_SBX_READY]      = {DO(a_record), DO(a_guest), DO(a_suspend), IN_STATE,     DO(a_pause), UNPAUSED,
+                           DO(a_delete),       DO(a_expire),       DO(a_guest_failed), BUG,
                            NONE},
-    [KA_SBX_SUSPENDING] = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
-                           DO(a_queue_delete), IGNORE,             BUG,
+    [KA_SBX_SUSPENDING] = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
+                           DO(a_queue_delete), DO(a_queue_delete), IGNORE,             BUG,
                            RUNNING},
-    [KA_SBX_SUSPENDED]  = {DO(a_record), NOT_READY,   IN_STATE,      DO(a_resume), DO(a_delete),
-                           DO(a_expire),       IGNORE,             BUG,
+    [KA_SBX_SUSPENDED]  = {DO(a_record), NOT_READY,   IN_STATE,      DO(a_resume), IN_STATE,    IN_STATE,
+                           DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
                            MARKING},
-    [KA_SBX_RESUMING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DO(a_queue_delete),
-                           DO(a_queue_delete), DO(a_guest_later),  DO(a_runtime),
+    [KA_SBX_RESUMING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
+                           DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  DO(a_runtime),
                            RUNNING},
-    [KA_SBX_DELETING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         DELETING,
-                           IGNORE,             IGNORE,             BUG,
+    [KA_SBX_DELETING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
+                           DELETING,           IGNORE,             IGNORE,             BUG,
                            RUNNING},
-    [KA_SBX_DELETED]    = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     DO(a_record),
-                           IGNORE,             IGNORE,             BUG,
+    [KA_SBX_DELETED]    = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     IN_STATE,    IN_STATE,
+                           DO(a_record),       IGNORE,             IGNORE,             BUG,
                            NONE},
-    [KA_SBX_FAILED]     = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     DO(a_delete),
-                           DO(a_expire),       IGNORE,             BUG,
+    [KA_SBX_FAILED]     = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     IN_STATE,    IN_STATE,
+                           DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
                            MARKING},
+    [KA_SBX_PAUSED]     = {DO(a_record), PAUSED,      PAUSED,        PAUSED,       DO(a_record), DO(a_unpause),
+                           DO(a_thaw_then),    DO(a_thaw_then),    DO(a_thaw_then),    BUG,
+                           NONE},
 };
 /* clang-format on */
 
@@ -174,7 +196,8 @@ static const s_cell_t s_table[KA_SBX_N_STATES][EV_N] = {
 #define TO(s) (1u << (s))
 static const uint32_t s_next[KA_SBX_N_STATES] = {
     [KA_SBX_CREATING] = TO(KA_SBX_READY) | TO(KA_SBX_FAILED),
-    [KA_SBX_READY] = TO(KA_SBX_SUSPENDING) | TO(KA_SBX_DELETING) | TO(KA_SBX_FAILED),
+    [KA_SBX_READY] =
+        TO(KA_SBX_SUSPENDING) | TO(KA_SBX_DELETING) | TO(KA_SBX_FAILED) | TO(KA_SBX_PAUSED),
     [KA_SBX_SUSPENDING] = TO(KA_SBX_SUSPENDED) | TO(KA_SBX_FAILED) | TO(KA_SBX_READY),
     [KA_SBX_SUSPENDED] = TO(KA_SBX_SUSPENDED) | TO(KA_SBX_RESUMING) | TO(KA_SBX_DELETING),
     [KA_SBX_RESUMING] = TO(KA_SBX_READY) | TO(KA_SBX_FAILED) | TO(KA_SBX_SUSPENDED),
@@ -182,6 +205,7 @@ static const uint32_t s_next[KA_SBX_N_STATES] = {
         TO(KA_SBX_DELETED) | TO(KA_SBX_READY) | TO(KA_SBX_SUSPENDED) | TO(KA_SBX_FAILED),
     [KA_SBX_DELETED] = 0,
     [KA_SBX_FAILED] = TO(KA_SBX_FAILED) | TO(KA_SBX_DELETING),
+    [KA_SBX_PAUSED] = TO(KA_SBX_READY),
 };
 
 static atomic_ullong s_violations; /* transitions or events the table forbids (bugs) */
@@ -195,7 +219,7 @@ const char *ka_sandbox_state_name(int state)
 {
     static const char *const names[KA_SBX_N_STATES] = {"CREATING",  "READY",    "SUSPENDING",
                                                        "SUSPENDED", "RESUMING", "DELETING",
-                                                       "DELETED",   "FAILED"};
+                                                       "DELETED",   "FAILED",   "PAUSED"};
     return state >= 0 && state < KA_SBX_N_STATES ? names[state] : "?";
 }
 
@@ -211,6 +235,7 @@ static void s_reply_record(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t
     ka_sbx_reply_t r;
     memset(&r, 0, sizeof r);
     r.sandbox = self->a.record;
+    r.paused = self->state == KA_SBX_PAUSED;
     krt_reply_to(ctx, c->to, c->ref, c->type, &r, sizeof r);
 }
 
@@ -228,6 +253,7 @@ static int s_record_state(ka_sbx_state_t s)
 {
     switch (s) {
     case KA_SBX_READY:
+    case KA_SBX_PAUSED:
         return KA_STATE_READY;
     case KA_SBX_SUSPENDED:
         return KA_STATE_SUSPENDED;
@@ -798,6 +824,66 @@ static void a_expire(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
         s_start_delete(ctx, self, NULL);
 }
 
+static void s_fire(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev);
+
+/* Freezes or thaws the compute: 0, or the driver's error answered to c (nothing changed). */
+static int s_freeze(krt_ctx_t *ctx, ka_sbx_t *self, bool frozen, const ka_sbx_caller_t *c)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = ka_driver_freeze(self->a.driver, self->compute, frozen);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    krt_log_actor(
+        ctx, rc ? KRT_LOG_WARN : KRT_LOG_INFO, frozen ? "sandbox_paused" : "sandbox_unpaused",
+        "sandbox=%s rc=%d us=%lld", self->a.record.id, rc,
+        (long long)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000));
+    if (rc && c)
+        ka_sbx_reply_status(ctx, c->to, c->ref, c->type,
+                            rc == -ENOTSUP ? KA_FAILED_PRECONDITION : KA_UNAVAILABLE,
+                            "%s the sandbox failed: %s", frozen ? "pausing" : "unpausing",
+                            rc == -ENOTSUP ? "this node cannot freeze sandboxes (cgroup v2 needed)"
+                                           : strerror(-rc));
+    return rc;
+}
+
+/* Enters PAUSED or leaves it for READY, and tells the manager (a get shows it). */
+static void s_set_paused(krt_ctx_t *ctx, ka_sbx_t *self, bool paused)
+{
+    s_enter(ctx, self, paused ? KA_SBX_PAUSED : KA_SBX_READY);
+    if (!paused)
+        ka_sbx_guest_touch(self);
+    ka_sbx_paused_t p;
+    memset(&p, 0, sizeof p);
+    s_copy(p.id, sizeof p.id, self->a.record.id);
+    p.paused = paused;
+    krt_send(ctx, krt_parent(ctx), KA_SBX_PAUSED_, &p, sizeof p);
+}
+
+static void a_pause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
+{
+    if (s_freeze(ctx, self, true, &ev->from))
+        return;
+    s_set_paused(ctx, self, true);
+    s_reply_record(ctx, self, &ev->from);
+}
+
+static void a_unpause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
+{
+    if (s_freeze(ctx, self, false, &ev->from))
+        return;
+    s_set_paused(ctx, self, false);
+    s_reply_record(ctx, self, &ev->from);
+}
+
+/* Delete, expiry or a guest lost while paused: thawed (a thaw that fails still lets the stop
+ * kill it: SIGKILL reaches frozen tasks), then as from READY. */
+static void a_thaw_then(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
+{
+    s_freeze(ctx, self, false, NULL);
+    s_set_paused(ctx, self, false);
+    s_fire(ctx, self, ev);
+}
+
 /* READY and the guest is gone: FAILED with its reason. */
 static void a_guest_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
@@ -876,7 +962,11 @@ static void a_store_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 
 static const char *s_verb(s_event_t e)
 {
-    return e == EV_SUSPEND ? "suspend" : e == EV_RESUME ? "resume" : "delete";
+    return e == EV_SUSPEND   ? "suspend"
+           : e == EV_RESUME  ? "resume"
+           : e == EV_PAUSE   ? "pause"
+           : e == EV_UNPAUSE ? "unpause"
+                             : "delete";
 }
 
 static void s_fire(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
@@ -919,9 +1009,11 @@ static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr
             caller = ((const ka_guest_req_t *)body)->caller;
     } else {
         const ka_sbx_key_t *k = body;
-        ev.type = type == KA_SBX_SUSPEND  ? EV_SUSPEND
-                  : type == KA_SBX_RESUME ? EV_RESUME
-                                          : EV_DELETE;
+        ev.type = type == KA_SBX_SUSPEND   ? EV_SUSPEND
+                  : type == KA_SBX_RESUME  ? EV_RESUME
+                  : type == KA_SBX_PAUSE   ? EV_PAUSE
+                  : type == KA_SBX_UNPAUSE ? EV_UNPAUSE
+                                           : EV_DELETE;
         if (len == sizeof *k && memchr(k->caller, 0, sizeof k->caller))
             caller = k->caller;
     }
@@ -1030,6 +1122,8 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_CREATE:
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
+    case KA_SBX_PAUSE:
+    case KA_SBX_UNPAUSE:
     case KA_SBX_DELETE:
     case KA_SBX_GUEST:
         s_on_request(ctx, self, msg->type, msg->from, msg->ref, msg->body, msg->len);

@@ -550,7 +550,8 @@ void ka_sbx_guest_credit(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, const 
 }
 
 /* Deadlines: a call whose guest sent nothing for the idle time fails (a stream waiting for
- * its reader to take data is not waiting for the guest); without a guest every call fails. */
+ * its reader to take data is not waiting for the guest, nor is any call while the sandbox is
+ * paused); without a guest every call fails. */
 void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     uint64_t now = krt_now_ms();
@@ -560,7 +561,7 @@ void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self)
         bool blocked = c->credit == 0;
         if (!self->gc)
             s_end_call(ctx, self, c, KA_UNAVAILABLE, "the sandbox guest is not running");
-        else if (!blocked && now - c->last_ms > s_idle_ms(self)) {
+        else if (self->state != KA_SBX_PAUSED && !blocked && now - c->last_ms > s_idle_ms(self)) {
             if (ka_gc_kind_streams(c->kind))
                 ka_guestconn_cancel(self->gc, c->id, NULL);
             s_end_call(ctx, self, c, KA_DEADLINE_EXCEEDED,
@@ -571,4 +572,11 @@ void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self)
     s_guest_flush(ctx, self);
     if (self->calls.head)
         krt_timer_arm(ctx, &self->sweep, s_sweep_ms(self), KA_SBX_MSG_SWEEP, 0);
+}
+
+void ka_sbx_guest_touch(ka_sbx_t *self)
+{
+    uint64_t now = krt_now_ms();
+    for (ka_gc_call_t *c = self->calls.head; c; c = c->next)
+        c->last_ms = now;
 }

@@ -23,6 +23,8 @@ typedef enum {
     KA_SBX_DELETING,   /* intent, compute and data removed, tombstone written */
     KA_SBX_DELETED,    /* tombstone: answers from the record until the manager stops it */
     KA_SBX_FAILED,     /* compute unusable (kept until delete); only delete or expiry move on */
+    KA_SBX_PAUSED,     /* READY with every process frozen (cgroup freezer): memory kept, no CPU;
+                        * not persisted (the record stays READY), guest calls refused */
     KA_SBX_N_STATES
 } ka_sbx_state_t;
 
@@ -118,6 +120,8 @@ void ka_sbx_guest_credit(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, const 
 /* Reads and routes what the guest sent (from_fd: the one-shot watch fired). */
 void ka_sbx_guest_io(krt_ctx_t *ctx, ka_sbx_t *self, bool from_fd);
 void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self);
+/* The open calls' idle time starts again (the sandbox was unpaused: it was not the guest's). */
+void ka_sbx_guest_touch(ka_sbx_t *self);
 
 /* ---- sandbox.c ---------------------------------------------------------------------------- */
 

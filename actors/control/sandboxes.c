@@ -21,6 +21,12 @@
 #define RECOVER_PAGE       100
 
 /* A caller's request in flight: each step is a krt_request whose callback is the next step. */
+/* A live sandbox: its actor, and whether it says it is paused (a get shows it). */
+typedef struct {
+    krt_addr_t addr;
+    bool paused;
+} s_slot_t;
+
 typedef struct s_op s_op_t;
 struct s_op {
     s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
@@ -37,7 +43,7 @@ struct s_op {
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live; /* id -> krt_addr_t* of the sandbox's actor */
+    zhashx_t *live; /* id -> s_slot_t* of the sandbox's actor */
     s_op_t *ops;    /* in flight, owned */
 } s_mgr_t;
 
@@ -157,8 +163,8 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
 
 static krt_addr_t s_live(s_mgr_t *self, const char *id)
 {
-    krt_addr_t *a = zhashx_lookup(self->live, id);
-    return a ? *a : KRT_ADDR_NONE;
+    s_slot_t *a = zhashx_lookup(self->live, id);
+    return a ? a->addr : KRT_ADDR_NONE;
 }
 
 static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
@@ -178,10 +184,10 @@ static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
         free(copy);
         return rc;
     }
-    krt_addr_t *slot = malloc(sizeof *slot);
+    s_slot_t *slot = malloc(sizeof *slot);
     if (!slot)
         return KRT_ENOMEM;
-    *slot = addr;
+    *slot = (s_slot_t){.addr = addr};
     zhashx_update(self->live, args->record.id, slot);
     return 0;
 }
@@ -429,6 +435,8 @@ static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const kr
         out.status = *st;
         if (msg->len == sizeof *r)
             out.sandbox = r->sandbox;
+        const s_slot_t *a = zhashx_lookup(self->live, out.sandbox.id);
+        out.paused = a && a->paused && out.sandbox.state == KA_STATE_READY;
         krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
     } else {
         krt_reply_to(ctx, op->from, op->from_ref, op->type, copy, len);
@@ -535,7 +543,11 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
     }
     char why[KA_MSG_LEN];
     snprintf(why, sizeof why, "cannot %s a sandbox in state %s",
-             op->type == KA_SBX_SUSPEND ? "suspend" : "resume", ka_state_name(sb->state));
+             op->type == KA_SBX_SUSPEND  ? "suspend"
+             : op->type == KA_SBX_RESUME ? "resume"
+             : op->type == KA_SBX_PAUSE  ? "pause"
+                                         : "unpause",
+             ka_state_name(sb->state));
     s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
 }
 
@@ -593,8 +605,8 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
 
 static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 {
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == who)
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == who)
             return true;
     return false;
 }
@@ -602,8 +614,8 @@ static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
 {
     const krt_down_t *d = msg->body;
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == d->who) {
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == d->who) {
             zhashx_delete(self->live, zhashx_cursor(self->live));
             return;
         }
@@ -615,13 +627,24 @@ static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
  * the exit of an actor that is not our child. */
 static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
-    for (krt_addr_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (*a == who) {
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
+        if (a->addr == who) {
             zhashx_delete(self->live, zhashx_cursor(self->live));
             krt_unlink(ctx, who);
             krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
             return;
         }
+}
+
+/* A sandbox actor paused or unpaused (only the actor holding that id is believed). */
+static void s_on_paused(s_mgr_t *self, const krt_msg_t *msg)
+{
+    const ka_sbx_paused_t *p = msg->body;
+    if (msg->len != sizeof *p || !memchr(p->id, 0, sizeof p->id))
+        return;
+    s_slot_t *a = zhashx_lookup(self->live, p->id);
+    if (a && a->addr == msg->from)
+        a->paused = p->paused != 0;
 }
 
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -639,6 +662,8 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
+    case KA_SBX_PAUSE:
+    case KA_SBX_UNPAUSE:
     case KA_SBX_DELETE:
     case KA_SBX_GUEST:
     case KA_SBX_GUEST_CANCEL:
@@ -653,6 +678,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     }
     case KRT_MSG_DOWN:
         s_on_down(self, msg);
+        break;
+    case KA_SBX_PAUSED_:
+        s_on_paused(self, msg);
         break;
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);

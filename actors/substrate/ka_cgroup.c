@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,8 +15,8 @@
 
 #define S_ROOT "/sys/fs/cgroup"
 
-enum { S_MEM, S_CPU, S_PIDS, S_ACCT, S_NCTRL };
-static const char *const s_ctrl[S_NCTRL] = {"memory", "cpu", "pids", "cpuacct"};
+enum { S_MEM, S_CPU, S_PIDS, S_ACCT, S_FRZ, S_NCTRL };
+static const char *const s_ctrl[S_NCTRL] = {"memory", "cpu", "pids", "cpuacct", "freezer"};
 
 /* Host layout, detected once. */
 static struct {
@@ -305,6 +306,91 @@ int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out)
     return 0;
 }
 
+/* Whether dir's cgroup.events has "frozen <want>" (fd: the open events file). */
+static bool s_frozen_is(int fd, bool want)
+{
+    char buf[512];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *f = strstr(buf, "frozen ");
+    return f && (f[7] == '1') == want;
+}
+
+/* Waits (poll on cgroup.events, which the kernel signals on change) until frozen == want. */
+static int s_freeze_wait(const char *dir, bool want, int timeout_ms)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/cgroup.events", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = 0;
+    while (!s_frozen_is(fd, want)) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (spent >= timeout_ms) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLPRI};
+        if (poll(&p, 1, (int)(timeout_ms - spent)) < 0 && errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+/* v1: freezer.state goes FREEZING -> FROZEN (no notification: polled every 100 us). */
+static int s_freeze_v1(const char *dir, bool frozen, int timeout_ms)
+{
+    int rc = s_write(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+    struct timespec step = {0, 100000};
+    for (int waited_us = 0; !rc; waited_us += 100) {
+        char st[32];
+        if ((rc = s_read(dir, "freezer.state", st, sizeof st)) < 0)
+            break;
+        rc = 0;
+        if (strncmp(st, frozen ? "FROZEN" : "THAWED", 6) == 0)
+            break;
+        if (waited_us >= timeout_ms * 1000) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        nanosleep(&step, NULL);
+    }
+    return rc;
+}
+
+int ka_cgroup_freeze(const ka_cgroup_t *cg, bool frozen, int timeout_ms)
+{
+    if (!cg)
+        return -EINVAL;
+    const char *dir = NULL;
+    for (size_t i = 0; i < cg->n; i++)
+        if (cg->ctrl[i] == -1 || cg->ctrl[i] == S_FRZ)
+            dir = cg->dir[i];
+    if (!dir)
+        return -ENOTSUP; /* v1 without a freezer hierarchy */
+    int rc;
+    if (cg->ctrl[0] == -1) {
+        rc = s_write(dir, "cgroup.freeze", frozen ? "1" : "0");
+        if (!rc)
+            rc = s_freeze_wait(dir, frozen, timeout_ms);
+    } else {
+        rc = s_freeze_v1(dir, frozen, timeout_ms);
+    }
+    if (rc == -ETIMEDOUT && frozen)
+        ka_cgroup_freeze(cg, false, timeout_ms);
+    return rc == -ENOENT ? -ENOTSUP : rc;
+}
+
 /* SIGKILLs every task listed in dir/cgroup.procs; returns how many were listed. */
 static int s_kill_all(const char *dir)
 {
@@ -332,6 +418,7 @@ static int s_kill_all(const char *dir)
 int ka_cgroup_remove_dir(const char *dir)
 {
     struct timespec ms = {0, 1000000};
+    (void)s_write(dir, "freezer.state", "THAWED"); /* v1: a frozen task cannot even die */
     for (int tries = 0; tries < 5000; tries++) {
         if (rmdir(dir) == 0 || errno == ENOENT)
             return 0;

@@ -1,8 +1,8 @@
 /*
  * ka_cgroup: per-sandbox cpu, memory and pids limits on cgroup v1 or v2, whichever the host
  * has (detected once: pure v2 has /sys/fs/cgroup/cgroup.controllers; otherwise the v1
- * hierarchies memory, cpu, pids (+ cpuacct for stats) are used, as on hybrid hosts where the
- * cgroup2 mount has no usable controllers).
+ * hierarchies memory, cpu, pids (+ cpuacct for stats, freezer for pause) are used, as on hybrid
+ * hosts where the cgroup2 mount has no usable controllers).
  *
  * Cgroups are created under this process's own cgroup in each hierarchy:
  *   <mount>/<self path>/<parent>/<id>
@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define KA_CGROUP_MAX_DIRS 4
+#define KA_CGROUP_MAX_DIRS 5
 
 typedef struct ka_cgroup ka_cgroup_t;
 
@@ -36,6 +36,10 @@ ka_cgroup_t *ka_cgroup_new(const char *parent, const char *id, const ka_cgroup_l
 /* Opens each dir's cgroup.procs for writing (O_CLOEXEC); returns the count or -errno. */
 int ka_cgroup_procs_fds(const ka_cgroup_t *cg, int fds[KA_CGROUP_MAX_DIRS]);
 int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out);
+/* Freezes (frozen true) or thaws every task in cg and waits until it is done, at most
+ * timeout_ms: v2 cgroup.freeze (cgroup.events says frozen), v1 the freezer hierarchy's
+ * freezer.state. 0, -ETIMEDOUT (a freeze not reached is undone), -ENOTSUP (no freezer). */
+int ka_cgroup_freeze(const ka_cgroup_t *cg, bool frozen, int timeout_ms);
 /* Kills whatever is still inside and removes the directories. Frees cg. Idempotent. */
 int ka_cgroup_remove(ka_cgroup_t **cg_p);
 /* Crash cleanup: kills the tasks in one cgroup dir and removes it (0 if already gone). */

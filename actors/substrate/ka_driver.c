@@ -63,6 +63,13 @@ int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb)
     return d->ops->kill ? d->ops->kill(d, sb) : -ENOSYS;
 }
 
+int ka_driver_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen)
+{
+    if (!d || !sb)
+        return -EINVAL;
+    return d->ops->freeze ? d->ops->freeze(d, sb, frozen) : -ENOTSUP;
+}
+
 int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb)
 {
     if (!d || !sb || !*sb)

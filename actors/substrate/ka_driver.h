@@ -65,6 +65,10 @@ typedef struct ka_driver_ops {
     /* Kills the guest (SIGKILL) without waiting or cleaning up: never blocks, so an actor may
      * call it (a guest that broke the protocol). stop still has to follow. */
     int (*kill)(ka_driver_t *d, ka_sandbox_t *sb);
+    /* Freezes (frozen true) every process in the sandbox, keeping their memory, or thaws
+     * them, and waits until done (bounded: a few ms, -ETIMEDOUT past the bound, nothing
+     * changed). A frozen sandbox can still be stopped. Optional (-ENOTSUP). */
+    int (*freeze)(ka_driver_t *d, ka_sandbox_t *sb, bool frozen);
     /* Like stop, but the sandbox's /data stays, kept under its id, for a later start of the
      * same id with reuse_data (a node that crashed leaves the same behind for every sandbox
      * it ran). Frees the sandbox and NULLs *sb (even on error). Optional. */
@@ -95,6 +99,7 @@ const char *ka_driver_data_dir(ka_driver_t *d, ka_sandbox_t *sb);
 uint32_t ka_driver_owner(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_channel(ka_driver_t *d, ka_sandbox_t *sb);
 int ka_driver_kill(ka_driver_t *d, ka_sandbox_t *sb);
+int ka_driver_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen);
 /* Without park (a driver that keeps nothing): stop. */
 int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb);
 bool ka_driver_kept(ka_driver_t *d, const char *id);

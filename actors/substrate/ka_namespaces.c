@@ -635,11 +635,16 @@ static void s_sandbox_free(ka_sandbox_t *sb)
 }
 
 /* Kills the guest (and with it the PID namespace) and waits for it. */
+/* Bounded: a sandbox's tasks freeze in well under this; past it the freeze is undone. */
+#define FREEZE_TIMEOUT_MS 200
+
 static void s_kill_wait(ka_sandbox_t *sb)
 {
     if (sb->pidfd < 0)
         return;
     syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    if (sb->cg) /* a paused sandbox: on cgroup v1 a frozen task cannot die until thawed */
+        ka_cgroup_freeze(sb->cg, false, FREEZE_TIMEOUT_MS);
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)sb->pidfd, &si, WEXITED) < 0 && errno == EINTR)
         ;
@@ -1000,6 +1005,12 @@ static int s_kill(ka_driver_t *base, ka_sandbox_t *sb)
     return syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 ? -errno : 0;
 }
 
+static int s_freeze(ka_driver_t *base, ka_sandbox_t *sb, bool frozen)
+{
+    (void)base;
+    return ka_cgroup_freeze(sb->cg, frozen, FREEZE_TIMEOUT_MS);
+}
+
 static void s_destroy(ka_driver_t *base)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -1039,6 +1050,7 @@ static const ka_driver_ops_t s_ops = {
     .owner = s_owner,
     .channel = s_channel,
     .kill = s_kill,
+    .freeze = s_freeze,
     .park = s_park,
     .kept = s_kept,
     .discard = s_discard,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A Sandbox message and everything it points at, filled from a record (strings borrowed). */
+/* A Sandbox message and everything it points at, filled from a reply (strings borrowed). */
 typedef struct {
     Kagent__Api__V1__Sandbox sb;
     Kagent__Api__V1__ResourceReference ref;
@@ -14,7 +14,7 @@ typedef struct {
     Google__Protobuf__Timestamp created, updated, expires;
 } s_pb_sandbox_t;
 
-static void s_fill(s_pb_sandbox_t *p, ka_store_sandbox_t *r)
+static void s_fill(s_pb_sandbox_t *p, ka_store_sandbox_t *r, bool paused)
 {
     kagent__api__v1__sandbox__init(&p->sb);
     kagent__api__v1__resource_reference__init(&p->ref);
@@ -40,16 +40,18 @@ static void s_fill(s_pb_sandbox_t *p, ka_store_sandbox_t *r)
     p->sb.created_at = &p->created;
     p->sb.updated_at = &p->updated;
     p->sb.expires_at = &p->expires;
-    bool live = r->state == KA_STATE_READY;
+    bool live = r->state == KA_STATE_READY && !paused;
     p->guest.process_execution = live;
     p->guest.file_access = live;
     p->sb.guest = &p->guest;
 }
 
-/* Every lifecycle response is `{ Sandbox sandbox = 1; }`: one shape, many descriptors. */
+/* Every lifecycle response is `{ Sandbox sandbox = 1; }` (pause's add `bool paused = 2;`):
+ * one shape, many descriptors. */
 typedef struct {
     ProtobufCMessage base;
     Kagent__Api__V1__Sandbox *sandbox;
+    protobuf_c_boolean paused;
 } s_sandbox_response_t;
 
 static const ProtobufCMessageDescriptor *s_response_desc(uint32_t type)
@@ -63,6 +65,10 @@ static const ProtobufCMessageDescriptor *s_response_desc(uint32_t type)
         return &kagent__api__v1__suspend_sandbox_response__descriptor;
     case KA_SBX_RESUME:
         return &kagent__api__v1__resume_sandbox_response__descriptor;
+    case KA_SBX_PAUSE:
+        return &kagent__runtime__v1__pause_sandbox_response__descriptor;
+    case KA_SBX_UNPAUSE:
+        return &kagent__runtime__v1__unpause_sandbox_response__descriptor;
     default:
         return &kagent__api__v1__delete_sandbox_response__descriptor;
     }
@@ -82,8 +88,9 @@ static void s_on_sandbox(void *user, const ka_status_t *st, const void *body, si
         ka_sbx_reply_t r;
         memcpy(&r, body, sizeof r);
         s_pb_sandbox_t p;
-        s_fill(&p, &r.sandbox);
-        s_sandbox_response_t resp = {PROTOBUF_C_MESSAGE_INIT(s_response_desc(c->type)), &p.sb};
+        s_fill(&p, &r.sandbox, r.paused != 0);
+        s_sandbox_response_t resp = {PROTOBUF_C_MESSAGE_INIT(s_response_desc(c->type)), &p.sb,
+                                     r.paused != 0};
         kb_grpc_reply(c->call, &resp.base);
     }
     free(c);
@@ -179,6 +186,14 @@ static void s_resume(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
 {
     s_by_id(call, m, user, KA_SBX_RESUME);
 }
+static void s_pause(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    s_by_id(call, m, user, KA_SBX_PAUSE);
+}
+static void s_unpause(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    s_by_id(call, m, user, KA_SBX_UNPAUSE);
+}
 static void s_delete(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     s_by_id(call, m, user, KA_SBX_DELETE);
@@ -207,7 +222,7 @@ static void s_on_list(void *user, const ka_status_t *st, const void *body, size_
     } else {
         memcpy(copy, body, len);
         for (uint32_t i = 0; i < copy->count; i++) {
-            s_fill(&pbs[i], &copy->items[i]);
+            s_fill(&pbs[i], &copy->items[i], false);
             ptrs[i] = &pbs[i].sb;
         }
         Kagent__Api__V1__ListSandboxesResponse resp =
@@ -285,5 +300,10 @@ const kb_grpc_method_t kb_api_sandbox_methods[] = {
      s_resume, NULL, NULL, NULL},
     {SVC "DeleteSandbox", KB_GRPC_UNARY, &kagent__api__v1__delete_sandbox_request__descriptor,
      s_delete, NULL, NULL, NULL},
+    /* beyond the reference: our own package */
+    {"/kagent.runtime.v1.RuntimeService/PauseSandbox", KB_GRPC_UNARY,
+     &kagent__runtime__v1__pause_sandbox_request__descriptor, s_pause, NULL, NULL, NULL},
+    {"/kagent.runtime.v1.RuntimeService/UnpauseSandbox", KB_GRPC_UNARY,
+     &kagent__runtime__v1__unpause_sandbox_request__descriptor, s_unpause, NULL, NULL, NULL},
 };
 const size_t kb_api_sandbox_n = sizeof kb_api_sandbox_methods / sizeof kb_api_sandbox_methods[0];

@@ -43,6 +43,7 @@ static const kb_flag_t s_global_flags[] = {
 static const kb_cmd_t *const s_sandbox_subs[] = {&kb_cmd_sandbox_templates, &kb_cmd_sandbox_create,
                                                  &kb_cmd_sandbox_list,      &kb_cmd_sandbox_get,
                                                  &kb_cmd_sandbox_suspend,   &kb_cmd_sandbox_resume,
+                                                 &kb_cmd_sandbox_pause,     &kb_cmd_sandbox_unpause,
                                                  &kb_cmd_sandbox_delete,    &kb_cmd_sandbox_exec,
                                                  &kb_cmd_sandbox_wait,      &kb_cmd_sandbox_process,
                                                  &kb_cmd_sandbox_kill,      &kb_cmd_sandbox_upload,

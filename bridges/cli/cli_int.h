@@ -99,7 +99,8 @@ struct kb_cli {
 
 /* Command groups (one file each). */
 extern const kb_cmd_t kb_cmd_sandbox_create, kb_cmd_sandbox_list, kb_cmd_sandbox_get,
-    kb_cmd_sandbox_suspend, kb_cmd_sandbox_resume, kb_cmd_sandbox_delete; /* cmd_sandbox.c */
+    kb_cmd_sandbox_suspend, kb_cmd_sandbox_resume, kb_cmd_sandbox_delete, kb_cmd_sandbox_pause,
+    kb_cmd_sandbox_unpause; /* cmd_sandbox.c */
 extern const kb_cmd_t kb_cmd_sandbox_exec, kb_cmd_sandbox_wait, kb_cmd_sandbox_process,
     kb_cmd_sandbox_kill;                                              /* cmd_process.c */
 extern const kb_cmd_t kb_cmd_sandbox_upload, kb_cmd_sandbox_download; /* cmd_files.c */

@@ -1,5 +1,6 @@
 /*
- * Sandbox lifecycle commands: create, list, get, suspend, resume, delete (SandboxService).
+ * Sandbox lifecycle commands: create, list, get, suspend, resume, delete (SandboxService), and
+ * pause, unpause (RuntimeService: beyond the reference).
  */
 #include "cli_int.h"
 
@@ -207,7 +208,7 @@ static int s_print_timed(kb_cli_t *cli, Kagent__Api__V1__Sandbox *sb)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* get / suspend / resume / delete: { sandbox_id } -> { sandbox } */
+/* get / suspend / resume / delete / pause / unpause: { sandbox_id } -> { sandbox [, paused] } */
 
 typedef struct {
     const char *action;
@@ -229,10 +230,17 @@ static const s_simple_t s_simple[] = {
     {"delete", "/kagent.api.v1.SandboxService/DeleteSandbox",
      &kagent__api__v1__delete_sandbox_request__descriptor,
      &kagent__api__v1__delete_sandbox_response__descriptor},
+    {"pause", "/kagent.runtime.v1.RuntimeService/PauseSandbox",
+     &kagent__runtime__v1__pause_sandbox_request__descriptor,
+     &kagent__runtime__v1__pause_sandbox_response__descriptor},
+    {"unpause", "/kagent.runtime.v1.RuntimeService/UnpauseSandbox",
+     &kagent__runtime__v1__unpause_sandbox_request__descriptor,
+     &kagent__runtime__v1__unpause_sandbox_response__descriptor},
 };
 
-/* All four requests are { string sandbox_id = 1; } and responses { Sandbox sandbox = 1; }, so
- * one generic path builds and reads them through their descriptors. */
+/* All these requests are { string sandbox_id = 1; } and responses { Sandbox sandbox = 1; }
+ * (pause's add `bool paused = 2;`), so one generic path builds and reads them through their
+ * descriptors. */
 static int s_run_simple(kb_cli_t *cli, const kb_args_t *a, const s_simple_t *op)
 {
     const char *id = a->pos[0];
@@ -251,9 +259,14 @@ static int s_run_simple(kb_cli_t *cli, const kb_args_t *a, const s_simple_t *op)
         return kb_cli_fail(cli, "%s sandbox %s: %s", op->action, id, cause);
     }
     Kagent__Api__V1__Sandbox *sb = ((Kagent__Api__V1__GetSandboxResponse *)resp)->sandbox;
+    bool pause = op >= &s_simple[4];
     int rc = !sb                               ? kb_cli_fail(cli, "server returned no sandbox")
              : cli->json && op == &s_simple[0] ? s_print_timed(cli, sb)
+             : cli->json && pause              ? kb_cli_print(cli, resp)
                                                : s_print_one(cli, sb);
+    if (sb && pause && !cli->json)
+        fprintf(cli->out, "paused: %s\n",
+                ((Kagent__Runtime__V1__PauseSandboxResponse *)resp)->paused ? "yes" : "no");
     protobuf_c_message_free_unpacked(resp, NULL);
     return rc;
 }
@@ -276,6 +289,16 @@ static int s_run_resume(kb_cli_t *cli, const kb_args_t *a)
 static int s_run_delete(kb_cli_t *cli, const kb_args_t *a)
 {
     return s_run_simple(cli, a, &s_simple[3]);
+}
+
+static int s_run_pause(kb_cli_t *cli, const kb_args_t *a)
+{
+    return s_run_simple(cli, a, &s_simple[4]);
+}
+
+static int s_run_unpause(kb_cli_t *cli, const kb_args_t *a)
+{
+    return s_run_simple(cli, a, &s_simple[5]);
 }
 
 const kb_cmd_t kb_cmd_sandbox_get = {
@@ -313,4 +336,22 @@ const kb_cmd_t kb_cmd_sandbox_delete = {
     .min_args = 1,
     .max_args = 1,
     .run = s_run_delete,
+};
+const kb_cmd_t kb_cmd_sandbox_pause = {
+    .name = "pause",
+    .use = "pause ID",
+    .short_help = "freeze a sandbox's processes (memory kept, no CPU; the TTL runs on)",
+    .long_help = s_lifecycle_long,
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_pause,
+};
+const kb_cmd_t kb_cmd_sandbox_unpause = {
+    .name = "unpause",
+    .use = "unpause ID",
+    .short_help = "thaw a paused sandbox",
+    .long_help = s_lifecycle_long,
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_unpause,
 };

@@ -329,6 +329,19 @@ static json_t *s_summary(const ka_store_sandbox_t *sb)
     return o;
 }
 
+/* A ka_sbx_reply_t as the tool's result: the summary, with "paused" after a pause or unpause
+ * and whenever it is paused. */
+static json_t *s_reply_summary(kb_mcp_call_t *c, uint32_t type, const void *body, size_t len)
+{
+    if (len < sizeof(ka_sbx_reply_t))
+        return s_error(KA_INTERNAL, "short reply");
+    const ka_sbx_reply_t *rep = body;
+    json_t *o = s_summary(&rep->sandbox);
+    if (type == KA_SBX_PAUSE || type == KA_SBX_UNPAUSE || rep->paused)
+        json_object_set_new(o, "paused", json_boolean(rep->paused != 0));
+    return s_ok(c, o);
+}
+
 const char *kb_mcp_process_status(int state, int exit_code)
 {
     if (state != 2)
@@ -418,9 +431,7 @@ static json_t *t_create(kb_mcp_call_t *c, json_t *args)
     size_t len = 0;
     if (s_unary(c, KA_SBX_CREATE, &q, sizeof q, &st, &body, &len) != KA_OK)
         return s_status_error(&st);
-    json_t *r = len >= sizeof(ka_sbx_reply_t)
-                    ? s_ok(c, s_summary(&((ka_sbx_reply_t *)body)->sandbox))
-                    : s_error(KA_INTERNAL, "short reply");
+    json_t *r = s_reply_summary(c, KA_SBX_CREATE, body, len);
     free(body);
     return r;
 }
@@ -481,9 +492,7 @@ static json_t *s_lifecycle(kb_mcp_call_t *c, json_t *args, uint32_t type)
     size_t len = 0;
     if (s_unary(c, type, &k, sizeof k, &st, &body, &len) != KA_OK)
         return s_status_error(&st);
-    json_t *r = len >= sizeof(ka_sbx_reply_t)
-                    ? s_ok(c, s_summary(&((ka_sbx_reply_t *)body)->sandbox))
-                    : s_error(KA_INTERNAL, "short reply");
+    json_t *r = s_reply_summary(c, type, body, len);
     free(body);
     return r;
 }
@@ -499,6 +508,14 @@ static json_t *t_suspend(kb_mcp_call_t *c, json_t *a)
 static json_t *t_resume(kb_mcp_call_t *c, json_t *a)
 {
     return s_lifecycle(c, a, KA_SBX_RESUME);
+}
+static json_t *t_pause(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_PAUSE);
+}
+static json_t *t_unpause(kb_mcp_call_t *c, json_t *a)
+{
+    return s_lifecycle(c, a, KA_SBX_UNPAUSE);
 }
 static json_t *t_delete(kb_mcp_call_t *c, json_t *a)
 {
@@ -1084,6 +1101,18 @@ static const s_tool_t s_tools[] = {
      "first byte to return.\"}},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
      t_read_file, true, false, true},
+    /* beyond the reference: after its tools, in the same shape */
+    {"pause_sandbox", "Pause a sandbox",
+     "Freezes every process of a READY sandbox: memory and processes stay, no CPU is used, the "
+     "TTL keeps running. Commands and file calls are refused until unpause_sandbox.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_pause, false, false, true},
+    {"unpause_sandbox", "Unpause a sandbox",
+     "Thaws a paused sandbox: its processes go on where they stopped.",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     t_unpause, false, false, true},
 };
 
 #define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])

@@ -2,7 +2,7 @@
 """The public gRPC API with a real gRPC client (Debian's python3-grpcio) against a real node.
 
 Usage: test_api.py API_HOST:PORT STUB_DIR TEMPLATE_NAME
-Covers reflection, the sandbox lifecycle, processes (start, stream with offsets, signal, stdin),
+Covers reflection, the sandbox lifecycle (and pause), processes (start, stream with offsets, signal, stdin),
 files (write with seek_offset, read, the 64 MiB cap), routing metadata and ownership errors.
 """
 import sys
@@ -178,6 +178,25 @@ def main():
     r = sbx.ResumeSandbox(sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sb2.id), metadata=ALICE)
     assert r.sandbox.state == 2, r
     sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sb2.id), metadata=ALICE)
+
+    # pause / unpause (kagent.runtime.v1, beyond the reference): READY, paused, guest calls off
+    sb3 = create("py-pause")
+    p = rt.PauseSandbox(runtime_pb2.PauseSandboxRequest(sandbox_id=sb3.id), metadata=ALICE)
+    assert p.paused and p.sandbox.state == 2 and not p.sandbox.guest.process_execution, p
+    g = sbx.GetSandbox(sandboxes_pb2.GetSandboxRequest(sandbox_id=sb3.id), metadata=ALICE)
+    assert g.sandbox.state == 2 and not g.sandbox.guest.process_execution, g
+    details = expect_code(grpc.StatusCode.FAILED_PRECONDITION, proc.StartProcess,
+                          guest_pb2.StartProcessRequest(command=["true"]),
+                          metadata=guest_md(sb3.id))
+    assert details == "sandbox is paused; unpause it first", details
+    expect_code(grpc.StatusCode.NOT_FOUND, rt.UnpauseSandbox,
+                runtime_pb2.UnpauseSandboxRequest(sandbox_id=sb3.id), metadata=BOB)
+    u = rt.UnpauseSandbox(runtime_pb2.UnpauseSandboxRequest(sandbox_id=sb3.id), metadata=ALICE)
+    assert not u.paused and u.sandbox.guest.process_execution, u
+    assert run(sb3.id, ["true"])[3].exit_code == 0
+    expect_code(grpc.StatusCode.FAILED_PRECONDITION, rt.UnpauseSandbox,
+                runtime_pb2.UnpauseSandboxRequest(sandbox_id=sb3.id), metadata=ALICE)
+    sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sb3.id), metadata=ALICE)
 
     from google.protobuf import duration_pb2
     short = sbx.CreateSandbox(sandboxes_pb2.CreateSandboxRequest(

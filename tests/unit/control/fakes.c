@@ -30,6 +30,7 @@ void f_reset(const char *dir)
     F.hold_op = -1;
     F.gate_start = false;
     F.starts = F.stops = F.guest_requests = F.guest_starts = F.n_kept = 0;
+    F.fail_freeze = F.freezes = F.thaws = F.frozen = F.stopped_frozen = 0;
     snprintf(F.dir, sizeof F.dir, "%s", dir);
     pthread_mutex_unlock(&F.lock);
 }
@@ -321,6 +322,7 @@ struct ka_sandbox {
     pthread_t thread;
     char data[PATH_MAX];
     uint64_t next_proc;
+    bool frozen; /* under F.lock */
 };
 
 typedef struct {
@@ -647,10 +649,22 @@ static void s_id_of(const ka_sandbox_t *sb, char *id, size_t cap)
     snprintf(id, cap, "%.36s", p ? p + 6 : "");
 }
 
+/* Counts a stop (or park) of a sandbox left frozen. */
+static void s_note_frozen_stop(ka_sandbox_t *sb)
+{
+    pthread_mutex_lock(&F.lock);
+    if (sb->frozen) {
+        F.stopped_frozen++;
+        F.frozen--;
+    }
+    pthread_mutex_unlock(&F.lock);
+}
+
 static int f_park(ka_driver_t *d, ka_sandbox_t **sbp)
 {
     char id[KA_STORE_ID_LEN];
     s_id_of(*sbp, id, sizeof id);
+    s_note_frozen_stop(*sbp);
     s_end(*sbp, true, id);
     *sbp = NULL;
     pthread_mutex_lock(&F.lock);
@@ -683,6 +697,7 @@ static int f_discard(ka_driver_t *d, const char *id)
 
 static int f_stop(ka_driver_t *d, ka_sandbox_t **sbp)
 {
+    s_note_frozen_stop(*sbp);
     s_end(*sbp, false, NULL);
     *sbp = NULL;
     pthread_mutex_lock(&F.lock);
@@ -699,6 +714,19 @@ static int f_halt(ka_driver_t *d, ka_sandbox_t *sb)
     bool fail = F.fail_halt > 0 && F.fail_halt--;
     pthread_mutex_unlock(&F.lock);
     return fail ? -EIO : 0;
+}
+
+static int f_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen)
+{
+    pthread_mutex_lock(&F.lock);
+    bool fail = frozen && F.fail_freeze > 0 && F.fail_freeze--;
+    if (!fail && sb->frozen != frozen) {
+        sb->frozen = frozen;
+        F.frozen += frozen ? 1 : -1;
+        *(frozen ? &F.freezes : &F.thaws) += 1;
+    }
+    pthread_mutex_unlock(&F.lock);
+    return fail ? -EBUSY : 0;
 }
 
 static int f_stats(ka_driver_t *d, ka_sandbox_t *sb, ka_sandbox_stats_t *out)
@@ -742,6 +770,7 @@ static const ka_driver_ops_t s_ops = {.name = "fake",
                                       .owner = f_owner,
                                       .channel = f_channel,
                                       .kill = f_kill,
+                                      .freeze = f_freeze,
                                       .park = f_park,
                                       .kept = f_kept,
                                       .discard = f_discard,

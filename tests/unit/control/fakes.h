@@ -43,13 +43,17 @@ typedef struct f_state {
     int hold_op;         /* updates setting this operation wait for f_release (-1: none) */
     int held;            /* how many are held now */
     /* driver */
-    bool gate_start;   /* starts wait for f_open_gate */
-    int in_start;      /* starts waiting at the gate */
-    int fail_start;    /* the next n starts fail -EIO */
-    int fail_halt;     /* the next n halts fail -EIO */
-    int guest_dies;    /* the next n fake guests exit as soon as they run */
-    int starts, stops; /* counts */
-    int live;          /* fake sandboxes running now */
+    bool gate_start;    /* starts wait for f_open_gate */
+    int in_start;       /* starts waiting at the gate */
+    int fail_start;     /* the next n starts fail -EIO */
+    int fail_halt;      /* the next n halts fail -EIO */
+    int guest_dies;     /* the next n fake guests exit as soon as they run */
+    int fail_freeze;    /* the next n freezes fail -EBUSY */
+    int freezes, thaws; /* counts */
+    int frozen;         /* fake sandboxes frozen now */
+    int stopped_frozen; /* stops (or parks) of a sandbox still frozen */
+    int starts, stops;  /* counts */
+    int live;           /* fake sandboxes running now */
     struct {
         char id[KA_STORE_ID_LEN];
         char data[PATH_MAX];

@@ -742,6 +742,175 @@ static void test_manager_restart_keeps_data(void **unused)
     assert_int_equal(F.n_kept, 0); /* delete removes the data */
 }
 
+/* ---- pause --------------------------------------------------------------------------------- */
+
+static int s_counter(const int *p)
+{
+    pthread_mutex_lock(&F.lock);
+    int v = *p;
+    pthread_mutex_unlock(&F.lock);
+    return v;
+}
+
+/* Pause freezes (the record stays READY, the reply says paused), refuses guest calls, suspend,
+ * resume and a second unpause clearly; unpause thaws and guest calls work again. Nothing of it
+ * is written to the store. */
+static void test_pause_unpause(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *echo[] = {"echo", "hi", NULL};
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_string_equal(o.status.message, "the sandbox is not paused");
+    assert_int_equal(s_life(KA_SBX_PAUSE, BOB, id, &o), KA_NOT_FOUND);
+    assert_int_equal(s_counter(&F.freezes), 0);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    assert_true(o.paused);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_counter(&F.frozen), 1);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK); /* already paused: as it is */
+    assert_true(o.paused);
+    assert_int_equal(s_counter(&F.freezes), 1);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK); /* a get shows it */
+    assert_true(o.paused);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
+    assert_string_equal(s.final.status.message, "sandbox is paused; unpause it first");
+    assert_int_equal(s_file(id, KA_GUEST_READ, "x", NULL, &s), KA_FAILED_PRECONDITION);
+    assert_string_equal(s.final.status.message, "sandbox is paused; unpause it first");
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_string_equal(o.status.message, "sandbox is paused; unpause it first");
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_OK);
+    assert_false(o.paused);
+    assert_int_equal(s_counter(&F.frozen), 0);
+    assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_false(o.paused);
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    assert_int_equal(s.out_len, 3);
+    assert_memory_equal(s.out, "hi\n", 3);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* A freeze the driver refuses: the caller gets UNAVAILABLE with the reason, the sandbox stays
+ * READY and serves guest calls. */
+static void test_pause_fails(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-fails", 0, &r);
+    const char *id = r.sandbox.id;
+    pthread_mutex_lock(&F.lock);
+    F.fail_freeze = 1;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_UNAVAILABLE);
+    assert_non_null(strstr(o.status.message, "pausing the sandbox failed"));
+    s_stream_t s;
+    const char *echo[] = {"echo", "hi", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* Delete of a paused sandbox thaws it, then stops it as from READY. */
+static void test_delete_while_paused(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-del", 0, &r);
+    const char *id = r.sandbox.id;
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_false(o.paused);
+    assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_counter(&F.stopped_frozen), 0);
+    assert_int_equal(s_counter(&F.stops), 1);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* The TTL keeps running while paused: the expiry thaws and deletes it. */
+static void test_ttl_while_paused(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-ttl", 1000, &r);
+    const char *id = r.sandbox.id;
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    s_wait_state(id, KA_STATE_DELETED);
+    assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_counter(&F.stopped_frozen), 0);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* Pause and unpause while the create runs are refused (ABORTED: retry later) and change
+ * nothing; the create ends READY, not paused. */
+static void test_pause_during_create(void **unused)
+{
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.gate_start = true;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, "pause-create", 0);
+    s_answer_t create, pause, unpause;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &create);
+    assert_true(f_wait(s_in_start, NULL, WAIT_MS));
+    char id[KA_STORE_ID_LEN];
+    snprintf(id, sizeof id, "%s", F.records[0].id);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_send(KA_SBX_PAUSE, &k, sizeof k, &pause);
+    assert_int_equal(s_wait_answer(&pause), KA_ABORTED);
+    s_send(KA_SBX_UNPAUSE, &k, sizeof k, &unpause);
+    assert_int_equal(s_wait_answer(&unpause), KA_ABORTED);
+    f_open_gate();
+    assert_int_equal(s_wait_answer(&create), KA_OK);
+    assert_false(create.r.paused);
+    assert_int_equal(s_counter(&F.freezes), 0);
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* A guest call open when the sandbox is paused waits (its idle deadline stops), and its idle
+ * time starts again at unpause. */
+static void test_open_call_waits_while_paused(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-open", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *hang[] = {"hang", NULL};
+    s_stream_start(s_exec_req(id, hang), &s);
+    usleep(50 * 1000);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    usleep(IDLE_MS * 3 * 1000);
+    assert_int_equal(s_counter(&s.finals), 0); /* not failed while paused */
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_OK);
+    usleep(IDLE_MS / 2 * 1000);
+    assert_int_equal(s_counter(&s.finals), 0); /* its idle time started again */
+    assert_int_equal(s_stream_wait(&s, IDLE_MS * 10), KA_DEADLINE_EXCEEDED);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* A suspended sandbox cannot be paused: it has no processes. */
+static void test_pause_suspended(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("pause-susp", 0, &r);
+    const char *id = r.sandbox.id;
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_FAILED_PRECONDITION);
+    assert_string_equal(o.status.message,
+                        "cannot pause a sandbox in state RUNTIME_STATE_SUSPENDED");
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -762,6 +931,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_duplicate_requests, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_recovery_compute_lost, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_manager_restart_keeps_data, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_unpause, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_fails, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_while_paused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_while_paused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_during_create, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_pause_suspended, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_open_call_waits_while_paused, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -192,8 +192,8 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_DELETE: {
         const ka_sbx_key_t *k = msg->body;
         ka_sbx_reply_t r;
+        memset(&r, 0, sizeof r);
         s_sandbox(k->id, k->caller, &r.sandbox);
-        memset(&r.status, 0, sizeof r.status);
         if (strcmp(k->caller, ALICE) != 0) {
             r.status.code = KA_NOT_FOUND;
             snprintf(r.status.message, sizeof r.status.message, KA_MSG_NOT_FOUND);
@@ -208,7 +208,7 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_CREATE: {
         const ka_sbx_create_t *c = msg->body;
         ka_sbx_reply_t r;
-        memset(&r.status, 0, sizeof r.status);
+        memset(&r, 0, sizeof r);
         s_sandbox(SBX, c->caller, &r.sandbox);
         snprintf(r.sandbox.name, sizeof r.sandbox.name, "%s", c->name);
         if (c->ttl_ms != 0 && c->ttl_ms < 1000) {
@@ -1073,11 +1073,12 @@ static void test_tools_list_schemas(void **unused)
                                         "delete_sandbox",         "start_sandbox_process",
                                         "get_sandbox_process",    "kill_sandbox_process",
                                         "read_sandbox_outputs",   "write_sandbox_file",
-                                        "read_sandbox_file"};
+                                        "read_sandbox_file",      "pause_sandbox",
+                                        "unpause_sandbox"};
     json_t *j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", 200);
     json_t *tools = json_object_get(json_object_get(j, "result"), "tools");
-    assert_int_equal(json_array_size(tools), 13);
-    for (size_t i = 0; i < 13; i++) {
+    assert_int_equal(json_array_size(tools), 15);
+    for (size_t i = 0; i < 15; i++) {
         json_t *t = json_array_get(tools, i);
         assert_string_equal(json_string_value(json_object_get(t, "name")), names[i]);
         assert_true(strlen(json_string_value(json_object_get(t, "description"))) > 20);
