@@ -14,15 +14,21 @@ id=$(k sandbox create scratch --request-id cli-ops -o json | $PY -c 'import json
 # runtime tree: drawn by default
 k runtime tree > "$WORK/tree.txt"
 [ "$(head -1 "$WORK/tree.txt")" = node-1 ] || fail "tree root: $(head -3 "$WORK/tree.txt")"
-grep -q '^├── store \[store\] mailbox=[0-9]* handled=[0-9]* restarts=0 bytes=[0-9]*  db=ready' "$WORK/tree.txt" ||
-  fail "no store line: $(cat "$WORK/tree.txt")"
-grep -q "^[│ ]   └── $id \[sandbox\] .* creator=admin@kagent.dev state=RUNTIME_STATE_READY" "$WORK/tree.txt" ||
+grep -q '^└── supervisor \[supervisor\] .* strategy=one_for_one children=4' "$WORK/tree.txt" ||
+  fail "no root supervisor line: $(cat "$WORK/tree.txt")"
+grep -q '^    ├── store \[store\] mailbox=[0-9]* handled=[0-9]* restarts=0 bytes=[0-9]*  db=ready' "$WORK/tree.txt" ||
+  fail "no store line under the supervisor: $(cat "$WORK/tree.txt")"
+grep -q "^[│ ]   [│ ]   └── $id \[sandbox\] .* creator=admin@kagent.dev state=RUNTIME_STATE_READY" "$WORK/tree.txt" ||
   fail "no sandbox line under sandboxes: $(cat "$WORK/tree.txt")"
 # -o json keeps today's JSON
 k runtime tree -o json | $PY -c '
 import json, sys
 t = json.load(sys.stdin)
-assert any(n["kind"] == "sandboxes" for n in t), t' || fail "runtime tree -o json"
+def kinds(ns):
+    for n in ns:
+        yield n["kind"]
+        yield from kinds(n.get("children", []))
+assert "sandboxes" in set(kinds(t)), t' || fail "runtime tree -o json"
 # --watch redraws until interrupted, then exits 0
 "$KAGENT" --api-url "$API" runtime tree --watch --interval 200ms > "$WORK/watch.txt" 2>"$WORK/watch.err" &
 w=$! # kagent itself (not a subshell): it gets the SIGINT

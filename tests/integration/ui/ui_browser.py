@@ -147,7 +147,7 @@ def main():
         b.js(search % json.dumps(sid[:13]))
         hits = b.js("document.getElementById('hits').textContent")
         kinds = b.js("[...document.querySelectorAll('#tree li')].map(l => l.dataset.kind).join(',')")
-        if not hits.startswith("1 match") or kinds != "sandboxes,sandbox":
+        if not hits.startswith("1 match") or kinds != "supervisor,sandboxes,sandbox":
             fail("search: hits=%r kinds=%r" % (hits, kinds))
         b.js(search % '""')
         # folding the sandboxes manager hides its children, unfolding shows them again

@@ -27,7 +27,7 @@
 
 /* ========================================================================================== */
 /* RAW_SERVER: accepts one connection per call, records what the client wrote first, answers  */
-/* with the script, then reads until the client closes (or closes at once: close_after).      */
+/* with the script, then reads until the client closes (ending its side at once: close_after). */
 
 static struct {
     int lfd;
@@ -61,11 +61,13 @@ static void *s_serve(void *arg)
         }
         if (write(fd, s_srv.script, s_srv.script_len) < 0)
             perror("raw server write");
-        if (!s_srv.close_after) {
-            char buf[4096];
-            while (read(fd, buf, sizeof buf) > 0)
-                ;
-        }
+        /* close_after: our side ends at once (FIN), and what the client still sends is read, so
+         * the kernel never answers it with a reset: the client sees the close, not ECONNRESET */
+        if (s_srv.close_after)
+            shutdown(fd, SHUT_WR);
+        char buf[4096];
+        while (read(fd, buf, sizeof buf) > 0)
+            ;
         close(fd);
     }
 }

@@ -317,8 +317,8 @@ static void test_accounting_100_cycles(void **unused)
     assert_int_equal(ka_driver_start(d, &warm, &wsb), 0);
     assert_int_equal(ka_driver_stop(d, &wsb), 0);
     s_counts(&mid);
-    /* the parents: memory, cpu, pids, cpuacct on v1; one dir on v2 */
-    assert_int_equal(mid.cgroups, before.cgroups + (ka_cgroup_is_v2() ? 1 : 4));
+    /* the parents: memory, cpu, pids, cpuacct, freezer on v1; one dir on v2 */
+    assert_int_equal(mid.cgroups, before.cgroups + (ka_cgroup_is_v2() ? 1 : 5));
     for (int i = 0; i < 100; i++) {
         char id[32];
         snprintf(id, sizeof(id), "cycle-%d", i);
