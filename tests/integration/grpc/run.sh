@@ -121,7 +121,7 @@ rc=$?
 set -e
 pids=()
 [ "$rc" = 0 ] || { tail -30 "$work/server.err" >&2; fail "server exited $rc after SIGTERM"; }
-wait "$cpid" || true
+wait "$cpid" || fail "the in-flight client exited $? (its output: $(cat "$work/inflight.out"))"
 grep -q '^UNAVAILABLE' "$work/inflight.out" || fail "in-flight call at shutdown: $(cat "$work/inflight.out")"
 echo "ok   server shut down cleanly; the in-flight call got $(cat "$work/inflight.out")"
 echo "PASS grpc_bridge"
