@@ -63,18 +63,32 @@ fi
 
 SUDO=()
 [ "$(id -u)" = 0 ] || SUDO=(sudo)
+
+# A package registry that drops one connection must not fail a fresh machine's set-up: each
+# download step gets three tries, 10 s and 30 s apart, and then fails with its own error.
+fetch() {
+  local try
+  for try in 1 2 3; do
+    "$@" && return 0
+    [ $try = 3 ] && break
+    echo "install-deps: '$*' failed (try $try of 3), trying again" >&2
+    sleep $((try == 1 ? 10 : 30))
+  done
+  echo "install-deps: '$*' failed 3 times" >&2
+  return 1
+}
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  "${SUDO[@]}" apt-get update -qq
-  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fetch "${SUDO[@]}" apt-get update -qq
+  fetch "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "install-deps: done" >&2
 fi
 
 if ! node22_ok; then
   echo "install-deps: installing $node22_pkg@$NODE22_VERSION into $NODE22_PREFIX" >&2
   "${SUDO[@]}" mkdir -p "$NODE22_PREFIX"
-  "${SUDO[@]}" npm install --prefix "$NODE22_PREFIX" --no-save --no-audit --no-fund \
+  fetch "${SUDO[@]}" npm install --prefix "$NODE22_PREFIX" --no-save --no-audit --no-fund \
     --ignore-scripts --loglevel=error "$node22_pkg@$NODE22_VERSION" >/dev/null
   node22_ok || { echo "install-deps: $node22_pkg@$NODE22_VERSION did not install" >&2; exit 1; }
 fi

@@ -10,6 +10,8 @@
 # written); NODE_LISTEN_YAML is added under `listen:` and NODE_EXTRA_YAML at the end of the
 # config; NODE_SCHEME (http) starts API; NODE_CLI_FLAGS are passed to every kagent call here.
 set -euo pipefail
+# shellcheck source=uids.sh
+. "$(dirname "${BASH_SOURCE[0]}")/uids.sh"
 
 node_fail() { echo "FAIL: $*" >&2; [ -f "${WORK:-/nonexistent}/node.log" ] && tail -30 "$WORK/node.log" >&2; exit 1; }
 
@@ -23,6 +25,7 @@ node_start() {
   STATE=$WORK/state
   trap node_cleanup EXIT
   if declare -F node_prestart >/dev/null; then node_prestart; fi
+  NODE_UID_BASE=$(test_uid_base) || node_fail "no uid range"
   local guest rootfs=$WORK/tools-rootfs
   guest=$("$src/deploy/build-guest-image.sh" "$build" "$STATE")
   mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/tmp"
@@ -41,6 +44,7 @@ sandbox:
   guestImage:
     digest: "$guest"
   memory: 256Mi
+  uidBase: $NODE_UID_BASE
 ${NODE_EXTRA_YAML:-}
 YAML
   node_restart

@@ -4,23 +4,17 @@
 #   s3_start / s3_stop    starts (bucket `snaps`, data in $WORK/s3) / stops it on $S3PORT
 #   s3_aws ARGS...        Debian's awscli against it with s3rver's keys
 # Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR. Everything fails loudly (node_fail).
+# shellcheck source=npm.sh
+. "$(dirname "${BASH_SOURCE[0]}")/npm.sh"
 S3_AWS=/usr/bin/aws # Debian's awscli (deploy/install-deps.sh), not whatever else is on PATH
 
 s3_install() {
-  local here=${KAGENT_SOURCE_DIR:?}/tests/integration/snapshots npmdir lockhash
+  local here=${KAGENT_SOURCE_DIR:?}/tests/integration/snapshots npmdir
   npmdir=${KAGENT_BUILD_DIR:?}/tests/integration/snapshots/npm
   command -v node >/dev/null || node_fail "node is required (apt-get install nodejs npm)"
   command -v npm >/dev/null || node_fail "npm is required"
   [ -x "$S3_AWS" ] || node_fail "awscli is required (apt-get install awscli)"
-  lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
-  if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
-    rm -rf "$npmdir"
-    mkdir -p "$npmdir"
-    cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
-    (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
-      { cat "$npmdir/npm.log" >&2; node_fail "npm ci failed"; }
-    echo "$lockhash" > "$npmdir/.lockhash"
-  fi
+  npm_from_lockfile "$here" "$npmdir" || node_fail "npm ci of s3rver failed"
   S3RVER=$npmdir/node_modules/.bin/s3rver
   S3PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   S3PID=

@@ -341,7 +341,8 @@ static void s_start_driver(void)
     char guest[PATH_MAX + 32], state[PATH_MAX + 16];
     snprintf(guest, sizeof guest, "%s/run/kagent/guest", r.path);
     snprintf(state, sizeof state, "%s/sandboxes", T.dir);
-    ka_ns_opts_t o = {.state_dir = state,
+    ka_ns_opts_t o = {.uid_base = 100000000, /* this test's own host uids (tests/lib/uids.sh) */
+                      .state_dir = state,
                       .guest_path = guest,
                       .cpu_millis = 1000,
                       .mem_bytes = 256u << 20,

@@ -61,7 +61,8 @@ static int s_setup(void **unused)
         s_sys("chmod 0666 '%s/etc/layer-file'%s", s_rootfs, "") != 0 ||
         s_sys("mkdir -p -m 1777 '%s/var/tmp'%s", s_rootfs, "") != 0)
         return -1;
-    ka_ns_opts_t o = {.state_dir = s_state,
+    ka_ns_opts_t o = {.uid_base = 130000000, /* this test's own host uids (tests/lib/uids.sh) */
+                      .state_dir = s_state,
                       .guest_path = SBX_GUEST_PATH,
                       .cpu_millis = 1000,
                       .mem_bytes = S_MEM,

@@ -7,6 +7,7 @@ set -euo pipefail
 server_bin=$1
 protoset=$2
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../../lib/npm.sh"
 src=${KAGENT_SOURCE_DIR:-$(cd "$here/../../.." && pwd)}
 build=${KAGENT_BUILD_DIR:?KAGENT_BUILD_DIR must be set (ctest sets it)}
 
@@ -39,13 +40,7 @@ mv "$work/protos/r1.proto" "$work/protos/grpc_reflection_v1/reflection.proto"
 
 # --- npm clients, installed into the build tree from the committed lock file ---
 nodedir="$build/tests/integration/grpc/node"
-mkdir -p "$nodedir"
-if ! cmp -s "$here/package-lock.json" "$nodedir/package-lock.json" ||
-   [ ! -d "$nodedir/node_modules/@grpc/grpc-js" ]; then
-  cp "$here/package.json" "$here/package-lock.json" "$nodedir/"
-  (cd "$nodedir" && npm ci --no-audit --no-fund --loglevel=error) ||
-    fail "npm ci of @grpc/grpc-js failed (is the npm registry reachable?)"
-fi
+npm_from_lockfile "$here" "$nodedir" || fail "npm ci of @grpc/grpc-js failed"
 
 # --- start the server on an ephemeral port ---
 "$server_bin" --protoset "$protoset" >"$work/server.out" 2>"$work/server.err" &

@@ -18,6 +18,8 @@ command -v npm >/dev/null || fail "npm is required"
 
 # --- the npm clients (npm_deps.sh: from the committed lockfile into the build dir)
 . "$here/npm_deps.sh"
+. "$here/../../lib/uids.sh"
+uid_base=$(test_uid_base)
 mcp_npm_install
 npmdir=$NPMDIR
 cp "$here/agent_flow.mjs" "$here/agent_flow_2026.mjs" "$npmdir/"
@@ -65,6 +67,7 @@ sandbox:
   guestImage:
     digest: "$guest"
   memory: 256Mi
+  uidBase: $uid_base
 mcp:
   allowedHosts:
     - "localhost"

@@ -8,6 +8,7 @@
 #   port, wrong CAs refused, a client certificate's CN as the caller, and a SIGHUP reload.
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/npm.sh"
 build=${KAGENT_BUILD_DIR:?}
 src=$KAGENT_SOURCE_DIR
 here=$src/tests/integration/tls
@@ -17,15 +18,7 @@ for c in openssl curl node npm; do command -v $c >/dev/null || node_fail "$c is 
 
 # --- the MCP SDK from npm, pinned by package-lock.json, into the build dir
 npmdir=$build/tests/integration/tls/npm
-lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
-if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
-  rm -rf "$npmdir"
-  mkdir -p "$npmdir"
-  cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
-  (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
-    { cat "$npmdir/npm.log" >&2; node_fail "npm ci failed"; }
-  echo "$lockhash" > "$npmdir/.lockhash"
-fi
+npm_from_lockfile "$here" "$npmdir" || node_fail "npm ci of the MCP SDK failed"
 cp "$here/tls_mcp.mjs" "$npmdir/"
 
 sha() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }

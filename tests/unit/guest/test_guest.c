@@ -39,7 +39,8 @@ static void s_spawn(guest_t *g, const char *extra)
     const char *args[] = {extra, NULL};
     char cg[64];
     snprintf(cg, sizeof(cg), "kagent-guest-it-%d", (int)getpid());
-    ka_ns_opts_t o = {.state_dir = state,
+    ka_ns_opts_t o = {.uid_base = 120000000, /* this test's own host uids (tests/lib/uids.sh) */
+                      .state_dir = state,
                       .guest_path = SBX_GUEST_PATH,
                       .mem_bytes = 512u << 20,
                       .pids_max = 128,
@@ -159,7 +160,10 @@ static int s_teardown(void **unused)
     char state[200], cg[64];
     snprintf(state, sizeof(state), "%s/state", s_tmp);
     snprintf(cg, sizeof(cg), "kagent-guest-it-%d", (int)getpid());
-    ka_ns_opts_t o = {.state_dir = state, .guest_path = SBX_GUEST_PATH, .cgroup_name = cg};
+    ka_ns_opts_t o = {.uid_base = 120000000, /* this test's own host uids (tests/lib/uids.sh) */
+                      .state_dir = state,
+                      .guest_path = SBX_GUEST_PATH,
+                      .cgroup_name = cg};
     ka_driver_t *d = ka_namespaces_new(&o, NULL);
     ka_driver_destroy(&d);
 #endif

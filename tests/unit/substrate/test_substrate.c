@@ -49,7 +49,8 @@ static int s_teardown(void **unused)
 
 static ka_driver_t *s_driver(void)
 {
-    ka_ns_opts_t o = {.state_dir = s_state,
+    ka_ns_opts_t o = {.uid_base = 110000000, /* this test's own host uids (tests/lib/uids.sh) */
+                      .state_dir = s_state,
                       .guest_path = SBX_GUEST_PATH,
                       .cpu_millis = 1000,
                       .mem_bytes = 128u << 20,
@@ -192,7 +193,8 @@ static void test_crash_cleanup(void **unused)
     pid_t node = fork();
     assert_true(node >= 0);
     if (node == 0) {
-        ka_ns_opts_t o = {.state_dir = s_state,
+        ka_ns_opts_t o = {.uid_base = 110000000, /* this test's own host uids (tests/lib/uids.sh) */
+                          .state_dir = s_state,
                           .guest_path = SBX_GUEST_PATH,
                           .pids_max = 64,
                           .cgroup_name = s_cgname};

@@ -1,0 +1,28 @@
+# Test helper (source it): a host uid range of this test's own for the sandboxes of a node.
+#   test_uid_base   prints the first uid of a free range of 65536 uids (2,000,000 + k*65536, k in
+#                   0..999), held until this shell exits; ranges of dead holders are taken back.
+# Kernel per-user pools (RLIMIT_NPROC counts, inotify instances, pipe buffers) are per host uid:
+# two test nodes running at once must never share one, or one test's fork bomb or watches
+# starve the other's sandboxes. The C tests use fixed ranges of their own from 100,000,000
+# (test_control, test_substrate, test_guest, test_escape).
+TEST_UIDS_DIR=/tmp/kagent-test-uids
+
+test_uid_base() {
+  mkdir -p "$TEST_UIDS_DIR"
+  local k d holder
+  for k in $(seq 0 999); do
+    d=$TEST_UIDS_DIR/$k
+    if ! mkdir "$d" 2>/dev/null; then
+      holder=$(cat "$d/pid" 2>/dev/null || echo 0)
+      [ "$holder" != 0 ] && kill -0 "$holder" 2>/dev/null && continue
+      [ "$holder" = 0 ] && [ -n "$(find "$d" -maxdepth 0 -mmin -1 2>/dev/null)" ] && continue
+      rm -rf "$d"
+      mkdir "$d" 2>/dev/null || continue
+    fi
+    echo $$ > "$d/pid"
+    echo $((2000000 + k * 65536))
+    return 0
+  done
+  echo "test_uid_base: no free uid range in $TEST_UIDS_DIR" >&2
+  return 1
+}
