@@ -130,6 +130,14 @@ void krt__wheel_add(krt_wheel_t *w, krt_tmr_t *t);
 void krt__wheel_del(krt_wheel_t *w, krt_tmr_t *t);
 /* Processes every tick up to now; each expired timer is unlinked, then passed to fire. */
 void krt__wheel_advance(krt_wheel_t *w, uint64_t now, krt_fire_fn fire, void *user);
+/* The first tick after w->now at which a timer fires or moves down a level (so never later than
+ * the next expiry), or UINT64_MAX when the wheel is empty. */
+uint64_t krt__wheel_next(const krt_wheel_t *w);
+/* How long a thread whose work waits on w may sleep: -1 (no timer, until woken), else the ms to
+ * krt__wheel_next from now, at least 1. Takes w->lock; under it, stores in *until (if not NULL)
+ * when the sleep ends (UINT64_MAX: never), so that whoever adds a timer under the same lock
+ * sees whether the sleeper will be late for it. */
+int krt__wheel_wait_ms(krt_wheel_t *w, uint64_t now, _Atomic uint64_t *until);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Actors                                                                                     */
@@ -244,7 +252,8 @@ struct krt_sched {
     size_t acache_bytes;           /* held in acache */
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
-    uint32_t turn_sends; /* sends during the current turn (wake policy) */
+    uint32_t turn_sends;      /* sends during the current turn (wake policy) */
+    _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
     char pad_[64];

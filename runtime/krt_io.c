@@ -61,6 +61,7 @@ struct krt_io {
     krt_callrec_t *calls[KRT_CALL_BUCKETS];
     _Atomic uint64_t call_seq;
     krt_wheel_t gwheel;
+    _Atomic uint64_t poll_until; /* when the sleeping poller wakes by itself (UINT64_MAX: never) */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -226,7 +227,6 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
     r->user = user;
     r->timer.state = KRT_TF_CALL;
     r->timer.ref = r->ref;
-    bool wake = false;
     /* Arm before sending (the reply may come at once); both under call_lock for the table. */
     pthread_mutex_lock(&io->call_lock);
     s_call_put(io, r);
@@ -234,16 +234,14 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
     if (timeout_ms > 0) {
         uint64_t now = krt_now_ms();
         pthread_mutex_lock(&io->gwheel.lock);
-        if (!io->gwheel.count) {
-            if (now > io->gwheel.now)
-                __atomic_store_n(&io->gwheel.now, now, __ATOMIC_RELAXED);
-            wake = true;
-        }
+        if (!io->gwheel.count && now > io->gwheel.now)
+            __atomic_store_n(&io->gwheel.now, now, __ATOMIC_RELAXED);
         r->timer.expires = now + (uint64_t)timeout_ms;
         r->timer.state = KRT_TF_CALL | KRT_TS_ARMED;
         krt__wheel_add(&io->gwheel, &r->timer);
+        bool late = r->timer.expires < atomic_load(&io->poll_until); /* it sleeps past this */
         pthread_mutex_unlock(&io->gwheel.lock);
-        if (wake)
+        if (late)
             s_wake_poller(io);
     }
     int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r->ref, KRT_NK_REQUEST, body, len);
@@ -325,7 +323,7 @@ static void *s_poller_main(void *arg)
     krt_io_t *io = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&io->pquit)) {
-        int timeout = __atomic_load_n(&io->gwheel.count, __ATOMIC_RELAXED) ? 1 : -1;
+        int timeout = krt__wheel_wait_ms(&io->gwheel, krt_now_ms(), &io->poll_until);
         int n = epoll_wait(io->epfd, evs, 64, timeout);
         for (int i = 0; i < n; i++) {
             if (evs[i].data.u64 == KRT_EV_WAKE) {

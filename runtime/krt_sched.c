@@ -172,8 +172,9 @@ static void s_park(krt_sched_t *s)
     atomic_store(&s->parked, 1);
     atomic_fetch_add(&sys->n_parked, 1);
     if (!s_any_work(sys) && !atomic_load(&sys->quit)) {
-        bool timers = __atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED) != 0;
-        s_futex_wait(&s->wake, 0, timers ? 1 : -1);
+        /* Only this thread arms timers on its wheel, so none can come due earlier meanwhile. */
+        s_futex_wait(&s->wake, 0, krt__wheel_wait_ms(&s->wheel, krt_now_ms(), NULL));
+        atomic_fetch_add_explicit(&s->wakeups, 1, memory_order_relaxed);
     }
     atomic_store(&s->parked, 0);
     atomic_fetch_sub(&sys->n_parked, 1);

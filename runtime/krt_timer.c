@@ -136,6 +136,40 @@ void krt__wheel_advance(krt_wheel_t *w, uint64_t now, krt_fire_fn fire, void *us
     }
 }
 
+uint64_t krt__wheel_next(const krt_wheel_t *w)
+{
+    uint64_t best = UINT64_MAX;
+    if (!w->count)
+        return best;
+    for (int l = 0; l < KRT_WHEEL_LEVELS; l++) {
+        unsigned shift = KRT_WHEEL_BITS * (unsigned)l;
+        for (uint64_t k = 1; k <= KRT_WHEEL_SLOTS; k++) {
+            uint64_t tick = ((w->now >> shift) + k) << shift; /* level l is looked at then */
+            if (tick >= best)
+                break;
+            const krt_tlist_t *h = &w->slots[l][(tick >> shift) & (KRT_WHEEL_SLOTS - 1)];
+            if (h->next != h) {
+                best = tick;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+int krt__wheel_wait_ms(krt_wheel_t *w, uint64_t now, _Atomic uint64_t *until)
+{
+    pthread_mutex_lock(&w->lock);
+    uint64_t next = krt__wheel_next(w);
+    int ms = -1;
+    if (next != UINT64_MAX)
+        ms = next <= now + 1 ? 1 : next - now > INT32_MAX ? INT32_MAX : (int)(next - now);
+    if (until)
+        atomic_store(until, ms < 0 ? UINT64_MAX : now + (uint64_t)ms);
+    pthread_mutex_unlock(&w->lock);
+    return ms;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Scheduler wheels                                                                           */
 

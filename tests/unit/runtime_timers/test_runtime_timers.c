@@ -26,8 +26,10 @@ static void wheel_fire(void *user, krt_tmr_t *t)
     t->state = 0;
 }
 
-static void run_wheel(uint64_t start, const uint64_t *deltas, size_t n, uint64_t randoms,
-                      uint64_t max_random)
+/* jump: advance straight to krt__wheel_next each time, as a sleeping scheduler does; every
+ * timer must still fire exactly at its expiry, in far fewer steps than ticks. */
+static uint64_t run_wheel(uint64_t start, const uint64_t *deltas, size_t n, uint64_t randoms,
+                          uint64_t max_random, bool jump)
 {
     krt_wheel_t *w = malloc(sizeof *w);
     assert_non_null(w);
@@ -51,18 +53,27 @@ static void run_wheel(uint64_t start, const uint64_t *deltas, size_t n, uint64_t
     }
     assert_int_equal(w->count, total);
     wheel_ctx_t c = {w, 0, 0};
-    /* uneven steps, as a scheduler would advance it */
-    uint64_t now = start;
+    /* uneven steps, as a busy scheduler would advance it */
+    uint64_t now = start, steps = 0;
     while (now < last + 2) {
-        now += 1 + (now % 7 == 0 ? 5 : 0);
+        uint64_t next = krt__wheel_next(w);
+        if (jump && next == UINT64_MAX)
+            break;
+        assert_true(next > w->now);
+        now = jump ? next : now + 1 + (now % 7 == 0 ? 5 : 0);
         krt__wheel_advance(w, now, wheel_fire, &c);
+        steps++;
     }
+    assert_int_equal(krt__wheel_next(w), UINT64_MAX);
+    if (jump && total > 0)
+        assert_true(steps < last - start);
     assert_int_equal(c.fired, total);
     assert_int_equal(c.wrong, 0);
     assert_int_equal(w->count, 0);
     krt__wheel_fini(w);
     free(ts);
     free(w);
+    return steps;
 }
 
 static void test_wheel_boundaries(void **unused)
@@ -81,12 +92,71 @@ static void test_wheel_boundaries(void **unused)
                                  16777215, 16777216,
                                  16777217};
     const size_t n = sizeof d / sizeof d[0];
-    run_wheel(1000, d, n, 20000, 300000);
-    /* starting right before level boundaries */
-    run_wheel(63, d, 21, 5000, 100000);
-    run_wheel(4095, d, 21, 5000, 100000);
-    run_wheel(262143, d, 21, 5000, 100000);
-    run_wheel(0, d, 21, 0, 1);
+    for (int jump = 0; jump <= 1; jump++) {
+        run_wheel(1000, d, n, 20000, 300000, jump);
+        /* starting right before level boundaries */
+        run_wheel(63, d, 21, 5000, 100000, jump);
+        run_wheel(4095, d, 21, 5000, 100000, jump);
+        run_wheel(262143, d, 21, 5000, 100000, jump);
+        run_wheel(0, d, 21, 0, 1, jump);
+    }
+    /* a sparse wheel: a few far timers are reached in a few steps, not one per tick */
+    static const uint64_t sparse[] = {5000, 70000, 300000};
+    uint64_t steps = run_wheel(12345, sparse, 3, 0, 1, true);
+    assert_true(steps <= 3 * KRT_WHEEL_LEVELS * 2);
+}
+
+/* An idle node with a TTL far away: the scheduler sleeps until the timer is due instead of
+ * waking every millisecond (the old code woke ~300 times in 300 ms), and a shorter timer armed
+ * next still fires on time. */
+typedef struct {
+    krt_timer_t far, near;
+} idle_t;
+static void idle_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    idle_t *s = state;
+    if (msg->type == T_GO) {
+        krt_timer_arm(ctx, &s->far, 10000, T_FIRE, 1);
+        rt_ev(EV_DONE, 0, 0, 0);
+    } else if (msg->type == T_CHECK) {
+        krt_timer_arm(ctx, &s->near, 60, T_FIRE, 2);
+    } else if (msg->type == T_FIRE) {
+        rt_ev(EV_FIRE, (int64_t)msg->ref, (int64_t)krt_now_ms(), 0);
+    }
+}
+static const krt_behaviour_t idle_b = {
+    .kind = "idle", .state_size = sizeof(idle_t), .handle = idle_handle};
+
+static uint64_t wakeups(krt_system_t *sys)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < sys->n_sched; i++)
+        n += atomic_load(&sys->scheds[i].wakeups);
+    return n;
+}
+
+static void test_idle_with_timer(void **unused)
+{
+    rt_reset();
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t a;
+    assert_int_equal(krt_system_spawn(sys, &idle_b, NULL, NULL, &a), 0);
+    krt_system_send(sys, a, T_GO, NULL, 0);
+    assert_true(rt_wait(EV_DONE, 5000, NULL));
+    rt_sleep_ms(50);
+    uint64_t before = wakeups(sys);
+    rt_sleep_ms(300);
+    uint64_t idle = wakeups(sys) - before;
+    print_message("scheduler wake-ups in 300 ms idle with a 10 s timer: %llu\n",
+                  (unsigned long long)idle);
+    assert_true(idle <= 10);
+    uint64_t t0 = krt_now_ms();
+    krt_system_send(sys, a, T_CHECK, NULL, 0);
+    rt_ev_t ev = {0};
+    assert_true(rt_wait(EV_FIRE, 5000, &ev));
+    assert_int_equal(ev.a, 2);
+    assert_true((uint64_t)ev.b - t0 >= 60 && (uint64_t)ev.b - t0 < 1000);
+    krt_system_destroy(&sys);
 }
 
 static void test_wheel_cancel_and_clamp(void **unused)
@@ -390,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_million_timers),
         cmocka_unit_test(test_send_after_and_stop_with_timers),
         cmocka_unit_test(test_timer_in_other_wheel),
+        cmocka_unit_test(test_idle_with_timer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
