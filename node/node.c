@@ -20,6 +20,7 @@
 #include "images_actor.h"
 #include "ka_guestcalls.h"
 #include "ka_namespaces.h"
+#include "ka_uidrange.h"
 #include "ka_objstore.h"
 #include "ka_tree.h"
 #include "krt.h"
@@ -52,6 +53,7 @@ struct ka_node {
     ka_sandboxes_args_t sandboxes_args;
     krt_addr_t sup; /* root supervisor of store, images, templates, sandboxes (by name) */
     ka_driver_t *driver;
+    ka_uidrange_t uids; /* this node's claim on its host uid range */
     ka_service_t *svc;
     kb_auth_t *auth;
     kb_api_pool_t pools[KA_CFG_MAX_POOLS];
@@ -147,6 +149,24 @@ static int s_wait_store(ka_node_t *n, char *err, size_t cap)
 }
 
 /* ---- images and the driver ---------------------------------------------------------------- */
+
+/* Before anything is started: no other live node on this machine runs sandboxes under any of
+ * this node's host uids. */
+static int s_uids(ka_node_t *n, char *err, size_t cap)
+{
+    char why[512];
+    uint32_t base = (uint32_t)n->cfg.uid_base, count = (uint32_t)n->cfg.uid_count;
+    int e = ka_uidrange_claim(&n->uids, NULL, base, count, n->cfg.state_dir, why, sizeof why);
+    if (e == -EADDRINUSE)
+        return s_fail(err, cap,
+                      "sandbox.uidBase %u + uidCount %u: %s; give each node on a machine a "
+                      "range of its own",
+                      base, count, why);
+    if (e < 0)
+        return s_fail(err, cap, "cannot claim host uids under %s: %s", KA_UIDRANGE_DIR,
+                      strerror(-e));
+    return 0;
+}
 
 static int s_images(ka_node_t *n, char *err, size_t cap)
 {
@@ -472,10 +492,13 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
         return NULL;
     }
     n->cfg = *cfg;
+    n->uids.fd = -1;
     snprintf(n->path, sizeof n->path, "%s", cfg->node_name);
     int rc = s_tls(n, err, cap); /* first: a bad certificate fails before anything starts */
     if (!rc && (rc = ka_mkdirs(cfg->state_dir, 0755)) != 0)
         s_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
+    if (!rc)
+        rc = s_uids(n, err, cap);
     if (!rc)
         rc = s_database(n, err, cap);
     if (!rc) {
@@ -549,6 +572,7 @@ void ka_node_stop(ka_node_t **node_p)
     kb_conn_ids_destroy(&n->conn_ids); /* after the servers: their calls look identities up */
     kb_tls_destroy(&n->tls);
     ka_driver_destroy(&n->driver);
+    ka_uidrange_release(&n->uids);
     if (n->embedded_db && ka_pg_embedded_stop(n->cfg.state_dir))
         krt_log(KRT_LOG_WARN, n->path, "database_stop_failed", "error=\"%s\"",
                 ka_pg_embedded_error());

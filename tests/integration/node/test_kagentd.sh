@@ -10,6 +10,8 @@ chmod 755 "$work" # the embedded PostgreSQL runs as `postgres` and must reach th
 fail() { echo "FAIL: $*" >&2; exit 1; }
 digest=sha256:$(printf '%064d' 7)
 build=${KAGENT_BUILD_DIR:?}
+. "$src/tests/lib/uids.sh"
+uid_base=$(test_uid_base)
 
 # --help / --version / bad flag
 "$kagentd" --help | grep -q -- '--config FILE' || fail "--help lacks --config"
@@ -43,7 +45,8 @@ grep -q "guest image $digest is not usable" "$work/err" || fail "guest image mes
 # with the real guest image: start (embedded PostgreSQL created), serve, stop on each signal:
 # exit 0, "stopped" logged, no child, database or mount left behind
 real=$("$src/deploy/build-guest-image.sh" "$build" "$work/state")
-sed -i "s|$digest|$real|; s|port: 8083|port: 0|" "$work/good.yaml"
+sed -i "s|$digest|$real|; s|port: 8083|port: 0|; s|uidBase: 1000000|uidBase: $uid_base|" "$work/good.yaml"
+grep -q "uidBase: $uid_base" "$work/good.yaml" || fail "the example config has no uidBase line to set"
 for sig in TERM INT; do
   "$kagentd" --config "$work/good.yaml" 2>"$work/log" &
   pid=$!
@@ -54,6 +57,18 @@ for sig in TERM INT; do
   # not `curl | grep -q`: grep quits at the match and curl, still writing, fails on SIGPIPE
   curl -fsS "http://127.0.0.1:$port/metrics" > "$work/metrics" || fail "metrics"
   grep -q '^kagent_actors_live ' "$work/metrics" || fail "metrics: no kagent_actors_live"
+  if [ $sig = TERM ]; then
+    # a second node with another state dir but overlapping host uids is refused before it
+    # starts anything (its tenants would share the kernel's per-user pools with ours)
+    sed "s|stateDir: $work/state|stateDir: $work/state2|; s|uidBase: $uid_base|uidBase: $((uid_base + 100))|" \
+      "$work/good.yaml" > "$work/second.yaml"
+    set +e; timeout 30 "$kagentd" --config "$work/second.yaml" 2>"$work/err2"; rc=$?; set -e
+    [ $rc = 1 ] || fail "an overlapping uid range exits $rc: $(cat "$work/err2")"
+    grep -q "held by another kagentd (pid and state: $pid $work/state)" "$work/err2" &&
+      grep -q "give each node on a machine a range of its own" "$work/err2" ||
+      fail "overlap message: $(cat "$work/err2")"
+    [ ! -d "$work/state2/postgres" ] || fail "the refused node started a database"
+  fi
   kill -$sig $pid
   set +e; wait $pid; rc=$?; set -e
   [ $rc = 0 ] || { cat "$work/log"; fail "SIG$sig: exit $rc"; }
