@@ -47,7 +47,8 @@ typedef struct s_proc {
     uint64_t started_ms, finished_ms;
     uint64_t deadline; /* monotonic ms; 0 = none (or already fired) */
     int pipe_fd[2];    /* read ends of stdout/stderr, -1 once closed */
-    int spool_fd[2];
+    int spool_fd[2];   /* written while it runs; closed at its exit unless spool_mem */
+    bool spool_mem[2]; /* an anonymous spool (full disk): it has no path, so it stays open */
     uint64_t spooled[2];
     int in_fd; /* stdin write end, -1 if none or closed */
     char *in_pend;
@@ -62,7 +63,8 @@ typedef struct s_stream {
     s_proc_t *p; /* output streams */
     uint64_t off[2];
     bool follow;
-    int fd; /* read streams: the file (-1 when none) */
+    int fd;       /* read streams: the file (-1 when none) */
+    int spool[2]; /* output streams of exited processes: the spools reopened (-1 when not) */
     uint64_t roff, rsize;
     uint64_t credit;  /* data bytes it may still send (UINT64_MAX: not credit-bound) */
     uint64_t last_ms; /* monotonic ms of its last frame (keepalives) */
@@ -246,6 +248,26 @@ static void s_data_frame(s_stream_t *s, const char *key, const char *data, size_
 
 static char s_chunk[KA_GP_CHUNK];
 
+static void s_spool_path(uint64_t id, int k, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%llu.%s", G.logdir, (unsigned long long)id, k ? "stderr" : "stdout");
+}
+
+/* The descriptor to read spool k of s's process from: the process's own while it has one, else
+ * the stream's, opened by path once (an exited process keeps no descriptor, so a sandbox can
+ * run any number of processes one after another within its descriptor limit). */
+static int s_spool_reader(s_stream_t *s, int k)
+{
+    if (s->p->spool_fd[k] >= 0)
+        return s->p->spool_fd[k];
+    if (s->spool[k] < 0) {
+        char path[512];
+        s_spool_path(s->p->id, k, path, sizeof path);
+        s->spool[k] = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    return s->spool[k];
+}
+
 /* Sends what an output stream can send now; true when it is finished (end frame queued). */
 static bool s_output_pump(s_stream_t *s)
 {
@@ -256,7 +278,10 @@ static bool s_output_pump(s_stream_t *s)
             size_t want = s_allowance(s, p->spooled[k] - s->off[k]);
             if (want == 0)
                 return false; /* resumed when the channel drains or credit returns */
-            ssize_t n = pread(p->spool_fd[k], s_chunk, want, (off_t)s->off[k]);
+            int fd = s_spool_reader(s, k);
+            if (fd < 0)
+                break;
+            ssize_t n = pread(fd, s_chunk, want, (off_t)s->off[k]);
             if (n <= 0)
                 break;
             s_data_frame(s, names[k], s_chunk, (size_t)n, &s->off[k]);
@@ -312,6 +337,9 @@ static void s_stream_free(s_stream_t *s)
 {
     if (s->fd >= 0)
         close(s->fd);
+    for (int k = 0; k < 2; k++)
+        if (s->spool[k] >= 0)
+            close(s->spool[k]);
     free(s);
 }
 
@@ -322,7 +350,7 @@ static s_stream_t *s_stream_new(uint64_t id, const msgpack_object *req)
     if (!s)
         return NULL;
     s->req = id;
-    s->fd = -1;
+    s->fd = s->spool[0] = s->spool[1] = -1;
     s->credit = UINT64_MAX;
     ka_gp_get_u64(req, "window", &s->credit);
     s->last_ms = s_mono_ms();
@@ -436,6 +464,10 @@ static void s_proc_exited(s_proc_t *p, int status)
         if (p->pipe_fd[k] >= 0)
             close(p->pipe_fd[k]);
         p->pipe_fd[k] = -1;
+        if (!p->spool_mem[k] && p->spool_fd[k] >= 0) /* readers reopen it by path */
+            close(p->spool_fd[k]);
+        if (!p->spool_mem[k])
+            p->spool_fd[k] = -1;
     }
     s_stdin_close(p);
 }
@@ -564,13 +596,15 @@ fail:;
 
 /* A spool file in the log dir; on a full disk (no blocks or no inodes left on the sandbox's
  * volume) an anonymous one in memory, so the sandbox can still run the `rm` that frees it. */
-static int s_spool_open(uint64_t id, const char *ext)
+static int s_spool_open(s_proc_t *p, int k)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s/%llu.%s", G.logdir, (unsigned long long)id, ext);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0 && (errno == ENOSPC || errno == EDQUOT))
+    s_spool_path(p->id, k, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (fd < 0 && (errno == ENOSPC || errno == EDQUOT)) {
         fd = memfd_create(path, MFD_CLOEXEC);
+        p->spool_mem[k] = fd >= 0;
+    }
     return fd;
 }
 
@@ -640,8 +674,8 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
         if (in[0] < 0)
             goto fail_errno;
     }
-    p->spool_fd[0] = s_spool_open(p->id, "stdout");
-    p->spool_fd[1] = s_spool_open(p->id, "stderr");
+    p->spool_fd[0] = s_spool_open(p, 0);
+    p->spool_fd[1] = s_spool_open(p, 1);
     if (p->spool_fd[0] < 0 || p->spool_fd[1] < 0)
         goto fail_errno;
 
