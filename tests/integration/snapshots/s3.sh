@@ -126,11 +126,13 @@ k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
 [ -z "$(awsls "$id")" ] || fail "objects left after delete: $(awsls "$id")"
 
 # --- expiry removes the objects too
-short=$(k sandbox create s3tpl --request-id s3-short --ttl 15s -o json | field id)
+# (a TTL that outlasts the exec, suspend and listing below on a loaded machine: 15 s did not)
+short=$(k sandbox create s3tpl --request-id s3-short --ttl 45s -o json | field id)
 k sandbox exec "$short" -- sh -c 'echo x > /data/workspace/x' >/dev/null 2>&1 || fail "write short"
 k sandbox suspend "$short" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend short"
 [ -n "$(awsls "$short")" ] || fail "no objects for the short-lived sandbox"
-for _ in $(seq 300); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done
+[ "$(state "$short")" = RUNTIME_STATE_SUSPENDED ] || fail "the short-lived sandbox expired before its objects were listed"
+for _ in $(seq 900); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done
 [ "$(state "$short")" = RUNTIME_STATE_DELETED ] || fail "the short-lived sandbox did not expire"
 [ -z "$(awsls "$short")" ] || fail "objects left after expiry: $(awsls "$short")"
 
