@@ -190,8 +190,9 @@ typedef struct krt_reply {
  * krt_reply() / krt_reply_error() (or later with krt_reply_to / krt_reply_error_to). Returns 0
  * and fills *reply when a reply arrived (reply->status < 0 for an error reply), or
  * KRT_ETIMEDOUT, KRT_ENOACTOR (target gone, or it stopped with the request unhandled),
- * KRT_EINVAL when called on a scheduler thread (inside an actor: use krt_request). Local
- * targets only. */
+ * KRT_EINVAL when called on a scheduler thread (inside an actor: use krt_request), and for a
+ * target on another node KRT_EREMOTE (no transport reaches it) or KRT_ENOCONN (its node is or
+ * goes down). */
 int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
              int timeout_ms, krt_reply_t *reply);
 /* Callback form: cb runs exactly once on a runtime thread, with err 0 and the reply, with an
