@@ -52,7 +52,7 @@
 #define S_FRAME_MAX       (256u << 10) /* an open frame grows up to this, then is queued */
 #define S_FRAME_MIN       1024
 #define S_OPEN_MAX        8   /* open frames (peers) per thread */
-#define S_BYE_LINGER_MS   200 /* how long a closing dealer may take to deliver its goodbye */
+#define S_BYE_LINGER_MS   50 /* how long a closing dealer may take to deliver its goodbye */
 #define S_NODE_WORDS      (65536 / 64)
 
 /* ------------------------------------------------------------------------------------------ */
@@ -910,9 +910,17 @@ static void s_io_cleanup(krt_mesh_t *m)
             zmq_close(it->sock);
         free(it);
     }
-    for (size_t i = 0; i < m->n_peers; i++)
-        if (m->peers[i].dealer)
+    bool bye = false;
+    for (size_t i = 0; i < m->n_peers; i++) {
+        if (m->peers[i].dealer) {
             s_dealer_close(m, &m->peers[i]);
+            bye = true;
+        }
+    }
+    /* The goodbyes' connections close before stop returns: a mesh started again at once is
+     * not refused by a peer's ROUTER still holding the old connection under our id. */
+    if (bye)
+        usleep(2 * S_BYE_LINGER_MS * 1000);
     free(m->peers);
     m->peers = NULL;
     m->n_peers = m->cap_peers = 0;
