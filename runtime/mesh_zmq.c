@@ -51,7 +51,7 @@
 #define S_CTL_SEVER       3    /* the sender declared us down: drop relations with it */
 #define S_FRAME_MAX       (256u << 10) /* an open frame grows up to this, then is queued */
 #define S_FRAME_MIN       1024
-#define S_OPEN_MAX        8   /* open frames (peers) per thread */
+#define S_OPEN_MAX        8  /* open frames (peers) per thread */
 #define S_BYE_LINGER_MS   50 /* how long a closing dealer may take to deliver its goodbye */
 #define S_NODE_WORDS      (65536 / 64)
 
