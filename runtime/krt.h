@@ -37,6 +37,7 @@ extern "C" {
 #define KRT_EEXIST    (-EEXIST)    /* name already registered */
 #define KRT_EREMOTE   (-EREMOTE)   /* destination is on a node no transport reaches */
 #define KRT_EMSGSIZE  (-EMSGSIZE)  /* body too large, or a pointer body sent off-node */
+#define KRT_ENOCONN   (-ENOTCONN)  /* the target's node went down (or is down) */
 
 /* Returns a static description of a krt error code (or of any negative errno). */
 const char *krt_strerror(int err);
@@ -76,6 +77,9 @@ enum {
                                 type) carries a krt_sup_started_t */
     KRT_MSG_ERROR,           /* an error reply (krt_reply_error): status in msg->status, body the
                                 NUL-terminated message */
+    KRT_MSG_WHEREIS,         /* request to a node's service address (krt_node_addr): body a name;
+                                the reply (same type) is the 8-byte little-endian address, or an
+                                error reply KRT_ENOACTOR if nothing is registered under it */
     KRT_MSG_USER = 256
 };
 
@@ -186,8 +190,9 @@ typedef struct krt_reply {
  * krt_reply() / krt_reply_error() (or later with krt_reply_to / krt_reply_error_to). Returns 0
  * and fills *reply when a reply arrived (reply->status < 0 for an error reply), or
  * KRT_ETIMEDOUT, KRT_ENOACTOR (target gone, or it stopped with the request unhandled),
- * KRT_EINVAL when called on a scheduler thread (inside an actor: use krt_request). Local
- * targets only. */
+ * KRT_EINVAL when called on a scheduler thread (inside an actor: use krt_request), and for a
+ * target on another node KRT_EREMOTE (no transport reaches it) or KRT_ENOCONN (its node is or
+ * goes down). */
 int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
              int timeout_ms, krt_reply_t *reply);
 /* Callback form: cb runs exactly once on a runtime thread, with err 0 and the reply, with an
@@ -388,6 +393,10 @@ typedef struct krt_transport {
      * Returns 0 or a negative code (the send fails with it). */
     int (*send)(void *self, krt_addr_t to, const krt_msg_t *msg);
     void *self;
+    /* Optional: the sends of this thread since the last flush may go now. The runtime calls
+     * it at the end of every scheduler turn that sent remotely, and right after each send made
+     * off the schedulers, so a transport may batch a turn's sends into one write. */
+    void (*flush)(void *self);
 } krt_transport_t;
 
 void krt_system_set_transport(krt_system_t *sys, const krt_transport_t *t);
@@ -397,6 +406,33 @@ void krt_system_set_transport(krt_system_t *sys, const krt_transport_t *t);
  * KRT_ENOACTOR or KRT_EREMOTE (to is not on this node). */
 int krt_system_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg);
 uint16_t krt_system_node_id(const krt_system_t *sys);
+
+/*
+ * Location transparency. Links, monitors, krt_kill, krt_request and krt_call work for actors
+ * on other nodes (runtime signals travel as PLAIN envelopes of reserved types below
+ * KRT_MSG_USER). When the transport declares a node down (heartbeats lost, its goodbye, a
+ * disconnect, a restart under a new incarnation) it calls krt_system_node_down: every local
+ * link to an actor there delivers its exit with KRT_EXIT_NOCONN, every monitor a DOWN with
+ * KRT_EXIT_NOCONN, every pending krt_request / krt_call to it fails at once with KRT_ENOCONN.
+ * Safe from any thread.
+ */
+void krt_system_node_down(krt_system_t *sys, uint16_t node);
+
+/* The service address of a node: requests to it are answered by that node's runtime
+ * (KRT_MSG_WHEREIS). */
+static inline krt_addr_t krt_node_addr(uint16_t node)
+{
+    return (krt_addr_t)node << 48;
+}
+
+/* Resolves "name" (this node's registry) or "name@N" / "name@node-N" (node N's registry,
+ * over the transport) from a non-actor thread. 0 and *out, KRT_ENOACTOR (not registered),
+ * KRT_EINVAL (bad form, or on a scheduler thread), or the call's error (KRT_ENOCONN,
+ * KRT_EREMOTE, KRT_ETIMEDOUT). */
+int krt_whereis_at(krt_system_t *sys, const char *name, int timeout_ms, krt_addr_t *out);
+/* krt_call to a name as krt_whereis_at resolves it (timeout_ms covers both steps). */
+int krt_call_name(krt_system_t *sys, const char *name, uint32_t type, const void *body, size_t len,
+                  int timeout_ms, krt_reply_t *reply);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Introspection                                                                              */

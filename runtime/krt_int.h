@@ -59,7 +59,8 @@ enum {
     KRT_NK_DEMONITOR,   /* from drops monitor msg.ref */
     KRT_NK_EXIT,        /* krt_kill from `from`, reason aux */
     KRT_NK_LINKEXIT,    /* linked actor `from` stopped with reason aux */
-    KRT_NK_DOWN         /* a monitored actor stopped; body krt_down_t */
+    KRT_NK_DOWN,        /* a monitored actor stopped; body krt_down_t */
+    KRT_NK_NODEDOWN     /* node aux went down: break relations with it (krt_remote.c) */
 };
 enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8 };
 
@@ -179,6 +180,7 @@ typedef struct krt_ext {
     uint32_t n_pend;
     uint32_t pend_bits;
     krt_tmr_t *timers; /* timers not idle */
+    bool remote;       /* in the system's set of actors with remote relations */
 } krt_ext_t;
 
 struct krt_actor {
@@ -254,6 +256,8 @@ struct krt_sched {
     uint32_t n_pend_free;
     uint32_t turn_sends;      /* sends during the current turn (wake policy) */
     _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
+    bool remote_dirty;        /* sent remotely since the last transport flush */
+    krt_transport_t rt;       /* ... through this transport */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
     char pad_[64];
@@ -299,6 +303,7 @@ struct krt_system {
     struct krt_waiter *waiters;
     krt_io_t *io;
     krt_reg_t *reg;
+    struct krt_remote *remote; /* actors with remote relations (krt_remote.c) */
 };
 
 /* Thread-local: the scheduler this thread runs, or NULL. */
@@ -551,6 +556,29 @@ void krt__call_fail(krt_system_t *sys, uint64_t ref, int err);
 krt_reg_t *krt__reg_new(void);
 void krt__reg_destroy(krt_reg_t **reg_p);
 void krt__reg_release(krt_system_t *sys, krt_addr_t who);
+
+/* Remote relations (krt_remote.c). */
+struct krt_remote *krt__remote_new(void);
+void krt__remote_destroy(struct krt_remote **r_p);
+/* The actor has (or is about to have) a relation with an actor on another node: node-down
+ * must reach it. Owner only. */
+void krt__remote_interest(krt_system_t *sys, krt_actor_t *a);
+/* The stopping actor leaves the set. */
+void krt__remote_forget(krt_system_t *sys, krt_actor_t *a);
+/* A KRT_NK_NODEDOWN for the running actor. */
+void krt__remote_nodedown(krt_ctx_t *ctx, uint16_t node);
+/* The message the transport carries for n (runtime signals become reserved PLAIN types);
+ * wire is scratch for the body. */
+const krt_msg_t *krt__remote_wire(const krt_node_t *n, krt_msg_t *tmp, unsigned char wire[12]);
+/* Inbound messages the runtime handles itself (signals, the node service, call replies):
+ * true if handled, *rc its result. */
+bool krt__remote_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg, int *rc);
+/* krt_kill's core: from may be KRT_ADDR_NONE; who local or remote. */
+int krt__kill(krt_system_t *sys, krt_addr_t from, krt_addr_t who, int reason);
+/* Pending requests of the running actor to node fail with KRT_ENOCONN (queued replies). */
+void krt__requests_fail_node(krt_ctx_t *ctx, uint16_t node);
+/* Pending krt_call / krt_call_async to node fail with KRT_ENOCONN. */
+void krt__calls_fail_node(krt_system_t *sys, uint16_t node);
 
 /* Introspection helpers (krt_info.c). */
 size_t krt__actor_bytes(const krt_actor_t *a);

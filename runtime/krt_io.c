@@ -27,6 +27,7 @@ typedef struct krt_callrec {
     krt_tmr_t timer; /* async timeout in the global wheel; must stay first */
     struct krt_callrec *next;
     uint64_t ref;
+    krt_addr_t to;
     bool async;
     krt_call_cb cb;
     void *user;
@@ -151,6 +152,30 @@ static uint64_t s_call_ref(krt_io_t *io)
     return KRT_CALL_REF_BIT | (atomic_fetch_add(&io->call_seq, 1) + 1);
 }
 
+/* The sender of a call: none locally; this node's service address for a remote target, so
+ * the reply comes back through the transport. */
+static krt_addr_t s_call_from(krt_system_t *sys, krt_addr_t to)
+{
+    return krt_addr_node(to) == sys->node_id ? KRT_ADDR_NONE : krt_node_addr(sys->node_id);
+}
+
+void krt__calls_fail_node(krt_system_t *sys, uint16_t node)
+{
+    krt_io_t *io = sys->io;
+    for (;;) {
+        uint64_t ref = 0;
+        pthread_mutex_lock(&io->call_lock);
+        for (size_t b = 0; !ref && b < KRT_CALL_BUCKETS; b++)
+            for (krt_callrec_t *r = io->calls[b]; r && !ref; r = r->next)
+                if (krt_addr_node(r->to) == node && r->to != KRT_ADDR_NONE)
+                    ref = r->ref;
+        pthread_mutex_unlock(&io->call_lock);
+        if (!ref)
+            return;
+        krt__call_fail(sys, ref, KRT_ENOCONN);
+    }
+}
+
 int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, size_t len,
              int timeout_ms, krt_reply_t *reply)
 {
@@ -163,6 +188,7 @@ int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, 
     krt_callrec_t r;
     memset(&r, 0, sizeof r);
     r.ref = s_call_ref(io);
+    r.to = to;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -171,7 +197,7 @@ int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, 
     pthread_mutex_lock(&io->call_lock);
     s_call_put(io, &r);
     pthread_mutex_unlock(&io->call_lock);
-    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r.ref, KRT_NK_REQUEST, body, len);
+    int rc = krt__send_copy(sys, to, s_call_from(sys, to), type, r.ref, KRT_NK_REQUEST, body, len);
     pthread_mutex_lock(&io->call_lock);
     if (rc) {
         if (s_call_take(io, r.ref)) {
@@ -222,6 +248,7 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
     if (!r)
         return KRT_ENOMEM;
     r->ref = s_call_ref(io);
+    r->to = to;
     r->async = true;
     r->cb = cb;
     r->user = user;
@@ -244,7 +271,7 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
         if (late)
             s_wake_poller(io);
     }
-    int rc = krt__send_copy(sys, to, KRT_ADDR_NONE, type, r->ref, KRT_NK_REQUEST, body, len);
+    int rc = krt__send_copy(sys, to, s_call_from(sys, to), type, r->ref, KRT_NK_REQUEST, body, len);
     if (rc) {
         pthread_mutex_lock(&io->call_lock);
         krt_callrec_t *mine = s_call_take(io, r->ref);

@@ -105,11 +105,9 @@ void krt_trap_exit(krt_ctx_t *ctx, bool on)
         ctx->actor->flags &= (uint16_t)~KRT_AF_TRAP;
 }
 
-static int s_kill(krt_system_t *sys, krt_addr_t from, krt_addr_t who, int reason)
+int krt__kill(krt_system_t *sys, krt_addr_t from, krt_addr_t who, int reason)
 {
-    if (krt_addr_node(who) != sys->node_id)
-        return KRT_EREMOTE;
-    if (reason != KRT_EXIT_KILLED) {
+    if (reason != KRT_EXIT_KILLED || krt_addr_node(who) != sys->node_id) {
         krt_node_t *n = krt__node_new(krt__self_sched(sys), 0);
         if (!n)
             return KRT_ENOMEM;
@@ -133,12 +131,12 @@ int krt_kill(krt_ctx_t *ctx, krt_addr_t who, int reason)
         krt_exit(ctx, reason);
         return 0;
     }
-    return s_kill(ctx->sys, ctx->actor->addr, who, reason);
+    return krt__kill(ctx->sys, ctx->actor->addr, who, reason);
 }
 
 int krt_system_kill(krt_system_t *sys, krt_addr_t who, int reason)
 {
-    return s_kill(sys, KRT_ADDR_NONE, who, reason);
+    return krt__kill(sys, KRT_ADDR_NONE, who, reason);
 }
 
 int krt_link(krt_ctx_t *ctx, krt_addr_t other)
@@ -146,8 +144,9 @@ int krt_link(krt_ctx_t *ctx, krt_addr_t other)
     krt_actor_t *a = ctx->actor;
     if (other == a->addr || s_rel_find(a, KRT_REL_LINK, other, 0))
         return 0;
-    if (krt_addr_node(other) != ctx->sys->node_id)
-        return KRT_EREMOTE;
+    bool remote = krt_addr_node(other) != ctx->sys->node_id;
+    if (remote)
+        krt__remote_interest(ctx->sys, a);
     int rc = krt__rel_add(a, KRT_REL_LINK, other, 0);
     if (rc)
         return rc;
@@ -158,8 +157,10 @@ int krt_link(krt_ctx_t *ctx, krt_addr_t other)
     }
     n->kind = KRT_NK_LINK;
     n->msg.from = a->addr;
-    if (krt__send_node(ctx->sys, other, n) == KRT_ENOACTOR)
-        krt__push_self(ctx, other, KRT_NK_LINKEXIT, 0, KRT_EXIT_NOPROC, NULL, 0);
+    rc = krt__send_node(ctx->sys, other, n);
+    if (rc) /* gone, or its node unreachable */
+        krt__push_self(ctx, other, KRT_NK_LINKEXIT, 0,
+                       rc == KRT_ENOACTOR ? KRT_EXIT_NOPROC : KRT_EXIT_NOCONN, NULL, 0);
     return 0;
 }
 
@@ -176,19 +177,19 @@ uint64_t krt_monitor(krt_ctx_t *ctx, krt_addr_t target)
     krt_down_t d = {target, ref, KRT_EXIT_NOPROC};
     if (krt__rel_add(ctx->actor, KRT_REL_MON_OUT, target, ref) != 0)
         return ref; /* out of memory: no DOWN will ever come */
-    if (krt_addr_node(target) != ctx->sys->node_id) {
-        d.reason = KRT_EXIT_NOCONN;
-        krt__push_self(ctx, KRT_ADDR_NONE, KRT_NK_DOWN, ref, 0, &d, sizeof d);
-        return ref;
-    }
+    if (krt_addr_node(target) != ctx->sys->node_id)
+        krt__remote_interest(ctx->sys, ctx->actor);
     krt_node_t *n = krt__node_new(ctx->sched, 0);
     if (!n)
         return ref;
     n->kind = KRT_NK_MONITOR;
     n->msg.from = ctx->actor->addr;
     n->msg.ref = ref;
-    if (krt__send_node(ctx->sys, target, n) == KRT_ENOACTOR)
+    int rc = krt__send_node(ctx->sys, target, n);
+    if (rc) {
+        d.reason = rc == KRT_ENOACTOR ? KRT_EXIT_NOPROC : KRT_EXIT_NOCONN;
         krt__push_self(ctx, KRT_ADDR_NONE, KRT_NK_DOWN, ref, 0, &d, sizeof d);
+    }
     return ref;
 }
 

@@ -60,6 +60,11 @@ typedef struct krt_mesh_stats {
     uint64_t undeliverable; /* inbound envelopes krt_system_deliver refused (no such actor) */
     uint64_t malformed;     /* inbound frames that failed to decode or were misaddressed */
     uint64_t heartbeats;    /* heartbeats received */
+    uint64_t frames;        /* ZeroMQ messages sent (each a batch of envelopes) */
+    uint64_t stale;         /* inbound frames dropped: meant for another incarnation of this node,
+                               or from a disconnected peer */
+    uint64_t io_wakeups;    /* times the I/O thread woke from a blocking wait for traffic */
+    uint64_t signals;       /* eventfd writes by senders to wake the I/O thread */
 } krt_mesh_stats_t;
 
 /* A mesh for sys (not started; cfg copied). NULL on failure (bad config, CURVE keys that do
@@ -81,6 +86,12 @@ const char *krt_mesh_endpoint(const krt_mesh_t *m);
  * is not running.
  */
 int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const char *server_key);
+/*
+ * Drops the peer: says goodbye to it, closes the connection, and declares the node down (node
+ * monitors fire, krt_system_node_down). Later sends to it fail with KRT_EREMOTE and its
+ * frames are dropped, until krt_mesh_connect adds it again. KRT_EINVAL if node has no peer.
+ */
+int krt_mesh_disconnect(krt_mesh_t *m, uint16_t node);
 /* True if a peer for node was added. */
 bool krt_mesh_has_peer(const krt_mesh_t *m, uint16_t node);
 
@@ -101,8 +112,9 @@ bool krt_mesh_node_up(const krt_mesh_t *m, uint16_t node);
 void krt_mesh_stats(const krt_mesh_t *m, krt_mesh_stats_t *out);
 
 /* Uninstalls the transport (later remote sends fail with KRT_EREMOTE), waits for sends in
- * progress, stops and joins the I/O thread, closes the sockets (queued messages are
- * dropped). Idempotent. */
+ * progress, stops and joins the I/O thread, writes what was queued, says goodbye to every
+ * peer (they see this node down at once, not after a heartbeat timeout) and closes the
+ * sockets. Idempotent. */
 void krt_mesh_stop(krt_mesh_t *m);
 /* Stops if needed and frees everything. Idempotent; NULLs *m_p. */
 void krt_mesh_destroy(krt_mesh_t **m_p);

@@ -114,6 +114,8 @@ static int s_put(krt_ext_t *e, krt_pending_t *p)
     return 0;
 }
 
+static bool s_queue_error(krt_ctx_t *ctx, const krt_pending_t *p, int err);
+
 static bool s_local(krt_system_t *sys, krt_addr_t a)
 {
     return a != KRT_ADDR_NONE && krt_addr_node(a) == sys->node_id;
@@ -181,6 +183,15 @@ void krt__requests_drop(krt_system_t *sys, krt_actor_t *a)
     e->n_pend = 0;
 }
 
+void krt__requests_fail_node(krt_ctx_t *ctx, uint16_t node)
+{
+    krt_ext_t *e = ctx->actor->ext;
+    for (uint32_t i = 0; e && e->pend && i < (1u << e->pend_bits); i++)
+        for (krt_pending_t *p = e->pend[i]; p; p = p->next)
+            if (krt_addr_node(p->to) == node)
+                s_queue_error(ctx, p, KRT_ENOCONN);
+}
+
 void krt__request_orphan(krt_system_t *sys, krt_addr_t self, krt_addr_t from, uint64_t ref)
 {
     const char *why = krt_strerror(KRT_ENOACTOR);
@@ -215,6 +226,22 @@ static krt_pending_t *s_pending_new(krt_ctx_t *ctx, krt_addr_t to, int timeout_m
     return p;
 }
 
+/* Queues an error reply from p's target to the running actor; false if out of memory. */
+static bool s_queue_error(krt_ctx_t *ctx, const krt_pending_t *p, int err)
+{
+    const char *why = krt_strerror(err);
+    size_t len = strlen(why) + 1;
+    krt_node_t *n = krt__node_new(ctx->sched, len);
+    if (!n)
+        return false;
+    n->kind = KRT_NK_REPLY;
+    n->msg = (krt_msg_t){KRT_MSG_ERROR, (uint32_t)len, p->to,         p->timer.ref,
+                         n->data,       err,           KRT_KIND_REPLY};
+    memcpy(n->data, why, len);
+    krt__push(ctx->sys, ctx->actor, n);
+    return true;
+}
+
 static void s_pending_undo(krt_ctx_t *ctx, krt_pending_t *p)
 {
     s_take(ctx->actor, p->timer.ref);
@@ -226,19 +253,10 @@ static void s_pending_undo(krt_ctx_t *ctx, krt_pending_t *p)
  * KRT_ENOMEM (request withdrawn) if even that cannot be queued. */
 static int s_fail_later(krt_ctx_t *ctx, krt_pending_t *p, int err)
 {
-    const char *why = krt_strerror(err);
-    size_t len = strlen(why) + 1;
-    krt_node_t *n = krt__node_new(ctx->sched, len);
-    if (!n) {
-        s_pending_undo(ctx, p);
-        return KRT_ENOMEM;
-    }
-    n->kind = KRT_NK_REPLY;
-    n->msg = (krt_msg_t){KRT_MSG_ERROR, (uint32_t)len, p->to,         p->timer.ref,
-                         n->data,       err,           KRT_KIND_REPLY};
-    memcpy(n->data, why, len);
-    krt__push(ctx->sys, ctx->actor, n);
-    return 0;
+    if (s_queue_error(ctx, p, err))
+        return 0;
+    s_pending_undo(ctx, p);
+    return KRT_ENOMEM;
 }
 
 int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len,
@@ -254,6 +272,8 @@ int krt_request(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, 
         krt__node_free(ctx->sched, n);
         return KRT_ENOMEM;
     }
+    if (!s_local(ctx->sys, to) && to != KRT_ADDR_NONE)
+        krt__remote_interest(ctx->sys, ctx->actor);
     n->kind = KRT_NK_REQUEST;
     n->msg = (krt_msg_t){type, (uint32_t)len,   ctx->actor->addr, p->timer.ref, n->data,
                          0,    KRT_KIND_REQUEST};

@@ -222,9 +222,11 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
     case KRT_NK_REQUEST:
         ctx->replied = false;
         s_handle(ctx, a, n, &n->msg);
-        if (!ctx->replied && n->msg.from != KRT_ADDR_NONE &&
-            krt_addr_node(n->msg.from) == s->sys->node_id)
+        if (!ctx->replied && n->msg.from != KRT_ADDR_NONE) {
+            if (krt_addr_node(n->msg.from) != s->sys->node_id)
+                krt__remote_interest(s->sys, a);
             krt__rel_add(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref);
+        }
         break;
     case KRT_NK_USER:
         if (n->msg.type == KRT_MSG_STOP) {
@@ -251,13 +253,20 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
             s_handle(ctx, a, n, &tm);
         break;
     case KRT_NK_LINK:
+        if (krt_addr_node(n->msg.from) != s->sys->node_id)
+            krt__remote_interest(s->sys, a);
         krt__rel_add(a, KRT_REL_LINK, n->msg.from, 0);
         break;
     case KRT_NK_UNLINK:
         krt__rel_del(a, KRT_REL_LINK, n->msg.from, 0, NULL);
         break;
     case KRT_NK_MONITOR:
+        if (krt_addr_node(n->msg.from) != s->sys->node_id)
+            krt__remote_interest(s->sys, a);
         krt__rel_add(a, KRT_REL_MON_IN, n->msg.from, n->msg.ref);
+        break;
+    case KRT_NK_NODEDOWN:
+        krt__remote_nodedown(ctx, (uint16_t)n->aux);
         break;
     case KRT_NK_DEMONITOR: /* a monitor, or a request answered by another actor */
         if (!krt__rel_del(a, KRT_REL_MON_IN, 0, n->msg.ref, NULL))
@@ -382,6 +391,15 @@ bool krt__describe(krt_system_t *sys, krt_actor_t *a, char *buf, size_t cap)
     return true;
 }
 
+/* The end of a turn: what this thread sent remotely goes out. */
+static void s_flush(krt_sched_t *s)
+{
+    if (!s->remote_dirty)
+        return;
+    s->remote_dirty = false;
+    s->rt.flush(s->rt.self);
+}
+
 static void s_timers(krt_sched_t *s)
 {
     if (!__atomic_load_n(&s->wheel.count, __ATOMIC_RELAXED))
@@ -416,9 +434,11 @@ void *krt__sched_main(void *arg)
             s_run(s, a);
             if ((++turns & 15) == 0)
                 s_timers(s);
+            s_flush(s);
             continue;
         }
         s_timers(s);
+        s_flush(s);
         bool work = s->next != NULL;
         for (int i = 0; i < 1000 && !work; i++) {
             krt__relax();

@@ -9,20 +9,42 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Sending                                                                                    */
 
+/* Hands the message to the transport; a scheduler flushes at the end of its turn, any other
+ * thread at once. */
+static int s_transport_send(krt_system_t *sys, krt_sched_t *me, krt_addr_t to, const krt_node_t *n)
+{
+    pthread_mutex_lock(&sys->transport_lock);
+    krt_transport_t t = sys->transport;
+    pthread_mutex_unlock(&sys->transport_lock);
+    if (!t.send)
+        return KRT_EREMOTE;
+    krt_msg_t tmp;
+    unsigned char wire[12];
+    int rc = t.send(t.self, to, krt__remote_wire(n, &tmp, wire));
+    if (!t.flush)
+        return rc;
+    if (!me) {
+        t.flush(t.self);
+    } else if (!me->remote_dirty || me->rt.self != t.self) {
+        if (me->remote_dirty && me->rt.flush)
+            me->rt.flush(me->rt.self);
+        me->remote_dirty = true;
+        me->rt = t;
+    }
+    return rc;
+}
+
 int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
 {
     int rc;
-    if (n->flags & KRT_NF_PTR) {
+    krt_sched_t *me = krt__self_sched(sys);
+    if (n->flags & KRT_NF_PTR)
         rc = KRT_EMSGSIZE;
-    } else if (!atomic_load(&sys->has_transport)) {
+    else if (!atomic_load(&sys->has_transport))
         rc = KRT_EREMOTE;
-    } else {
-        pthread_mutex_lock(&sys->transport_lock);
-        krt_transport_t t = sys->transport;
-        pthread_mutex_unlock(&sys->transport_lock);
-        rc = t.send ? t.send(t.self, to, &n->msg) : KRT_EREMOTE;
-    }
-    krt__node_free(krt__self_sched(sys), n);
+    else
+        rc = s_transport_send(sys, me, to, n);
+    krt__node_free(me, n);
     return rc;
 }
 
@@ -155,11 +177,14 @@ int krt_system_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg)
 {
     if (krt_addr_node(to) != sys->node_id)
         return KRT_EREMOTE;
+    int rc;
+    if (krt__remote_deliver(sys, to, msg, &rc))
+        return rc;
     uint16_t kind = msg->kind == KRT_KIND_REQUEST ? KRT_NK_REQUEST
                     : msg->kind == KRT_KIND_REPLY ? KRT_NK_REPLY
                                                   : KRT_NK_USER;
-    int rc = krt__send_env(sys, to, msg->from, msg->type, msg->ref, kind, msg->status, msg->body,
-                           msg->len);
+    rc = krt__send_env(sys, to, msg->from, msg->type, msg->ref, kind, msg->status, msg->body,
+                       msg->len);
     if (rc == KRT_ENOACTOR && kind == KRT_NK_REQUEST && msg->from != KRT_ADDR_NONE)
         krt__request_orphan(sys, to, msg->from, msg->ref);
     return rc;

@@ -36,6 +36,8 @@ const char *krt_strerror(int err)
         return "node unreachable";
     case KRT_EMSGSIZE:
         return "message too large or not sendable off-node";
+    case KRT_ENOCONN:
+        return "the target's node is down";
     default:
         return err < 0 ? strerror(-err) : "unknown error";
     }
@@ -107,7 +109,8 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         s->ctx.sys = sys;
         s->ctx.sched = s;
     }
-    if (!(sys->io = krt__io_new(sys)) || !(sys->reg = krt__reg_new())) {
+    if (!(sys->io = krt__io_new(sys)) || !(sys->reg = krt__reg_new()) ||
+        !(sys->remote = krt__remote_new())) {
         krt_system_destroy(&sys);
         return NULL;
     }
@@ -188,6 +191,7 @@ void krt_system_destroy(krt_system_t **sys_p)
         krt_system_stop(sys);
     krt__io_destroy(&sys->io);
     krt__reg_destroy(&sys->reg);
+    krt__remote_destroy(&sys->remote);
     krt__nodes_fini(sys);
     for (int i = 0; sys->scheds && i < sys->n_sched; i++) {
         krt_sched_t *s = &sys->scheds[i];

@@ -7,8 +7,19 @@
  * producer writes the eventfd only when the I/O thread has announced it is about to sleep
  * (`armed`), so a busy mesh costs no syscall per message on the send side.
  *
- * Wire: DEALER (routing id "K" + node id, big-endian) -> peer ROUTER; one frame per envelope.
- * Envelopes addressed to KRT_ADDR_NONE are mesh control messages (heartbeats).
+ * Batching: a runtime thread's sends to one peer accumulate in a thread-local open frame
+ * (krt_mesh_frame.h) until the runtime flushes (the end of a scheduler turn, or at once off the
+ * schedulers), so a turn's messages to a peer are one queue item and one ZeroMQ message.
+ *
+ * Wire: DEALER (routing id "K" + node id, big-endian) -> peer ROUTER; one mesh frame (a batch
+ * of envelopes with both sides' incarnations) per ZeroMQ message. Envelopes addressed to
+ * KRT_ADDR_NONE are mesh control messages (heartbeat, goodbye, sever).
+ *
+ * Node down: a peer silent past peer_timeout_ms, its goodbye (BYE, sent by krt_mesh_stop),
+ * krt_mesh_disconnect, or a frame from a new incarnation of it: node monitors fire,
+ * krt_system_node_down breaks every relation with it, and sends to it fail with KRT_ENOCONN
+ * until it is heard from again. A peer declared down for silence is told so (SEVER), so when
+ * it wakes up it breaks its relations with us too.
  *
  * CURVE: a mesh with keys has its own ZeroMQ context and answers ZAP requests in its I/O
  * thread: a connection is accepted only if its routing id names a node added with
@@ -16,6 +27,7 @@
  */
 #include "krt_mesh.h"
 #include "krt_codec.h"
+#include "krt_mesh_frame.h"
 
 #include <czmq.h>
 #include <pthread.h>
@@ -24,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -34,6 +47,12 @@
 #define S_DRAIN_BATCH     4096 /* queue items per loop turn */
 #define S_RECV_BATCH      1024 /* inbound frames per loop turn */
 #define S_CTL_HEARTBEAT   1    /* control envelope types (to == KRT_ADDR_NONE) */
+#define S_CTL_BYE         2    /* the sender stops */
+#define S_CTL_SEVER       3    /* the sender declared us down: drop relations with it */
+#define S_FRAME_MAX       (256u << 10) /* an open frame grows up to this, then is queued */
+#define S_FRAME_MIN       1024
+#define S_OPEN_MAX        8  /* open frames (peers) per thread */
+#define S_BYE_LINGER_MS   50 /* how long a closing dealer may take to deliver its goodbye */
 #define S_NODE_WORDS      (65536 / 64)
 
 /* ------------------------------------------------------------------------------------------ */
@@ -69,7 +88,7 @@ static void s_ctx_release(void)
 /* ------------------------------------------------------------------------------------------ */
 /* Queue items and the MPSC queue                                                              */
 
-typedef enum { S_IT_SEND, S_IT_PEER, S_IT_MONITOR, S_IT_DEMONITOR } s_kind_t;
+typedef enum { S_IT_SEND, S_IT_PEER, S_IT_MONITOR, S_IT_DEMONITOR, S_IT_DISCONNECT } s_kind_t;
 
 typedef struct s_item {
     struct s_item *_Atomic next;
@@ -79,8 +98,10 @@ typedef struct s_item {
     krt_addr_t watcher; /* MONITOR */
     uint8_t key[32];    /* PEER: the node's CURVE public key (CURVE meshes) */
     uint64_t ref;       /* MONITOR, DEMONITOR */
-    size_t len;         /* SEND: envelope bytes in data */
-    uint8_t data[];     /* SEND: the envelope */
+    size_t len;         /* SEND: frame bytes in data */
+    size_t cap;         /* SEND: room in data */
+    uint32_t count;     /* SEND: envelopes in the frame */
+    uint8_t data[];     /* SEND: the mesh frame */
 } s_item_t;
 
 typedef struct s_queue {
@@ -149,6 +170,8 @@ typedef struct s_peer {
     uint64_t last_rx; /* ms, monotonic */
     bool has_key;     /* key is set: the node may connect to us (CURVE meshes) */
     uint8_t key[32];  /* its CURVE public key */
+    uint64_t inc;     /* its incarnation, 0 until heard from */
+    bool cut;         /* disconnected: its frames are dropped until connected again */
 } s_peer_t;
 
 /* A CURVE handshake whose client key no peer has yet: answered once a peer with that key is
@@ -197,12 +220,15 @@ struct krt_mesh {
     _Atomic bool armed;   /* the I/O thread is about to sleep: producers must wake it */
     _Atomic uint64_t known[S_NODE_WORDS]; /* nodes with a peer */
     _Atomic uint64_t up[S_NODE_WORDS];    /* nodes currently up */
+    _Atomic uint64_t down[S_NODE_WORDS];  /* nodes declared down and not heard from since */
+    uint64_t incarnation;                 /* this mesh's life, random */
+    uint64_t id;                          /* process-unique, for thread-local open frames */
     _Atomic uint64_t next_ref;
     s_queue_t q;
     krt_transport_t transport;
 
     _Atomic uint64_t st_sent, st_received, st_dropped, st_undeliverable, st_malformed,
-        st_heartbeats;
+        st_heartbeats, st_frames, st_stale, st_io_wakeups, st_signals;
 
     /* I/O thread only */
     s_peer_t *peers;
@@ -232,6 +258,7 @@ static void s_bit_set(_Atomic uint64_t *set, uint16_t node, bool on)
 static void s_wake(krt_mesh_t *m)
 {
     if (atomic_exchange(&m->armed, false)) {
+        atomic_fetch_add_explicit(&m->st_signals, 1, memory_order_relaxed);
         uint64_t one = 1;
         ssize_t w = write(m->efd, &one, sizeof one);
         (void)w; /* only fails if the counter is saturated: it is awake anyway */
@@ -247,28 +274,121 @@ static void s_enqueue(krt_mesh_t *m, s_item_t *it)
 /* ------------------------------------------------------------------------------------------ */
 /* Send path (runtime threads)                                                                 */
 
-static int s_send(krt_mesh_t *m, krt_addr_t to, const krt_msg_t *msg)
+/* This thread's open frames (one per peer) of mesh `mesh`. */
+typedef struct s_open {
+    uint16_t node;
+    s_item_t *it;
+} s_open_t;
+static __thread struct {
+    uint64_t mesh;
+    int n;
+    s_open_t o[S_OPEN_MAX];
+} s_tl;
+static _Atomic uint64_t s_mesh_ids;
+
+static s_item_t *s_frame_new(uint16_t node, size_t need)
 {
-    if (!atomic_load(&m->running))
-        return KRT_EREMOTE;
-    if (!s_bit(m->known, krt_addr_node(to)))
-        return KRT_EREMOTE;
-    if (msg->len && !msg->body)
-        return KRT_EINVAL;
-    size_t cap = (size_t)msg->len + KRT_ENVELOPE_OVERHEAD;
-    if ((size_t)msg->len > m->max_msg)
-        return KRT_EMSGSIZE;
+    size_t cap = KRT_MFRAME_HEADER + need;
+    if (cap < S_FRAME_MIN)
+        cap = S_FRAME_MIN;
     s_item_t *it = malloc(sizeof *it + cap);
     if (!it)
-        return KRT_ENOMEM;
+        return NULL;
     it->kind = S_IT_SEND;
-    it->node = krt_addr_node(to);
-    int rc = krt_envelope_encode_buf(it->data, cap, to, msg, &it->len);
-    if (rc) {
-        free(it);
-        return rc;
+    it->node = node;
+    it->len = KRT_MFRAME_HEADER; /* the I/O thread writes the header */
+    it->cap = cap;
+    it->count = 0;
+    return it;
+}
+
+/* Queues this thread's open frames of m (drops them if it no longer runs). */
+static void s_flush_open(krt_mesh_t *m)
+{
+    if (s_tl.mesh != m->id || !s_tl.n)
+        return;
+    bool run = atomic_load(&m->running);
+    for (int i = 0; i < s_tl.n; i++) {
+        if (run) {
+            s_queue_push(&m->q, s_tl.o[i].it);
+        } else {
+            atomic_fetch_add(&m->st_dropped, s_tl.o[i].it->count);
+            free(s_tl.o[i].it);
+        }
     }
-    s_enqueue(m, it);
+    s_tl.n = 0;
+    if (run)
+        s_wake(m);
+}
+
+/* The open frame for node with room for need more bytes; NULL if out of memory. */
+static s_item_t **s_open_frame(krt_mesh_t *m, uint16_t node, size_t need)
+{
+    if (s_tl.mesh != m->id) { /* only ever flushed leftovers: none in practice */
+        for (int i = 0; i < s_tl.n; i++)
+            free(s_tl.o[i].it);
+        s_tl.n = 0;
+        s_tl.mesh = m->id;
+    }
+    s_open_t *o = NULL;
+    for (int i = 0; i < s_tl.n && !o; i++)
+        if (s_tl.o[i].node == node)
+            o = &s_tl.o[i];
+    if (o && o->it->len + need > o->it->cap) {
+        if (o->it->len + need > S_FRAME_MAX) {
+            s_enqueue(m, o->it);
+            o->it = s_frame_new(node, need);
+            if (!o->it) {
+                *o = s_tl.o[--s_tl.n];
+                return NULL;
+            }
+        } else {
+            size_t cap = o->it->cap * 2 < o->it->len + need ? o->it->len + need : o->it->cap * 2;
+            s_item_t *it = realloc(o->it, sizeof *it + cap);
+            if (!it)
+                return NULL;
+            it->cap = cap;
+            o->it = it;
+        }
+    } else if (!o) {
+        if (s_tl.n == S_OPEN_MAX)
+            s_flush_open(m);
+        o = &s_tl.o[s_tl.n];
+        o->node = node;
+        o->it = s_frame_new(node, need);
+        if (!o->it)
+            return NULL;
+        s_tl.n++;
+    }
+    return &o->it;
+}
+
+static int s_send(krt_mesh_t *m, krt_addr_t to, const krt_msg_t *msg)
+{
+    uint16_t node = krt_addr_node(to);
+    if (!atomic_load(&m->running))
+        return KRT_EREMOTE;
+    if (!s_bit(m->known, node))
+        return KRT_EREMOTE;
+    if (s_bit(m->down, node))
+        return KRT_ENOCONN;
+    if (msg->len && !msg->body)
+        return KRT_EINVAL;
+    if ((size_t)msg->len > m->max_msg)
+        return KRT_EMSGSIZE;
+    size_t need = KRT_MFRAME_LEN + (size_t)msg->len + KRT_ENVELOPE_OVERHEAD;
+    s_item_t **itp = s_open_frame(m, node, need);
+    if (!itp)
+        return KRT_ENOMEM;
+    s_item_t *it = *itp;
+    size_t elen;
+    int rc = krt_envelope_encode_buf(it->data + it->len + KRT_MFRAME_LEN,
+                                     it->cap - it->len - KRT_MFRAME_LEN, to, msg, &elen);
+    if (rc)
+        return rc;
+    krt_mframe_len(it->data + it->len, (uint32_t)elen);
+    it->len += KRT_MFRAME_LEN + elen;
+    it->count++;
     return 0;
 }
 
@@ -279,6 +399,14 @@ static int s_transport_send(void *self, krt_addr_t to, const krt_msg_t *msg)
     int rc = s_send(m, to, msg);
     atomic_fetch_sub(&m->senders, 1);
     return rc;
+}
+
+static void s_transport_flush(void *self)
+{
+    krt_mesh_t *m = self;
+    atomic_fetch_add(&m->senders, 1);
+    s_flush_open(m);
+    atomic_fetch_sub(&m->senders, 1);
 }
 
 /* Installed when the mesh stops: it references nothing, so it is safe forever. */
@@ -332,11 +460,33 @@ static void s_mon_fire(krt_mesh_t *m, const s_mon_t *mon)
                 (unsigned long long)mon->watcher, rc);
 }
 
-static void s_peer_down(krt_mesh_t *m, s_peer_t *p)
+/* One control envelope in its own frame, straight to the peer's dealer. */
+static void s_ctl_send(krt_mesh_t *m, s_peer_t *p, uint32_t type)
 {
+    if (!p->dealer)
+        return;
+    uint8_t buf[KRT_MFRAME_HEADER + KRT_MFRAME_LEN + KRT_ENVELOPE_OVERHEAD];
+    size_t len;
+    krt_msg_t c = {.type = type, .from = krt_node_addr(m->node_id)};
+    krt_mframe_header(buf, m->incarnation, p->inc);
+    krt_envelope_encode_buf(buf + KRT_MFRAME_HEADER + KRT_MFRAME_LEN,
+                            sizeof buf - KRT_MFRAME_HEADER - KRT_MFRAME_LEN, KRT_ADDR_NONE, &c,
+                            &len);
+    krt_mframe_len(buf + KRT_MFRAME_HEADER, (uint32_t)len);
+    zmq_send(p->dealer, buf, KRT_MFRAME_HEADER + KRT_MFRAME_LEN + len, ZMQ_DONTWAIT);
+}
+
+/* The node is down (why: timeout, bye, sever, disconnect, restart): its monitors fire, the
+ * runtime breaks every relation with it; a peer that timed out is told (sever). */
+static void s_peer_down(krt_mesh_t *m, s_peer_t *p, const char *why)
+{
+    bool was_down = p->state == S_PEER_DOWN, was_up = p->state == S_PEER_UP;
     p->state = S_PEER_DOWN;
     s_bit_set(m->up, p->node, false);
-    krt_log(KRT_LOG_WARN, m->path, "node_down", "node=%u silent_ms=%llu", p->node,
+    s_bit_set(m->down, p->node, true); /* before the runtime looks: later sends fail at once */
+    if (was_down)
+        return;
+    krt_log(KRT_LOG_WARN, m->path, "node_down", "node=%u reason=%s silent_ms=%llu", p->node, why,
             (unsigned long long)((uint64_t)krt_mono_ms() - p->last_rx));
     size_t keep = 0;
     for (size_t i = 0; i < m->n_mons; i++) {
@@ -346,6 +496,9 @@ static void s_peer_down(krt_mesh_t *m, s_peer_t *p)
             m->mons[keep++] = m->mons[i];
     }
     m->n_mons = keep;
+    krt_system_node_down(m->sys, p->node);
+    if (was_up && strcmp(why, "timeout") == 0) /* it may still hold relations with us */
+        s_ctl_send(m, p, S_CTL_SEVER);
 }
 
 static void s_peer_heard(krt_mesh_t *m, uint16_t node, uint64_t now)
@@ -356,6 +509,7 @@ static void s_peer_heard(krt_mesh_t *m, uint16_t node, uint64_t now)
     p->last_rx = now;
     if (p->state != S_PEER_UP) {
         p->state = S_PEER_UP;
+        s_bit_set(m->down, node, false);
         s_bit_set(m->up, node, true);
         krt_log(KRT_LOG_INFO, m->path, "node_up", "node=%u", node);
     }
@@ -371,12 +525,15 @@ static void s_do_send(krt_mesh_t *m, s_item_t *it)
 {
     s_peer_t *p = s_peer_find(m, it->node);
     if (!p || !p->dealer) {
-        atomic_fetch_add(&m->st_dropped, 1);
+        atomic_fetch_add(&m->st_dropped, it->count);
         free(it);
         return;
     }
     int rc, err = 0;
-    atomic_fetch_add(&m->st_sent, 1); /* before the send, as for st_received */
+    uint32_t count = it->count;
+    krt_mframe_header(it->data, m->incarnation, p->inc);
+    atomic_fetch_add(&m->st_sent, count); /* before the send, as for st_received */
+    atomic_fetch_add_explicit(&m->st_frames, 1, memory_order_relaxed);
     if (it->len >= S_ZERO_COPY_MIN) {
         /* ZeroMQ owns it from here: s_free_hint frees it once sent (or at once on failure). */
         zmq_msg_t zm;
@@ -393,9 +550,9 @@ static void s_do_send(krt_mesh_t *m, s_item_t *it)
         free(it);
     }
     if (rc < 0) {
-        atomic_fetch_sub(&m->st_sent, 1);
-        uint64_t n = atomic_fetch_add(&m->st_dropped, 1);
-        if (n % 10000 == 0)
+        atomic_fetch_sub(&m->st_sent, count);
+        uint64_t n = atomic_fetch_add(&m->st_dropped, count);
+        if (n % 10000 < count)
             krt_log(KRT_LOG_WARN, m->path, "send_dropped", "node=%u err=%d dropped=%llu", p->node,
                     -err, (unsigned long long)n + 1);
     }
@@ -408,10 +565,14 @@ static void s_do_peer(krt_mesh_t *m, s_item_t *it)
         zmq_close(it->sock);
     } else {
         p->dealer = it->sock;
-        if (p->state == S_PEER_UNKNOWN)
-            p->last_rx = (uint64_t)krt_mono_ms(); /* silence is counted from the connect */
+        if (p->state != S_PEER_UP) { /* silence is counted from the connect */
+            p->state = S_PEER_UNKNOWN;
+            p->last_rx = (uint64_t)krt_mono_ms();
+        }
+        p->cut = false;
         p->has_key = m->curve;
         memcpy(p->key, it->key, sizeof p->key);
+        s_ctl_send(m, p, S_CTL_HEARTBEAT); /* our incarnation, first on the stream */
     }
     free(it);
 }
@@ -449,6 +610,28 @@ static void s_do_demonitor(krt_mesh_t *m, s_item_t *it)
     free(it);
 }
 
+/* Says goodbye, closes the dealer (its goodbye may take S_BYE_LINGER_MS). */
+static void s_dealer_close(krt_mesh_t *m, s_peer_t *p)
+{
+    int linger = S_BYE_LINGER_MS;
+    s_ctl_send(m, p, S_CTL_BYE);
+    zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(p->dealer);
+    p->dealer = NULL;
+}
+
+static void s_do_disconnect(krt_mesh_t *m, s_item_t *it)
+{
+    s_peer_t *p = s_peer_find(m, it->node);
+    free(it);
+    if (!p)
+        return;
+    if (p->dealer)
+        s_dealer_close(m, p);
+    p->cut = true;
+    s_peer_down(m, p, "disconnect");
+}
+
 static void s_do_item(krt_mesh_t *m, s_item_t *it)
 {
     switch (it->kind) {
@@ -463,6 +646,9 @@ static void s_do_item(krt_mesh_t *m, s_item_t *it)
         break;
     case S_IT_DEMONITOR:
         s_do_demonitor(m, it);
+        break;
+    case S_IT_DISCONNECT:
+        s_do_disconnect(m, it);
         break;
     }
 }
@@ -591,21 +777,40 @@ static uint16_t s_id_node(zmq_msg_t *id)
     return (uint16_t)((d[1] << 8) | d[2]);
 }
 
-static void s_on_frame(krt_mesh_t *m, uint16_t node, const void *data, size_t len, uint64_t now)
+static void s_bad(krt_mesh_t *m, uint16_t node, size_t len, int err)
+{
+    uint64_t n = atomic_fetch_add(&m->st_malformed, 1);
+    if (n % 1000 == 0)
+        krt_log(KRT_LOG_WARN, m->path, "bad_frame", "node=%u len=%zu err=%d", node, len, err);
+}
+
+/* A control envelope (to KRT_ADDR_NONE); false if it is none we know. */
+static bool s_on_control(krt_mesh_t *m, uint16_t node, const krt_msg_t *msg, uint64_t now)
+{
+    if (msg->type == S_CTL_HEARTBEAT) {
+        s_peer_heard(m, node, now);
+        atomic_fetch_add_explicit(&m->st_heartbeats, 1, memory_order_relaxed);
+        return true;
+    }
+    if (msg->type != S_CTL_BYE && msg->type != S_CTL_SEVER)
+        return false;
+    s_peer_t *p = s_peer_get(m, node);
+    if (p)
+        s_peer_down(m, p, msg->type == S_CTL_BYE ? "bye" : "sever");
+    return true;
+}
+
+static void s_on_envelope(krt_mesh_t *m, uint16_t node, const void *data, size_t len, uint64_t now)
 {
     krt_addr_t to;
     krt_msg_t msg;
     int rc = krt_envelope_decode(data, len, &to, &msg);
-    if (rc == 0 && to == KRT_ADDR_NONE && msg.type == S_CTL_HEARTBEAT) {
-        s_peer_heard(m, node, now);
-        atomic_fetch_add_explicit(&m->st_heartbeats, 1, memory_order_relaxed);
+    if (rc == 0 && to == KRT_ADDR_NONE && s_on_control(m, node, &msg, now))
         return;
-    }
+    if (!rc && msg.from != KRT_ADDR_NONE && krt_addr_node(msg.from) != node)
+        rc = KRT_EINVAL; /* a node speaks only for its own actors */
     if (rc || krt_addr_node(to) != m->node_id) {
-        uint64_t n = atomic_fetch_add(&m->st_malformed, 1);
-        if (n % 1000 == 0)
-            krt_log(KRT_LOG_WARN, m->path, "bad_frame", "node=%u len=%zu err=%d", node, len,
-                    rc ? rc : KRT_EREMOTE);
+        s_bad(m, node, len, rc ? rc : KRT_EREMOTE);
         return;
     }
     s_peer_heard(m, node, now);
@@ -616,6 +821,34 @@ static void s_on_frame(krt_mesh_t *m, uint16_t node, const void *data, size_t le
         atomic_fetch_sub(&m->st_received, 1);
         atomic_fetch_add(&m->st_undeliverable, 1);
     }
+}
+
+/* One inbound mesh frame from node: checked as a whole (incarnations), then envelope by
+ * envelope; a length running past the end drops the rest. */
+static void s_on_frame(krt_mesh_t *m, uint16_t node, const void *data, size_t len, uint64_t now)
+{
+    krt_mframe_t f;
+    int rc = krt_mframe_open(&f, data, len);
+    s_peer_t *p = rc ? NULL : s_peer_get(m, node);
+    if (!p) {
+        s_bad(m, node, len, rc ? rc : KRT_ENOMEM);
+        return;
+    }
+    if (p->cut || (f.dst_inc && f.dst_inc != m->incarnation) || !f.src_inc) {
+        atomic_fetch_add_explicit(&m->st_stale, 1, memory_order_relaxed);
+        return;
+    }
+    if (p->inc != f.src_inc) {
+        if (p->inc)
+            s_peer_down(m, p, "restart"); /* relations were with its previous life */
+        p->inc = f.src_inc;
+    }
+    const uint8_t *env;
+    size_t elen;
+    while ((rc = krt_mframe_next(&f, &env, &elen)) > 0)
+        s_on_envelope(m, node, env, elen, now);
+    if (rc < 0)
+        s_bad(m, node, len, rc);
 }
 
 /* Reads up to S_RECV_BATCH inbound messages ([routing id][envelope]). */
@@ -653,33 +886,41 @@ static void s_heartbeat(krt_mesh_t *m, uint64_t now)
     if (m->heartbeat_ms <= 0 || now < m->next_hb)
         return;
     m->next_hb = now + (uint64_t)m->heartbeat_ms;
-    uint8_t buf[KRT_ENVELOPE_OVERHEAD];
-    size_t len;
-    krt_msg_t hb = {.type = S_CTL_HEARTBEAT, .from = (krt_addr_t)m->node_id << 48};
-    krt_envelope_encode_buf(buf, sizeof buf, KRT_ADDR_NONE, &hb, &len);
     for (size_t i = 0; i < m->n_peers; i++) {
         s_peer_t *p = &m->peers[i];
-        if (p->dealer)
-            zmq_send(p->dealer, buf, len, ZMQ_DONTWAIT);
+        s_ctl_send(m, p, S_CTL_HEARTBEAT);
         /* Up and then silent, or connected to but never heard from: down. */
         bool watched = p->state == S_PEER_UP || (p->state == S_PEER_UNKNOWN && p->dealer);
         if (watched && now - p->last_rx > (uint64_t)m->peer_timeout_ms)
-            s_peer_down(m, p);
+            s_peer_down(m, p, "timeout");
     }
 }
 
 static void s_io_cleanup(krt_mesh_t *m)
 {
     s_item_t *it;
-    /* Producers are gone (stop waited for them), so the queue is consistent. */
+    /* Producers are gone (stop waited for them), so the queue is consistent: what was sent
+     * before stop goes out, then every peer hears our goodbye. */
     while ((it = s_queue_pop(&m->q)) != NULL) {
+        if (it->kind == S_IT_SEND) {
+            s_do_send(m, it);
+            continue;
+        }
         if (it->kind == S_IT_PEER)
             zmq_close(it->sock);
         free(it);
     }
-    for (size_t i = 0; i < m->n_peers; i++)
-        if (m->peers[i].dealer)
-            zmq_close(m->peers[i].dealer);
+    bool bye = false;
+    for (size_t i = 0; i < m->n_peers; i++) {
+        if (m->peers[i].dealer) {
+            s_dealer_close(m, &m->peers[i]);
+            bye = true;
+        }
+    }
+    /* The goodbyes' connections close before stop returns: a mesh started again at once is
+     * not refused by a peer's ROUTER still holding the old connection under our id. */
+    if (bye)
+        usleep(2 * S_BYE_LINGER_MS * 1000);
     free(m->peers);
     m->peers = NULL;
     m->n_peers = m->cap_peers = 0;
@@ -721,6 +962,8 @@ static void *s_io_main(void *arg)
             timeout = 0;
         int rc = zmq_poll(items, n_items, timeout);
         atomic_store(&m->armed, false);
+        if (rc > 0 && timeout != 0)
+            atomic_fetch_add_explicit(&m->st_io_wakeups, 1, memory_order_relaxed);
         if (rc < 0 && zmq_errno() != EINTR) {
             krt_log(KRT_LOG_ERROR, m->path, "poll_failed", "err=%d", -zmq_errno());
             break;
@@ -792,7 +1035,12 @@ krt_mesh_t *krt_mesh_new(krt_system_t *sys, const krt_mesh_config_t *cfg)
     s_queue_init(&m->q);
     atomic_store(&m->next_ref, 1);
     m->transport.send = s_transport_send;
+    m->transport.flush = s_transport_flush;
     m->transport.self = m;
+    m->id = atomic_fetch_add(&s_mesh_ids, 1) + 1;
+    if (getrandom(&m->incarnation, sizeof m->incarnation, 0) != sizeof m->incarnation)
+        m->incarnation = (uint64_t)krt_wall_ms() ^ ((uint64_t)getpid() << 40);
+    m->incarnation |= 1; /* never 0: 0 means "not known" on the wire */
     m->bind = strdup(cfg->bind);
     if (!m->bind || s_load_keys(m, cfg) != 0)
         goto fail;
@@ -974,6 +1222,7 @@ int krt_mesh_connect(krt_mesh_t *m, uint16_t node, const char *endpoint, const c
     /* The peer item is queued before the node becomes known, so every send that sees the
      * node known is queued behind it. */
     s_enqueue(m, it);
+    s_bit_set(m->down, node, false);
     s_bit_set(m->known, node, true);
     krt_log(KRT_LOG_INFO, m->path, "peer_added", "node=%u endpoint=%s", node, endpoint);
     rc = 0;
@@ -1025,6 +1274,27 @@ int krt_mesh_monitor_node(krt_mesh_t *m, uint16_t node, krt_addr_t watcher, uint
     return rc;
 }
 
+int krt_mesh_disconnect(krt_mesh_t *m, uint16_t node)
+{
+    s_item_t *it = calloc(1, sizeof *it);
+    if (!it)
+        return KRT_ENOMEM;
+    it->kind = S_IT_DISCONNECT;
+    it->node = node;
+    pthread_mutex_lock(&m->lock);
+    int rc = !atomic_load(&m->running)             ? KRT_ESHUTDOWN
+             : node == 0 || !s_bit(m->known, node) ? KRT_EINVAL
+                                                   : 0;
+    if (!rc) {
+        s_bit_set(m->known, node, false); /* sends fail at once from here */
+        s_enqueue(m, it);
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (rc)
+        free(it);
+    return rc;
+}
+
 int krt_mesh_demonitor_node(krt_mesh_t *m, uint64_t ref)
 {
     s_item_t *it = calloc(1, sizeof *it);
@@ -1043,6 +1313,10 @@ void krt_mesh_stats(const krt_mesh_t *m, krt_mesh_stats_t *out)
     out->undeliverable = atomic_load(&m->st_undeliverable);
     out->malformed = atomic_load(&m->st_malformed);
     out->heartbeats = atomic_load(&m->st_heartbeats);
+    out->frames = atomic_load(&m->st_frames);
+    out->stale = atomic_load(&m->st_stale);
+    out->io_wakeups = atomic_load(&m->st_io_wakeups);
+    out->signals = atomic_load(&m->st_signals);
 }
 
 void krt_mesh_stop(krt_mesh_t *m)
@@ -1054,7 +1328,7 @@ void krt_mesh_stop(krt_mesh_t *m)
         return;
     }
     m->stopped = true;
-    static const krt_transport_t gone = {s_transport_gone, NULL};
+    static const krt_transport_t gone = {s_transport_gone, NULL, NULL};
     krt_system_set_transport(m->sys, &gone);
     atomic_store(&m->running, false);
     while (atomic_load(&m->senders) > 0) /* a send that passed the running check */

@@ -366,4 +366,34 @@ for i, c in enumerate(h2):
 for j, b in enumerate(rfc_resp):
     put("h2", len(h2) + j, b)
 
+
+
+# ---- mesh: frames between nodes (header, then length-prefixed envelopes) ----------------------
+def envelope(to, frm, typ, ref=0, kind=0, err=0, body=b""):
+    return mp([2, to, frm, typ, ref, kind, err, body])
+
+
+def mframe(envs, src=5, dst=0):
+    return (b"KF\x01\x00" + struct.pack(">QQ", src, dst) +
+            b"".join(struct.pack(">I", len(e)) + e for e in envs))
+
+
+N1, N2 = 1 << 48, 2 << 48
+sig = struct.pack("<IQ", 77, N2 | 1)
+mesh = [
+    mframe([envelope(0, N1, 1)]),                                    # heartbeat
+    mframe([envelope(N2 | 1, N1 | 7, 257, body=b"ping")] * 3),      # a batch
+    mframe([envelope(N2 | 1, N1 | 7, 257, ref=9, kind=1, body=b"x")]),  # a request
+    mframe([envelope(N2, N1, 8, ref=(1 << 63) | 3, kind=1, body=b"svc")]),  # WHEREIS
+    mframe([envelope(N2, N1 | 3, 7, ref=(1 << 63) | 3, kind=2, err=3, body=b"gone\0")]),
+    mframe([envelope(N2 | 1, N1 | 7, 64 + 6, body=sig)]),          # LINK
+    mframe([envelope(N2 | 1, N1 | 7, 64 + 8, ref=4, body=sig)]),   # MONITOR
+    mframe([envelope(N2 | 1, N1 | 7, 64 + 10, body=struct.pack("<IQ", 2, 0))]),  # KILL
+    mframe([envelope(N2 | 1, 0, 64 + 12, ref=4, body=sig)]),       # DOWN
+    mframe([envelope(0, N1, 2), envelope(0, N1, 3)], dst=12345),
+    mframe([envelope(N2 | 1, N1 | 7, 257)])[:-2],
+]
+for i, m in enumerate(mesh):
+    put("mesh", i, m)
+
 print("seeds written to", OUT)

@@ -20,6 +20,7 @@
 #include <zmq.h>
 
 #include "krt.h"
+#include "krt_mesh_frame.h"
 
 enum {
     T_PING = KRT_MSG_USER + 1, /* body: uint64_t seq (or any bytes for echo) */
@@ -38,6 +39,21 @@ enum {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Helpers                                                                                    */
+
+/* A mesh frame (incarnation 1, destination unknown) holding one envelope, as a raw client
+ * sends it. */
+static int s_frame_encode(uint8_t *buf, size_t cap, krt_addr_t to, const krt_msg_t *m, size_t *len)
+{
+    size_t elen;
+    size_t hdr = KRT_MFRAME_HEADER + KRT_MFRAME_LEN;
+    int rc = krt_envelope_encode_buf(buf + hdr, cap - hdr, to, m, &elen);
+    if (rc)
+        return rc;
+    krt_mframe_header(buf, 1, 0);
+    krt_mframe_len(buf + KRT_MFRAME_HEADER, (uint32_t)elen);
+    *len = hdr + elen;
+    return 0;
+}
 
 static int s_threads(void)
 {
@@ -697,10 +713,10 @@ static void test_curve_authentication(void **unused)
     const char *k2 = zcert_public_txt(c2);
     void *spoof = s_curve_client(ctx, c3, k2, 1, ep[1]); /* node 3's key, node 1's id */
     void *three = s_curve_client(ctx, c3, k2, 3, ep[1]); /* node 3, honest */
-    uint8_t buf[64];
-    size_t len;
+    uint8_t buf[96];
+    size_t len = 0;
     krt_msg_t m = {.type = T_STREAM, .len = 1, .from = s_node_addr(3, 1), .body = "x"};
-    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
+    assert_int_equal(s_frame_encode(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
     assert_int_equal(zmq_send(spoof, buf, len, 0), (int)len);
     assert_int_equal(zmq_send(three, buf, len, 0), (int)len);
 
@@ -870,19 +886,19 @@ static void test_hostile_frames(void **unused)
     void *anon = s_raw_dealer(ctx, krt_mesh_endpoint(p.mesh[1]), NULL);
     void *impostor = s_raw_dealer(ctx, krt_mesh_endpoint(p.mesh[1]), id1);
 
-    uint8_t buf[64];
-    size_t len;
-    krt_msg_t m = {.type = T_PING, .len = 1, .from = s_node_addr(1, 1), .body = "x"};
+    uint8_t buf[96];
+    size_t len = 0;
+    krt_msg_t m = {.type = T_PING, .len = 1, .from = s_node_addr(7, 1), .body = "x"};
     /* 1: garbage */
     assert_int_equal(zmq_send(raw, "\xc1\x00garbage", 9, 0), 9);
     /* 2: an envelope for another node */
-    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(5, 1), &m, &len), 0);
+    assert_int_equal(s_frame_encode(buf, sizeof buf, s_node_addr(5, 1), &m, &len), 0);
     assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
     /* 3: a two-part message */
     assert_int_equal(zmq_send(raw, buf, len, ZMQ_SNDMORE), (int)len);
     assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
     /* 4: well-formed, for an actor that does not exist on node 2: undeliverable */
-    assert_int_equal(krt_envelope_encode_buf(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
+    assert_int_equal(s_frame_encode(buf, sizeof buf, s_node_addr(2, 999999), &m, &len), 0);
     assert_int_equal(zmq_send(raw, buf, len, 0), (int)len);
     /* 5: well-formed, from a client without a mesh routing id: malformed */
     assert_int_equal(zmq_send(anon, buf, len, 0), (int)len);

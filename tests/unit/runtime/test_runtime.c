@@ -783,7 +783,7 @@ static void test_transport(void **unused)
     krt_system_t *sys = rt_system(2);
     krt_addr_t remote = ((krt_addr_t)2 << 48) | 12345;
     assert_int_equal(krt_system_send(sys, remote, T_ECHO, "abc", 3), KRT_EREMOTE);
-    krt_transport_t t = {tp_send, NULL};
+    krt_transport_t t = {tp_send, NULL, NULL};
     krt_system_set_transport(sys, &t);
     assert_int_equal(krt_system_send(sys, remote, T_ECHO, "abc", 3), 0);
     assert_int_equal(tp_sends, 1);

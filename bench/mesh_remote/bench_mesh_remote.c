@@ -1,0 +1,334 @@
+/*
+ * bench_mesh_remote: two krt systems (nodes 1 and 2, one scheduler each) in one process joined
+ * by the mesh over tcp://127.0.0.1:
+ *   - mesh_request_rtt_us: krt_request from an actor on node 1 to an echo actor on node 2, one
+ *     in flight, p50 of RTT_N round trips; beside it plain ZeroMQ REQ/REP over tcp loopback
+ *     (a thread answering, the main thread asking), p50 too. Also the mesh I/O threads'
+ *     wake-ups (blocking waits ended) and eventfd signals per round trip, both nodes together.
+ *   - mesh_remote_msgs_per_s: an actor on node 1 streams STREAM_N 16-byte messages to a
+ *     counter on node 2 (BURST per turn: one mesh frame each); beside it ZeroMQ PUSH/PULL with
+ *     STREAM_N 16-byte messages.
+ * ratio = times better than the peer (peer/value for latency, value/peer for throughput).
+ */
+#include "krt.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+enum { T_PING = KRT_MSG_USER + 1, T_PONG, T_STREAM, T_MORE };
+
+#define RTT_N    20000
+#define STREAM_N 2000000
+#define BURST    256
+
+static uint64_t s_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void s_die(const char *what, int rc)
+{
+    fprintf(stderr, "bench_mesh_remote: %s failed: %s\n", what, krt_strerror(rc));
+    exit(1);
+}
+
+static int s_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_p50_us(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, s_cmp);
+    return (double)v[n / 2] / 1000.0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Actors                                                                                     */
+
+static _Atomic uint64_t s_count;
+static _Atomic bool s_done;
+
+static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == T_PING)
+        krt_reply(ctx, msg, T_PONG, msg->body, msg->len);
+    else if (msg->type == T_STREAM &&
+             atomic_fetch_add_explicit(&s_count, 1, memory_order_relaxed) + 1 == STREAM_N)
+        atomic_store(&s_done, true);
+}
+
+static const krt_behaviour_t s_echo = {.kind = "echo", .handle = echo_handle};
+
+typedef struct pinger {
+    krt_addr_t to;
+    uint64_t t0;
+    size_t i;
+    uint64_t *rtt;
+} pinger_t;
+
+static void ping_next(krt_ctx_t *ctx, pinger_t *p);
+
+static void ping_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    pinger_t *p = state;
+    if (err)
+        s_die("remote request", err);
+    p->rtt[p->i++] = s_ns() - p->t0;
+    if (p->i == RTT_N) {
+        atomic_store(&s_done, true);
+        return;
+    }
+    ping_next(ctx, p);
+}
+
+static void ping_next(krt_ctx_t *ctx, pinger_t *p)
+{
+    p->t0 = s_ns();
+    int rc = krt_request(ctx, p->to, T_PING, &p->i, sizeof p->i, 10000, ping_done, NULL);
+    if (rc)
+        s_die("krt_request", rc);
+}
+
+static int ping_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    pinger_t *p = state;
+    *p = *(pinger_t *)arg;
+    ping_next(ctx, p);
+    return 0;
+}
+
+static void ping_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+}
+
+static const krt_behaviour_t s_pinger = {
+    .kind = "pinger", .state_size = sizeof(pinger_t), .init = ping_init, .handle = ping_handle};
+
+typedef struct streamer {
+    krt_addr_t to;
+    uint64_t sent;
+} streamer_t;
+
+/* BURST messages per turn, then a note to itself to go on (other actors get their turn). */
+static void stream_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    streamer_t *s = state;
+    uint8_t body[16] = {0};
+    for (int i = 0; i < BURST && s->sent < STREAM_N; i++, s->sent++) {
+        memcpy(body, &s->sent, sizeof s->sent);
+        int rc = krt_send(ctx, s->to, T_STREAM, body, sizeof body);
+        if (rc)
+            s_die("krt_send", rc);
+    }
+    if (s->sent < STREAM_N)
+        krt_send(ctx, krt_self(ctx), T_MORE, NULL, 0);
+}
+
+static int stream_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    streamer_t *s = state;
+    s->to = *(krt_addr_t *)arg;
+    return krt_send(ctx, krt_self(ctx), T_MORE, NULL, 0);
+}
+
+static const krt_behaviour_t s_streamer = {.kind = "streamer",
+                                           .state_size = sizeof(streamer_t),
+                                           .init = stream_init,
+                                           .handle = stream_handle};
+
+/* ------------------------------------------------------------------------------------------ */
+/* The mesh pair                                                                              */
+
+typedef struct node {
+    krt_system_t *sys;
+    krt_mesh_t *mesh;
+} node_t;
+
+static void node_up(node_t *n, uint16_t id)
+{
+    krt_config_t cfg = {.node_id = id, .schedulers = 1, .job_threads = 1};
+    krt_mesh_config_t mc = {.bind = "tcp://127.0.0.1:*"};
+    n->sys = krt_system_new(&cfg);
+    if (!n->sys || krt_system_start(n->sys))
+        s_die("system", KRT_ENOMEM);
+    n->mesh = krt_mesh_new(n->sys, &mc);
+    int rc = n->mesh ? krt_mesh_start(n->mesh) : KRT_ENOMEM;
+    if (rc)
+        s_die("mesh", rc);
+}
+
+static void node_down(node_t *n)
+{
+    krt_mesh_stop(n->mesh);
+    krt_system_stop(n->sys);
+    krt_mesh_destroy(&n->mesh);
+    krt_system_destroy(&n->sys);
+}
+
+static void s_wait_done(void)
+{
+    while (!atomic_load(&s_done))
+        usleep(200);
+    atomic_store(&s_done, false);
+}
+
+static uint64_t s_wakes(node_t *n)
+{
+    uint64_t w = 0;
+    for (int i = 0; i < 2; i++) {
+        krt_mesh_stats_t st;
+        krt_mesh_stats(n[i].mesh, &st);
+        w += st.io_wakeups + st.signals;
+    }
+    return w;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plain ZeroMQ                                                                               */
+
+static void *zmq_rep_main(void *sock)
+{
+    char buf[64];
+    for (int i = 0; i < RTT_N + 1; i++) {
+        int n = zmq_recv(sock, buf, sizeof buf, 0);
+        if (n < 0 || zmq_send(sock, buf, (size_t)n, 0) < 0)
+            break;
+    }
+    return NULL;
+}
+
+static void *zmq_pull_main(void *sock)
+{
+    char buf[64];
+    for (int i = 0; i < STREAM_N; i++)
+        if (zmq_recv(sock, buf, sizeof buf, 0) < 0)
+            break;
+    return NULL;
+}
+
+/* Two connected sockets of the given types over tcp loopback. */
+static void zmq_pair(void *ctx, int srv_type, int cli_type, void **srv, void **cli)
+{
+    char ep[64];
+    size_t len = sizeof ep;
+    *srv = zmq_socket(ctx, srv_type);
+    *cli = zmq_socket(ctx, cli_type);
+    if (zmq_bind(*srv, "tcp://127.0.0.1:*") || zmq_getsockopt(*srv, ZMQ_LAST_ENDPOINT, ep, &len) ||
+        zmq_connect(*cli, ep))
+        s_die("zmq socket", -zmq_errno());
+}
+
+static double zmq_rtt_p50(void *ctx, uint64_t *rtt)
+{
+    void *rep, *req;
+    zmq_pair(ctx, ZMQ_REP, ZMQ_REQ, &rep, &req);
+    pthread_t t;
+    pthread_create(&t, NULL, zmq_rep_main, rep);
+    char buf[64];
+    zmq_send(req, "warm", 4, 0); /* the connection is up */
+    zmq_recv(req, buf, sizeof buf, 0);
+    for (size_t i = 0; i < RTT_N; i++) {
+        uint64_t t0 = s_ns();
+        if (zmq_send(req, &i, sizeof i, 0) < 0 || zmq_recv(req, buf, sizeof buf, 0) < 0)
+            s_die("zmq req", -zmq_errno());
+        rtt[i] = s_ns() - t0;
+    }
+    pthread_join(t, NULL);
+    zmq_close(req);
+    zmq_close(rep);
+    return s_p50_us(rtt, RTT_N);
+}
+
+static double zmq_push_rate(void *ctx)
+{
+    void *pull, *push;
+    zmq_pair(ctx, ZMQ_PULL, ZMQ_PUSH, &pull, &push);
+    int hwm = 0;
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    pthread_t t;
+    pthread_create(&t, NULL, zmq_pull_main, pull);
+    uint8_t body[16] = {0};
+    uint64_t t0 = s_ns();
+    for (uint64_t i = 0; i < STREAM_N; i++) {
+        memcpy(body, &i, sizeof i);
+        if (zmq_send(push, body, sizeof body, 0) < 0)
+            s_die("zmq push", -zmq_errno());
+    }
+    pthread_join(t, NULL);
+    double rate = STREAM_N / ((double)(s_ns() - t0) / 1e9);
+    zmq_close(push);
+    zmq_close(pull);
+    return rate;
+}
+
+int main(void)
+{
+    krt_log_configure(KRT_LOG_WARN, false, NULL);
+    uint64_t *rtt = malloc(RTT_N * sizeof *rtt);
+    node_t n[2];
+    node_up(&n[0], 1);
+    node_up(&n[1], 2);
+    if (krt_mesh_connect(n[0].mesh, 2, krt_mesh_endpoint(n[1].mesh), NULL) ||
+        krt_mesh_connect(n[1].mesh, 1, krt_mesh_endpoint(n[0].mesh), NULL))
+        s_die("connect", KRT_EINVAL);
+    krt_addr_t echo;
+    if (krt_system_spawn(n[1].sys, &s_echo, NULL, NULL, &echo))
+        s_die("spawn", KRT_ENOMEM);
+    krt_reply_t r; /* warm: connections up */
+    int rc = krt_call(n[0].sys, echo, T_PING, "w", 1, 10000, &r);
+    if (rc)
+        s_die("warm-up call", rc);
+    krt_reply_free(&r);
+
+    uint64_t w0 = s_wakes(n);
+    pinger_t p = {.to = echo, .rtt = rtt};
+    krt_addr_t a;
+    if (krt_system_spawn(n[0].sys, &s_pinger, &p, NULL, &a))
+        s_die("spawn", KRT_ENOMEM);
+    s_wait_done();
+    double wakes = (double)(s_wakes(n) - w0) / RTT_N;
+    double mesh_rtt = s_p50_us(rtt, RTT_N);
+
+    uint64_t t0 = s_ns();
+    if (krt_system_spawn(n[0].sys, &s_streamer, &echo, NULL, &a))
+        s_die("spawn", KRT_ENOMEM);
+    s_wait_done();
+    double mesh_rate = STREAM_N / ((double)(s_ns() - t0) / 1e9);
+    krt_mesh_stats_t st;
+    krt_mesh_stats(n[0].mesh, &st);
+    double per_frame = st.frames ? (double)st.sent / (double)st.frames : 0;
+    node_down(&n[0]);
+    node_down(&n[1]);
+
+    void *ctx = zmq_ctx_new();
+    double zmq_rtt = zmq_rtt_p50(ctx, rtt);
+    double zmq_rate = zmq_push_rate(ctx);
+    zmq_ctx_term(ctx);
+    free(rtt);
+
+    printf("%-28s %12s %12s %8s\n", "benchmark", "krt mesh", "zeromq", "ratio");
+    printf("%-28s %12.1f %12.1f %7.2fx\n", "request rtt p50 (us)", mesh_rtt, zmq_rtt,
+           zmq_rtt / mesh_rtt);
+    printf("%-28s %12.0f %12.0f %7.2fx\n", "one-way msgs/s", mesh_rate, zmq_rate,
+           mesh_rate / zmq_rate);
+    printf("%-28s %12.1f\n", "I/O wake-ups per round trip", wakes);
+    printf("%-28s %12.1f\n", "envelopes per frame", per_frame);
+    printf("BENCH name=mesh_request_rtt_us value=%.1f unit=us peer=zmq_req_rep peer_value=%.1f "
+           "ratio=%.2f\n",
+           mesh_rtt, zmq_rtt, zmq_rtt / mesh_rtt);
+    printf("BENCH name=mesh_remote_msgs_per_s value=%.0f unit=msgs/s peer=zmq_push_pull "
+           "peer_value=%.0f ratio=%.2f\n",
+           mesh_rate, zmq_rate, mesh_rate / zmq_rate);
+    printf("BENCH name=mesh_rtt_io_wakeups value=%.1f unit=wakeups/roundtrip\n", wakes);
+    return 0;
+}
