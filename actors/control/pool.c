@@ -1,7 +1,6 @@
 /* ka_pool: warm sandboxes per template revision (see pool.h). */
 #include "pool.h"
 
-#include <czmq.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -212,19 +212,33 @@ static void s_stop(krt_ctx_t *ctx, ka_pool_t *p, const char *id, ka_sandbox_t **
     s_unmark(marker);
 }
 
+/* A UUIDv7 like the store's ids (RFC 9562: 48 bits of Unix ms, version 7, variant 10). */
+static int s_uuidv7(char out[KA_STORE_ID_LEN])
+{
+    uint8_t b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return -EIO;
+    uint64_t ms = (uint64_t)krt_wall_ms();
+    for (int i = 0; i < 6; i++)
+        b[i] = (uint8_t)(ms >> (40 - 8 * i));
+    b[6] = (uint8_t)(0x70 | (b[6] & 0x0f));
+    b[8] = (uint8_t)(0x80 | (b[8] & 0x3f));
+    snprintf(out, KA_STORE_ID_LEN,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+    return 0;
+}
+
 static int s_boot(krt_ctx_t *ctx, ka_pool_t *p, s_target_t *t)
 {
     s_job_t *j = calloc(1, sizeof *j);
-    zuuid_t *u = zuuid_new();
-    if (!j || !u) {
+    if (!j || s_uuidv7(j->id)) {
         free(j);
-        zuuid_destroy(&u);
         return -ENOMEM;
     }
     j->boot = true;
     j->driver = p->o.driver;
-    s_copy(j->id, sizeof j->id, zuuid_str_canonical(u));
-    zuuid_destroy(&u);
     s_copy(j->key, sizeof j->key, t->key);
     s_copy(j->revision, sizeof j->revision, t->res.revision);
     s_copy(j->rootfs, sizeof j->rootfs, t->res.rootfs);

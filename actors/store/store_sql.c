@@ -34,7 +34,7 @@ static const ka_store_sql_t s_statements[] = {
     {"sb_create", 10,
      "WITH ins AS (INSERT INTO ka_sandboxes (id, creator, request_id, name, template_namespace,"
      " template_name, revision, node, expires_at, state, operation) VALUES ("
-     "coalesce(nullif($9, '')::uuid, gen_random_uuid()), $1, $2, $3, $4, $5, CASE WHEN $6 = ''"
+     "coalesce(nullif($9, '')::uuid, ka_uuidv7()), $1, $2, $3, $4, $5, CASE WHEN $6 = ''"
      " THEN coalesce((SELECT latest_revision FROM ka_templates WHERE namespace = $4 AND"
      " name = $5), '') ELSE $6 END, $7, now() + $8::int8 * interval '1 millisecond',"
      " CASE WHEN $10::bool THEN 'RUNTIME_STATE_READY' ELSE 'RUNTIME_STATE_CREATING' END,"
