@@ -315,9 +315,8 @@ static int s_warm_metrics(kb_http_buf_t *b, const ka_sbx_count_t *c)
 {
     uint64_t tries = c->warm_hits + c->warm_misses;
     int rc = kb_http_buf_printf(
-        b,
-        "# HELP kagent_warm_pool_depth Warm sandboxes ready to be claimed, per template.\n"
-        "# TYPE kagent_warm_pool_depth gauge\n");
+        b, "# HELP kagent_warm_pool_depth Warm sandboxes ready to be claimed, per template.\n"
+           "# TYPE kagent_warm_pool_depth gauge\n");
     for (uint32_t i = 0; !rc && i < c->n_warm && i < KA_SBX_WARM_MAX; i++)
         rc = kb_http_buf_printf(
             b, "kagent_warm_pool_depth{pool=\"%s\",template=\"%s/%s\",revision=\"%.16s\"} %u\n",

@@ -15,6 +15,7 @@
 
 #include "metrics.h"
 #include "peer.h"
+#include "phases.h"
 #include "store.h"
 
 #define KEY_LEN     (KA_STORE_NS_LEN + KA_STORE_TNAME_LEN + 2)
@@ -149,7 +150,9 @@ static int s_job_boot(s_job_t *j)
     }
     const char *lower[] = {j->rootfs};
     ka_sandbox_spec_t spec = {.id = j->id, .lowerdirs = lower, .n_lower = 1};
+    ka_phase_next(j->id, KA_PHASE_COMPUTE_START); /* the sandbox's phases, as a cold boot's */
     int rc = ka_driver_start(j->driver, &spec, &j->sb);
+    ka_phase_end(j->id);
     if (rc)
         s_unmark(j->marker);
     return rc;

@@ -365,9 +365,8 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
     }
     op->claim.sb = NULL; /* the sandbox actor's now */
     krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created",
-                  "sandbox=%s creator=%s template=%s/%s warm=%d", r->sandbox.id,
-                  r->sandbox.creator, r->sandbox.template_namespace, r->sandbox.template_name,
-                  warm);
+                  "sandbox=%s creator=%s template=%s/%s warm=%d", r->sandbox.id, r->sandbox.creator,
+                  r->sandbox.template_namespace, r->sandbox.template_name, warm);
     s_op_free(self, op); /* the sandbox actor answers the creator */
 }
 

@@ -720,8 +720,15 @@ static void s_sandbox_create(s_store_t *self, const krt_msg_t *msg)
         S_INVALID("create: id must be empty or a UUID");
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", (long long)b->ttl_ms);
-    const char *p[10] = {b->creator, b->request_id, b->name, b->template_namespace,
-                         b->template_name, b->revision, b->node, ttl, b->id,
+    const char *p[10] = {b->creator,
+                         b->request_id,
+                         b->name,
+                         b->template_namespace,
+                         b->template_name,
+                         b->revision,
+                         b->node,
+                         ttl,
+                         b->id,
                          b->ready ? "true" : "false"};
     ka_pg_stmt_t st = {"sb_create", 10, p};
     size_t lc = strlen(b->creator), lr = strlen(b->request_id);
