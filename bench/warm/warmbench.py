@@ -82,31 +82,42 @@ def spawn(argv, out_fd):
 
 
 def bwrap_ms():
-    null = os.open(os.devnull, os.O_RDWR)
+    err = os.memfd_create("bwrap-err")
     t0 = time.monotonic_ns()
-    _, st = os.waitpid(spawn(BWRAP, null), 0)
+    pid = os.posix_spawn(BWRAP[0], BWRAP, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, err, 2)])
+    _, st = os.waitpid(pid, 0)
     ms = (time.monotonic_ns() - t0) / 1e6
-    os.close(null)
+    os.lseek(err, 0, 0)
+    why = os.read(err, 4096).decode(errors="replace")
+    os.close(err)
     if os.waitstatus_to_exitcode(st) != 0:
-        sys.exit("bwrap failed")
+        sys.exit("bwrap failed (%d): %s" % (os.waitstatus_to_exitcode(st), why))
     return ms
 
 
-def burst(argvs):
-    """Spawns every argv at once: (latency ms from the start to each exit, outputs)."""
+def burst(argvs, peer=False):
+    """Spawns every argv at once: (latency ms from the start to each exit, outputs). A peer's
+    failed processes are counted and said (bwrap can hit the host's namespace limits at 100 at
+    once), not timed; any failure of ours ends the run."""
     files, pids = [], {}
     t0 = time.monotonic_ns()
     for i, argv in enumerate(argvs):
         f = os.memfd_create("out%d" % i)
         files.append(f)
         pids[spawn(argv, f)] = i
-    lat = [0.0] * len(argvs)
+    lat, failed = [0.0] * len(argvs), []
     while pids:
         pid, st = os.wait()
         i = pids.pop(pid)
         lat[i] = (time.monotonic_ns() - t0) / 1e6
-        if os.waitstatus_to_exitcode(st) != 0:
+        if os.waitstatus_to_exitcode(st) != 0 and not peer:
             sys.exit("a burst process failed: %s" % " ".join(argvs[i][:6]))
+        if os.waitstatus_to_exitcode(st) != 0:
+            failed.append(i)
+    if failed:
+        print("# peer burst: %d of %d failed, timed over the rest" % (len(failed), len(argvs)),
+              flush=True)
+        lat = [x for i, x in enumerate(lat) if i not in failed]
     outs = []
     for f in files:
         os.lseek(f, 0, 0)
@@ -145,7 +156,7 @@ def main():
         line("cli_create_warm_p%d" % p, pct(warm, p), "bwrap", pct(peer, p))
         line("cli_create_cold_p%d" % p, pct(cold, p), "bwrap", pct(peer, p))
 
-    plat, _ = burst([BWRAP] * BURST)
+    plat, _ = burst([BWRAP] * BURST, peer=True)
     for template in ("scratch", "scratch-cold"):
         wait_depth(url, 2)
         argvs = [[kagent, "--api-url", url, "sandbox", "create", template, "--request-id",
