@@ -88,12 +88,14 @@ static void s_pool_defaults(void *elem)
     ka_pool_cfg_t *p = elem;
     strcpy(p->klass, "namespaces");
     p->capacity = 1000;
+    p->warm = KA_DEFAULT_WARM;
 }
 
 static const s_field_t s_pool_fields[] = {
     ESTR("name", ka_pool_cfg_t, name),
     ESTR("class", ka_pool_cfg_t, klass),
     EINT("capacity", ka_pool_cfg_t, capacity, 1, 1000000),
+    EINT("warm", ka_pool_cfg_t, warm, 0, 1000),
 };
 static const s_section_t s_pool = SECTION(s_pool_fields);
 
@@ -461,6 +463,7 @@ void ka_config_defaults(ka_config_t *cfg)
     strcpy(cfg->pools[0].name, KA_DEFAULT_POOL);
     strcpy(cfg->pools[0].klass, "namespaces");
     cfg->pools[0].capacity = 1000;
+    cfg->pools[0].warm = KA_DEFAULT_WARM;
     cfg->n_pools = 1;
     strcpy(cfg->allowed_hosts[0], "localhost");
     strcpy(cfg->allowed_hosts[1], "127.0.0.1");

@@ -25,6 +25,7 @@
 #define KA_CFG_MAX_PEERS     32
 #define KA_DEFAULT_POOL      "kagent-default"
 #define KA_DEFAULT_PORT      8083
+#define KA_DEFAULT_WARM      2 /* pools[].warm */
 
 typedef enum { KA_AUTH_USER_HEADER, KA_AUTH_TOKENS } ka_auth_mode_t;
 
@@ -32,6 +33,7 @@ typedef struct ka_pool_cfg {
     char name[KA_CFG_NAME_MAX];  /* WorkerPool name */
     char klass[KA_CFG_NAME_MAX]; /* sandbox class: "namespaces" */
     int64_t capacity;            /* sandboxes this node serves for the pool */
+    int64_t warm;                /* pre-started sandboxes per template revision; 0: none */
 } ka_pool_cfg_t;
 
 typedef struct ka_registry_cfg {

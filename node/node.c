@@ -259,6 +259,12 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
     snprintf(s->node, sizeof s->node, "%s", n->cfg.node_name);
     s->default_ttl_ms = n->cfg.default_ttl_ms;
     s->max_ttl_ms = n->cfg.max_ttl_ms;
+    for (size_t i = 0; i < n->cfg.n_pools && i < KA_POOL_MAX_POOLS; i++, s->n_warm++)
+        s->warm[i] = (ka_warm_cfg_t){.warm = (int32_t)n->cfg.pools[i].warm,
+                                     .capacity = n->cfg.pools[i].capacity};
+    for (size_t i = 0; i < s->n_warm; i++)
+        snprintf(s->warm[i].name, sizeof s->warm[i].name, "%s", n->cfg.pools[i].name);
+    snprintf(s->warm_dir, sizeof s->warm_dir, "%.480s/sandboxes/.warm", n->cfg.state_dir);
     if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, err, cap))
         return -1;
     n->svc = ka_service_new(n->sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
@@ -324,6 +330,36 @@ static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, uint64_t live)
     return rc;
 }
 
+/* The warm pools: depth per template revision, hits, misses, their ratio and refills. */
+static int s_warm_metrics(kb_http_buf_t *b, const ka_sbx_count_t *c)
+{
+    uint64_t tries = c->warm_hits + c->warm_misses;
+    int rc = kb_http_buf_printf(
+        b, "# HELP kagent_warm_pool_depth Warm sandboxes ready to be claimed, per template.\n"
+           "# TYPE kagent_warm_pool_depth gauge\n");
+    for (uint32_t i = 0; !rc && i < c->n_warm && i < KA_SBX_WARM_MAX; i++)
+        rc = kb_http_buf_printf(
+            b, "kagent_warm_pool_depth{pool=\"%s\",template=\"%s/%s\",revision=\"%.16s\"} %u\n",
+            c->warm[i].pool, c->warm[i].template_namespace, c->warm[i].template_name,
+            c->warm[i].revision, c->warm[i].ready);
+    if (!rc)
+        rc = kb_http_buf_printf(
+            b,
+            "# HELP kagent_warm_pool_hits_total Creates served by a warm sandbox.\n"
+            "# TYPE kagent_warm_pool_hits_total counter\nkagent_warm_pool_hits_total %llu\n"
+            "# HELP kagent_warm_pool_misses_total Creates of a warm-pooled revision that started "
+            "cold (pool empty).\n"
+            "# TYPE kagent_warm_pool_misses_total counter\nkagent_warm_pool_misses_total %llu\n"
+            "# HELP kagent_warm_pool_hit_ratio Hits over hits and misses since start.\n"
+            "# TYPE kagent_warm_pool_hit_ratio gauge\nkagent_warm_pool_hit_ratio %g\n"
+            "# HELP kagent_warm_pool_refills_total Warm sandboxes booted.\n"
+            "# TYPE kagent_warm_pool_refills_total counter\nkagent_warm_pool_refills_total %llu\n",
+            (unsigned long long)c->warm_hits, (unsigned long long)c->warm_misses,
+            tries ? (double)c->warm_hits / (double)tries : 0.0,
+            (unsigned long long)c->warm_refills);
+    return rc;
+}
+
 /* The histograms (ka_metrics) and the process_* metrics. */
 static int s_process_metrics(kb_http_buf_t *b)
 {
@@ -343,9 +379,12 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
     kb_grpc_server_stats(n->grpc, &gs);
     krt_reply_t r;
     uint64_t live = 0;
-    if (ka_svc_call_sync(n->svc, KA_SBX_COUNT, NULL, 0, 2000, &r) == KA_OK)
-        live = ((const ka_sbx_count_t *)r.body)->live;
-    krt_reply_free(&r);
+    ka_sbx_count_t *count = NULL; /* the reply's body, with the warm pools */
+    if (ka_svc_call_sync(n->svc, KA_SBX_COUNT, NULL, 0, 2000, &r) == KA_OK &&
+        r.len == sizeof *count) {
+        count = (ka_sbx_count_t *)r.body;
+        live = count->live;
+    }
     int rc = kb_http_buf_printf(
         b,
         "# HELP kagent_sandboxes_live Sandboxes with an actor on this node.\n"
@@ -370,6 +409,9 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
         rc = s_guest_metrics(b);
     if (!rc)
         rc = s_pool_metrics(n, b, live);
+    if (!rc && count)
+        rc = s_warm_metrics(b, count);
+    krt_reply_free(&r);
     return rc ? rc : s_process_metrics(b);
 }
 

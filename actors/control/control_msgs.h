@@ -118,6 +118,7 @@ typedef struct ka_tpl_resolved {
     char snapshot_location[1024];    /* the template's spec.substrate.snapshotPolicy.location */
     uint32_t n_env;                  /* env of the spec, "K=V\0" x n in env */
     char env[8192];
+    char pool[64]; /* the template's spec.substrate.workerPoolRef.name */
 } ka_tpl_resolved_t;
 
 /* ---- sandboxes ---------------------------------------------------------------------------- */
@@ -162,9 +163,27 @@ typedef struct ka_sbx_list {
     ka_store_sandbox_t items[];
 } ka_sbx_list_t;
 
+/* One template revision's warm pool, as KA_SBX_COUNT reports it. */
+typedef struct ka_sbx_warm_depth {
+    char pool[64];
+    char template_namespace[KA_STORE_NS_LEN];
+    char template_name[KA_STORE_TNAME_LEN];
+    char revision[KA_STORE_REV_LEN];
+    uint32_t ready;   /* booted, waiting to be claimed */
+    uint32_t booting; /* being started */
+} ka_sbx_warm_depth_t;
+
+#define KA_SBX_WARM_MAX 32 /* templates a count reports the depth of */
+
 typedef struct ka_sbx_count {
     ka_status_t status;
     uint64_t live;
+    /* the warm pools (actors/control/pool.h) */
+    uint64_t warm_hits;    /* creates served by a warm sandbox */
+    uint64_t warm_misses;  /* creates of a revision with a warm pool that booted cold */
+    uint64_t warm_refills; /* warm sandboxes booted */
+    uint32_t n_warm;
+    ka_sbx_warm_depth_t warm[KA_SBX_WARM_MAX];
 } ka_sbx_count_t;
 
 /* ---- guest calls -------------------------------------------------------------------------- */

@@ -1184,6 +1184,14 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     self->a = *(const ka_sandbox_args_t *)arg;
     free(arg); /* malloc'd by the manager for this actor */
     s_arm_ttl(ctx, self);
+    if (self->a.mode == KA_SBX_WARM) { /* claimed from the warm pool: READY is written */
+        self->state = KA_SBX_READY;
+        self->compute = self->a.compute;
+        ka_sbx_guest_attach(ctx, self);
+        s_reply_record(ctx, self,
+                       &(ka_sbx_caller_t){self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE});
+        return 0;
+    }
     if (self->a.mode != KA_SBX_BOOT) {
         s_adopt(ctx, self);
         return 0;

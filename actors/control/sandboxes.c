@@ -39,12 +39,15 @@ struct s_op {
     size_t len;
     int32_t expired; /* recovery: which list */
     int32_t offset;
+    int warm;              /* creates: ka_pool_take's answer */
+    ka_pool_claim_t claim; /* ... its warm sandbox (warm 1) until bound or released */
 };
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live; /* id -> s_slot_t* of the sandbox's actor */
-    s_op_t *ops;    /* in flight, owned */
+    zhashx_t *live;  /* id -> s_slot_t* of the sandbox's actor */
+    s_op_t *ops;     /* in flight, owned */
+    ka_pool_t *pool; /* the warm pools */
 } s_mgr_t;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -299,6 +302,12 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
     s_copy(c.revision, sizeof c.revision, res->revision);
     s_copy(c.node, sizeof c.node, self->a.node);
     c.ttl_ms = op->cr.ttl_ms ? op->cr.ttl_ms : self->a.default_ttl_ms;
+    op->warm = ka_pool_take(ctx, self->pool, op->cr.template_namespace, op->cr.template_name, res,
+                            &op->claim);
+    if (op->warm == 1) { /* one commit writes it READY under the warm sandbox's id */
+        s_copy(c.id, sizeof c.id, op->claim.id);
+        c.ready = 1;
+    }
     s_ask(ctx, self, op, s_on_inserted, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE, &c,
           sizeof c, STORE_TIMEOUT_MS);
 }
@@ -306,6 +315,10 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
+    const ka_store_sandbox_reply_t *in = err ? NULL : msg->body;
+    bool replay = in && msg->len == sizeof *in && !in->status.err && !in->created;
+    if (((s_op_t *)user)->warm == 1 && (!in || msg->len != sizeof *in || !in->created))
+        ka_pool_release(ctx, self->pool, &((s_op_t *)user)->claim, replay);
     s_op_t *op = s_answered(ctx, self, user, err);
     if (!op)
         return;
@@ -330,7 +343,12 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
         s_op_free(self, op);
         return;
     }
-    ka_sandbox_args_t a = {.mode = KA_SBX_BOOT,
+    bool warm = op->warm == 1;
+    if (warm)
+        ka_pool_bound(self->pool, &op->claim);
+    else if (op->warm == 0)
+        ka_pool_missed(self->pool);
+    ka_sandbox_args_t a = {.mode = warm ? KA_SBX_WARM : KA_SBX_BOOT,
                            .record = r->sandbox,
                            .runtime = op->res,
                            .store = self->a.store,
@@ -338,14 +356,17 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
                            .driver = self->a.driver,
                            .reply_to = op->from,
                            .reply_ref = op->from_ref,
-                           .guest_idle_ms = self->a.guest_idle_ms};
+                           .guest_idle_ms = self->a.guest_idle_ms,
+                           .compute = warm ? op->claim.sb : NULL};
     if (s_spawn(ctx, self, &a)) {
+        ka_pool_release(ctx, self->pool, &op->claim, false);
         s_fail_op(ctx, self, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
         return;
     }
-    krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created", "sandbox=%s creator=%s template=%s/%s",
-                  r->sandbox.id, r->sandbox.creator, r->sandbox.template_namespace,
-                  r->sandbox.template_name);
+    op->claim.sb = NULL; /* the sandbox actor's now */
+    krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created",
+                  "sandbox=%s creator=%s template=%s/%s warm=%d", r->sandbox.id, r->sandbox.creator,
+                  r->sandbox.template_namespace, r->sandbox.template_name, warm);
     s_op_free(self, op); /* the sandbox actor answers the creator */
 }
 
@@ -647,9 +668,16 @@ static void s_on_paused(s_mgr_t *self, const krt_msg_t *msg)
         a->paused = p->paused != 0;
 }
 
+static size_t s_live_count(void *arg)
+{
+    return zhashx_size(((s_mgr_t *)arg)->live);
+}
+
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
+    if (ka_pool_handle(ctx, self->pool, msg))
+        return;
     switch (msg->type) {
     case KA_SBX_CREATE:
         s_create(ctx, self, msg);
@@ -673,6 +701,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         ka_sbx_count_t c;
         memset(&c, 0, sizeof c);
         c.live = zhashx_size(self->live);
+        ka_pool_report(self->pool, &c);
         krt_reply(ctx, msg, msg->type, &c, sizeof c);
         break;
     }
@@ -713,6 +742,17 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         return KRT_ENOMEM;
     zhashx_set_destructor(self->live, (zhashx_destructor_fn *)zstr_free);
     krt_trap_exit(ctx, true);
+    ka_pool_opts_t po = {.driver = self->a.driver,
+                         .store = self->a.store,
+                         .templates = self->a.templates,
+                         .pools = self->a.warm,
+                         .n_pools = self->a.n_warm,
+                         .dir = self->a.warm_dir,
+                         .quiet_ms = self->a.warm_quiet_ms,
+                         .live = s_live_count,
+                         .live_arg = self};
+    if (!(self->pool = ka_pool_new(ctx, &po)))
+        return KRT_ENOMEM;
     s_recover_page(ctx, self, 1, 0);
     s_recover_page(ctx, self, 0, 0);
     return 0;
@@ -726,8 +766,10 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
         if (op->type)
             s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
                    "the node is shutting down; retry");
+        ka_pool_drop(self->pool, &op->claim);
         s_op_free(self, op);
     }
+    ka_pool_destroy(&self->pool);
     zhashx_destroy(&self->live);
 }
 

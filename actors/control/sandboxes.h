@@ -25,6 +25,7 @@
 #include "control_msgs.h"
 #include "ka_driver.h"
 #include "krt.h"
+#include "pool.h"
 
 /* Spawn argument of the manager: must stay valid until its init ran (init runs after the spawn
  * call returns) and is copied there; the driver is borrowed and must outlive the actor. */
@@ -36,6 +37,10 @@ typedef struct ka_sandboxes_args {
     int64_t default_ttl_ms;
     int64_t max_ttl_ms;
     uint32_t guest_idle_ms; /* a guest call with no frame for this long fails; 0: 120 s */
+    ka_warm_cfg_t warm[KA_POOL_MAX_POOLS]; /* the WorkerPools' warm pools (pool.h) */
+    size_t n_warm;
+    char warm_dir[KA_POOL_DIR_MAX]; /* markers of warm sandbox ids; "" none */
+    uint32_t warm_quiet_ms;         /* 0: KA_POOL_QUIET_MS */
 } ka_sandboxes_args_t;
 
 extern const krt_behaviour_t ka_sandboxes_behaviour;
@@ -44,6 +49,7 @@ extern const krt_behaviour_t ka_sandboxes_behaviour;
 typedef enum {
     KA_SBX_BOOT,  /* a fresh create: start compute, then answer the creator */
     KA_SBX_ADOPT, /* a record recovered at node start: no compute; re-arm the TTL */
+    KA_SBX_WARM,  /* a warm sandbox claimed (pool.h): compute runs, the record is READY */
 } ka_sbx_mode_t;
 
 /* Spawn argument of a sandbox actor: malloc'd by the spawner, taken (copied and freed) by init. */
@@ -57,6 +63,7 @@ typedef struct ka_sandbox_args {
     krt_addr_t reply_to; /* BOOT: the creator's request, answered when READY or FAILED */
     uint64_t reply_ref;
     uint32_t guest_idle_ms; /* see ka_sandboxes_args_t */
+    ka_sandbox_t *compute;  /* WARM: its running compute, taken by the actor */
 } ka_sandbox_args_t;
 
 extern const krt_behaviour_t ka_sandbox_behaviour;

@@ -691,6 +691,9 @@ static int s_fill_from_spec(ka_tpl_resolved_t *res, const char *spec_json, char 
     }
     s_copy(image, cap, img);
     s_copy(res->snapshot_location, sizeof res->snapshot_location, loc);
+    json_t *pool = json_object_get(
+        json_object_get(json_object_get(spec, "substrate"), "workerPoolRef"), "name");
+    s_copy(res->pool, sizeof res->pool, json_string_value(pool));
     size_t i, off = 0;
     json_t *e;
     json_array_foreach(env, i, e)

@@ -57,6 +57,10 @@ static s_family_t s_families[KA_METRIC_N_] = {
                          "PostgreSQL store requests, by request kind and result.",
                          {"query", "result"},
                          PTHREAD_MUTEX_INITIALIZER},
+    [KA_METRIC_WARM_REFILL] = {"kagent_warm_pool_refill_seconds",
+                               "Time to boot one warm sandbox for a pool (refill latency).",
+                               {"pool", NULL},
+                               PTHREAD_MUTEX_INITIALIZER},
 };
 
 const char *ka_metric_code_name(int code)

@@ -25,6 +25,7 @@ typedef enum {
     KA_METRIC_GRPC,           /* kagent_grpc_request_seconds{method,code} */
     KA_METRIC_MCP,            /* kagent_mcp_request_seconds{method,code} */
     KA_METRIC_STORE,          /* kagent_store_query_seconds{query,result} */
+    KA_METRIC_WARM_REFILL,    /* kagent_warm_pool_refill_seconds{pool}: one warm boot */
     KA_METRIC_N_
 } ka_metric_t;
 

@@ -716,11 +716,21 @@ static void s_sandbox_create(s_store_t *self, const krt_msg_t *msg)
         !S_STR(b->template_namespace, true) || !S_STR(b->template_name, true) ||
         !S_STR(b->revision, false) || !S_STR(b->node, false) || b->ttl_ms <= 0)
         S_INVALID("create: creator, request_id, template and a positive ttl are required");
+    if (!S_STR(b->id, false) || (b->id[0] && !s_uuid_ok(b->id)))
+        S_INVALID("create: id must be empty or a UUID");
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", (long long)b->ttl_ms);
-    const char *p[8] = {b->creator,       b->request_id, b->name, b->template_namespace,
-                        b->template_name, b->revision,   b->node, ttl};
-    ka_pg_stmt_t st = {"sb_create", 8, p};
+    const char *p[10] = {b->creator,
+                         b->request_id,
+                         b->name,
+                         b->template_namespace,
+                         b->template_name,
+                         b->revision,
+                         b->node,
+                         ttl,
+                         b->id,
+                         b->ready ? "true" : "false"};
+    ka_pg_stmt_t st = {"sb_create", 10, p};
     size_t lc = strlen(b->creator), lr = strlen(b->request_id);
     char *keep = malloc(lc + lr + 2);
     if (!keep) {

@@ -165,6 +165,8 @@ typedef struct ka_store_sandbox_create {
     char revision[KA_STORE_REV_LEN];          /* "" pins the template's latest prepared revision */
     char node[KA_STORE_NODE_LEN];
     int64_t ttl_ms; /* > 0: expires_ms = created + ttl_ms (the caller applies policy bounds) */
+    char id[KA_STORE_ID_LEN]; /* "" = a new random id; else this UUID (a warm sandbox's) */
+    int32_t ready;            /* 1: written READY (operation NONE), its compute already runs */
 } ka_store_sandbox_create_t;
 
 typedef struct ka_store_sandbox_reply {

@@ -31,11 +31,14 @@ static const ka_store_sql_t s_statements[] = {
     /* One statement: insert, or return the receipt's row (created = false). A duplicate
      * committed concurrently by another connection is not visible to this statement's
      * snapshot: then no row comes back and the caller reads "sb_receipt" next. */
-    {"sb_create", 8,
-     "WITH ins AS (INSERT INTO ka_sandboxes (creator, request_id, name, template_namespace,"
-     " template_name, revision, node, expires_at) VALUES ($1, $2, $3, $4, $5, CASE WHEN $6 = ''"
+    {"sb_create", 10,
+     "WITH ins AS (INSERT INTO ka_sandboxes (id, creator, request_id, name, template_namespace,"
+     " template_name, revision, node, expires_at, state, operation) VALUES ("
+     "coalesce(nullif($9, '')::uuid, ka_uuidv7()), $1, $2, $3, $4, $5, CASE WHEN $6 = ''"
      " THEN coalesce((SELECT latest_revision FROM ka_templates WHERE namespace = $4 AND"
-     " name = $5), '') ELSE $6 END, $7, now() + $8::int8 * interval '1 millisecond')"
+     " name = $5), '') ELSE $6 END, $7, now() + $8::int8 * interval '1 millisecond',"
+     " CASE WHEN $10::bool THEN 'RUNTIME_STATE_READY' ELSE 'RUNTIME_STATE_CREATING' END,"
+     " CASE WHEN $10::bool THEN 'RUNTIME_OPERATION_NONE' ELSE 'RUNTIME_OPERATION_CREATE' END)"
      " ON CONFLICT ON CONSTRAINT ka_sandboxes_receipt DO NOTHING RETURNING *)"
      " SELECT " S_SB_COLS ", true FROM ins UNION ALL SELECT " S_SB_COLS ", false"
      " FROM ka_sandboxes WHERE creator = $1 AND request_id = $2 AND NOT EXISTS (SELECT FROM ins)"},

@@ -17,7 +17,10 @@ node_prestart() { # the tokens file (hashes only) and the config naming it, once
   NODE_EXTRA_YAML="auth:
   mode: tokens
   tokensFile: $WORK/tokens
-  operators: [ops@example.com]"
+  operators: [ops@example.com]
+pools: # cold creates: their phases add up within create_to_ready (a warm one booted earlier)
+  - name: kagent-default
+    warm: 0"
 }
 NODE_CLI_FLAGS="--token $OPS"
 node_start

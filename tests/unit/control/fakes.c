@@ -31,6 +31,7 @@ void f_reset(const char *dir)
     F.gate_start = false;
     F.starts = F.stops = F.guest_requests = F.guest_starts = F.n_kept = 0;
     F.fail_freeze = F.freezes = F.thaws = F.frozen = F.stopped_frozen = 0;
+    F.revision[0] = '\0';
     snprintf(F.dir, sizeof F.dir, "%s", dir);
     pthread_mutex_unlock(&F.lock);
 }
@@ -139,7 +140,10 @@ static void s_create(krt_ctx_t *ctx, const krt_msg_t *msg)
     }
     ka_store_sandbox_t *r = &F.records[F.n_records];
     memset(r, 0, sizeof *r);
-    snprintf(r->id, sizeof r->id, "0198f000-0000-7000-8000-%012d", F.n_records + 1);
+    if (c->id[0]) /* a warm sandbox's id */
+        snprintf(r->id, sizeof r->id, "%s", c->id);
+    else
+        snprintf(r->id, sizeof r->id, "0198f000-0000-7000-8000-%012d", F.n_records + 1);
     F.n_records++;
     snprintf(r->creator, sizeof r->creator, "%s", c->creator);
     snprintf(r->request_id, sizeof r->request_id, "%s", c->request_id);
@@ -147,8 +151,8 @@ static void s_create(krt_ctx_t *ctx, const krt_msg_t *msg)
     snprintf(r->template_name, sizeof r->template_name, "%s", c->template_name);
     snprintf(r->revision, sizeof r->revision, "%s", c->revision);
     snprintf(r->node, sizeof r->node, "%s", c->node);
-    r->state = KA_STATE_CREATING;
-    r->operation = KA_OP_CREATE;
+    r->state = c->ready ? KA_STATE_READY : KA_STATE_CREATING;
+    r->operation = c->ready ? KA_OP_NONE : KA_OP_CREATE;
     r->created_ms = r->updated_ms = krt_wall_ms();
     r->expires_ms = r->created_ms + c->ttl_ms;
     s_log_write(r->id, r->state, r->operation, NULL);
@@ -303,9 +307,12 @@ static void s_tpl_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         return;
     ka_tpl_resolved_t r;
     memset(&r, 0, sizeof r);
-    snprintf(r.revision, sizeof r.revision, "rev-1");
     snprintf(r.rootfs, sizeof r.rootfs, "/fake/rootfs");
+    snprintf(r.pool, sizeof r.pool, "kagent-default");
+    snprintf(r.env, sizeof r.env, "LANG=C.UTF-8");
+    r.n_env = 1;
     pthread_mutex_lock(&F.lock);
+    snprintf(r.revision, sizeof r.revision, "%s", F.revision[0] ? F.revision : "rev-1");
     snprintf(r.snapshot_location, sizeof r.snapshot_location, "file://%s/snapshots", F.dir);
     pthread_mutex_unlock(&F.lock);
     krt_reply(ctx, msg, msg->type, &r, sizeof r);
@@ -422,6 +429,14 @@ static bool s_start(ka_sandbox_t *sb, uint64_t id, const msgpack_object *m)
         return true;
     char out[256] = "";
     size_t n = 0;
+    const msgpack_object *env = ka_gp_get(m, "env");
+    if (!strcmp(prog, "env") && env && env->type == MSGPACK_OBJECT_MAP) /* prints its env */
+        for (uint32_t i = 0; i < env->via.map.size && n < sizeof out - 1; i++) {
+            const msgpack_object_kv *kv = &env->via.map.ptr[i];
+            n += (size_t)snprintf(out + n, sizeof out - n, "%s%.*s=%.*s", i ? " " : "",
+                                  (int)kv->key.via.str.size, kv->key.via.str.ptr,
+                                  (int)kv->val.via.str.size, kv->val.via.str.ptr);
+        }
     for (uint32_t i = 1; i < argv->via.array.size && n < sizeof out - 1; i++) {
         const msgpack_object_str *s = &argv->via.array.ptr[i].via.str;
         n += (size_t)snprintf(out + n, sizeof out - n, "%s%.*s", i > 1 ? " " : "", (int)s->size,

@@ -59,6 +59,9 @@ typedef struct f_state {
         char data[PATH_MAX];
     } kept[F_MAX_RECORDS]; /* /data parked for a later start of the same id */
     int n_kept;
+    /* templates */
+    char revision[KA_STORE_REV_LEN]; /* what resolves pin ("" = "rev-1"), WorkerPool kagent-default
+                                      */
     /* guest */
     int guest_requests; /* requests the fake guests received */
     int guest_starts;   /* of which "start" */

@@ -911,6 +911,244 @@ static void test_pause_suspended(void **unused)
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* ---- warm pools ---------------------------------------------------------------------------- */
+
+#define WARM_QUIET_MS 50
+
+/* The manager keeps `warm` sandboxes per revision of WorkerPool kagent-default. */
+static void s_warm_args(int warm, int64_t capacity)
+{
+    T.args.n_warm = 1;
+    T.args.warm[0] = (ka_warm_cfg_t){.name = "kagent-default", .warm = warm, .capacity = capacity};
+    snprintf(T.args.warm_dir, sizeof T.args.warm_dir, "%.500s/warm", T.dir);
+    T.args.warm_quiet_ms = WARM_QUIET_MS;
+}
+
+static void s_count(ka_sbx_count_t *out)
+{
+    krt_reply_t r;
+    assert_int_equal(ka_svc_call_sync(T.svc, KA_SBX_COUNT, NULL, 0, WAIT_MS, &r), KA_OK);
+    assert_int_equal(r.len, sizeof *out);
+    memcpy(out, r.body, sizeof *out);
+    krt_reply_free(&r);
+}
+
+/* Waits until kagent/scratch has `ready` warm sandboxes of revision rev and none booting. */
+static void s_wait_depth(const char *rev, uint32_t ready)
+{
+    int64_t until = krt_mono_ms() + WAIT_MS;
+    ka_sbx_count_t c;
+    for (;;) {
+        s_count(&c);
+        if (c.n_warm == 1 && c.warm[0].ready == ready && c.warm[0].booting == 0 &&
+            !strcmp(c.warm[0].revision, rev) && !strcmp(c.warm[0].template_name, "scratch"))
+            return;
+        if (krt_mono_ms() > until)
+            fail_msg("warm pools: n=%u ready=%u booting=%u revision=%s; want %u of %s", c.n_warm,
+                     c.n_warm ? c.warm[0].ready : 0, c.n_warm ? c.warm[0].booting : 0,
+                     c.n_warm ? c.warm[0].revision : "", ready, rev);
+        usleep(2000);
+    }
+}
+
+/* The store says kagent/scratch changed (as a NOTIFY would). */
+static void s_template_event(void)
+{
+    ka_store_event_t ev;
+    memset(&ev, 0, sizeof ev);
+    snprintf(ev.channel, sizeof ev.channel, "ka_template");
+    snprintf(ev.payload, sizeof ev.payload, "kagent/scratch 1");
+    assert_int_equal(krt_system_send(T.sys, T.sandboxes, KA_STORE_EVENT, &ev, sizeof ev), 0);
+}
+
+/* Marker files of warm ids. */
+static int s_markers(void)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "ls %s/warm | wc -l", T.dir);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%d", &n), 1);
+    pclose(f);
+    return n;
+}
+
+static bool s_stops_at_least(void *arg)
+{
+    return F.stops >= *(int *)arg;
+}
+
+/* A create of a revision with warm sandboxes claims one: one READY commit under its id, the
+ * caller's owner and TTL, the template env in each process; a replay gets the same sandbox and
+ * puts nothing back; the pool refills after the quiet period; the first create (the template
+ * not yet known) was a miss and booted cold. */
+static void test_warm_claim_and_refill(void **unused)
+{
+    s_warm_args(2, 0);
+    s_spawn_manager();
+    ka_sbx_reply_t cold, w, again, o;
+    s_create("cold", 0, &cold);
+    s_assert_history(cold.sandbox.id, "CREATING/CREATE READY/NONE");
+    s_wait_depth("rev-1", 2);
+    assert_int_equal(s_markers(), 2);
+    assert_int_equal(s_counter(&F.live), 3);
+    s_create("warm", 600000, &w);
+    const char *id = w.sandbox.id;
+    s_assert_history(id, "READY/NONE"); /* one commit */
+    assert_int_equal(ka_check_uuid(id), 0);
+    assert_string_equal(w.sandbox.creator, ALICE);
+    assert_string_equal(w.sandbox.request_id, "warm");
+    assert_string_equal(w.sandbox.revision, "rev-1");
+    assert_int_equal(w.sandbox.expires_ms - w.sandbox.created_ms, 600000);
+    s_stream_t s;
+    const char *env[] = {"env", NULL};
+    assert_int_equal(s_exec(id, env, &s), KA_OK);
+    assert_int_equal(s.out_len, strlen("LANG=C.UTF-8\n"));
+    assert_memory_equal(s.out, "LANG=C.UTF-8\n", s.out_len);
+    s_create("warm", 600000, &again); /* replay: the same sandbox */
+    assert_string_equal(again.sandbox.id, id);
+    s_assert_history(id, "READY/NONE");
+    s_wait_depth("rev-1", 2);
+    ka_sbx_count_t c;
+    s_count(&c);
+    assert_int_equal(c.warm_hits, 1);
+    assert_int_equal(c.warm_misses, 1);
+    assert_int_equal(c.warm_refills, 3); /* 2, then 1 for the claim; the replay's went back */
+    assert_int_equal(c.live, 2);
+    assert_int_equal(s_markers(), 2); /* the claimed one's went: it is nobody's warm sandbox */
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, cold.sandbox.id, &o), KA_OK);
+}
+
+/* A warm guest that died is stopped and replaced, never handed out. */
+static void test_warm_dead_guest_not_handed_out(void **unused)
+{
+    s_warm_args(1, 0);
+    pthread_mutex_lock(&F.lock);
+    F.guest_dies = 1; /* the first warm boot's guest exits at once */
+    pthread_mutex_unlock(&F.lock);
+    s_spawn_manager();
+    s_template_event();
+    int one = 1;
+    assert_true(f_wait(s_stops_at_least, &one, WAIT_MS));
+    s_wait_depth("rev-1", 1);
+    assert_int_equal(s_counter(&F.starts), 2);
+    ka_sbx_reply_t w, o;
+    s_create("after-death", 0, &w);
+    s_assert_history(w.sandbox.id, "READY/NONE");
+    s_stream_t s;
+    const char *echo[] = {"echo", "alive", NULL};
+    assert_int_equal(s_exec(w.sandbox.id, echo, &s), KA_OK);
+    assert_memory_equal(s.out, "alive\n", 6);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, w.sandbox.id, &o), KA_OK);
+}
+
+/* A new revision of the template rebuilds its pool: the old warm sandboxes are stopped. */
+static void test_warm_rebuilt_for_new_revision(void **unused)
+{
+    s_warm_args(2, 0);
+    s_spawn_manager();
+    s_template_event();
+    s_wait_depth("rev-1", 2);
+    pthread_mutex_lock(&F.lock);
+    snprintf(F.revision, sizeof F.revision, "rev-2");
+    pthread_mutex_unlock(&F.lock);
+    s_template_event();
+    s_wait_depth("rev-2", 2);
+    int two = 2;
+    assert_true(f_wait(s_stops_at_least, &two, WAIT_MS));
+    assert_int_equal(s_counter(&F.live), 2);
+    ka_sbx_reply_t w, o;
+    s_create("new-rev", 0, &w);
+    s_assert_history(w.sandbox.id, "READY/NONE");
+    assert_string_equal(w.sandbox.revision, "rev-2");
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, w.sandbox.id, &o), KA_OK);
+}
+
+/* warm 0: every create boots cold, nothing is kept booted. */
+static void test_warm_zero_disables(void **unused)
+{
+    s_warm_args(0, 0);
+    s_spawn_manager();
+    s_template_event();
+    ka_sbx_reply_t a, b, o;
+    s_create("cold-a", 0, &a);
+    s_create("cold-b", 0, &b);
+    s_assert_history(b.sandbox.id, "CREATING/CREATE READY/NONE");
+    usleep(4 * WARM_QUIET_MS * 1000); /* past the quiet period: no refill may start */
+    assert_int_equal(s_counter(&F.starts), 2);
+    ka_sbx_count_t c;
+    s_count(&c);
+    assert_int_equal(c.n_warm, 0);
+    assert_int_equal(c.warm_hits + c.warm_misses + c.warm_refills, 0);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, b.sandbox.id, &o), KA_OK);
+}
+
+/* Live and warm sandboxes together stay within the pool's capacity. */
+static void test_warm_within_capacity(void **unused)
+{
+    s_warm_args(2, 2);
+    s_spawn_manager();
+    ka_sbx_reply_t a, o;
+    s_create("cap", 0, &a);
+    s_wait_depth("rev-1", 1); /* 1 live + 1 warm */
+    usleep(4 * WARM_QUIET_MS * 1000);
+    s_wait_depth("rev-1", 1);
+    assert_int_equal(s_counter(&F.live), 2);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+}
+
+static bool s_none_live(void *arg)
+{
+    return F.live == 0;
+}
+
+static bool s_nothing_kept(void *arg)
+{
+    return F.n_kept == 0;
+}
+
+/* A manager that stops stops its warm sandboxes (no record, no marker left); one that starts
+ * discards the /data a crashed run's warm sandboxes left kept, named by their markers. */
+static void test_warm_restart_leaves_nothing(void **unused)
+{
+    const char *leftover = "0198aaaa-0000-4000-8000-000000000001";
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/warm", T.dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/warm/%s", T.dir, leftover);
+    FILE *m = fopen(path, "w");
+    assert_non_null(m);
+    fclose(m);
+    pthread_mutex_lock(&F.lock);
+    snprintf(F.kept[0].id, sizeof F.kept[0].id, "%s", leftover);
+    snprintf(F.kept[0].data, sizeof F.kept[0].data, "%.3000s/data-%s-0", T.dir, leftover);
+    F.n_kept = 1;
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(mkdir(F.kept[0].data, 0755), 0);
+    s_warm_args(2, 0);
+    s_spawn_manager();
+    assert_true(f_wait(s_nothing_kept, NULL, WAIT_MS));
+    assert_int_not_equal(access(F.kept[0].data, F_OK), 0);
+    s_template_event();
+    s_wait_depth("rev-1", 2);
+    assert_int_equal(access(path, F_OK), -1); /* the leftover's marker went with it */
+    krt_system_kill(T.sys, T.sandboxes, KRT_EXIT_KILLED);
+    assert_int_not_equal(krt_system_wait(T.sys, T.sandboxes, WAIT_MS), KRT_ETIMEDOUT);
+    assert_true(f_wait(s_none_live, NULL, WAIT_MS)); /* its terminate stopped them */
+    for (int64_t until = krt_mono_ms() + WAIT_MS; s_markers() && krt_mono_ms() < until;)
+        usleep(2000); /* ... then removed their markers */
+    assert_int_equal(s_markers(), 0);
+    assert_int_equal(s_counter(&F.n_records), 0); /* warm sandboxes are nobody's records */
+    assert_int_equal(s_counter(&F.n_kept), 0);
+    s_spawn_manager(); /* recovery finds nothing of them */
+    s_template_event();
+    s_wait_depth("rev-1", 2);
+    assert_int_equal(s_counter(&F.n_records), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -938,6 +1176,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pause_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_pause_suspended, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_open_call_waits_while_paused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_claim_and_refill, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_dead_guest_not_handed_out, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_rebuilt_for_new_revision, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_zero_disables, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_within_capacity, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_restart_leaves_nothing, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

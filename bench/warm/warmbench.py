@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Create -> READY through the real kagent CLI, warm against cold, and a burst of 100, beside
+bubblewrap in the same run (see run.sh).
+
+  warmbench.py KAGENT URL
+
+Templates: `scratch` (pool kagent-default, warm: 2) and `scratch-cold` (pool bench-cold,
+warm: 0), the same spec. Each round waits (untimed) until a warm sandbox is ready, then times a
+warm create, a cold create and `bwrap ... true`; the sandboxes are deleted after (untimed). The
+warm figure counts only if every one of its creates was a hit (kagent_warm_pool_hits_total).
+The burst spawns 100 CLI processes at once; each one's latency runs from just before the first
+spawn to its exit (what a leaderboard's burst measures), all must answer READY. The peer's
+burst is 100 `bwrap ... true` at once. BENCH_WARM_RUNS (default 100) sets the rounds.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+BWRAP = ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+         "--unshare-all", "--die-with-parent", "true"]
+BURST = 100
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int((len(xs) - 1) * p / 100))]
+
+
+def metrics(url):
+    return urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def depth(text, template):
+    for line in text.splitlines():
+        if line.startswith("kagent_warm_pool_depth{") and 'template="%s"' % template in line:
+            return int(line.split()[-1])
+    return 0
+
+
+def wait_depth(url, n, timeout=60):
+    until = time.monotonic() + timeout
+    while depth(metrics(url), "kagent/scratch") < n:
+        if time.monotonic() > until:
+            sys.exit("the warm pool did not reach %d in %d s" % (n, timeout))
+        time.sleep(0.01)
+
+
+def create(kagent, url, template, key):
+    argv = [kagent, "--api-url", url, "sandbox", "create", template, "--request-id",
+            "warmbench-%d-%s" % (os.getpid(), key), "-o", "json"]
+    t0 = time.monotonic_ns()
+    out = subprocess.run(argv, capture_output=True, check=True).stdout
+    ms = (time.monotonic_ns() - t0) / 1e6
+    s = json.loads(out)
+    if s["state"] != "RUNTIME_STATE_READY":
+        sys.exit("create answered %s" % s["state"])
+    return ms, s["id"]
+
+
+def delete(kagent, url, ids):
+    for sid in ids:
+        subprocess.run([kagent, "--api-url", url, "sandbox", "delete", sid], capture_output=True,
+                       check=True)
+
+
+def spawn(argv, out_fd):
+    null = os.open(os.devnull, os.O_RDWR)
+    acts = [(os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, null, 2)]
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=acts)
+    os.close(null)
+    return pid
+
+
+def bwrap_ms():
+    err = os.memfd_create("bwrap-err")
+    t0 = time.monotonic_ns()
+    pid = os.posix_spawn(BWRAP[0], BWRAP, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, err, 2)])
+    _, st = os.waitpid(pid, 0)
+    ms = (time.monotonic_ns() - t0) / 1e6
+    os.lseek(err, 0, 0)
+    why = os.read(err, 4096).decode(errors="replace")
+    os.close(err)
+    if os.waitstatus_to_exitcode(st) != 0:
+        sys.exit("bwrap failed (%d): %s" % (os.waitstatus_to_exitcode(st), why))
+    return ms
+
+
+def burst(argvs, peer=False):
+    """Spawns every argv at once: (latency ms from the start to each exit, outputs). A peer's
+    failed processes are counted and said (bwrap can hit the host's namespace limits at 100 at
+    once), not timed; any failure of ours ends the run."""
+    files, pids = [], {}
+    t0 = time.monotonic_ns()
+    for i, argv in enumerate(argvs):
+        f = os.memfd_create("out%d" % i)
+        files.append(f)
+        pids[spawn(argv, f)] = i
+    lat, failed = [0.0] * len(argvs), []
+    while pids:
+        pid, st = os.wait()
+        i = pids.pop(pid)
+        lat[i] = (time.monotonic_ns() - t0) / 1e6
+        if os.waitstatus_to_exitcode(st) != 0 and not peer:
+            sys.exit("a burst process failed: %s" % " ".join(argvs[i][:6]))
+        if os.waitstatus_to_exitcode(st) != 0:
+            failed.append(i)
+    if failed:
+        print("# peer burst: %d of %d failed, timed over the rest" % (len(failed), len(argvs)),
+              flush=True)
+        lat = [x for i, x in enumerate(lat) if i not in failed]
+    outs = []
+    for f in files:
+        os.lseek(f, 0, 0)
+        outs.append(os.read(f, 1 << 20))
+        os.close(f)
+    return lat, outs
+
+
+def line(name, ours, peer_name, peer):
+    r = "BENCH name=%s value=%.2f unit=ms" % (name, ours)
+    if peer is not None:
+        r += " peer=%s peer_value=%.2f ratio=%.2f" % (peer_name, peer, peer / ours)
+    print(r, flush=True)
+
+
+def main():
+    kagent, url = os.path.abspath(sys.argv[1]), sys.argv[2]
+    runs = int(os.environ.get("BENCH_WARM_RUNS", "100"))
+    warm, cold, peer, ids = [], [], [], []
+    hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
+    for i in range(runs):
+        wait_depth(url, 1)
+        ms, sid = create(kagent, url, "scratch", "w%d" % i)
+        warm.append(ms)
+        ids.append(sid)
+        ms, sid = create(kagent, url, "scratch-cold", "c%d" % i)
+        cold.append(ms)
+        ids.append(sid)
+        peer.append(bwrap_ms())
+        delete(kagent, url, ids)
+        ids = []
+    hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
+    if hits != runs:
+        sys.exit("only %d of %d warm creates were served warm" % (hits, runs))
+    for p in (50, 99):
+        line("cli_create_warm_p%d" % p, pct(warm, p), "bwrap", pct(peer, p))
+        line("cli_create_cold_p%d" % p, pct(cold, p), "bwrap", pct(peer, p))
+
+    plat, _ = burst([BWRAP] * BURST, peer=True)
+    for template in ("scratch", "scratch-cold"):
+        wait_depth(url, 2)
+        argvs = [[kagent, "--api-url", url, "sandbox", "create", template, "--request-id",
+                  "warmbench-%d-burst-%s-%d" % (os.getpid(), template, i), "-o", "json"]
+                 for i in range(BURST)]
+        lat, outs = burst(argvs)
+        recs = [json.loads(o) for o in outs]
+        if any(r["state"] != "RUNTIME_STATE_READY" for r in recs):
+            sys.exit("a burst create did not answer READY")
+        tag = "warm" if template == "scratch" else "cold"
+        for p in (50, 99):
+            line("burst%d_%s_p%d" % (BURST, tag, p), pct(lat, p), "bwrap_burst%d" % BURST,
+                 pct(plat, p))
+        delete(kagent, url, [r["id"] for r in recs])
+
+
+main()
