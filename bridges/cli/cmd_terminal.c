@@ -201,7 +201,10 @@ static void s_on_net(s_sess_t *s)
 static void s_loop(s_sess_t *s)
 {
     while (!s->end) {
-        struct pollfd p[3] = {{.fd = kb_rpc_call_fd(s->call), .events = POLLIN},
+        s_on_net(s); /* writes out what is queued, takes what came */
+        if (s->end)
+            break;
+        struct pollfd p[3] = {{.fd = kb_rpc_call_fd(s->call), .events = kb_rpc_call_events(s->call)},
                               {.fd = s_sigfd[0], .events = POLLIN},
                               {.fd = STDIN_FILENO, .events = POLLIN}};
         int n = poll(p, s->in_open ? 3 : 2, -1);
@@ -213,8 +216,6 @@ static void s_loop(s_sess_t *s)
             s_on_sig(s);
         if (!s->end && s->in_open && p[2].revents)
             s_on_stdin(s);
-        if (!s->end)
-            s_on_net(s);
     }
 }
 
@@ -228,10 +229,12 @@ int kb_terminal_run(kb_cli_t *cli, const kb_terminal_opts_t *o)
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc)
         return KB_EXIT_ERROR;
+    bool have_stdin = fcntl(STDIN_FILENO, F_GETFD) >= 0; /* (before fd 0 can be reused) */
     if (s_install(old, sigs, NSIG_) != 0)
         return kb_cli_fail(cli, "cannot set up signal handling: %s", strerror(errno));
     kb_rpc_status_t st;
-    s_sess_t s = {.cli = cli, .tty = o->tty, .in_open = o->stdin_open, .code = KB_EXIT_ERROR};
+    s_sess_t s = {
+        .cli = cli, .tty = o->tty, .in_open = o->stdin_open && have_stdin, .code = KB_EXIT_ERROR};
     s.call = kb_rpc_client_stream(rpc, S_METHOD, o->sandbox_id, &st);
     Kagent__Api__V1__TerminalRequest m = KAGENT__API__V1__TERMINAL_REQUEST__INIT;
     Kagent__Api__V1__TerminalStart start = KAGENT__API__V1__TERMINAL_START__INIT;
@@ -251,6 +254,12 @@ int kb_terminal_run(kb_cli_t *cli, const kb_terminal_opts_t *o)
         m.attach = &at;
     }
     if (s.call && s_write(&s, &m) == 0) {
+        if (o->stdin_open && !have_stdin) { /* -i with stdin closed: an empty input */
+            Kagent__Api__V1__TerminalRequest eof = KAGENT__API__V1__TERMINAL_REQUEST__INIT;
+            eof.msg_case = KAGENT__API__V1__TERMINAL_REQUEST__MSG_STDIN_EOF;
+            eof.stdin_eof = true;
+            s_write(&s, &eof);
+        }
         if (o->tty)
             s_make_raw();
         s_loop(&s);

@@ -871,6 +871,16 @@ int kb_rpc_call_fd(const kb_rpc_call_t *c)
     return c->rpc->fd;
 }
 
+short kb_rpc_call_events(const kb_rpc_call_t *c)
+{
+    kb_rpc_t *r = c->rpc;
+    size_t out = 0;
+    if (r->h2)
+        kb_h2_out(r->h2, &out);
+    bool w = out || (r->ssl && kb_tls_want(r->ssl) == POLLOUT);
+    return (short)(POLLIN | (w ? POLLOUT : 0));
+}
+
 int kb_rpc_call_poll(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc,
                      ProtobufCMessage **msg)
 {

@@ -72,8 +72,10 @@ kb_rpc_call_t *kb_rpc_client_stream(kb_rpc_t *rpc, const char *method, const cha
 /* Sends one message; 0, or -EPIPE when the call already failed (finish gives why). A client
  * stream may also read (bidirectional methods) with kb_rpc_call_read or kb_rpc_call_poll. */
 int kb_rpc_call_write(kb_rpc_call_t *call, const ProtobufCMessage *msg);
-/* The socket of the call's connection, to poll(2) for POLLIN beside other fds. */
+/* The socket of the call's connection and the poll(2) events to wait for on it (POLLIN, and
+ * POLLOUT while bytes are queued), to wait beside other fds; then kb_rpc_call_poll. */
 int kb_rpc_call_fd(const kb_rpc_call_t *call);
+short kb_rpc_call_events(const kb_rpc_call_t *call);
 /* Reads without waiting (writes out what is queued, takes what has arrived): 1 with *msg
  * owned by the caller, 0 when no whole message is there yet, -ENODATA at the end of the
  * stream (kb_rpc_call_finish gives the status), -EIO if the call failed. */
