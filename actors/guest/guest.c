@@ -999,9 +999,9 @@ static void s_dispatch(const uint8_t *body, size_t len)
         static const struct {
             const char *name;
             void (*fn)(uint64_t, const msgpack_object *);
-        } ops[] = {{"start", s_op_start}, {"get", s_op_get},       {"signal", s_op_signal},
-                   {"input", s_op_input}, {"output", s_op_output}, {"read", s_op_read},
-                   {"write", s_op_write}, {"cancel", s_op_cancel}, {"credit", s_op_credit},
+        } ops[] = {{"start", s_op_start},  {"get", s_op_get},       {"signal", s_op_signal},
+                   {"input", s_op_input},  {"output", s_op_output}, {"read", s_op_read},
+                   {"write", s_op_write},  {"cancel", s_op_cancel}, {"credit", s_op_credit},
                    {"resize", s_op_resize}};
         bool found = false;
         if (on == 4 && memcmp(op, "ping", 4) == 0) {

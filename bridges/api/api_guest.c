@@ -390,8 +390,7 @@ static void s_by_process(kb_grpc_call_t *call, void *user, s_kind_t kind, const 
         return;
     uint64_t proc;
     if (kb_api_proc_id(id, &proc)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     KB_API_MSG_PROC_ID);
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
         s_call_free(c);
         return;
     }
@@ -427,7 +426,8 @@ static void s_output(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
     if (!c)
         return;
     uint64_t proc;
-    if (kb_api_proc_id(req->process_id, &proc) || req->stdout_offset < 0 || req->stderr_offset < 0) {
+    if (kb_api_proc_id(req->process_id, &proc) || req->stdout_offset < 0 ||
+        req->stderr_offset < 0) {
         kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
                      req->stdout_offset < 0 || req->stderr_offset < 0
                          ? "output offsets must be nonnegative"
@@ -620,8 +620,7 @@ static bool s_first(s_call_t *c, const ProtobufCMessage *m)
     }
     const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
     if (kb_api_proc_id(in->process_id, &c->proc)) {
-        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
-                      KB_API_MSG_PROC_ID);
+        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
         return false;
     }
     return true;

@@ -39,12 +39,12 @@ typedef struct {
     kb_grpc_call_t *call;
     char caller[KB_AUTH_ID_MAX + 1];
     char sandbox[KA_STORE_ID_LEN];
-    bool begun;         /* the first message (start or attach) came */
-    bool attached;      /* an attach: going away leaves the process running */
-    uint64_t proc;      /* the process; 0 until a start's process frame */
-    krt_addr_t stream;  /* the output stream */
-    bool final_seen;    /* its final frame came */
-    ka_status_t final;  /* ... with this status */
+    bool begun;        /* the first message (start or attach) came */
+    bool attached;     /* an attach: going away leaves the process running */
+    uint64_t proc;     /* the process; 0 until a start's process frame */
+    krt_addr_t stream; /* the output stream */
+    bool final_seen;   /* its final frame came */
+    ka_status_t final; /* ... with this status */
     s_out_t *head, *tail;
     bool sending;       /* a send to the client is in flight */
     uint64_t in_flight; /* data bytes of that send (credit once it is done) */

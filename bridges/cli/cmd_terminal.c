@@ -99,10 +99,10 @@ typedef struct {
     kb_cli_t *cli;
     kb_rpc_call_t *call;
     bool tty;
-    bool in_open;  /* stdin is read and forwarded */
-    bool end;      /* leave the loop */
-    bool hang_up;  /* leave without waiting for the exit */
-    int code;      /* from the exit message */
+    bool in_open; /* stdin is read and forwarded */
+    bool end;     /* leave the loop */
+    bool hang_up; /* leave without waiting for the exit */
+    int code;     /* from the exit message */
     bool exited;
 } s_sess_t;
 
@@ -204,9 +204,10 @@ static void s_loop(s_sess_t *s)
         s_on_net(s); /* writes out what is queued, takes what came */
         if (s->end)
             break;
-        struct pollfd p[3] = {{.fd = kb_rpc_call_fd(s->call), .events = kb_rpc_call_events(s->call)},
-                              {.fd = s_sigfd[0], .events = POLLIN},
-                              {.fd = STDIN_FILENO, .events = POLLIN}};
+        struct pollfd p[3] = {
+            {.fd = kb_rpc_call_fd(s->call), .events = kb_rpc_call_events(s->call)},
+            {.fd = s_sigfd[0], .events = POLLIN},
+            {.fd = STDIN_FILENO, .events = POLLIN}};
         int n = poll(p, s->in_open ? 3 : 2, -1);
         if (n < 0 && errno != EINTR)
             break;
