@@ -5,7 +5,8 @@
 # pane (SIGWINCH -> Resize), Ctrl-D exits 0. `exec -i` from a pipe: wc -l counts 2 lines, 3 MB
 # arrive byte for byte (sha256), an exit code (7) is the CLI's; without -i the CLI reads no
 # stdin (it is closed here). A CLI killed with SIGKILL hangs its process up (gone in the
-# sandbox). `wait -i` attaches to a process started with StartProcess.
+# sandbox). `wait -i` attaches to a process started with StartProcess. Then the gRPC API with
+# python3-grpcio (tests/integration/api/test_terminal.py).
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
 fail() { node_fail "$@"; }
@@ -84,6 +85,13 @@ kill -KILL "$cli"
 gone() { ! k sandbox exec "$id" -- kill -0 "$rpid" 0<&- 2>/dev/null; }
 until_ok 15 gone || fail "process $rpid still runs 15 s after its CLI was killed"
 echo "ok: SIGKILL of the CLI hung the process up"
+
+# --- the gRPC API with a real client: bad messages, stdout/stderr, vanishing clients ------------
+. "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
+stubs=$(api_stubs)
+python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_terminal.py" "127.0.0.1:$PORT" "$stubs" "$id" ||
+  fail "test_terminal.py"
+kill -0 "$NODE_PID" || fail "the node died"
 
 T kill-server
 k sandbox delete "$id" 0<&- >/dev/null
