@@ -23,6 +23,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,10 @@ typedef struct {
     bool held;          /* receiving is paused (until the process runs, or while ctl_busy) */
     bool gone;          /* the client went away: drop output, hang up */
     bool hung_up;       /* SIGHUP was sent */
-    bool answered;      /* the call was completed */
+    bool answered;      /* the call was completed (or is, at the next s_unlock) */
+    bool fin_due;       /* ... by s_unlock, with: */
+    kb_grpc_code_t fin_code;
+    char fin_msg[sizeof(((ka_status_t *)0)->message)];
 } s_term_t;
 
 static void s_unref(s_term_t *t)
@@ -76,13 +80,30 @@ static void s_release(void *arg)
     s_unref(arg);
 }
 
-/* Completes the call once (lock held). */
+/* Completes the call once: at the next s_unlock (lock held). */
 static void s_answer(s_term_t *t, kb_grpc_code_t code, const char *message)
 {
     if (t->answered)
         return;
-    t->answered = true;
-    kb_grpc_finish(t->call, code, message);
+    t->answered = t->fin_due = true;
+    t->fin_code = code;
+    snprintf(t->fin_msg, sizeof t->fin_msg, "%s", message ? message : "");
+}
+
+/* Releases the lock, then completes the call if s_answer asked for it: completing may free
+ * the call and with it the call's reference to t, so it never runs under the lock (the
+ * caller must hold its own reference or be a callback of the call when it uses t after). */
+static void s_unlock(s_term_t *t)
+{
+    bool fin = t->fin_due;
+    t->fin_due = false;
+    kb_grpc_code_t code = t->fin_code;
+    char msg[sizeof t->fin_msg];
+    memcpy(msg, t->fin_msg, sizeof msg);
+    kb_grpc_call_t *call = t->call;
+    pthread_mutex_unlock(&t->lock);
+    if (fin)
+        kb_grpc_finish(call, code, msg);
 }
 
 static void s_on_ctl(void *user, const ka_guest_reply_t *f, size_t len);
@@ -190,7 +211,7 @@ static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
         ka_svc_stream_ack(t->api->o.svc, t->stream, t->in_flight);
     t->in_flight = 0;
     s_pump(t);
-    pthread_mutex_unlock(&t->lock);
+    s_unlock(t);
 }
 
 static void s_queue(s_term_t *t, const ka_guest_reply_t *f, size_t len)
@@ -209,14 +230,14 @@ static void s_queue(s_term_t *t, const ka_guest_reply_t *f, size_t len)
     t->tail = o;
 }
 
-/* Resumes receiving if nothing holds it any more (lock held; returns whether to resume once
- * the lock is released: a resume may deliver on_end, which takes the lock). */
-static bool s_release_hold(s_term_t *t)
+/* Resumes receiving if nothing holds it any more (lock held: it is recursive, as a resume may
+ * deliver on_end at once; the call is not completed yet, so it is alive). */
+static void s_resume(s_term_t *t)
 {
     if (!t->held || s_must_hold(t) || t->answered)
-        return false;
+        return;
     t->held = false;
-    return true;
+    kb_grpc_call_resume_recv(t->call);
 }
 
 /* A frame of the output stream: the process frame (started), data, and the final frame. */
@@ -236,11 +257,9 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
         t->final_seen = true;
         t->final = f->status;
     }
-    bool resume = s_release_hold(t);
     s_pump(t);
-    pthread_mutex_unlock(&t->lock);
-    if (resume)
-        kb_grpc_call_resume_recv(t->call);
+    s_resume(t);
+    s_unlock(t);
     if (f->final)
         s_unref(t);
 }
@@ -255,10 +274,8 @@ static void s_on_ctl(void *user, const ka_guest_reply_t *f, size_t len)
         return;
     pthread_mutex_lock(&t->lock);
     t->ctl_busy = false;
-    bool resume = s_release_hold(t);
-    pthread_mutex_unlock(&t->lock);
-    if (resume)
-        kb_grpc_call_resume_recv(t->call);
+    s_resume(t);
+    s_unlock(t);
     s_unref(t);
 }
 
@@ -395,7 +412,7 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *msg, void *user
         t->held = true;
         kb_grpc_call_pause_recv(call);
     }
-    pthread_mutex_unlock(&t->lock);
+    s_unlock(t);
     protobuf_c_message_free_unpacked(msg, NULL);
 }
 
@@ -415,7 +432,7 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
         s_hang_up(t);
         s_pump(t);
     }
-    pthread_mutex_unlock(&t->lock);
+    s_unlock(t);
 }
 
 static void s_on_cancel(kb_grpc_call_t *call, void *arg)
@@ -425,7 +442,7 @@ static void s_on_cancel(kb_grpc_call_t *call, void *arg)
     pthread_mutex_lock(&t->lock);
     s_hang_up(t);
     s_pump(t);
-    pthread_mutex_unlock(&t->lock);
+    s_unlock(t);
 }
 
 static void s_session(kb_grpc_call_t *call, const ProtobufCMessage *req, void *user)
@@ -436,7 +453,11 @@ static void s_session(kb_grpc_call_t *call, const ProtobufCMessage *req, void *u
         kb_grpc_fail(call, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    pthread_mutex_init(&t->lock, NULL);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&t->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
     t->refs = 1; /* the call's, released when the call is freed */
     t->api = user;
     t->call = call;

@@ -99,7 +99,10 @@ print("ok: pipe session: stdout, stderr, exit code 4")
 pids = []
 for i in range(20):
     q, it = session(start(["sleep", "1000"], tty=bool(i % 2)))
-    first = next(it)
+    try:
+        first = next(it)
+    except grpc.RpcError as e:
+        raise AssertionError(f"session {i}: {e.code()} {e.details()}")
     assert first.WhichOneof("msg") == "started", first
     pids.append(first.started.process_id)
     it.cancel()

@@ -13,7 +13,7 @@ fail() { node_fail "$@"; }
 command -v tmux >/dev/null || fail "tmux is not installed (deploy/install-deps.sh)"
 TSOCK=kagent-e2e-tty-$$
 T() { tmux -L "$TSOCK" -f /dev/null "$@"; }
-tty_cleanup() { local s=$?; T kill-server 2>/dev/null || true; (exit $s); node_cleanup; }
+tty_cleanup() { local s=$?; set +e; T kill-server 2>/dev/null; (exit $s); node_cleanup; }
 node_start
 trap tty_cleanup EXIT
 node_apply_template scratch
@@ -89,7 +89,7 @@ echo "ok: SIGKILL of the CLI hung the process up"
 # --- the gRPC API with a real client: bad messages, stdout/stderr, vanishing clients ------------
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
 stubs=$(api_stubs)
-python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_terminal.py" "127.0.0.1:$PORT" "$stubs" "$id" ||
+/usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_terminal.py" "127.0.0.1:$PORT" "$stubs" "$id" ||
   fail "test_terminal.py"
 kill -0 "$NODE_PID" || fail "the node died"
 
