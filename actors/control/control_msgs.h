@@ -195,7 +195,8 @@ enum {
     KA_GUEST_INPUT,  /* tail: data */
     KA_GUEST_OUTPUT, /* streams: frames with data, then a final frame */
     KA_GUEST_READ,   /* streams: frames with data, then a final frame */
-    KA_GUEST_WRITE   /* tail: data */
+    KA_GUEST_WRITE,  /* tail: data */
+    KA_GUEST_RESIZE  /* proc, rows, cols: a tty process's window size */
 };
 
 typedef struct ka_guest_req {
@@ -214,6 +215,8 @@ typedef struct ka_guest_req {
     uint32_t mode;          /* READ WRITE */
     char cwd[1024];         /* START: "" = workspace */
     char path[1024];        /* READ WRITE */
+    int32_t tty;            /* START: on a pseudo terminal */
+    uint32_t rows, cols;    /* START (tty), RESIZE: window size */
     uint32_t n_argv, n_env; /* START: string counts in tail */
     uint32_t tail_len;
     char tail[];

@@ -138,7 +138,10 @@ static int s_code_of_errno(int err)
     case -EPERM:
         return KA_PERMISSION_DENIED;
     case -EPIPE:
+    case -ENOTTY:
         return KA_FAILED_PRECONDITION;
+    case -EBUSY:
+        return KA_ABORTED;
     case -ETIMEDOUT:
         return KA_DEADLINE_EXCEEDED;
     default:
@@ -400,7 +403,10 @@ static int s_guest_start(ka_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
                                 .env = env,
                                 .stdin_open = q->stdin_open != 0,
                                 .timeout_ms = q->timeout_ms,
-                                .follow = q->follow != 0};
+                                .follow = q->follow != 0,
+                                .tty = q->tty != 0,
+                                .rows = q->rows,
+                                .cols = q->cols};
             rc = ka_guestconn_start(self->gc, &st, gid);
         }
     }
@@ -425,6 +431,8 @@ static int s_guest_send(ka_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
                                    q->follow != 0, gid);
     case KA_GUEST_READ:
         return ka_guestconn_read(self->gc, q->path, q->mode, gid);
+    case KA_GUEST_RESIZE:
+        return ka_guestconn_resize(self->gc, q->proc, q->rows, q->cols, gid);
     case KA_GUEST_WRITE:
         if (q->tail_len > KA_GP_FILE_CAP)
             return -EFBIG;
@@ -443,7 +451,10 @@ static ka_gc_kind_t s_guest_kind(const ka_guest_req_t *q)
         return q->follow ? KA_GC_FOLLOW : KA_GC_START;
     case KA_GUEST_GET:
     case KA_GUEST_SIGNAL:
+    case KA_GUEST_RESIZE:
         return KA_GC_PROC;
+    case KA_GUEST_INPUT:
+        return KA_GC_INPUT;
     case KA_GUEST_OUTPUT:
         return KA_GC_OUTPUT;
     case KA_GUEST_READ:
@@ -490,9 +501,13 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
     uint64_t gid = 0;
     int rc = w ? s_guest_send(self, q, &gid) : -ENOMEM;
     const uint64_t off[2] = {q->stdout_offset, q->stderr_offset};
-    if (!rc && !ka_gc_add(&self->calls, gid, kind, q->proc, off, streams ? KA_GP_WINDOW : 0,
-                          krt_now_ms(), w))
+    ka_gc_call_t *gc = rc ? NULL
+                          : ka_gc_add(&self->calls, gid, kind, q->proc, off,
+                                      streams ? KA_GP_WINDOW : 0, krt_now_ms(), w);
+    if (!rc && !gc)
         rc = -ENOMEM; /* the request went out: its reply will be dropped as stale */
+    else if (gc)
+        gc->sent = q->tail_len;
     if (rc) {
         free(w);
         ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",

@@ -12,6 +12,7 @@
  */
 #include "guest_files.h"
 #include "guest_proto.h"
+#include "guest_tty.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,10 +51,13 @@ typedef struct s_proc {
     int spool_fd[2];   /* written while it runs; closed at its exit unless spool_mem */
     bool spool_mem[2]; /* an anonymous spool (full disk): it has no path, so it stays open */
     uint64_t spooled[2];
-    int in_fd; /* stdin write end, -1 if none or closed */
+    int in_fd; /* stdin write end (a tty: the master), -1 if none or closed */
     char *in_pend;
     size_t in_len;
-    bool in_close; /* close stdin once in_pend is written */
+    bool in_close;   /* close stdin once in_pend is written */
+    bool tty;        /* runs on a pseudo terminal: pipe_fd[0] and in_fd are its master */
+    uint64_t in_req; /* the "input" request answered once in_pend is written; 0 = none */
+    uint64_t in_ack; /* bytes that request brought */
     struct s_proc *next;
 } s_proc_t;
 
@@ -417,11 +421,36 @@ static void s_pipe_read(s_proc_t *p, int k)
     }
 }
 
+static void s_reply_written(uint64_t id, uint64_t n)
+{
+    size_t off = s_begin(id, 2);
+    s_key("written");
+    msgpack_pack_uint64(&G.pk, n);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+/* Stdin is acknowledged once the process has taken it (the pipe or terminal accepted every
+ * byte), so the node holds at most one input per process. */
+static void s_stdin_ack(s_proc_t *p, int err)
+{
+    uint64_t id = p->in_req;
+    if (!id || (!err && p->in_len > 0))
+        return;
+    p->in_req = 0;
+    if (err)
+        s_reply_err(id, err, "stdin closed before the process took the input");
+    else
+        s_reply_written(id, p->in_ack);
+}
+
 static void s_stdin_close(s_proc_t *p)
 {
     if (p->in_fd >= 0)
         close(p->in_fd);
     p->in_fd = -1;
+    s_stdin_ack(p, p->in_len > 0 ? -EPIPE : 0);
     free(p->in_pend);
     p->in_pend = NULL;
     p->in_len = 0;
@@ -444,6 +473,8 @@ static void s_stdin_flush(s_proc_t *p)
     }
     if (p->in_fd >= 0 && p->in_len == 0 && p->in_close)
         s_stdin_close(p);
+    else if (p->in_fd >= 0)
+        s_stdin_ack(p, 0);
 }
 
 static void s_proc_exited(s_proc_t *p, int status)
@@ -558,15 +589,18 @@ static char **s_argv_copy(const msgpack_object *a)
     return v;
 }
 
-/* In the forked child: set up fds, identity and cwd, then exec. Reports errno on errfd. */
+/* In the forked child: set up fds, identity and cwd, then exec. Reports errno on errfd.
+ * tty_fd >= 0: a terminal's slave, which becomes fds 0-2 and the controlling terminal of a new
+ * session (whose id is the process group's). */
 static void s_child(char **argv, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
-                    int errfd)
+                    int tty_fd, int errfd)
 {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    setpgid(0, 0);
+    if (tty_fd < 0)
+        setpgid(0, 0);
     if (G.drop) { /* back to root's file identity until the real switch below */
         setfsuid(0);
         setfsgid(0);
@@ -576,7 +610,8 @@ static void s_child(char **argv, char **envp, const char *cwd, int in_fd, int ou
         (void)!write(fd, "0", 1);
         close(fd);
     }
-    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+    if (tty_fd >= 0 ? ka_gt_child(tty_fd) < 0
+                    : dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
         goto fail;
     if (G.drop) {
         if (setgroups(0, NULL) < 0 && errno != EPERM)
@@ -662,11 +697,30 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     if (tmo == 0)
         tmo = G.timeout_ms;
 
+    bool tty = false;
+    uint64_t rows = 0, cols = 0;
+    ka_gp_get_bool(req, "tty", &tty);
+    ka_gp_get_u64(req, "rows", &rows);
+    ka_gp_get_u64(req, "cols", &cols);
+
     p->id = ++G.next_id;
     why = "cannot create pipes or spool files";
-    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0)
+    if (pipe2(ep, O_CLOEXEC) < 0)
         goto fail_errno;
-    if (want_in) {
+    if (tty) { /* out: the master (ours) and the slave (the child's); no other pipes */
+        why = "cannot open a pseudo terminal";
+        rc = ka_gt_open((uint32_t)(rows > UINT32_MAX ? UINT32_MAX : rows),
+                        (uint32_t)(cols > UINT32_MAX ? UINT32_MAX : cols), &out[0], &out[1]);
+        if (rc < 0)
+            goto fail;
+        in[1] = fcntl(out[0], F_DUPFD_CLOEXEC, 0);
+        if (in[1] < 0)
+            goto fail_errno;
+        why = "cannot create spool files";
+        want_in = true;
+    } else if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+        goto fail_errno;
+    } else if (want_in) {
         if (pipe2(in, O_CLOEXEC) < 0)
             goto fail_errno;
     } else {
@@ -683,7 +737,7 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     if (pid < 0)
         goto fail_errno;
     if (pid == 0)
-        s_child(p->argv, envp, cwd, in[0], out[1], err[1], ep[1]);
+        s_child(p->argv, envp, cwd, in[0], out[1], err[1], tty ? out[1] : -1, ep[1]);
     close(ep[1]);
     ep[1] = -1;
     int e = 0;
@@ -701,17 +755,20 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     p->state = KA_GP_STATE_RUNNING;
     p->started_ms = s_wall_ms();
     p->deadline = s_mono_ms() + tmo;
+    p->tty = tty;
     p->pipe_fd[0] = out[0];
     p->pipe_fd[1] = err[0];
     fcntl(out[0], F_SETFL, O_NONBLOCK);
-    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    if (err[0] >= 0)
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
     if (want_in) {
         p->in_fd = in[1];
         fcntl(in[1], F_SETFL, O_NONBLOCK);
     }
-    close(out[1]);
-    close(err[1]);
-    close(in[0]);
+    int theirs[] = {out[1], err[1], in[0]}; /* the child's ends */
+    for (size_t i = 0; i < 3; i++)
+        if (theirs[i] >= 0)
+            close(theirs[i]);
     close(ep[0]);
     s_strv_free(envp);
     free(cwd);
@@ -795,26 +852,54 @@ static void s_op_input(uint64_t id, const msgpack_object *req)
         s_reply_err(id, -EPIPE, "stdin is not open");
         return;
     }
+    if (p->in_req) {
+        s_reply_err(id, -EBUSY, "the process has not taken the previous input yet");
+        return;
+    }
     ka_gp_get_bytes(req, "data", &d, &n);
     ka_gp_get_bool(req, "close", &cl);
-    if (n > 0) {
-        char *nb = realloc(p->in_pend, p->in_len + n);
+    /* a terminal's end of input is its EOF character; a pipe closes */
+    size_t add = n + (p->tty && cl);
+    if (add > 0) {
+        char *nb = realloc(p->in_pend, p->in_len + add);
         if (!nb) {
             s_reply_err(id, -ENOMEM, "out of memory");
             return;
         }
         memcpy(nb + p->in_len, d, n);
+        if (p->tty && cl)
+            nb[p->in_len + n] = ka_gt_eof_char(p->in_fd);
         p->in_pend = nb;
-        p->in_len += n;
+        p->in_len += add;
     }
-    p->in_close = cl;
-    s_stdin_flush(p);
-    size_t off = s_begin(id, 2);
-    s_key("written");
-    msgpack_pack_uint64(&G.pk, n);
-    s_key("end");
-    msgpack_pack_true(&G.pk);
-    s_end(off);
+    p->in_close = cl && !p->tty;
+    p->in_req = id;
+    p->in_ack = n;
+    s_stdin_flush(p); /* answers now if the process took it all, else once it has */
+}
+
+/* Sets a terminal's window size (tty processes only). */
+static void s_op_resize(uint64_t id, const msgpack_object *req)
+{
+    s_proc_t *p = s_find(req);
+    uint64_t rows = 0, cols = 0;
+    if (!p) {
+        s_reply_err(id, -ENOENT, "no such process");
+        return;
+    }
+    if (!p->tty) {
+        s_reply_err(id, -ENOTTY, "the process has no terminal");
+        return;
+    }
+    if (!ka_gp_get_u64(req, "rows", &rows) || !ka_gp_get_u64(req, "cols", &cols) || rows == 0 ||
+        cols == 0 || rows > 0xffff || cols > 0xffff) {
+        s_reply_err(id, -EINVAL, "rows and cols must be 1-65535");
+        return;
+    }
+    int fd = p->in_fd >= 0 ? p->in_fd : p->pipe_fd[0];
+    if (p->state == KA_GP_STATE_RUNNING && fd >= 0)
+        ka_gt_resize(fd, (uint32_t)rows, (uint32_t)cols);
+    s_reply_process(id, p);
 }
 
 static void s_op_output(uint64_t id, const msgpack_object *req)
@@ -948,9 +1033,10 @@ static void s_dispatch(const uint8_t *body, size_t len)
         static const struct {
             const char *name;
             void (*fn)(uint64_t, const msgpack_object *);
-        } ops[] = {{"start", s_op_start}, {"get", s_op_get},       {"signal", s_op_signal},
-                   {"input", s_op_input}, {"output", s_op_output}, {"read", s_op_read},
-                   {"write", s_op_write}, {"cancel", s_op_cancel}, {"credit", s_op_credit}};
+        } ops[] = {{"start", s_op_start},  {"get", s_op_get},       {"signal", s_op_signal},
+                   {"input", s_op_input},  {"output", s_op_output}, {"read", s_op_read},
+                   {"write", s_op_write},  {"cancel", s_op_cancel}, {"credit", s_op_credit},
+                   {"resize", s_op_resize}};
         bool found = false;
         if (on == 4 && memcmp(op, "ping", 4) == 0) {
             s_reply_end(id);

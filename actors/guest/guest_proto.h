@@ -28,7 +28,9 @@
  *
  * Ops and their keys:
  *   "ping"   -> {"end"}
- *   "start"  argv [str], cwd str?, env {str:str}?, stdin bool?, timeout_ms uint?, follow bool?
+ *   "start"  argv [str], cwd str?, env {str:str}?, stdin bool?, timeout_ms uint?, follow bool?,
+ *            tty bool?, rows uint?, cols uint? (tty: a pseudo terminal is stdin, stdout and
+ *            stderr and the controlling terminal of a new session; its output is "stdout")
  *            -> {"process": P, "end"}   errors: -EAGAIN (10 running), -ENOENT (no program),
  *               -EINVAL (bad argv/cwd)
  *            with follow: {"process": P}, then the frames of "output" with follow from
@@ -36,7 +38,11 @@
  *   "get"    proc uint -> {"process": P, "end"}          -ENOENT: no such process
  *   "signal" proc uint, signal int -> {"process": P, "end"}   (to the process group)
  *   "input"  proc uint, data bin?, close bool? -> {"written": uint, "end"}
+ *            answered once the process has taken every byte (written = the bytes of data);
+ *            close on a tty writes its EOF character (VEOF) instead of closing.
  *            -EPIPE if the process was started without stdin or its stdin is closed
+ *            -EBUSY while an earlier input of the process is unanswered
+ *   "resize" proc uint, rows uint, cols uint -> {"process": P, "end"}   -ENOTTY: no tty
  *   "output" proc uint, stdout_offset uint?, stderr_offset uint?, follow bool?
  *            -> frames {"stdout"|"stderr": bin, "offset": uint} ..., then
  *               {"exit": P?, "end"}; with follow the stream ends only once the process has

@@ -135,7 +135,15 @@ int ka_guestconn_start(ka_guestconn_t *gc, const ka_gp_start_t *req, uint64_t *i
             return -EINVAL;
     bool win = req->follow && gc->window;
     size_t off = s_begin(gc, "start",
-                         3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0) + win, id);
+                         3 + (req->cwd ? 1 : 0) + (envc ? 1 : 0) + (req->follow ? 1 : 0) + win +
+                             (req->tty ? 3 : 0),
+                         id);
+    if (req->tty) {
+        s_key(gc, "tty");
+        msgpack_pack_true(&gc->pk);
+        s_kv_u64(gc, "rows", req->rows);
+        s_kv_u64(gc, "cols", req->cols);
+    }
     if (req->follow) {
         s_key(gc, "follow");
         msgpack_pack_true(&gc->pk);
@@ -181,6 +189,16 @@ int ka_guestconn_signal(ka_guestconn_t *gc, uint64_t proc, int sig, uint64_t *id
     s_kv_u64(gc, "proc", proc);
     s_key(gc, "signal");
     msgpack_pack_int64(&gc->pk, sig);
+    return s_end(gc, off);
+}
+
+int ka_guestconn_resize(ka_guestconn_t *gc, uint64_t proc, uint32_t rows, uint32_t cols,
+                        uint64_t *id)
+{
+    size_t off = s_begin(gc, "resize", 3, id);
+    s_kv_u64(gc, "proc", proc);
+    s_kv_u64(gc, "rows", rows);
+    s_kv_u64(gc, "cols", cols);
     return s_end(gc, off);
 }
 

@@ -30,6 +30,8 @@ typedef struct ka_gp_start {
     bool stdin_open;         /* false: stdin reads /dev/null, input is refused */
     uint64_t timeout_ms;     /* 0: the guest default (1 h) */
     bool follow; /* also stream the output from 0 and end with the exit (one round trip) */
+    bool tty;    /* on a pseudo terminal of rows x cols (0: 24 x 80) */
+    uint32_t rows, cols;
 } ka_gp_start_t;
 
 /* Wraps fd (made non-blocking). own_fd: close it on destroy. NULL on failure. */
@@ -56,6 +58,8 @@ int ka_guestconn_read(ka_guestconn_t *gc, const char *path, uint32_t mode, uint6
 int ka_guestconn_write(ka_guestconn_t *gc, const char *path, uint32_t mode, uint64_t seek,
                        const void *data, size_t len, uint64_t *id);
 int ka_guestconn_cancel(ka_guestconn_t *gc, uint64_t target, uint64_t *id);
+int ka_guestconn_resize(ka_guestconn_t *gc, uint64_t proc, uint32_t rows, uint32_t cols,
+                        uint64_t *id);
 /* Returns bytes of credit to stream target (no reply). */
 int ka_guestconn_credit(ka_guestconn_t *gc, uint64_t target, uint64_t bytes);
 

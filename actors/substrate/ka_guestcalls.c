@@ -122,6 +122,10 @@ static const char *s_check_end(const ka_gc_call_t *c, const msgpack_object *m)
         if (ka_gp_get(m, "exit") && (!s_proc_of(m, "exit", &proc) || proc != c->proc))
             return "an exit for another process";
         return NULL;
+    case KA_GC_INPUT:
+        return ka_gp_get_u64(m, "written", &size) && size == c->sent
+                   ? NULL
+                   : "an input reply that does not match the bytes sent";
     case KA_GC_READ:
         return ka_gp_get_u64(m, "size", &size) && size == c->total
                    ? NULL

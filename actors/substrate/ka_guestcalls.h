@@ -27,6 +27,7 @@ typedef enum {
     KA_GC_READ,   /* "chunk" frames, then an end frame whose "size" is their total */
     KA_GC_OUTPUT, /* stdout/stderr frames at the asked offsets, then an end (exit: that proc) */
     KA_GC_FOLLOW, /* start with follow: a process frame, then as OUTPUT for that process */
+    KA_GC_INPUT,  /* input: one end frame whose "written" is exactly the bytes sent */
 } ka_gc_kind_t;
 
 typedef struct ka_gc_call ka_gc_call_t;
@@ -41,6 +42,7 @@ struct ka_gc_call {
     uint64_t total;   /* data bytes received */
     bool begun;       /* FOLLOW: the process frame came */
     uint64_t last_ms; /* when its last frame came (or when it was issued) */
+    uint64_t sent;    /* INPUT: data bytes the request carried (set by the owner) */
     void *user;       /* the owner's; freed by the owner */
 };
 

@@ -21,15 +21,7 @@
 
 /* ---- the Process message ------------------------------------------------------------------ */
 
-typedef struct {
-    Ateenv__V1alpha__Process p;
-    Google__Protobuf__Timestamp started, finished;
-    char id[24];
-    char **argv; /* owned array; strings point into the frame copy */
-    const ka_guest_reply_t *frame;
-} s_pb_process_t;
-
-static void s_process(s_pb_process_t *out, const ka_guest_reply_t *f)
+void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
 {
     memset(out, 0, sizeof *out);
     ateenv__v1alpha__process__init(&out->p);
@@ -61,7 +53,7 @@ static void s_process(s_pb_process_t *out, const ka_guest_reply_t *f)
     out->p.command = out->argv;
 }
 
-static int s_proc_id(const char *s, uint64_t *out)
+int kb_api_proc_id(const char *s, uint64_t *out)
 {
     char *end;
     if (!s[0] || s[0] == '-')
@@ -193,10 +185,10 @@ static void s_answer(s_call_t *c, const ka_guest_reply_t *f)
         kb_api_fail(c->call, &f->status);
         return;
     }
-    s_pb_process_t p;
+    kb_api_process_t p;
     switch (c->kind) {
     case K_START: {
-        s_process(&p, f);
+        kb_api_process(&p, f);
         Ateenv__V1alpha__StartProcessResponse r = ATEENV__V1ALPHA__START_PROCESS_RESPONSE__INIT;
         r.process = &p.p;
         kb_grpc_reply(c->call, &r.base);
@@ -204,7 +196,7 @@ static void s_answer(s_call_t *c, const ka_guest_reply_t *f)
         break;
     }
     default: { /* K_GET, K_SIGNAL */
-        s_process(&p, f);
+        kb_api_process(&p, f);
         /* GetProcessResponse and SignalProcessResponse share one shape */
         Ateenv__V1alpha__GetProcessResponse g = ATEENV__V1ALPHA__GET_PROCESS_RESPONSE__INIT;
         Ateenv__V1alpha__SignalProcessResponse s = ATEENV__V1ALPHA__SIGNAL_PROCESS_RESPONSE__INIT;
@@ -233,14 +225,14 @@ static bool s_pump(s_call_t *c)
         Ateenv__V1alpha__ProcessOutput po;
         ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
         Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
-        s_pb_process_t p = {0};
+        kb_api_process_t p = {0};
         ProtobufCMessage *msg = &po.base;
         if (c->kind == K_READ) {
             rf.chunk.data = (uint8_t *)f->tail;
             rf.chunk.len = f->tail_len;
             msg = &rf.base;
         } else if (f->final) { /* the exit record */
-            s_process(&p, f);
+            kb_api_process(&p, f);
             po.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
             po.exit = &p.p;
         } else {
@@ -341,43 +333,51 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 
 /* ---- ProcessService ------------------------------------------------------------------------ */
 
+ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
+                                 const char *caller, const char *sandbox, const char **why)
+{
+    size_t tail = 0;
+    *why = ka_check_command(req->n_command, req->n_command ? req->command[0] : NULL);
+    if (!*why)
+        *why = ka_check_cwd(req->cwd);
+    for (size_t i = 0; !*why && i < req->n_command; i++)
+        tail += strlen(req->command[i]) + 1;
+    for (size_t i = 0; !*why && i < req->n_env; i++) {
+        *why = ka_check_env_key(req->env[i]->key);
+        tail += strlen(req->env[i]->key) + strlen(req->env[i]->value) + 2;
+    }
+    if (!*why)
+        *why = ka_check_start_size(tail);
+    if (*why)
+        return NULL;
+    ka_guest_req_t *q = ka_guest_req_new(caller, sandbox, KA_GUEST_START, tail);
+    if (!q)
+        return NULL;
+    char *p = q->tail;
+    for (size_t i = 0; i < req->n_command; i++)
+        p = stpcpy(p, req->command[i]) + 1;
+    for (size_t i = 0; i < req->n_env; i++)
+        p += sprintf(p, "%s=%s", req->env[i]->key, req->env[i]->value) + 1;
+    q->n_argv = (uint32_t)req->n_command;
+    q->n_env = (uint32_t)req->n_env;
+    snprintf(q->cwd, sizeof q->cwd, "%s", req->cwd);
+    q->stdin_open = req->stdin;
+    if (req->timeout)
+        q->timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
+    return q;
+}
+
 static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    const Ateenv__V1alpha__StartProcessRequest *req = (const void *)m;
     s_call_t *c = s_call_new(user, call, K_START);
     if (!c)
         return;
-    size_t tail = 0;
-    const char *why = ka_check_command(req->n_command, req->n_command ? req->command[0] : NULL);
-    if (!why)
-        why = ka_check_cwd(req->cwd);
-    for (size_t i = 0; !why && i < req->n_command; i++)
-        tail += strlen(req->command[i]) + 1;
-    for (size_t i = 0; !why && i < req->n_env; i++) {
-        why = ka_check_env_key(req->env[i]->key);
-        tail += strlen(req->env[i]->key) + strlen(req->env[i]->value) + 2;
-    }
-    if (!why)
-        why = ka_check_start_size(tail);
+    const char *why;
+    ka_guest_req_t *q = kb_api_start_req((const void *)m, c->caller, c->sandbox, &why);
     if (why) {
         kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why);
         s_call_free(c);
         return;
-    }
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, KA_GUEST_START, tail);
-    if (q) {
-        char *p = q->tail;
-        for (size_t i = 0; i < req->n_command; i++)
-            p = stpcpy(p, req->command[i]) + 1;
-        for (size_t i = 0; i < req->n_env; i++)
-            p += sprintf(p, "%s=%s", req->env[i]->key, req->env[i]->value) + 1;
-        q->n_argv = (uint32_t)req->n_command;
-        q->n_env = (uint32_t)req->n_env;
-        snprintf(q->cwd, sizeof q->cwd, "%s", req->cwd);
-        q->stdin_open = req->stdin;
-        if (req->timeout)
-            q->timeout_ms =
-                (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
     }
     s_open(c, q);
 }
@@ -389,9 +389,8 @@ static void s_by_process(kb_grpc_call_t *call, void *user, s_kind_t kind, const 
     if (!c)
         return;
     uint64_t proc;
-    if (s_proc_id(id, &proc)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "process_id must be a process id from StartProcess");
+    if (kb_api_proc_id(id, &proc)) {
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
         s_call_free(c);
         return;
     }
@@ -427,11 +426,12 @@ static void s_output(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
     if (!c)
         return;
     uint64_t proc;
-    if (s_proc_id(req->process_id, &proc) || req->stdout_offset < 0 || req->stderr_offset < 0) {
+    if (kb_api_proc_id(req->process_id, &proc) || req->stdout_offset < 0 ||
+        req->stderr_offset < 0) {
         kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
                      req->stdout_offset < 0 || req->stderr_offset < 0
                          ? "output offsets must be nonnegative"
-                         : "process_id must be a process id from StartProcess");
+                         : KB_API_MSG_PROC_ID);
         s_call_free(c);
         return;
     }
@@ -619,9 +619,8 @@ static bool s_first(s_call_t *c, const ProtobufCMessage *m)
         return true;
     }
     const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
-    if (s_proc_id(in->process_id, &c->proc)) {
-        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
-                      "process_id must be a process id from StartProcess");
+    if (kb_api_proc_id(in->process_id, &c->proc)) {
+        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
         return false;
     }
     return true;

@@ -9,6 +9,7 @@
 #include "kagent/api/v1/sandboxes.pb-c.h"
 #include "ateenv/v1alpha/guest.pb-c.h"
 #include "kagent/runtime/v1/runtime.pb-c.h"
+#include "kagent/api/v1/terminal.pb-c.h"
 
 struct kb_api {
     kb_api_options_t o;
@@ -27,6 +28,25 @@ int kb_api_guest_target(kb_api_t *api, kb_grpc_call_t *call, char *caller, size_
 /* Answers a call with a control-plane status. */
 void kb_api_fail(kb_grpc_call_t *call, const ka_status_t *st);
 
+/* The guest request that starts req's process (argv and env in its tail, checked as
+ * StartProcess checks them). NULL with *why set for an invalid request (INVALID_ARGUMENT), or
+ * with *why NULL when out of memory. Free with free(). */
+ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
+                                 const char *caller, const char *sandbox, const char **why);
+/* A Process message built from a frame with has_process; its argv array is owned (free it),
+ * the strings point into the frame. */
+typedef struct kb_api_process {
+    Ateenv__V1alpha__Process p;
+    Google__Protobuf__Timestamp started, finished;
+    char id[24];
+    char **argv;
+} kb_api_process_t;
+void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f);
+/* A process id as StartProcess returns it (decimal, > 0): 0, or -1 when s is not one. */
+int kb_api_proc_id(const char *s, uint64_t *out);
+/* The message for an invalid process id. */
+#define KB_API_MSG_PROC_ID "process_id must be a process id from StartProcess"
+
 /* Timestamps from Unix milliseconds. */
 void kb_api_ts(Google__Protobuf__Timestamp *ts, int64_t ms);
 
@@ -39,5 +59,7 @@ extern const kb_grpc_method_t kb_api_guest_methods[];
 extern const size_t kb_api_guest_n;
 extern const kb_grpc_method_t kb_api_runtime_methods[];
 extern const size_t kb_api_runtime_n;
+extern const kb_grpc_method_t kb_api_terminal_methods[];
+extern const size_t kb_api_terminal_n;
 
 #endif

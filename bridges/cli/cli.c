@@ -298,6 +298,22 @@ static int s_add_map_items(kb_args_t *a, const char *v, char *why, size_t cap)
     return 0;
 }
 
+/* "-it": every letter of w a boolean shorthand, each set. 0 or KB_EXIT_USAGE. */
+static int s_bool_group(kb_cli_t *cli, kb_args_t *a, const char *w)
+{
+    for (const char *c = w + 1; *c; c++) {
+        int idx = -1;
+        for (int k = 0; k < a->nflags; k++)
+            if (a->flags[k]->shorthand == *c && a->flags[k]->kind == KB_F_BOOL)
+                idx = k;
+        if (idx < 0)
+            return kb_cli_usage(cli, "unknown shorthand flag: '%c' in %.60s", *c, w);
+        a->val[idx] = "true";
+        a->set[idx] = true;
+    }
+    return 0;
+}
+
 /* Parses argv (the words after the command path) into a. Returns 0, or KB_EXIT_USAGE after
  * printing the error. */
 static int s_parse(kb_cli_t *cli, const kb_cmd_t *cmd, int argc, char **argv, kb_args_t *a)
@@ -349,6 +365,14 @@ static int s_parse(kb_cli_t *cli, const kb_cmd_t *cmd, int argc, char **argv, kb
             snprintf(shown, sizeof shown, "-%c", w[1]);
             if (idx < 0)
                 return kb_cli_usage(cli, "unknown shorthand flag: '%c' in %.60s", w[1], w);
+            if (w[2] && w[2] != '=' && a->flags[idx]->kind == KB_F_BOOL) {
+                int rc = s_bool_group(cli, a, w);
+                if (rc) {
+                    s_args_free(a);
+                    return rc;
+                }
+                continue;
+            }
             if (w[2])
                 val = w[2] == '=' ? w + 3 : w + 2;
         }

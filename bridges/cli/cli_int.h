@@ -143,6 +143,8 @@ struct Kagent__Api__V1__Sandbox;
 struct Ateenv__V1alpha__Process;
 void kb_print_sandboxes(FILE *out, struct Kagent__Api__V1__Sandbox *const *sbs, size_t n);
 void kb_print_process(FILE *out, const struct Ateenv__V1alpha__Process *p);
+/* The exit code of a finished process: 0 on success, the remote code if 1..255, else 1. */
+int kb_process_exit_code(const struct Ateenv__V1alpha__Process *p);
 /* Formats a Timestamp message (may be NULL -> "") as RFC 3339. */
 void kb_fmt_time(const ProtobufCMessage *ts, char *buf, size_t cap);
 

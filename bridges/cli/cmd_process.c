@@ -8,6 +8,7 @@
  * the remote process is never killed by it.
  */
 #include "cli_int.h"
+#include "cmd_terminal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,7 @@ static int s_interrupted(s_wait_t *w, const char *cause)
                        cause);
 }
 
-/* The exit code of a finished process: 0 on success, the remote code if 1..255, else 1. */
-static int s_exit_code(const Ateenv__V1alpha__Process *p)
+int kb_process_exit_code(const Ateenv__V1alpha__Process *p)
 {
     if (p->state != ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_EXITED)
         return KB_EXIT_ERROR;
@@ -154,7 +154,7 @@ static int s_follow(s_wait_t *w, kb_rpc_t *rpc)
             if (o->exit &&
                 o->exit->state != ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_RUNNING) {
                 s_event(w, "finished", o->exit, NULL, NULL);
-                int code = s_exit_code(o->exit);
+                int code = kb_process_exit_code(o->exit);
                 protobuf_c_message_free_unpacked(m, NULL);
                 kb_rpc_call_destroy(&call);
                 return code;
@@ -204,6 +204,15 @@ static int s_run_exec(kb_cli_t *cli, const kb_args_t *a)
     req.env = entp;
     bool wait = kb_args_bool(a, "wait");
     int rc;
+    if (kb_args_bool(a, "stdin") || kb_args_bool(a, "tty")) {
+        kb_terminal_opts_t o = {.sandbox_id = sandbox_id,
+                                .process = &req,
+                                .stdin_open = kb_args_bool(a, "stdin"),
+                                .tty = kb_args_bool(a, "tty"),
+                                .timeout_given = kb_args_given(a, "timeout")};
+        rc = kb_terminal_run(cli, &o);
+        goto out;
+    }
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc) {
         rc = KB_EXIT_ERROR;
@@ -242,6 +251,8 @@ static const kb_flag_t s_exec_flags[] = {
     {"env", 0, KB_F_STRMAP, NULL, "environment KEY=VALUE (repeatable or comma-separated)",
      "stringToString"},
     {"wait", 0, KB_F_BOOL, "true", "wait for completion and return the process exit code", NULL},
+    {"stdin", 'i', KB_F_BOOL, NULL, "pass standard input to the process (EOF too)", NULL},
+    {"tty", 't', KB_F_BOOL, NULL, "run on a terminal: the local one raw, resized with it", NULL},
     {0},
 };
 
@@ -268,6 +279,16 @@ static int s_run_wait(kb_cli_t *cli, const kb_args_t *a)
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc)
         return KB_EXIT_ERROR;
+    if (kb_args_bool(a, "stdin") || kb_args_bool(a, "tty")) {
+        kb_terminal_opts_t o = {.sandbox_id = a->pos[0],
+                                .process_id = a->pos[1],
+                                .stdout_offset = so,
+                                .stderr_offset = eo,
+                                .stdin_open = kb_args_bool(a, "stdin"),
+                                .tty = kb_args_bool(a, "tty"),
+                                .timeout_given = kb_args_given(a, "timeout")};
+        return kb_terminal_run(cli, &o);
+    }
     s_wait_t w = {
         .cli = cli, .sandbox_id = a->pos[0], .process_id = a->pos[1], .out_off = so, .err_off = eo};
     return s_follow(&w, rpc);
@@ -276,6 +297,8 @@ static int s_run_wait(kb_cli_t *cli, const kb_args_t *a)
 static const kb_flag_t s_wait_flags[] = {
     {"stdout-offset", 0, KB_F_INT, "0", "stdout byte offset to resume from", "int"},
     {"stderr-offset", 0, KB_F_INT, "0", "stderr byte offset to resume from", "int"},
+    {"stdin", 'i', KB_F_BOOL, NULL, "attach: pass standard input to the process", NULL},
+    {"tty", 't', KB_F_BOOL, NULL, "attach to a terminal process: the local terminal raw", NULL},
     {0},
 };
 

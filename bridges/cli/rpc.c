@@ -339,9 +339,8 @@ static int s_expired(const kb_rpc_t *r, int *ms)
     return 0;
 }
 
-static int s_poll(kb_rpc_t *r, short events)
+static int s_poll(kb_rpc_t *r, short events, int ms)
 {
-    int ms = S_POLL_MS;
     int rc = s_expired(r, &ms);
     if (rc)
         return rc;
@@ -356,7 +355,7 @@ static int s_poll(kb_rpc_t *r, short events)
 static int s_wait_ready(kb_rpc_t *r, short events)
 {
     int rc;
-    while ((rc = s_poll(r, events)) == 0)
+    while ((rc = s_poll(r, events, S_POLL_MS)) == 0)
         ;
     return rc < 0 ? rc : 0;
 }
@@ -542,10 +541,10 @@ static void s_abort(kb_rpc_call_t *c, int code, const char *msg)
     }
 }
 
-/* One round of waiting on the call's connection: flush, wait a slice, read. 0, or -1 when the
+/* One round of waiting on the call's connection: flush, wait up to ms, read. 0, or -1 when the
  * call has ended with a status (interrupted, past the deadline, connection broken while the
  * stream was open). */
-static int s_step(kb_rpc_call_t *c)
+static int s_step_in(kb_rpc_call_t *c, int ms)
 {
     kb_rpc_t *r = c->rpc;
     kb_h2_stream_t *st = s_stream(c);
@@ -563,12 +562,12 @@ static int s_step(kb_rpc_call_t *c)
         short ev = POLLIN;
         if (out || (r->ssl && kb_tls_want(r->ssl) == POLLOUT))
             ev |= POLLOUT;
-        int pr, ms = 0;
+        int pr, none = 0;
         if (r->ssl && kb_tls_pending(r->ssl)) { /* decrypted bytes wait: read them */
-            pr = s_expired(r, &ms);
+            pr = s_expired(r, &none);
             pr = pr ? pr : POLLIN;
         } else {
-            pr = s_poll(r, ev);
+            pr = s_poll(r, ev, ms);
         }
         if (pr == -ECANCELED || pr == -ETIMEDOUT) {
             kb_rpc_status_t ws;
@@ -581,9 +580,15 @@ static int s_step(kb_rpc_call_t *c)
     if (rc) {
         s_break(r, rc);
         s_flush(r); /* a GOAWAY the session queued, if the socket still takes it */
-        return s_step(c);
+        return s_step_in(c, ms);
     }
     return 0;
+}
+
+/* A slice of waiting. */
+static int s_step(kb_rpc_call_t *c)
+{
+    return s_step_in(c, S_POLL_MS);
 }
 
 /* The gRPC status for HTTP status without grpc-status (gRPC's http-grpc-status-mapping). */
@@ -859,6 +864,46 @@ int kb_rpc_call_read(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc,
     *msg = NULL;
     int rc = s_read(c, desc, msg);
     return rc >= 0 ? rc : -EIO;
+}
+
+int kb_rpc_call_fd(const kb_rpc_call_t *c)
+{
+    return c->rpc->fd;
+}
+
+short kb_rpc_call_events(const kb_rpc_call_t *c)
+{
+    kb_rpc_t *r = c->rpc;
+    size_t out = 0;
+    if (r->h2)
+        kb_h2_out(r->h2, &out);
+    bool w = out || (r->ssl && kb_tls_want(r->ssl) == POLLOUT);
+    return (short)(POLLIN | (w ? POLLOUT : 0));
+}
+
+int kb_rpc_call_poll(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **msg)
+{
+    *msg = NULL;
+    for (int round = 0; round < 2; round++) {
+        kb_h2_stream_t *st = c->done ? NULL : s_stream(c);
+        if (!st)
+            return -EIO;
+        int rc = s_next_msg(c, st, desc, msg);
+        if (rc)
+            return rc > 0 ? 1 : -EIO;
+        if (st->got_trailers || (st->remote_closed && !st->reset)) {
+            if (st->data_len == 0)
+                return -ENODATA;
+            s_abort(c, S_INTERNAL, "the stream ended inside a message");
+            return -EIO;
+        }
+        if (st->reset)
+            return -EIO;
+        if (round == 0 && s_step_in(c, 0) != 0) /* flush what is queued, read what came */
+            return -EIO;
+    }
+    return 0;
 }
 
 int kb_rpc_call_write(kb_rpc_call_t *c, const ProtobufCMessage *msg)

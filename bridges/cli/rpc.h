@@ -69,8 +69,18 @@ int kb_rpc_call_read(kb_rpc_call_t *call, const ProtobufCMessageDescriptor *desc
 /* Starts a client-streaming call. NULL on failure (st set). */
 kb_rpc_call_t *kb_rpc_client_stream(kb_rpc_t *rpc, const char *method, const char *sandbox_id,
                                     kb_rpc_status_t *st);
-/* Sends one message; 0, or -EPIPE when the call already failed (finish gives why). */
+/* Sends one message; 0, or -EPIPE when the call already failed (finish gives why). A client
+ * stream may also read (bidirectional methods) with kb_rpc_call_read or kb_rpc_call_poll. */
 int kb_rpc_call_write(kb_rpc_call_t *call, const ProtobufCMessage *msg);
+/* The socket of the call's connection and the poll(2) events to wait for on it (POLLIN, and
+ * POLLOUT while bytes are queued), to wait beside other fds; then kb_rpc_call_poll. */
+int kb_rpc_call_fd(const kb_rpc_call_t *call);
+short kb_rpc_call_events(const kb_rpc_call_t *call);
+/* Reads without waiting (writes out what is queued, takes what has arrived): 1 with *msg
+ * owned by the caller, 0 when no whole message is there yet, -ENODATA at the end of the
+ * stream (kb_rpc_call_finish gives the status), -EIO if the call failed. */
+int kb_rpc_call_poll(kb_rpc_call_t *call, const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **msg);
 
 /* Ends a call and reports its status. For a client stream it half-closes and, when resp_desc
  * is non-NULL, receives the response into *resp. Returns 0 if the status is OK (and, for a

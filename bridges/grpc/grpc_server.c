@@ -73,6 +73,8 @@ struct kb_grpc_call {
     void *cancel_arg;
     ProtobufCMessage *request; /* unary/server-streaming request, freed with the call */
     void *data;
+    void (*free_fn)(void *); /* kb_grpc_call_on_free: runs when the call is freed */
+    void *free_arg;
     double began; /* ka_metric_now() when the call arrived */
 };
 
@@ -190,7 +192,11 @@ static void s_call_free(kb_grpc_call_t *c)
         grpc_call_unref(c->call);
     pthread_mutex_destroy(&c->mu);
     bool live = c->live;
+    void (*fn)(void *) = c->free_fn;
+    void *arg = c->free_arg;
     free(c);
+    if (fn)
+        fn(arg);
     if (live)
         s_count(srv, &srv->completed_n);
 }
@@ -521,6 +527,14 @@ void kb_grpc_call_set_data(kb_grpc_call_t *call, void *data)
 void *kb_grpc_call_data(const kb_grpc_call_t *call)
 {
     return call->data;
+}
+
+void kb_grpc_call_on_free(kb_grpc_call_t *call, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&call->mu);
+    call->free_fn = fn;
+    call->free_arg = arg;
+    pthread_mutex_unlock(&call->mu);
 }
 
 int kb_grpc_call_on_cancel(kb_grpc_call_t *c, kb_grpc_cancel_fn fn, void *arg)

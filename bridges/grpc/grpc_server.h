@@ -151,6 +151,10 @@ char *kb_grpc_call_peer(const kb_grpc_call_t *call);
 /* One pointer of handler state. */
 void kb_grpc_call_set_data(kb_grpc_call_t *call, void *data);
 void *kb_grpc_call_data(const kb_grpc_call_t *call);
+/* Runs fn(arg) once, on whichever thread releases the call last: after the handler completed
+ * it and every callback of the call (on_message, on_end, send-done, cancel) has returned, so
+ * state that those callbacks use may be freed there. Replaces an earlier one. */
+void kb_grpc_call_on_free(kb_grpc_call_t *call, void (*fn)(void *arg), void *arg);
 /* Registers the cancellation callback (replacing an earlier one). 0, or -ECANCELED when the
  * call is already cancelled (fn is then not registered and never runs). */
 int kb_grpc_call_on_cancel(kb_grpc_call_t *call, kb_grpc_cancel_fn fn, void *arg);

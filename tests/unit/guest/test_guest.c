@@ -364,6 +364,90 @@ static void test_stdin(void **unused)
     s_stop(&g);
 }
 
+static int64_t s_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Stdin is answered once the process has taken it; a second input meanwhile is refused. */
+static void test_stdin_acked_when_taken(void **unused)
+{
+    (void)unused;
+    guest_t g;
+    s_spawn(&g, NULL);
+    const char *argv[] = {"/bin/sh", "-c", "sleep 1; wc -c", NULL};
+    ka_gp_start_t st = {.argv = argv, .stdin_open = true};
+    uint64_t proc = s_start(&g, &st);
+    enum { BIG = 300 << 10 }; /* more than a pipe holds */
+    char *big = calloc(1, BIG);
+    assert_non_null(big);
+    uint64_t a, b, written = 0;
+    ka_gp_frame_t *f = NULL;
+    int64_t t0 = s_ms();
+    assert_int_equal(ka_guestconn_input(g.gc, proc, big, BIG, false, &a), 0);
+    assert_int_equal(ka_guestconn_input(g.gc, proc, "x", 1, false, &b), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, b, 5000, NULL, NULL, NULL), -EBUSY);
+    assert_int_equal(ka_guestconn_call(g.gc, a, 5000, NULL, NULL, &f), 0);
+    assert_true(s_ms() - t0 >= 700); /* not before `sleep 1` was over and wc read it */
+    assert_true(ka_gp_get_u64(ka_gp_frame_map(f), "written", &written));
+    assert_int_equal(written, BIG);
+    ka_gp_frame_free(&f);
+    assert_int_equal(ka_guestconn_input(g.gc, proc, NULL, 0, true, &a), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, a, 5000, NULL, NULL, NULL), 0);
+    sbx_out_t o;
+    assert_int_equal(s_follow(&g, proc, 0, 0, &o), 0);
+    assert_int_equal(atoi(o.out), BIG);
+    sbx_out_free(&o);
+    free(big);
+    s_stop(&g);
+}
+
+/* A process on a pseudo terminal: stdin/stdout are the terminal, its size is the start's and
+ * follows a resize, input echoes, close sends the EOF character; resize needs a tty. */
+static void test_tty(void **unused)
+{
+    (void)unused;
+    guest_t g;
+    s_spawn(&g, NULL);
+    const char *argv[] = {"/bin/sh", "-c",
+                          "test -t 0 && test -t 1 && echo on-tty; stty size; read x; "
+                          "echo got:$x; stty size; read y || echo eof; exit 5",
+                          NULL};
+    ka_gp_start_t st = {.argv = argv, .tty = true, .rows = 33, .cols = 77};
+    uint64_t proc = s_start(&g, &st);
+    uint64_t id;
+    assert_int_equal(ka_guestconn_resize(g.gc, proc, 50, 132, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), 0);
+    assert_int_equal(ka_guestconn_input(g.gc, proc, "hi\n", 3, false, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), 0);
+    assert_int_equal(ka_guestconn_input(g.gc, proc, NULL, 0, true, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), 0);
+    sbx_out_t o;
+    assert_int_equal(s_follow(&g, proc, 0, 0, &o), 5);
+    assert_non_null(strstr(o.out, "on-tty\r\n"));
+    /* the first size is the start's unless the resize came first; the second is the resize's */
+    assert_true(strstr(o.out, "33 77\r\n") || strstr(o.out, "50 132\r\n"));
+    assert_non_null(strstr(o.out, "hi\r\n")); /* the terminal's echo */
+    assert_non_null(strstr(o.out, "got:hi\r\n50 132\r\neof\r\n"));
+    assert_int_equal(o.err_len, 0);
+    sbx_out_free(&o);
+    /* bad window sizes, and a resize of a process without a terminal */
+    assert_int_equal(ka_guestconn_resize(g.gc, proc, 0, 80, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), -EINVAL);
+    const char *cat[] = {"/bin/cat", NULL};
+    ka_gp_start_t st2 = {.argv = cat, .stdin_open = true};
+    proc = s_start(&g, &st2);
+    assert_int_equal(ka_guestconn_resize(g.gc, proc, 24, 80, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), -ENOTTY);
+    assert_int_equal(ka_guestconn_input(g.gc, proc, NULL, 0, true, &id), 0);
+    assert_int_equal(ka_guestconn_call(g.gc, id, 5000, NULL, NULL, NULL), 0);
+    assert_int_equal(s_follow(&g, proc, 0, 0, &o), 0);
+    sbx_out_free(&o);
+    s_stop(&g);
+}
+
 static void test_output_offsets(void **unused)
 {
     (void)unused;
@@ -724,6 +808,8 @@ int main(void)
         cmocka_unit_test(test_signal_to_group),
         cmocka_unit_test(test_timeout_kills_group),
         cmocka_unit_test(test_stdin),
+        cmocka_unit_test(test_stdin_acked_when_taken),
+        cmocka_unit_test(test_tty),
         cmocka_unit_test(test_output_offsets),
         cmocka_unit_test(test_spool_cap),
         cmocka_unit_test(test_process_limit),

@@ -568,6 +568,69 @@ static krt_addr_t at_call(at_t *a, int op, uint64_t proc, sink_t *s)
     return stream;
 }
 
+/* Terminal sessions: an input is answered with exactly the bytes it carried (the guest
+ * acknowledges stdin once the process took it), a resize like a signal (that process). */
+static void test_check_input_and_resize(void **state)
+{
+    (void)state;
+    pt_t p;
+    ka_gc_call_t *c;
+    g_frame_t f;
+    uint64_t id;
+    static const struct {
+        uint64_t written; /* what the guest claims */
+        bool ok;
+    } in[] = {{5, true}, {4, false}, {6, false}, {UINT64_MAX, false}};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        pt_up(&p);
+        assert_int_equal(ka_guestconn_input(p.gc, 3, "hello", 5, false, &id), 0);
+        ka_gc_call_t *call = ka_gc_add(&p.t, id, KA_GC_INPUT, 3, NULL, 0, 0, NULL);
+        assert_non_null(call);
+        call->sent = 5;
+        g_end(p.guest, id, "written", in[i].written);
+        assert_int_equal(pt_check(&p, &c), in[i].ok ? KA_GC_DELIVER : KA_GC_FATAL);
+        pt_down(&p);
+    }
+    pt_up(&p); /* an input answered without "written" */
+    assert_int_equal(ka_guestconn_input(p.gc, 3, NULL, 0, true, &id), 0);
+    ka_gc_add(&p.t, id, KA_GC_INPUT, 3, NULL, 0, 0, NULL);
+    g_end(p.guest, id, NULL, 0);
+    assert_int_equal(pt_check(&p, &c), KA_GC_FATAL);
+    pt_down(&p);
+    pt_up(&p); /* an input refused (the process is busy): an error ends it */
+    assert_int_equal(ka_guestconn_input(p.gc, 3, "x", 1, false, &id), 0);
+    ka_gc_add(&p.t, id, KA_GC_INPUT, 3, NULL, 0, 0, NULL)->sent = 1;
+    g_begin(&f, 4);
+    g_u64(&f, "id", id);
+    ka_gp_pack_cstr(&f.pk, "err");
+    msgpack_pack_int64(&f.pk, -EBUSY);
+    ka_gp_pack_cstr(&f.pk, "msg");
+    ka_gp_pack_cstr(&f.pk, "busy");
+    g_true(&f, "end");
+    g_send(p.guest, &f);
+    assert_int_equal(pt_check(&p, &c), KA_GC_DELIVER);
+    pt_down(&p);
+    for (int other = 0; other < 2; other++) { /* a resize answered with its process or not */
+        pt_up(&p);
+        assert_int_equal(ka_guestconn_resize(p.gc, 3, 40, 120, &id), 0);
+        ka_gc_add(&p.t, id, KA_GC_PROC, 3, NULL, 0, 0, NULL);
+        g_begin(&f, 3);
+        g_u64(&f, "id", id);
+        g_proc(&f, "process", other ? 4 : 3);
+        g_true(&f, "end");
+        g_send(p.guest, &f);
+        assert_int_equal(pt_check(&p, &c), other ? KA_GC_FATAL : KA_GC_DELIVER);
+        pt_down(&p);
+    }
+    pt_up(&p); /* data on an input: not what it can get */
+    assert_int_equal(ka_guestconn_input(p.gc, 3, "x", 1, false, &id), 0);
+    ka_gc_add(&p.t, id, KA_GC_INPUT, 3, NULL, 0, 0, NULL)->sent = 1;
+    uint64_t o = 0;
+    g_data(p.guest, id, "stdout", 1, &o);
+    assert_int_equal(pt_check(&p, &c), KA_GC_FATAL);
+    pt_down(&p);
+}
+
 static void test_actor_drops_forged_then_kills_malformed(void **state)
 {
     (void)state;
@@ -670,6 +733,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_bounds_lengths),
         cmocka_unit_test(test_check_ids_and_calls),
+        cmocka_unit_test(test_check_input_and_resize),
         cmocka_unit_test(test_actor_drops_forged_then_kills_malformed),
         cmocka_unit_test(test_actor_credit_and_flood),
         cmocka_unit_test(test_actor_gone_ends_calls),
