@@ -326,11 +326,16 @@ ka_svc_status_t ka_svc_template_apply(ka_service_t *svc, const ka_svc_caller_t *
 
 /* ---- guest calls -------------------------------------------------------------------------- */
 
+static bool s_bad_sandbox(const char *id)
+{
+    return !id || ka_check_uuid(id) || strlen(id) >= KA_STORE_ID_LEN;
+}
+
 /* A guest request for sandbox_id (a UUID); NULL with *st set. */
 static ka_guest_req_t *s_guest_req(const ka_svc_caller_t *who, const char *sandbox_id, int op,
                                    size_t tail, ka_svc_status_t *st)
 {
-    if (!sandbox_id || ka_check_uuid(sandbox_id) || strlen(sandbox_id) >= KA_STORE_ID_LEN) {
+    if (s_bad_sandbox(sandbox_id)) {
         *st = s_refuse(KA_MSG_NOT_UUID);
         return NULL;
     }
@@ -410,7 +415,7 @@ ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user)
 {
     size_t tail;
-    const char *why = s_exec_check(a, &tail);
+    const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : s_exec_check(a, &tail);
     if (why)
         return s_refuse(why);
     ka_svc_status_t st;
@@ -439,7 +444,8 @@ static ka_guest_req_t *s_proc_req(const ka_svc_caller_t *who, const char *sandbo
                                   ka_svc_status_t *st)
 {
     uint64_t proc = 0;
-    const char *why = ka_check_process_id(process_id, &proc);
+    const char *why = s_bad_sandbox(sandbox_id) ? KA_MSG_NOT_UUID
+                                                : ka_check_process_id(process_id, &proc);
     if (why) {
         *st = s_refuse(why);
         return NULL;
@@ -463,7 +469,7 @@ ka_svc_status_t ka_svc_signal(ka_service_t *svc, const ka_svc_caller_t *who,
                               const char *sandbox_id, const char *process_id, int signal,
                               ka_svc_process_cb cb, void *user)
 {
-    const char *why = ka_check_signal(signal);
+    const char *why = s_bad_sandbox(sandbox_id) ? KA_MSG_NOT_UUID : ka_check_signal(signal);
     if (why)
         return s_refuse(why);
     ka_svc_status_t st;
@@ -496,9 +502,8 @@ ka_svc_status_t ka_svc_output(ka_service_t *svc, const ka_svc_caller_t *who,
 ka_svc_status_t ka_svc_input_check(const ka_svc_input_args_t *a)
 {
     uint64_t proc;
-    const char *why = ka_check_process_id(a->process_id, &proc);
-    if (!why && (!a->sandbox_id || ka_check_uuid(a->sandbox_id)))
-        why = KA_MSG_NOT_UUID;
+    const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID
+                                                   : ka_check_process_id(a->process_id, &proc);
     return why ? s_refuse(why) : s_ok();
 }
 
@@ -520,7 +525,7 @@ ka_svc_status_t ka_svc_file_read(ka_service_t *svc, const ka_svc_caller_t *who,
                                  const ka_svc_read_args_t *a, ka_svc_frame_cb cb, void *user,
                                  krt_addr_t *stream)
 {
-    const char *why = ka_check_path(a->path);
+    const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : ka_check_path(a->path);
     if (why)
         return s_refuse(why);
     ka_svc_status_t st;
@@ -534,13 +539,11 @@ ka_svc_status_t ka_svc_file_read(ka_service_t *svc, const ka_svc_caller_t *who,
 
 ka_svc_status_t ka_svc_file_write_check(const ka_svc_write_args_t *a)
 {
-    const char *why = ka_check_path(a->path);
+    const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : ka_check_path(a->path);
     if (!why)
         why = ka_check_seek(a->seek_offset);
     if (!why)
         why = ka_check_mode(a->mode);
-    if (!why && (!a->sandbox_id || ka_check_uuid(a->sandbox_id)))
-        why = KA_MSG_NOT_UUID;
     return why ? s_refuse(why) : s_ok();
 }
 
