@@ -921,8 +921,9 @@ unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const
     s_serve(m, &in, &out);
     json_decref(msg);
     if (out.job && out.job->plain) { /* no HTTP thread to spare: answer here */
-        s_job_answer(out.job, &out);
-        s_job_free(out.job);
+        s_job_t *j = out.job;
+        s_job_answer(j, &out);
+        s_job_free(j);
     } else if (out.job) { /* no stream: the job's events go nowhere */
         s_job_run(out.job);
         s_job_free(out.job);
