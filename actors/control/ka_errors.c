@@ -29,8 +29,8 @@ static const s_row_t s_rows[] = {
     {-EBADMSG, 15 /* DATA_LOSS */},
     {-EACCES, 16 /* UNAUTHENTICATED */},
     /* aliases */
-    {-EAGAIN, 10 /* ABORTED */}, /* the store's persisting serialization conflict */
-    {-ESRCH, 14 /* UNAVAILABLE */},      /* no such actor: the service is (re)starting */
+    {-EAGAIN, 10 /* ABORTED */},    /* the store's persisting serialization conflict */
+    {-ESRCH, 14 /* UNAVAILABLE */}, /* no such actor: the service is (re)starting */
     {-ESHUTDOWN, 14 /* UNAVAILABLE */},
     {-ECONNREFUSED, 14 /* UNAVAILABLE */},
     {-EREMOTE, 14 /* UNAVAILABLE */},
@@ -68,7 +68,7 @@ int ka_err_of_code(int code)
 const char *ka_code_name(int code)
 {
     return code >= 0 && code < (int)(sizeof s_names / sizeof s_names[0]) ? s_names[code]
-                                                                          : "UNKNOWN";
+                                                                         : "UNKNOWN";
 }
 
 const char *ka_err_name(int err)

@@ -15,7 +15,7 @@
 typedef struct ka_frame ka_frame_t;
 struct ka_frame {
     ka_frame_t *next;
-    size_t len;                   /* bytes of frame, its tail included */
+    size_t len;                         /* bytes of frame, its tail included */
     _Alignas(8) ka_guest_reply_t frame; /* followed by its tail */
 };
 

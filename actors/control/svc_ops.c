@@ -116,8 +116,8 @@ ka_svc_status_t ka_svc_create(ka_service_t *svc, const ka_svc_caller_t *who,
         return s_refuse(why);
     ka_sbx_create_t c;
     memset(&c, 0, sizeof c);
-    const char *ns = a->template_namespace && a->template_namespace[0] ? a->template_namespace
-                                                                       : "default";
+    const char *ns =
+        a->template_namespace && a->template_namespace[0] ? a->template_namespace : "default";
     if (!s_put(c.caller, sizeof c.caller, who->id) ||
         !s_put(c.request_id, sizeof c.request_id, a->request_id) ||
         !s_put(c.name, sizeof c.name, a->name) ||
@@ -262,14 +262,13 @@ ka_svc_status_t ka_svc_template_list(ka_service_t *svc, const ka_svc_caller_t *w
 }
 
 ka_svc_status_t ka_svc_template_get(ka_service_t *svc, const ka_svc_caller_t *who,
-                                    const ka_svc_tpl_ref_t *ref, ka_svc_templates_cb cb,
-                                    void *user)
+                                    const ka_svc_tpl_ref_t *ref, ka_svc_templates_cb cb, void *user)
 {
     ka_tpl_key_t k;
     ka_svc_status_t st = s_tpl_key(ref, true, true, &k);
     return st.err ? st
-                  : s_call(svc, who, KA_TPL_GET, &k, sizeof k, s_decode_templates, (void *)cb,
-                           user, 0);
+                  : s_call(svc, who, KA_TPL_GET, &k, sizeof k, s_decode_templates, (void *)cb, user,
+                           0);
 }
 
 ka_svc_status_t ka_svc_template_delete(ka_service_t *svc, const ka_svc_caller_t *who,
@@ -440,12 +439,11 @@ ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
 
 /* A request naming a process; NULL with *st set. */
 static ka_guest_req_t *s_proc_req(const ka_svc_caller_t *who, const char *sandbox_id,
-                                  const char *process_id, int op, size_t tail,
-                                  ka_svc_status_t *st)
+                                  const char *process_id, int op, size_t tail, ka_svc_status_t *st)
 {
     uint64_t proc = 0;
-    const char *why = s_bad_sandbox(sandbox_id) ? KA_MSG_NOT_UUID
-                                                : ka_check_process_id(process_id, &proc);
+    const char *why =
+        s_bad_sandbox(sandbox_id) ? KA_MSG_NOT_UUID : ka_check_process_id(process_id, &proc);
     if (why) {
         *st = s_refuse(why);
         return NULL;
@@ -457,17 +455,16 @@ static ka_guest_req_t *s_proc_req(const ka_svc_caller_t *who, const char *sandbo
 }
 
 ka_svc_status_t ka_svc_process(ka_service_t *svc, const ka_svc_caller_t *who,
-                               const char *sandbox_id, const char *process_id,
-                               ka_svc_process_cb cb, void *user)
+                               const char *sandbox_id, const char *process_id, ka_svc_process_cb cb,
+                               void *user)
 {
     ka_svc_status_t st;
     ka_guest_req_t *q = s_proc_req(who, sandbox_id, process_id, KA_GUEST_GET, 0, &st);
     return q ? s_guest_unary(svc, q, cb, NULL, user) : st;
 }
 
-ka_svc_status_t ka_svc_signal(ka_service_t *svc, const ka_svc_caller_t *who,
-                              const char *sandbox_id, const char *process_id, int signal,
-                              ka_svc_process_cb cb, void *user)
+ka_svc_status_t ka_svc_signal(ka_service_t *svc, const ka_svc_caller_t *who, const char *sandbox_id,
+                              const char *process_id, int signal, ka_svc_process_cb cb, void *user)
 {
     const char *why = s_bad_sandbox(sandbox_id) ? KA_MSG_NOT_UUID : ka_check_signal(signal);
     if (why)
@@ -502,8 +499,8 @@ ka_svc_status_t ka_svc_output(ka_service_t *svc, const ka_svc_caller_t *who,
 ka_svc_status_t ka_svc_input_check(const ka_svc_input_args_t *a)
 {
     uint64_t proc;
-    const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID
-                                                   : ka_check_process_id(a->process_id, &proc);
+    const char *why =
+        s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : ka_check_process_id(a->process_id, &proc);
     return why ? s_refuse(why) : s_ok();
 }
 
@@ -511,8 +508,7 @@ ka_svc_status_t ka_svc_input(ka_service_t *svc, const ka_svc_caller_t *who,
                              const ka_svc_input_args_t *a, ka_svc_written_cb cb, void *user)
 {
     ka_svc_status_t st;
-    ka_guest_req_t *q =
-        s_proc_req(who, a->sandbox_id, a->process_id, KA_GUEST_INPUT, a->len, &st);
+    ka_guest_req_t *q = s_proc_req(who, a->sandbox_id, a->process_id, KA_GUEST_INPUT, a->len, &st);
     if (!q)
         return st;
     if (a->len)

@@ -141,12 +141,11 @@ ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user);
 /* Gets a process (process_id as ka_svc_exec returned it, in decimal). */
 ka_svc_status_t ka_svc_process(ka_service_t *svc, const ka_svc_caller_t *who,
-                               const char *sandbox_id, const char *process_id,
-                               ka_svc_process_cb cb, void *user);
+                               const char *sandbox_id, const char *process_id, ka_svc_process_cb cb,
+                               void *user);
 /* Sends signal (1-31) to a process's group. */
-ka_svc_status_t ka_svc_signal(ka_service_t *svc, const ka_svc_caller_t *who,
-                              const char *sandbox_id, const char *process_id, int signal,
-                              ka_svc_process_cb cb, void *user);
+ka_svc_status_t ka_svc_signal(ka_service_t *svc, const ka_svc_caller_t *who, const char *sandbox_id,
+                              const char *process_id, int signal, ka_svc_process_cb cb, void *user);
 
 typedef struct {
     const char *sandbox_id, *process_id;
