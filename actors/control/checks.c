@@ -64,8 +64,9 @@ const char *ka_check_path(const char *path)
 
 const char *ka_check_signal(int signal)
 {
-    return signal >= 1 && signal <= KA_SIGNAL_MAX ? NULL
-                                                  : "signal must be one of SIGNAL_HUP ... SIGNAL_SYS";
+    return signal >= 1 && signal <= KA_SIGNAL_MAX
+               ? NULL
+               : "signal must be one of SIGNAL_HUP ... SIGNAL_SYS";
 }
 
 const char *ka_check_offsets(int64_t out, int64_t err)

@@ -27,10 +27,10 @@ const char *ka_check_start_size(size_t tail);
 
 /* ---- the service layer's other rules (svc_ops.c), one message each ---- */
 
-#define KA_PATH_MAX    1023
-#define KA_MODE_MAX    07777
-#define KA_PAGE_MAX    100
-#define KA_SIGNAL_MAX  31
+#define KA_PATH_MAX   1023
+#define KA_MODE_MAX   07777
+#define KA_PAGE_MAX   100
+#define KA_SIGNAL_MAX 31
 
 /* process_id as a process start returned it (decimal, > 0) into *out. */
 const char *ka_check_process_id(const char *s, uint64_t *out);

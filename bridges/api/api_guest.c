@@ -342,8 +342,8 @@ static void s_signal(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
     if (!c)
         return;
     ka_svc_caller_t who = s_who(c);
-    s_refused(c, ka_svc_signal(c->api->o.svc, &who, c->sandbox, req->process_id,
-                               (int)req->signal, s_on_process, c));
+    s_refused(c, ka_svc_signal(c->api->o.svc, &who, c->sandbox, req->process_id, (int)req->signal,
+                               s_on_process, c));
 }
 
 static ka_svc_status_t s_output_start(s_call_t *c, krt_addr_t *stream)
@@ -454,7 +454,7 @@ static bool s_send_chunk(s_call_t *c)
     if (c->kind == K_WRITE) {
         /* seek 0 only for the first chunk: it truncates */
         ka_svc_write_args_t a = {c->sandbox, c->path, c->mode, c->seek + (int64_t)c->sent,
-                                 c->data, len};
+                                 c->data,    len};
         st = ka_svc_file_write(c->api->o.svc, &who, &a, s_on_chunk, c);
     } else {
         ka_svc_input_args_t a = {c->sandbox, c->proc, c->data, len, c->ended && c->close_input};

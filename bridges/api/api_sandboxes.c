@@ -142,8 +142,8 @@ typedef struct {
     char *sandbox_id;
 } s_id_request_t;
 
-typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who,
-                                      const char *id, ka_svc_sandbox_cb cb, void *user);
+typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who, const char *id,
+                                      ka_svc_sandbox_cb cb, void *user);
 
 static void s_by_id(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user, uint32_t type,
                     s_by_id_fn op)

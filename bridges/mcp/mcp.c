@@ -844,8 +844,12 @@ static void s_job_free(s_job_t *j)
 /* A plain job's answer into *out, as s_tools_call_sync makes it. */
 static void s_job_answer(s_job_t *j, s_out_t *out)
 {
-    s_ctx_t x = {.m = j->m, .caller = j->caller, .level = j->level, .modern = j->modern,
-                 .sse = j->sse, .json = !j->sse};
+    s_ctx_t x = {.m = j->m,
+                 .caller = j->caller,
+                 .level = j->level,
+                 .modern = j->modern,
+                 .sse = j->sse,
+                 .json = !j->sse};
     snprintf(x.version, sizeof x.version, "%s", j->version);
     memset(out, 0, sizeof *out);
     s_tools_call_sync(&x, j->id, j->tool, j->args, out);

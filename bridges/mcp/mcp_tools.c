@@ -374,9 +374,9 @@ static json_t *t_list_templates(kb_mcp_call_t *c, json_t *args)
     s_wait_init(&w);
     ka_svc_caller_t who = s_who(c);
     json_t *r;
-    if (s_wait(c, &w,
-               ka_svc_template_list(c->svc, &who, s_str(args, "namespace", ""), s_on_templates,
-                                    &w))) {
+    if (s_wait(
+            c, &w,
+            ka_svc_template_list(c->svc, &who, s_str(args, "namespace", ""), s_on_templates, &w))) {
         r = s_svc_error(w.err, w.msg);
     } else {
         json_t *list = json_array();
@@ -436,8 +436,8 @@ static json_t *t_list_sandboxes(kb_mcp_call_t *c, json_t *args)
     return r;
 }
 
-typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who,
-                                      const char *id, ka_svc_sandbox_cb cb, void *user);
+typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who, const char *id,
+                                      ka_svc_sandbox_cb cb, void *user);
 
 static json_t *s_lifecycle(kb_mcp_call_t *c, json_t *args, s_by_id_fn op, bool pause_op)
 {
@@ -673,8 +673,8 @@ static json_t *t_write_file(kb_mcp_call_t *c, json_t *args)
         return s_error(KA_INVALID_ARGUMENT, "file exceeds MCP 1 MiB limit");
     }
     /* always the whole file: seek 0 truncates */
-    ka_svc_write_args_t a = {s_str(args, "sandbox_id", ""), path, s_int(args, "mode", 0), 0, data,
-                             len};
+    ka_svc_write_args_t a = {
+        s_str(args, "sandbox_id", ""), path, s_int(args, "mode", 0), 0, data, len};
     s_wait_t w;
     s_wait_init(&w);
     ka_svc_caller_t who = s_who(c);
