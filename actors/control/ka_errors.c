@@ -26,11 +26,12 @@ static const s_row_t s_rows[] = {
     {-ENOSYS, 12 /* UNIMPLEMENTED */},
     {-EIO, 13 /* INTERNAL */},
     {-ENOTCONN, 14 /* UNAVAILABLE */},
-    {-EBADMSG, 15 /* DATA_LOSS */},
+    {-EUCLEAN, 15 /* DATA_LOSS */},
     {-EACCES, 16 /* UNAUTHENTICATED */},
     /* aliases */
-    {-EAGAIN, 10 /* ABORTED */},    /* the store's persisting serialization conflict */
-    {-ESRCH, 14 /* UNAVAILABLE */}, /* no such actor: the service is (re)starting */
+    {-EAGAIN, 10 /* ABORTED */},          /* the store's persisting serialization conflict */
+    {-EBADMSG, 3 /* INVALID_ARGUMENT */}, /* a malformed message or image */
+    {-ESRCH, 14 /* UNAVAILABLE */},       /* no such actor: the service is (re)starting */
     {-ESHUTDOWN, 14 /* UNAVAILABLE */},
     {-ECONNREFUSED, 14 /* UNAVAILABLE */},
     {-EREMOTE, 14 /* UNAVAILABLE */},
