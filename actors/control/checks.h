@@ -7,7 +7,9 @@
 #ifndef KA_CHECKS_H
 #define KA_CHECKS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define KA_REQUEST_ID_MAX   128
 #define KA_SANDBOX_NAME_MAX 200
@@ -22,5 +24,32 @@ const char *ka_check_env_key(const char *key);
 const char *ka_check_cwd(const char *cwd);
 /* tail: bytes of argv and env as NUL-terminated strings ("k=v" for env) */
 const char *ka_check_start_size(size_t tail);
+
+/* ---- the service layer's other rules (svc_ops.c), one message each ---- */
+
+#define KA_PATH_MAX   1023
+#define KA_MODE_MAX   07777
+#define KA_PAGE_MAX   100
+#define KA_SIGNAL_MAX 31
+
+/* process_id as a process start returned it (decimal, > 0) into *out. */
+const char *ka_check_process_id(const char *s, uint64_t *out);
+/* A guest path: 1-1023 bytes. */
+const char *ka_check_path(const char *path);
+const char *ka_check_signal(int signal);
+const char *ka_check_offsets(int64_t stdout_offset, int64_t stderr_offset);
+const char *ka_check_seek(int64_t seek_offset);
+const char *ka_check_mode(int64_t mode);
+/* ttl_ms: 0 = the default, else positive. */
+const char *ka_check_ttl(int64_t ttl_ms);
+/* limit 0-100, offset >= 0. */
+const char *ka_check_page(int64_t limit, int64_t offset);
+/* A page token (a decimal offset) into *offset. */
+const char *ka_check_page_token(const char *token, int64_t *offset);
+/* A sandbox's template reference: namespace a DNS label, name a DNS subdomain (required). */
+const char *ka_check_sandbox_template(const char *namespace_, const char *name);
+/* A template reference of the template calls: namespace a DNS label; name (when need_name) a
+ * DNS subdomain. */
+const char *ka_check_template_ref(const char *namespace_, const char *name, bool need_name);
 
 #endif

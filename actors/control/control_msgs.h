@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "ka_errors.h"
 #include "krt.h"
 #include "store.h"
 
@@ -262,21 +263,7 @@ typedef struct ka_guest_reply {
 /* The status code for a store error (KA_STORE_E*), one mapping for every control actor. */
 static inline int ka_code_of_store(int err)
 {
-    switch (err) {
-    case 0:
-        return KA_OK;
-    case KA_STORE_ENOTFOUND:
-        return KA_NOT_FOUND;
-    case KA_STORE_EINVAL:
-        return KA_INVALID_ARGUMENT;
-    case KA_STORE_ESTALE:
-    case KA_STORE_ECONFLICT:
-        return KA_ABORTED;
-    case KA_STORE_EUNAVAIL:
-        return KA_UNAVAILABLE;
-    default:
-        return KA_INTERNAL;
-    }
+    return ka_err_code(err); /* store errors are negative errnos */
 }
 
 /* The manager hands a request to a sandbox actor with the original requester, so the sandbox

@@ -6,6 +6,7 @@
 
 #include "metrics.h"
 #include "phases.h"
+#include "svc_frames.h"
 
 #define MSG_STREAM_CANCEL (KA_CTL_MSG_LAST_ + 16)
 #define MSG_STREAM_ACK    (KA_CTL_MSG_LAST_ + 17) /* body uint64_t: bytes the reader consumed */
@@ -176,10 +177,7 @@ static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t 
 static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int code, const char *message)
 {
     ka_guest_reply_t f;
-    memset(&f, 0, sizeof f);
-    f.final = 1;
-    f.status.code = code;
-    snprintf(f.status.message, sizeof f.status.message, "%s", message);
+    ka_frame_final(&f, code, message);
     s_sink_final(ctx, self, &f, sizeof f);
 }
 
@@ -236,11 +234,7 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
         rc = krt_timer_arm(ctx, &self->bind, KA_SVC_BIND_MS, MSG_BIND_TIMEOUT, 0);
     if (rc) { /* terminate does not run after a failed init: the caller learns it here */
         ka_guest_reply_t f;
-        memset(&f, 0, sizeof f);
-        f.final = 1;
-        f.status.code = KA_UNAVAILABLE;
-        snprintf(f.status.message, sizeof f.status.message,
-                 "the sandbox service is not running; retry");
+        ka_frame_final(&f, KA_UNAVAILABLE, "the sandbox service is not running; retry");
         self->done = true;
         self->a.cb(self->a.user, &f, sizeof f);
     }
@@ -252,10 +246,7 @@ static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
     s_sink_t *self = state;
     if (!self->done) { /* stopped before its end (node shutting down) */
         ka_guest_reply_t f;
-        memset(&f, 0, sizeof f);
-        f.final = 1;
-        f.status.code = KA_UNAVAILABLE;
-        snprintf(f.status.message, sizeof f.status.message, "the sandbox service stopped");
+        ka_frame_final(&f, KA_UNAVAILABLE, "the sandbox service stopped");
         self->done = true;
         self->a.cb(self->a.user, &f, sizeof f);
     }

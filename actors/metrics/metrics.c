@@ -1,6 +1,8 @@
 /* ka_metrics: labelled histograms and process metrics. See metrics.h. */
 #include "metrics.h"
 
+#include "ka_errors.h"
+
 #include <dirent.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -65,24 +67,7 @@ static s_family_t s_families[KA_METRIC_N_] = {
 
 const char *ka_metric_code_name(int code)
 {
-    static const char *const names[] = {"OK",
-                                        "CANCELLED",
-                                        "UNKNOWN",
-                                        "INVALID_ARGUMENT",
-                                        "DEADLINE_EXCEEDED",
-                                        "NOT_FOUND",
-                                        "ALREADY_EXISTS",
-                                        "PERMISSION_DENIED",
-                                        "RESOURCE_EXHAUSTED",
-                                        "FAILED_PRECONDITION",
-                                        "ABORTED",
-                                        "OUT_OF_RANGE",
-                                        "UNIMPLEMENTED",
-                                        "INTERNAL",
-                                        "UNAVAILABLE",
-                                        "DATA_LOSS",
-                                        "UNAUTHENTICATED"};
-    return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "UNKNOWN";
+    return ka_code_name(code); /* the one table: ka_errors.c */
 }
 
 double ka_metric_now(void)

@@ -21,6 +21,18 @@ void kb_api_fail(kb_grpc_call_t *call, const ka_status_t *st)
     kb_grpc_fail(call, kb_api_code(st->code), st->message);
 }
 
+void kb_api_fail_err(kb_grpc_call_t *call, const ka_svc_status_t *st)
+{
+    kb_grpc_fail(call, kb_api_code(ka_err_code(st->err)),
+                 st->message ? st->message : "the call failed");
+}
+
+int kb_api_timeout(kb_grpc_call_t *call)
+{
+    int64_t left = kb_grpc_call_timeout_ms(call);
+    return left < 0 || left > KA_SVC_TIMEOUT_MS ? KA_SVC_TIMEOUT_MS : left > 0 ? (int)left : 1;
+}
+
 void kb_api_ts(Google__Protobuf__Timestamp *ts, int64_t ms)
 {
     google__protobuf__timestamp__init(ts);

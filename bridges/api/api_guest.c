@@ -12,8 +12,8 @@
  * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
  * written before it).
  */
-#include "checks.h"
 #include "api_int.h"
+#include "svc_frames.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,11 +21,18 @@
 
 /* ---- the Process message ------------------------------------------------------------------ */
 
-void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
+typedef struct {
+    Ateenv__V1alpha__Process p;
+    Google__Protobuf__Timestamp started, finished;
+    char id[24];
+    char **argv; /* owned array; strings point into the frame copy */
+} s_pb_process_t;
+
+static void s_process(s_pb_process_t *out, const ka_svc_process_t *sp)
 {
     memset(out, 0, sizeof *out);
     ateenv__v1alpha__process__init(&out->p);
-    const ka_process_info_t *i = &f->process;
+    const ka_process_info_t *i = &sp->info;
     snprintf(out->id, sizeof out->id, "%llu", (unsigned long long)i->proc);
     out->p.process_id = out->id;
     out->p.pid = i->pid;
@@ -41,10 +48,10 @@ void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
         out->p.finished_at = &out->finished;
     }
     size_t n = 0;
-    for (uint32_t k = 0; k < f->tail_len; k++)
-        n += f->tail[k] == '\0';
+    for (size_t k = 0; k < sp->argv_len; k++)
+        n += sp->argv[k] == '\0';
     out->argv = n ? calloc(n, sizeof *out->argv) : NULL;
-    const char *s = f->tail;
+    const char *s = sp->argv;
     for (size_t k = 0; out->argv && k < n; k++) {
         out->argv[k] = (char *)s;
         s += strlen(s) + 1;
@@ -53,24 +60,7 @@ void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
     out->p.command = out->argv;
 }
 
-int kb_api_proc_id(const char *s, uint64_t *out)
-{
-    char *end;
-    if (!s[0] || s[0] == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    *out = v;
-    return *end || v == 0 ? -1 : 0;
-}
-
 /* ---- one call's state ----------------------------------------------------------------------- */
-
-typedef struct s_item s_item_t;
-struct s_item {
-    s_item_t *next;
-    size_t len;
-    ka_guest_reply_t frame; /* followed by its tail */
-};
 
 typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_READ, K_INPUT, K_WRITE } s_kind_t;
 
@@ -83,8 +73,9 @@ typedef struct {
     char sandbox[KA_STORE_ID_LEN];
     krt_addr_t stream;
     bool cancel_wanted;
+    const void *req; /* server streams: the request while the stream opens (borrowed) */
     /* server streams */
-    s_item_t *head, *tail;
+    ka_frames_t queue;
     bool sending;
     uint64_t in_flight; /* data bytes of the send in flight (credit once it is done) */
     bool final_seen;
@@ -95,7 +86,7 @@ typedef struct {
     char path[1024];
     uint32_t mode;
     int64_t seek;
-    uint64_t proc;
+    char proc[24];
     bool close_input;
     char *data; /* the chunk being gathered */
     size_t len, cap;
@@ -130,11 +121,7 @@ static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
 
 static void s_call_free(s_call_t *c)
 {
-    while (c->head) {
-        s_item_t *i = c->head;
-        c->head = i->next;
-        free(i);
-    }
+    ka_frames_clear(&c->queue);
     pthread_mutex_destroy(&c->lock);
     free(c->data);
     free(c);
@@ -142,70 +129,69 @@ static void s_call_free(s_call_t *c)
 
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len);
 
-/* Starts the guest stream for c with q (consumed). On failure answers and frees c.
- * A unary call's final frame may arrive, be answered and free c before ka_svc_stream even
- * returns, so c is not touched afterwards; a server stream holds c->lock across the start so
- * its frames wait until the stream's address is recorded (s_pump frees c only under the lock). */
-static void s_open(s_call_t *c, ka_guest_req_t *q)
+static ka_svc_caller_t s_who(const s_call_t *c)
 {
-    if (!q) {
-        kb_grpc_fail(c->call, KB_GRPC_INTERNAL, "out of memory");
-        s_call_free(c);
-        return;
-    }
-    bool streams = c->kind == K_OUTPUT || c->kind == K_READ;
+    return (ka_svc_caller_t){c->caller, 0};
+}
+
+/* Answers a refused start (the callback will not run) and frees c. */
+static bool s_refused(s_call_t *c, ka_svc_status_t st)
+{
+    if (!st.err)
+        return false;
+    kb_api_fail_err(c->call, &st);
+    s_call_free(c);
+    return true;
+}
+
+typedef ka_svc_status_t (*s_stream_fn)(s_call_t *c, krt_addr_t *stream);
+
+/* Opens a server stream for c. It holds c->lock across the start so its frames wait until the
+ * stream's address is recorded (s_pump frees c only under the lock). On failure answers and
+ * frees c. */
+static void s_open(s_call_t *c, s_stream_fn start)
+{
     krt_addr_t stream = KRT_ADDR_NONE;
-    ka_service_t *svc = c->api->o.svc;
-    if (streams)
-        pthread_mutex_lock(&c->lock);
-    int rc =
-        ka_svc_stream(svc, q, sizeof *q + q->tail_len, s_on_frame, c, streams ? &stream : NULL);
-    free(q);
-    if (rc) {
-        if (streams)
-            pthread_mutex_unlock(&c->lock);
-        kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
-        s_call_free(c);
+    pthread_mutex_lock(&c->lock);
+    ka_svc_status_t st = start(c, &stream);
+    if (st.err) {
+        pthread_mutex_unlock(&c->lock);
+        s_refused(c, st);
         return;
     }
-    if (!streams)
-        return;
     c->stream = stream;
     bool cancel = c->cancel_wanted && !c->final_seen;
     pthread_mutex_unlock(&c->lock);
     if (cancel)
-        ka_svc_stream_cancel(svc, stream);
+        ka_svc_stream_cancel(c->api->o.svc, stream);
 }
 
 /* ---- unary answers ------------------------------------------------------------------------- */
 
-static void s_answer(s_call_t *c, const ka_guest_reply_t *f)
+/* A unary call's reply: answers and frees c. It may run before the op even returns, so c is
+ * not touched after a start. */
+static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_process_t *sp)
 {
-    if (f->status.code != KA_OK) {
-        kb_api_fail(c->call, &f->status);
+    s_call_t *c = user;
+    if (st->err) {
+        kb_api_fail_err(c->call, st);
+        s_call_free(c);
         return;
     }
-    kb_api_process_t p;
-    switch (c->kind) {
-    case K_START: {
-        kb_api_process(&p, f);
+    s_pb_process_t p;
+    s_process(&p, sp);
+    if (c->kind == K_START) {
         Ateenv__V1alpha__StartProcessResponse r = ATEENV__V1ALPHA__START_PROCESS_RESPONSE__INIT;
         r.process = &p.p;
         kb_grpc_reply(c->call, &r.base);
-        free(p.argv);
-        break;
-    }
-    default: { /* K_GET, K_SIGNAL */
-        kb_api_process(&p, f);
-        /* GetProcessResponse and SignalProcessResponse share one shape */
+    } else { /* GetProcessResponse and SignalProcessResponse share one shape */
         Ateenv__V1alpha__GetProcessResponse g = ATEENV__V1ALPHA__GET_PROCESS_RESPONSE__INIT;
         Ateenv__V1alpha__SignalProcessResponse s = ATEENV__V1ALPHA__SIGNAL_PROCESS_RESPONSE__INIT;
         g.process = s.process = &p.p;
         kb_grpc_reply(c->call, c->kind == K_GET ? &g.base : &s.base);
-        free(p.argv);
-        break;
     }
-    }
+    free(p.argv);
+    s_call_free(c);
 }
 
 /* ---- server streams ------------------------------------------------------------------------ */
@@ -216,23 +202,21 @@ static void s_on_sent(kb_grpc_call_t *call, int status, void *arg);
  * is empty. Called with c->lock held; returns true if c was freed (lock released). */
 static bool s_pump(s_call_t *c)
 {
-    while (!c->sending && c->head && !c->gone) {
-        s_item_t *i = c->head;
-        c->head = i->next;
-        if (!c->head)
-            c->tail = NULL;
+    while (!c->sending && !ka_frames_empty(&c->queue) && !c->gone) {
+        ka_frame_t *i = ka_frames_pop(&c->queue);
         const ka_guest_reply_t *f = &i->frame;
         Ateenv__V1alpha__ProcessOutput po;
         ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
         Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
-        kb_api_process_t p = {0};
+        s_pb_process_t p = {0};
         ProtobufCMessage *msg = &po.base;
         if (c->kind == K_READ) {
             rf.chunk.data = (uint8_t *)f->tail;
             rf.chunk.len = f->tail_len;
             msg = &rf.base;
         } else if (f->final) { /* the exit record */
-            kb_api_process(&p, f);
+            ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
+            s_process(&p, &sp);
             po.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
             po.exit = &p.p;
         } else {
@@ -258,7 +242,7 @@ static bool s_pump(s_call_t *c)
         if (c->stream)
             ka_svc_stream_cancel(c->api->o.svc, c->stream);
     }
-    if (c->sending || !c->final_seen || (c->head && !c->gone))
+    if (c->sending || !c->final_seen || (!ka_frames_empty(&c->queue) && !c->gone))
         return false;
     ka_status_t st = c->final;
     pthread_mutex_unlock(&c->lock);
@@ -290,37 +274,15 @@ static void s_on_cancel(kb_grpc_call_t *call, void *arg)
         pthread_mutex_unlock(&c->lock);
 }
 
-static void s_queue(s_call_t *c, const ka_guest_reply_t *f, size_t len)
-{
-    s_item_t *i = malloc(sizeof *i - sizeof i->frame + len);
-    if (!i) {
-        c->gone = true;
-        return;
-    }
-    i->next = NULL;
-    i->len = len;
-    memcpy(&i->frame, f, len);
-    if (c->tail)
-        c->tail->next = i;
-    else
-        c->head = i;
-    c->tail = i;
-}
-
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 {
     s_call_t *c = user;
-    if (c->kind != K_OUTPUT && c->kind != K_READ) { /* unary: only the final frame matters */
-        if (f->final) {
-            s_answer(c, f);
-            s_call_free(c);
-        }
-        return;
-    }
     pthread_mutex_lock(&c->lock);
-    if (!c->gone && (!f->final || (c->kind == K_OUTPUT && f->has_process &&
-                                   f->status.code == KA_OK && f->process.state == 2)))
-        s_queue(c, f, len);
+    if (!c->gone &&
+        (!f->final || (c->kind == K_OUTPUT && f->has_process && f->status.code == KA_OK &&
+                       f->process.state == 2)) &&
+        ka_frames_push(&c->queue, f, len))
+        c->gone = true;
     if (f->final) {
         c->final_seen = true;
         c->final = f->status;
@@ -333,139 +295,94 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 
 /* ---- ProcessService ------------------------------------------------------------------------ */
 
-ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
-                                 const char *caller, const char *sandbox, const char **why)
-{
-    size_t tail = 0;
-    *why = ka_check_command(req->n_command, req->n_command ? req->command[0] : NULL);
-    if (!*why)
-        *why = ka_check_cwd(req->cwd);
-    for (size_t i = 0; !*why && i < req->n_command; i++)
-        tail += strlen(req->command[i]) + 1;
-    for (size_t i = 0; !*why && i < req->n_env; i++) {
-        *why = ka_check_env_key(req->env[i]->key);
-        tail += strlen(req->env[i]->key) + strlen(req->env[i]->value) + 2;
-    }
-    if (!*why)
-        *why = ka_check_start_size(tail);
-    if (*why)
-        return NULL;
-    ka_guest_req_t *q = ka_guest_req_new(caller, sandbox, KA_GUEST_START, tail);
-    if (!q)
-        return NULL;
-    char *p = q->tail;
-    for (size_t i = 0; i < req->n_command; i++)
-        p = stpcpy(p, req->command[i]) + 1;
-    for (size_t i = 0; i < req->n_env; i++)
-        p += sprintf(p, "%s=%s", req->env[i]->key, req->env[i]->value) + 1;
-    q->n_argv = (uint32_t)req->n_command;
-    q->n_env = (uint32_t)req->n_env;
-    snprintf(q->cwd, sizeof q->cwd, "%s", req->cwd);
-    q->stdin_open = req->stdin;
-    if (req->timeout)
-        q->timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
-    return q;
-}
-
 static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
+    const Ateenv__V1alpha__StartProcessRequest *req = (const void *)m;
     s_call_t *c = s_call_new(user, call, K_START);
     if (!c)
         return;
-    const char *why;
-    ka_guest_req_t *q = kb_api_start_req((const void *)m, c->caller, c->sandbox, &why);
-    if (why) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why);
+    ka_svc_env_t *env = req->n_env ? calloc(req->n_env, sizeof *env) : NULL;
+    if (req->n_env && !env) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
         s_call_free(c);
         return;
     }
-    s_open(c, q);
-}
-
-static void s_by_process(kb_grpc_call_t *call, void *user, s_kind_t kind, const char *id, int op,
-                         int sig)
-{
-    s_call_t *c = s_call_new(user, call, kind);
-    if (!c)
-        return;
-    uint64_t proc;
-    if (kb_api_proc_id(id, &proc)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
-        s_call_free(c);
-        return;
-    }
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, op, 0);
-    if (q) {
-        q->proc = proc;
-        q->signal = sig;
-    }
-    s_open(c, q);
+    for (size_t i = 0; i < req->n_env; i++)
+        env[i] = (ka_svc_env_t){req->env[i]->key, req->env[i]->value};
+    ka_svc_exec_args_t a = {.sandbox_id = c->sandbox,
+                            .argv = (const char *const *)req->command,
+                            .argc = req->n_command,
+                            .env = env,
+                            .n_env = req->n_env,
+                            .cwd = req->cwd,
+                            .stdin_open = req->stdin};
+    if (req->timeout)
+        a.timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
+    ka_svc_caller_t who = s_who(c);
+    ka_svc_status_t st = ka_svc_exec(c->api->o.svc, &who, &a, s_on_process, c);
+    free(env);
+    s_refused(c, st);
 }
 
 static void s_get(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_process(call, user, K_GET, ((const Ateenv__V1alpha__GetProcessRequest *)m)->process_id,
-                 KA_GUEST_GET, 0);
+    s_call_t *c = s_call_new(user, call, K_GET);
+    if (!c)
+        return;
+    ka_svc_caller_t who = s_who(c);
+    s_refused(c, ka_svc_process(c->api->o.svc, &who, c->sandbox,
+                                ((const Ateenv__V1alpha__GetProcessRequest *)m)->process_id,
+                                s_on_process, c));
 }
 
 static void s_signal(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Ateenv__V1alpha__SignalProcessRequest *req = (const void *)m;
-    if (req->signal < 1 || req->signal > 31) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "signal must be one of SIGNAL_HUP ... SIGNAL_SYS");
+    s_call_t *c = s_call_new(user, call, K_SIGNAL);
+    if (!c)
         return;
-    }
-    s_by_process(call, user, K_SIGNAL, req->process_id, KA_GUEST_SIGNAL, req->signal);
+    ka_svc_caller_t who = s_who(c);
+    s_refused(c, ka_svc_signal(c->api->o.svc, &who, c->sandbox, req->process_id, (int)req->signal,
+                               s_on_process, c));
+}
+
+static ka_svc_status_t s_output_start(s_call_t *c, krt_addr_t *stream)
+{
+    const Ateenv__V1alpha__StreamProcessOutputRequest *req = c->req;
+    ka_svc_output_args_t a = {c->sandbox, req->process_id, req->stdout_offset, req->stderr_offset,
+                              req->follow};
+    ka_svc_caller_t who = s_who(c);
+    return ka_svc_output(c->api->o.svc, &who, &a, s_on_frame, c, stream);
 }
 
 static void s_output(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    const Ateenv__V1alpha__StreamProcessOutputRequest *req = (const void *)m;
     s_call_t *c = s_call_new(user, call, K_OUTPUT);
     if (!c)
         return;
-    uint64_t proc;
-    if (kb_api_proc_id(req->process_id, &proc) || req->stdout_offset < 0 ||
-        req->stderr_offset < 0) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     req->stdout_offset < 0 || req->stderr_offset < 0
-                         ? "output offsets must be nonnegative"
-                         : KB_API_MSG_PROC_ID);
-        s_call_free(c);
-        return;
-    }
     kb_grpc_call_on_cancel(call, s_on_cancel, c);
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, KA_GUEST_OUTPUT, 0);
-    if (q) {
-        q->proc = proc;
-        q->stdout_offset = (uint64_t)req->stdout_offset;
-        q->stderr_offset = (uint64_t)req->stderr_offset;
-        q->follow = req->follow;
-    }
-    s_open(c, q);
+    c->req = m;
+    s_open(c, s_output_start);
 }
 
 /* ---- FileSystemService --------------------------------------------------------------------- */
 
+static ka_svc_status_t s_read_start(s_call_t *c, krt_addr_t *stream)
+{
+    const Ateenv__V1alpha__ReadFileRequest *req = c->req;
+    ka_svc_read_args_t a = {c->sandbox, req->path, req->mode};
+    ka_svc_caller_t who = s_who(c);
+    return ka_svc_file_read(c->api->o.svc, &who, &a, s_on_frame, c, stream);
+}
+
 static void s_read(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    const Ateenv__V1alpha__ReadFileRequest *req = (const void *)m;
     s_call_t *c = s_call_new(user, call, K_READ);
     if (!c)
         return;
-    if (!req->path[0] || strlen(req->path) >= sizeof c->path) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, "path must be 1-1023 characters");
-        s_call_free(c);
-        return;
-    }
     kb_grpc_call_on_cancel(call, s_on_cancel, c);
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, c->sandbox, KA_GUEST_READ, 0);
-    if (q) {
-        snprintf(q->path, sizeof q->path, "%s", req->path);
-        q->mode = req->mode;
-    }
-    s_open(c, q);
+    c->req = m;
+    s_open(c, s_read_start);
 }
 
 /* ---- client streams: WriteFile, WriteProcessInput ------------------------------------------ */
@@ -521,35 +438,33 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
     return true;
 }
 
-static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len);
+static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written);
 
 /* Sends the gathered chunk as one guest request (the last one once the client half-closed).
  * Called with c->lock held and receiving paused; false (after answering) if it failed. */
 static bool s_send_chunk(s_call_t *c)
 {
-    bool write = c->kind == K_WRITE;
-    ka_guest_req_t *q =
-        ka_guest_req_new(c->caller, c->sandbox, write ? KA_GUEST_WRITE : KA_GUEST_INPUT, c->len);
-    if (!q) {
-        s_client_fail(c, KB_GRPC_INTERNAL, "out of memory");
-        return false;
-    }
-    if (c->len)
-        memcpy(q->tail, c->data, c->len);
-    snprintf(q->path, sizeof q->path, "%s", c->path);
-    q->mode = c->mode;
-    q->seek_offset = (uint64_t)c->seek + c->sent; /* 0 only for the first: it truncates */
-    q->proc = c->proc;
-    q->close = c->ended && c->close_input;
-    c->pending = c->len;
+    size_t len = c->len;
+    c->pending = len;
     c->len = 0;
     c->writing = true;
     c->last = c->ended;
-    int rc = ka_svc_stream(c->api->o.svc, q, sizeof *q + q->tail_len, s_on_chunk, c, NULL);
-    free(q);
-    if (rc) {
+    ka_svc_caller_t who = s_who(c);
+    ka_svc_status_t st;
+    if (c->kind == K_WRITE) {
+        /* seek 0 only for the first chunk: it truncates */
+        ka_svc_write_args_t a = {c->sandbox, c->path, c->mode, c->seek + (int64_t)c->sent,
+                                 c->data,    len};
+        st = ka_svc_file_write(c->api->o.svc, &who, &a, s_on_chunk, c);
+    } else {
+        ka_svc_input_args_t a = {c->sandbox, c->proc, c->data, len, c->ended && c->close_input};
+        st = ka_svc_input(c->api->o.svc, &who, &a, s_on_chunk, c);
+    }
+    if (st.err) {
         c->writing = false;
-        s_client_fail(c, KB_GRPC_UNAVAILABLE, "the control plane is not running");
+        kb_grpc_call_set_data(c->call, NULL);
+        kb_api_fail_err(c->call, &st);
+        c->answered = true;
         return false;
     }
     return true;
@@ -577,19 +492,17 @@ static void s_client_done(s_call_t *c)
 }
 
 /* A chunk's guest request ended: read on, send the last chunk, or answer. */
-static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len)
+static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written)
 {
     s_call_t *c = user;
-    if (!f->final)
-        return;
     pthread_mutex_lock(&c->lock);
     c->writing = false;
-    if (!c->answered && f->status.code != KA_OK) {
+    if (!c->answered && st->err) {
         kb_grpc_call_set_data(c->call, NULL);
-        kb_api_fail(c->call, &f->status);
+        kb_api_fail_err(c->call, st);
         c->answered = true;
     }
-    c->sent += c->kind == K_WRITE ? f->written : c->pending;
+    c->sent += c->kind == K_WRITE ? written : st->err ? 0 : c->pending;
     c->pending = 0;
     if (c->answered || c->last || (c->ended && !s_send_chunk(c))) {
         s_client_done(c);
@@ -605,25 +518,29 @@ static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len)
 static bool s_first(s_call_t *c, const ProtobufCMessage *m)
 {
     c->started = true;
+    ka_svc_status_t st;
     if (c->kind == K_WRITE) {
         const Ateenv__V1alpha__WriteFileRequest *w = (const void *)m;
-        if (!w->path[0] || strlen(w->path) >= sizeof c->path || w->seek_offset < 0) {
-            s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
-                          w->seek_offset < 0 ? "seek_offset must be nonnegative"
-                                             : "path must be 1-1023 characters");
-            return false;
+        ka_svc_write_args_t a = {c->sandbox, w->path, w->mode, w->seek_offset, NULL, 0};
+        st = ka_svc_file_write_check(&a);
+        if (!st.err) {
+            snprintf(c->path, sizeof c->path, "%s", w->path);
+            c->mode = w->mode;
+            c->seek = w->seek_offset;
         }
-        snprintf(c->path, sizeof c->path, "%s", w->path);
-        c->mode = w->mode;
-        c->seek = w->seek_offset;
-        return true;
+    } else {
+        const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
+        ka_svc_input_args_t a = {c->sandbox, in->process_id, NULL, 0, false};
+        st = ka_svc_input_check(&a);
+        if (!st.err)
+            snprintf(c->proc, sizeof c->proc, "%s", in->process_id);
     }
-    const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
-    if (kb_api_proc_id(in->process_id, &c->proc)) {
-        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT, KB_API_MSG_PROC_ID);
-        return false;
+    if (st.err) {
+        kb_grpc_call_set_data(c->call, NULL);
+        kb_api_fail_err(c->call, &st);
+        c->answered = true;
     }
-    return true;
+    return !st.err;
 }
 
 static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)

@@ -5,6 +5,7 @@
 #include "api.h"
 #include "images.h"
 #include "sandboxes.h"
+#include "svc_ops.h"
 #include "kagent/api/v1/sandbox_templates.pb-c.h"
 #include "kagent/api/v1/sandboxes.pb-c.h"
 #include "ateenv/v1alpha/guest.pb-c.h"
@@ -27,6 +28,10 @@ int kb_api_guest_target(kb_api_t *api, kb_grpc_call_t *call, char *caller, size_
                         size_t icap);
 /* Answers a call with a control-plane status. */
 void kb_api_fail(kb_grpc_call_t *call, const ka_status_t *st);
+/* Answers a call with a service status (its errno through ka_errors' table). */
+void kb_api_fail_err(kb_grpc_call_t *call, const ka_svc_status_t *st);
+/* The call's deadline as a service timeout (ms, at most KA_SVC_TIMEOUT_MS). */
+int kb_api_timeout(kb_grpc_call_t *call);
 
 /* The guest request that starts req's process (argv and env in its tail, checked as
  * StartProcess checks them). NULL with *why set for an invalid request (INVALID_ARGUMENT), or
@@ -45,7 +50,7 @@ void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f);
 /* A process id as StartProcess returns it (decimal, > 0): 0, or -1 when s is not one. */
 int kb_api_proc_id(const char *s, uint64_t *out);
 /* The message for an invalid process id. */
-#define KB_API_MSG_PROC_ID "process_id must be a process id from StartProcess"
+#define KB_API_MSG_PROC_ID "process_id must be the decimal id a process start returned"
 
 /* Timestamps from Unix milliseconds. */
 void kb_api_ts(Google__Protobuf__Timestamp *ts, int64_t ms);

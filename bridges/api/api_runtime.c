@@ -257,11 +257,8 @@ static void s_on_images(void *user, int err, const krt_msg_t *reply)
     if (err || !r || reply->len != sizeof *r) {
         kb_grpc_fail(c->call, KB_GRPC_UNAVAILABLE, "the image service did not answer");
     } else if (r->err) {
-        kb_grpc_code_t code = r->err == -ENOENT  ? KB_GRPC_NOT_FOUND
-                              : r->err == -EBUSY ? KB_GRPC_FAILED_PRECONDITION
-                              : r->err == -EINVAL || r->err == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT
-                                                                        : KB_GRPC_INTERNAL;
-        kb_grpc_fail(c->call, code, r->message);
+        ka_svc_status_t st = {r->err, r->message};
+        kb_api_fail_err(c->call, &st);
     } else if (c->type == KA_IMAGES_RM) {
         Kagent__Runtime__V1__RemoveImageResponse resp =
             KAGENT__RUNTIME__V1__REMOVE_IMAGE_RESPONSE__INIT;

@@ -1,5 +1,4 @@
 /* kagent.api.v1.SandboxService: the sandbox lifecycle. */
-#include "checks.h"
 #include "api_int.h"
 
 #include <stdlib.h>
@@ -79,78 +78,62 @@ typedef struct {
     uint32_t type;
 } s_ctx_t;
 
-static void s_on_sandbox(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_sandbox(void *user, const ka_svc_status_t *st, const ka_svc_sandbox_t *r)
 {
     s_ctx_t *c = user;
-    if (st->code != KA_OK || len != sizeof(ka_sbx_reply_t)) {
-        kb_api_fail(c->call, st);
+    if (st->err) {
+        kb_api_fail_err(c->call, st);
     } else {
-        ka_sbx_reply_t r;
-        memcpy(&r, body, sizeof r);
+        ka_store_sandbox_t rec = *r->sandbox; /* s_fill borrows mutable strings */
         s_pb_sandbox_t p;
-        s_fill(&p, &r.sandbox, r.paused != 0);
+        s_fill(&p, &rec, r->paused);
         s_sandbox_response_t resp = {PROTOBUF_C_MESSAGE_INIT(s_response_desc(c->type)), &p.sb,
-                                     r.paused != 0};
+                                     r->paused};
         kb_grpc_reply(c->call, &resp.base);
     }
     free(c);
 }
 
-static int s_timeout(kb_grpc_call_t *call)
-{
-    int64_t left = kb_grpc_call_timeout_ms(call);
-    return left < 0 || left > KA_SVC_TIMEOUT_MS ? KA_SVC_TIMEOUT_MS : left > 0 ? (int)left : 1;
-}
-
-static void s_send(kb_api_t *api, kb_grpc_call_t *call, uint32_t type, const void *body, size_t len,
-                   ka_svc_cb cb)
+static s_ctx_t *s_ctx(kb_grpc_call_t *call, uint32_t type)
 {
     s_ctx_t *c = malloc(sizeof *c);
-    if (!c) {
+    if (c)
+        *c = (s_ctx_t){call, type};
+    else
         kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-        return;
-    }
-    c->call = call;
-    c->type = type;
-    if (ka_svc_call(api->o.svc, type, body, len, s_timeout(call), cb, c)) {
+    return c;
+}
+
+/* Answers a refused start (the callback will not run) and frees c. */
+static void s_started(kb_grpc_call_t *call, ka_svc_status_t st, void *c)
+{
+    if (st.err) {
+        kb_api_fail_err(call, &st);
         free(c);
-        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
     }
 }
 
 static void s_create(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Api__V1__CreateSandboxRequest *req = (const void *)m;
-    ka_sbx_create_t c;
-    memset(&c, 0, sizeof c);
-    if (kb_api_caller(user, call, c.caller, sizeof c.caller))
+    char caller[KB_AUTH_ID_MAX + 1];
+    if (kb_api_caller(user, call, caller, sizeof caller))
         return;
-    const char *why = NULL;
-    if (!req->sandbox_template || !req->sandbox_template->name[0])
-        why = "sandbox_template is required";
-    else if ((why = ka_check_request_id(req->request_id)) ||
-             (why = ka_check_sandbox_name(req->name)))
-        ;
-    else if (strlen(req->sandbox_template->namespace_) >= sizeof c.template_namespace ||
-             strlen(req->sandbox_template->name) >= sizeof c.template_name)
-        why = "sandbox_template namespace or name is too long";
-    else if (req->ttl && (req->ttl->seconds < 0 || req->ttl->nanos < 0 ||
-                          (req->ttl->seconds == 0 && req->ttl->nanos == 0)))
-        why = "ttl must be positive";
-    if (why) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why);
-        return;
-    }
-    snprintf(c.request_id, sizeof c.request_id, "%s", req->request_id);
-    snprintf(c.name, sizeof c.name, "%s", req->name);
-    snprintf(c.template_namespace, sizeof c.template_namespace, "%s",
-             req->sandbox_template->namespace_[0] ? req->sandbox_template->namespace_ : "default");
-    snprintf(c.template_name, sizeof c.template_name, "%s", req->sandbox_template->name);
-    if (req->ttl) {
+    const Kagent__Api__V1__ResourceReference *ref = req->sandbox_template;
+    ka_svc_create_args_t a = {.request_id = req->request_id,
+                              .name = req->name,
+                              .template_namespace = ref ? ref->namespace_ : NULL,
+                              .template_name = ref ? ref->name : NULL};
+    if (req->ttl) { /* a Duration: negative or zero is not a lifetime */
         int64_t ms = req->ttl->seconds * 1000 + req->ttl->nanos / 1000000;
-        c.ttl_ms = ms > 0 ? ms : 1; /* sub-millisecond: let the range check refuse it */
+        bool bad = req->ttl->seconds < 0 || req->ttl->nanos < 0 ||
+                   (req->ttl->seconds == 0 && req->ttl->nanos == 0);
+        a.ttl_ms = bad ? -1 : ms > 0 ? ms : 1; /* sub-millisecond: the range check refuses it */
     }
-    s_send(user, call, KA_SBX_CREATE, &c, sizeof c, s_on_sandbox);
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    s_ctx_t *c = s_ctx(call, KA_SBX_CREATE);
+    if (c)
+        s_started(call, ka_svc_create(((kb_api_t *)user)->o.svc, &who, &a, s_on_sandbox, c), c);
 }
 
 /* Get, Suspend, Resume, Delete: `{ string sandbox_id = 1; }` requests. */
@@ -159,131 +142,103 @@ typedef struct {
     char *sandbox_id;
 } s_id_request_t;
 
-static void s_by_id(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user, uint32_t type)
+typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who, const char *id,
+                                      ka_svc_sandbox_cb cb, void *user);
+
+static void s_by_id(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user, uint32_t type,
+                    s_by_id_fn op)
 {
     const s_id_request_t *req = (const void *)m;
-    ka_sbx_key_t k;
-    memset(&k, 0, sizeof k);
-    if (kb_api_caller(user, call, k.caller, sizeof k.caller))
+    char caller[KB_AUTH_ID_MAX + 1];
+    if (kb_api_caller(user, call, caller, sizeof caller))
         return;
-    if (strlen(req->sandbox_id) >= sizeof k.id || ka_check_uuid(req->sandbox_id)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
-        return;
-    }
-    snprintf(k.id, sizeof k.id, "%s", req->sandbox_id);
-    s_send(user, call, type, &k, sizeof k, s_on_sandbox);
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    s_ctx_t *c = s_ctx(call, type);
+    if (c)
+        s_started(call, op(((kb_api_t *)user)->o.svc, &who, req->sandbox_id, s_on_sandbox, c), c);
 }
 
 static void s_get(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_GET);
+    s_by_id(call, m, user, KA_SBX_GET, ka_svc_sandbox);
 }
 static void s_suspend(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_SUSPEND);
+    s_by_id(call, m, user, KA_SBX_SUSPEND, ka_svc_suspend);
 }
 static void s_resume(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_RESUME);
+    s_by_id(call, m, user, KA_SBX_RESUME, ka_svc_resume);
 }
 static void s_pause(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_PAUSE);
+    s_by_id(call, m, user, KA_SBX_PAUSE, ka_svc_pause);
 }
 static void s_unpause(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_UNPAUSE);
+    s_by_id(call, m, user, KA_SBX_UNPAUSE, ka_svc_unpause);
 }
 static void s_delete(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_by_id(call, m, user, KA_SBX_DELETE);
+    s_by_id(call, m, user, KA_SBX_DELETE, ka_svc_delete);
 }
 
-typedef struct {
-    kb_grpc_call_t *call;
-    uint32_t type;
-    int32_t offset;
-} s_list_ctx_t;
-
-static void s_on_list(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_list(void *user, const ka_svc_status_t *st, const ka_svc_list_t *l)
 {
-    s_list_ctx_t *c = user;
-    const ka_sbx_list_t *l = body;
-    if (st->code != KA_OK || len < sizeof *l || len < sizeof *l + l->count * sizeof l->items[0]) {
-        kb_api_fail(c->call, st);
-        free(c);
+    kb_grpc_call_t *call = user;
+    if (st->err) {
+        kb_api_fail_err(call, st);
         return;
     }
-    ka_sbx_list_t *copy = malloc(len); /* s_fill borrows mutable strings */
+    ka_store_sandbox_t *copy = malloc((l->count ? l->count : 1) * sizeof *copy);
     s_pb_sandbox_t *pbs = calloc(l->count ? l->count : 1, sizeof *pbs);
     Kagent__Api__V1__Sandbox **ptrs = calloc(l->count ? l->count : 1, sizeof *ptrs);
     if (!copy || !pbs || !ptrs) {
-        kb_grpc_fail(c->call, KB_GRPC_INTERNAL, "out of memory");
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
     } else {
-        memcpy(copy, body, len);
-        for (uint32_t i = 0; i < copy->count; i++) {
-            s_fill(&pbs[i], &copy->items[i], false);
+        memcpy(copy, l->items, l->count * sizeof *copy); /* s_fill borrows mutable strings */
+        for (uint32_t i = 0; i < l->count; i++) {
+            s_fill(&pbs[i], &copy[i], false);
             ptrs[i] = &pbs[i].sb;
         }
         Kagent__Api__V1__ListSandboxesResponse resp =
             KAGENT__API__V1__LIST_SANDBOXES_RESPONSE__INIT;
         Kagent__Api__V1__PageResponse page = KAGENT__API__V1__PAGE_RESPONSE__INIT;
-        char token[16];
-        resp.n_sandboxes = copy->count;
+        char token[24];
+        resp.n_sandboxes = l->count;
         resp.sandboxes = ptrs;
-        if (copy->more) {
-            snprintf(token, sizeof token, "%d", c->offset + (int32_t)copy->count);
+        if (l->more) {
+            snprintf(token, sizeof token, "%lld", (long long)l->next_offset);
             page.next_page_token = token;
         }
         resp.page = &page;
-        kb_grpc_reply(c->call, &resp.base);
+        kb_grpc_reply(call, &resp.base);
     }
     free(copy);
     free(pbs);
     free(ptrs);
-    free(c);
 }
 
 static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Api__V1__ListSandboxesRequest *req = (const void *)m;
-    ka_sbx_list_req_t q;
-    memset(&q, 0, sizeof q);
-    if (kb_api_caller(user, call, q.caller, sizeof q.caller))
+    char caller[KB_AUTH_ID_MAX + 1];
+    if (kb_api_caller(user, call, caller, sizeof caller))
         return;
+    ka_svc_list_args_t a = {0};
     if (req->page) {
-        q.limit = req->page->limit;
-        q.offset = req->page->offset;
-        if (req->page->page_token[0]) {
-            char *end;
-            long v = strtol(req->page->page_token, &end, 10);
-            if (*end || v < 0 || v > 1000000000) {
-                kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, "page_token is not valid");
-                return;
-            }
-            q.offset = (int32_t)v;
-        }
-    }
-    if (q.limit < 0 || q.limit > 100 || q.offset < 0) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "page.limit must be between 0 and 100 and page.offset non-negative");
-        return;
+        a.limit = req->page->limit;
+        a.offset = req->page->offset;
+        a.page_token = req->page->page_token;
     }
     if (req->sandbox_template) {
-        snprintf(q.template_namespace, sizeof q.template_namespace, "%s",
-                 req->sandbox_template->namespace_);
-        snprintf(q.template_name, sizeof q.template_name, "%s", req->sandbox_template->name);
+        a.template_namespace = req->sandbox_template->namespace_;
+        a.template_name = req->sandbox_template->name;
     }
-    s_list_ctx_t *c = malloc(sizeof *c);
-    if (!c) {
-        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-        return;
-    }
-    *c = (s_list_ctx_t){call, KA_SBX_LIST, q.offset};
-    if (ka_svc_call(((kb_api_t *)user)->o.svc, KA_SBX_LIST, &q, sizeof q, 0, s_on_list, c)) {
-        free(c);
-        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
-    }
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    ka_svc_status_t st = ka_svc_list(((kb_api_t *)user)->o.svc, &who, &a, s_on_list, call);
+    if (st.err)
+        kb_api_fail_err(call, &st);
 }
 
 #define SVC "/kagent.api.v1.SandboxService/"

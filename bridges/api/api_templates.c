@@ -8,8 +8,6 @@
 #include "pbjson.h"
 #include "template_doc.h"
 
-#define TEMPLATE_NS_DEFAULT "kagent"
-
 /* One SandboxTemplate message and what it owns. */
 typedef struct {
     Kagent__Api__V1__SandboxTemplate t;
@@ -93,23 +91,23 @@ typedef struct {
 } s_ctx_t;
 
 /* Replies from the templates actor: a status and the store's template records. */
-static void s_on_templates(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_templates(void *user, const ka_svc_status_t *st, const ka_svc_templates_t *t)
 {
     s_ctx_t *c = user;
-    if (st->code != KA_OK || len < sizeof(ka_tpl_reply_t)) {
-        kb_api_fail(c->call, st);
+    if (st->err) {
+        kb_api_fail_err(c->call, st);
         free(c);
         return;
     }
-    const ka_tpl_reply_t *r = body;
-    size_t blen = len - offsetof(ka_tpl_reply_t, blob);
-    size_t n = r->blob.count;
+    const ka_store_blob_t *blob = t->blob;
+    size_t blen = t->blob_len;
+    size_t n = blob->count;
     s_pb_template_t *pbs = calloc(n ? n : 1, sizeof *pbs);
     Kagent__Api__V1__SandboxTemplate **ptrs = calloc(n ? n : 1, sizeof *ptrs);
     size_t i = 0;
-    for (const ka_store_template_t *t = ka_store_blob_next(&r->blob, blen, NULL);
-         t && pbs && ptrs && i < n; t = ka_store_blob_next(&r->blob, blen, t), i++) {
-        s_fill(&pbs[i], t);
+    for (const ka_store_template_t *r = ka_store_blob_next(blob, blen, NULL);
+         r && pbs && ptrs && i < n; r = ka_store_blob_next(blob, blen, r), i++) {
+        s_fill(&pbs[i], r);
         ptrs[i] = &pbs[i].t;
     }
     if (!pbs || !ptrs) {
@@ -144,40 +142,23 @@ static void s_on_templates(void *user, const ka_status_t *st, const void *body, 
     free(c);
 }
 
-static void s_send(kb_grpc_call_t *call, void *user, uint32_t type, const void *body, size_t len)
+static s_ctx_t *s_ctx(kb_grpc_call_t *call, uint32_t type)
 {
     s_ctx_t *c = malloc(sizeof *c);
-    if (!c) {
+    if (c)
+        *c = (s_ctx_t){call, type};
+    else
         kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-        return;
-    }
-    *c = (s_ctx_t){call, type};
-    if (ka_svc_call(((kb_api_t *)user)->o.svc, type, body, len, 0, s_on_templates, c)) {
-        free(c);
-        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
-    }
+    return c;
 }
 
-/* Checks a reference; fills key. 0, or answers INVALID_ARGUMENT and returns -1. */
-static int s_ref(kb_grpc_call_t *call, const Kagent__Api__V1__ResourceReference *ref,
-                 bool need_name, ka_tpl_key_t *key)
+/* Answers a refused start (the callback will not run) and frees c. */
+static void s_started(kb_grpc_call_t *call, ka_svc_status_t st, s_ctx_t *c)
 {
-    memset(key, 0, sizeof *key);
-    const char *ns = ref && ref->namespace_[0] ? ref->namespace_ : TEMPLATE_NS_DEFAULT;
-    const char *name = ref ? ref->name : "";
-    if (ka_check_dns_label(ns)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "ref.namespace must be a DNS label (1-63 characters)");
-        return -1;
+    if (st.err) {
+        kb_api_fail_err(call, &st);
+        free(c);
     }
-    if (need_name && ka_check_dns_subdomain(name)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "ref.name must be a DNS subdomain (1-253 characters)");
-        return -1;
-    }
-    snprintf(key->namespace_, sizeof key->namespace_, "%s", ns);
-    snprintf(key->name, sizeof key->name, "%s", name);
-    return 0;
 }
 
 static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -186,25 +167,30 @@ static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     char caller[KB_AUTH_ID_MAX + 1];
     if (kb_api_caller(user, call, caller, sizeof caller))
         return;
-    ka_tpl_key_t k;
-    memset(&k, 0, sizeof k);
-    if (req->namespace_[0] && ka_check_dns_label(req->namespace_)) {
-        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT,
-                     "namespace must be a DNS label (1-63 characters)");
-        return;
-    }
-    snprintf(k.namespace_, sizeof k.namespace_, "%s", req->namespace_);
-    s_send(call, user, KA_TPL_LIST, &k, sizeof k);
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    s_ctx_t *c = s_ctx(call, KA_TPL_LIST);
+    if (c)
+        s_started(call,
+                  ka_svc_template_list(((kb_api_t *)user)->o.svc, &who, req->namespace_,
+                                       s_on_templates, c),
+                  c);
 }
 
 static void s_get_or_delete(kb_grpc_call_t *call, const Kagent__Api__V1__ResourceReference *ref,
                             void *user, uint32_t type)
 {
     char caller[KB_AUTH_ID_MAX + 1];
-    ka_tpl_key_t k;
-    if (kb_api_caller(user, call, caller, sizeof caller) || s_ref(call, ref, true, &k))
+    if (kb_api_caller(user, call, caller, sizeof caller))
         return;
-    s_send(call, user, type, &k, sizeof k);
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    ka_svc_tpl_ref_t r = {ref ? ref->namespace_ : NULL, ref ? ref->name : ""};
+    ka_service_t *svc = ((kb_api_t *)user)->o.svc;
+    s_ctx_t *c = s_ctx(call, type);
+    if (c)
+        s_started(call,
+                  type == KA_TPL_GET ? ka_svc_template_get(svc, &who, &r, s_on_templates, c)
+                                     : ka_svc_template_delete(svc, &who, &r, s_on_templates, c),
+                  c);
 }
 
 static void s_get(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -261,37 +247,19 @@ static void s_apply(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Api__V1__CreateSandboxTemplateRequest *req = (const void *)m;
     char caller[KB_AUTH_ID_MAX + 1];
-    ka_tpl_key_t k;
-    if (kb_api_caller(user, call, caller, sizeof caller) || s_ref(call, req->ref, false, &k))
+    if (kb_api_caller(user, call, caller, sizeof caller))
         return;
     char *doc = s_document(call, req);
     if (!doc)
         return;
-    /* metadata must match the reference (sandbox_template.metadata_matches_ref) */
-    ka_template_doc_t *parsed = NULL;
-    char err[KA_TEMPLATE_ERR_CAP];
-    if (ka_template_parse(doc, strlen(doc), k.namespace_, &parsed, err, sizeof err) == 0 &&
-        ((req->ref && req->ref->name[0] && strcmp(req->ref->name, parsed->name)) ||
-         strcmp(k.namespace_, parsed->namespace_))) {
-        ka_template_free(&parsed);
-        free(doc);
-        kb_grpc_fail(
-            call, KB_GRPC_INVALID_ARGUMENT,
-            "sandbox_template.metadata_matches_ref: metadata name and namespace must equal ref");
-        return;
-    }
-    ka_template_free(&parsed); /* a parse error is the templates actor's to report */
-    size_t dl = strlen(doc);
-    ka_tpl_apply_t *a = calloc(1, sizeof *a + dl + 1);
-    if (a) {
-        snprintf(a->default_namespace, sizeof a->default_namespace, "%s", k.namespace_);
-        a->yaml_len = (uint32_t)dl;
-        memcpy(a->yaml, doc, dl + 1);
-        s_send(call, user, KA_TPL_APPLY, a, sizeof *a + dl + 1);
-    } else {
-        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-    }
-    free(a);
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    ka_svc_tpl_ref_t r = {req->ref ? req->ref->namespace_ : NULL, req->ref ? req->ref->name : ""};
+    s_ctx_t *c = s_ctx(call, KA_TPL_APPLY);
+    if (c)
+        s_started(call,
+                  ka_svc_template_apply(((kb_api_t *)user)->o.svc, &who, &r, doc, strlen(doc),
+                                        s_on_templates, c),
+                  c);
     free(doc);
 }
 

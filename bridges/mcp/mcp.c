@@ -101,6 +101,9 @@ struct s_job {
     kb_http_stream_t *stream;
     pthread_mutex_t mu; /* guards writes to stream */
     double progress;
+    bool plain;       /* no progress: the answer is one JSON body or one SSE event */
+    bool sse;         /* plain: answer as text/event-stream */
+    char version[16]; /* plain: the request's revision */
 };
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -532,8 +535,17 @@ static bool s_tools_call(s_ctx_t *x, const json_t *id, const json_t *params, s_o
         out->status = 200;
         out->ctype = "text/event-stream";
         return true;
-    } else {
-        s_tools_call_sync(x, id, name, json_is_object(args) ? args : NULL, out);
+    } else { /* the call runs on a worker: an HTTP thread never waits on the service */
+        if (!(out->job = s_job_new(x, id, name, args, NULL))) {
+            *code = KB_RPC_INTERNAL;
+            *emsg = "out of memory";
+            return false;
+        }
+        out->job->plain = true;
+        out->job->sse = x->sse && (!x->json || x->level <= 3); /* a failure's log note fits */
+        snprintf(out->job->version, sizeof out->job->version, "%s", x->version);
+        out->status = 200;
+        out->ctype = out->job->sse ? "text/event-stream" : "application/json";
         return true;
     }
     return false;
@@ -829,9 +841,34 @@ static void s_job_free(s_job_t *j)
     free(j);
 }
 
+/* A plain job's answer into *out, as s_tools_call_sync makes it. */
+static void s_job_answer(s_job_t *j, s_out_t *out)
+{
+    s_ctx_t x = {.m = j->m,
+                 .caller = j->caller,
+                 .level = j->level,
+                 .modern = j->modern,
+                 .sse = j->sse,
+                 .json = !j->sse};
+    snprintf(x.version, sizeof x.version, "%s", j->version);
+    memset(out, 0, sizeof *out);
+    s_tools_call_sync(&x, j->id, j->tool, j->args, out);
+}
+
 /* Runs the job to its end and closes the stream (the stream may be NULL in tests). */
 static void s_job_run(s_job_t *j)
 {
+    if (j->plain) {
+        s_out_t out;
+        s_job_answer(j, &out);
+        pthread_mutex_lock(&j->mu);
+        if (j->stream && out.body)
+            kb_http_stream_write(j->stream, out.body, out.len);
+        kb_http_stream_close(&j->stream);
+        pthread_mutex_unlock(&j->mu);
+        free(out.body);
+        return;
+    }
     kb_mcp_call_t c = {.svc = j->m->svc,
                        .caller = j->caller,
                        .structured = j->structured,
@@ -887,7 +924,11 @@ unsigned kb_mcp_post(kb_mcp_t *m, const char *accept, const char *user_id, const
     s_out_t out;
     s_serve(m, &in, &out);
     json_decref(msg);
-    if (out.job) { /* no stream: the job's events go nowhere */
+    if (out.job && out.job->plain) { /* no HTTP thread to spare: answer here */
+        s_job_t *j = out.job;
+        s_job_answer(j, &out);
+        s_job_free(j);
+    } else if (out.job) { /* no stream: the job's events go nowhere */
         s_job_run(out.job);
         s_job_free(out.job);
     }
@@ -931,7 +972,7 @@ static void s_handler(kb_http_req_t *req, void *arg)
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         bool started = false;
-        if (kb_http_respond_stream(req, 200, "text/event-stream", &j->stream) == 0) {
+        if (kb_http_respond_stream(req, 200, out.ctype, &j->stream) == 0) {
             pthread_mutex_lock(&m->mu);
             m->workers++;
             pthread_mutex_unlock(&m->mu);

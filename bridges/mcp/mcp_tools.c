@@ -4,7 +4,6 @@
  * become results with isError: true and the service's message, so an agent can correct itself.
  * Waiting on the service happens here, on the caller's thread, with a periodic tick (progress).
  */
-#include "checks.h"
 #include "mcp_int.h"
 
 #include <errno.h>
@@ -17,23 +16,15 @@
 #include <time.h>
 
 #include "control_msgs.h"
+#include "ka_errors.h"
 #include "sandboxes.h"
 #include "store.h"
+#include "svc_frames.h"
+#include "svc_ops.h"
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
-static const char *const s_code_names[] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
-
-static const char *s_code_name(int code)
-{
-    return code >= 0 && code <= KA_UNAUTHENTICATED ? s_code_names[code] : "UNKNOWN";
-}
-
-/* A tool error result: "<CODE>: <message>". */
+/* A tool error result: "<CODE>: <message>" (the code's name from ka_errors' table). */
 static json_t *s_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static json_t *s_error(int code, const char *fmt, ...)
 {
@@ -42,15 +33,16 @@ static json_t *s_error(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(text, sizeof text, "%s: %s", s_code_name(code), msg);
+    snprintf(text, sizeof text, "%s: %s", ka_code_name(code), msg);
     return json_pack("{s:[{s:s,s:s}],s:b,s:{s:s}}", "content", "type", "text", "text", text,
-                     "isError", 1, "_meta", "kagent.dev/error-code", s_code_name(code));
+                     "isError", 1, "_meta", "kagent.dev/error-code", ka_code_name(code));
 }
 
-static json_t *s_status_error(const ka_status_t *st)
+/* A service status (negative errno) as a tool error result. */
+static json_t *s_svc_error(int err, const char *message)
 {
-    return s_error(st->code ? st->code : KA_INTERNAL, "%s",
-                   st->message[0] ? st->message : "the call failed");
+    return s_error(err ? ka_err_code(err) : KA_INTERNAL, "%s",
+                   message && message[0] ? message : "the call failed");
 }
 
 /* A success result: the object as JSON text (and structuredContent). Steals obj. */
@@ -85,32 +77,23 @@ static int64_t s_int(const json_t *args, const char *key, int64_t def)
     return def;
 }
 
-/* Copies s into a fixed field; false when it does not fit. */
-static bool s_put(char *dst, size_t cap, const char *s)
-{
-    size_t n = strlen(s);
-    if (n >= cap)
-        return false;
-    memcpy(dst, s, n + 1);
-    return true;
-}
-
-/* ---- waiting on the service ------------------------------------------------------------------ */
-
-typedef struct s_frame {
-    struct s_frame *next;
-    size_t len;
-    _Alignas(8) unsigned char bytes[]; /* a ka_guest_reply_t and its tail */
-} s_frame_t;
+/* ---- waiting on the service (this thread is a tools/call worker, never an HTTP thread) ----- */
 
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
-    ka_status_t st;
-    void *body;
-    size_t len;
-    s_frame_t *head, **tail;
+    int err;
+    char msg[KA_MSG_LEN];
+    ka_store_sandbox_t sb; /* sandbox ops */
+    bool paused;
+    void *body; /* list: items; templates: the blob (malloc'd) */
+    size_t n, len;
+    bool more;
+    int64_t next;
+    ka_process_info_t proc; /* process ops */
+    uint64_t written;       /* input, write */
+    ka_frames_t frames;     /* streams */
 } s_wait_t;
 
 static void s_wait_init(s_wait_t *w)
@@ -122,22 +105,26 @@ static void s_wait_init(s_wait_t *w)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    w->tail = &w->head;
 }
 
 static void s_wait_fini(s_wait_t *w)
 {
-    while (w->head) {
-        s_frame_t *f = w->head;
-        w->head = f->next;
-        free(f);
-    }
+    ka_frames_clear(&w->frames);
     free(w->body);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
 }
 
-/* Waits (lock held) until ready(w) or the tick interval passes; runs the tick unlocked. */
+/* Records the end (lock held). */
+static void s_wait_end(s_wait_t *w, const ka_svc_status_t *st)
+{
+    w->err = st->err;
+    snprintf(w->msg, sizeof w->msg, "%s", st->message ? st->message : "");
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+}
+
+/* Waits (lock held) until signalled or the tick interval passes; runs the tick unlocked. */
 static void s_wait_step(kb_mcp_call_t *c, s_wait_t *w)
 {
     int ms = c->tick && c->tick_ms > 0 ? c->tick_ms : 1000;
@@ -156,63 +143,90 @@ static void s_wait_step(kb_mcp_call_t *c, s_wait_t *w)
     }
 }
 
-static void s_on_unary(void *user, const ka_status_t *st, const void *body, size_t len)
+/* Waits for a started op's end (the service answers exactly once, within its timeout), or
+ * takes its refusal. Returns w->err. */
+static int s_wait(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started)
+{
+    pthread_mutex_lock(&w->mu);
+    if (started.err)
+        s_wait_end(w, &started);
+    while (!w->done)
+        s_wait_step(c, w);
+    pthread_mutex_unlock(&w->mu);
+    return w->err;
+}
+
+static void s_on_sandbox(void *user, const ka_svc_status_t *st, const ka_svc_sandbox_t *r)
 {
     s_wait_t *w = user;
     pthread_mutex_lock(&w->mu);
-    w->st = *st;
-    if (body && len && (w->body = malloc(len))) {
-        memcpy(w->body, body, len);
-        w->len = len;
+    if (r) {
+        w->sb = *r->sandbox;
+        w->paused = r->paused;
     }
-    w->done = true;
-    pthread_cond_signal(&w->cv);
+    s_wait_end(w, st);
     pthread_mutex_unlock(&w->mu);
 }
 
-/* A unary service call. Returns the status code; *st the status; on success *out and *out_len the
- * reply (malloc'd, caller frees). */
-static int s_unary(kb_mcp_call_t *c, uint32_t type, const void *body, size_t len, ka_status_t *st,
-                   void **out, size_t *out_len)
+static void s_on_list(void *user, const ka_svc_status_t *st, const ka_svc_list_t *l)
 {
-    s_wait_t w;
-    s_wait_init(&w);
-    int rc = ka_svc_call(c->svc, type, body, len, 0, s_on_unary, &w);
-    if (rc) {
-        s_wait_fini(&w);
-        memset(st, 0, sizeof *st);
-        st->code = KA_UNAVAILABLE;
-        snprintf(st->message, sizeof st->message, "the control plane is not running");
-        return st->code;
+    s_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    ka_svc_status_t oom = {-ENOMEM, "out of memory"};
+    if (l && l->count && !(w->body = malloc(l->count * sizeof l->items[0])))
+        st = &oom;
+    else if (l) {
+        if (l->count)
+            memcpy(w->body, l->items, l->count * sizeof l->items[0]);
+        w->n = l->count;
+        w->more = l->more;
+        w->next = l->next_offset;
     }
-    pthread_mutex_lock(&w.mu);
-    while (!w.done) /* the service answers exactly once, within its timeout */
-        s_wait_step(c, &w);
-    pthread_mutex_unlock(&w.mu);
-    *st = w.st;
-    if (out && st->code == KA_OK && w.body) {
-        *out = w.body;
-        *out_len = w.len;
-        w.body = NULL;
+    s_wait_end(w, st);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void s_on_templates(void *user, const ka_svc_status_t *st, const ka_svc_templates_t *t)
+{
+    s_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    ka_svc_status_t oom = {-ENOMEM, "out of memory"};
+    if (t && !(w->body = malloc(t->blob_len)))
+        st = &oom;
+    else if (t) {
+        memcpy(w->body, t->blob, t->blob_len);
+        w->len = t->blob_len;
     }
-    s_wait_fini(&w);
-    return st->code;
+    s_wait_end(w, st);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_process_t *p)
+{
+    s_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    if (p)
+        w->proc = p->info;
+    s_wait_end(w, st);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void s_on_written(void *user, const ka_svc_status_t *st, uint64_t written)
+{
+    s_wait_t *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->written = written;
+    s_wait_end(w, st);
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 {
     s_wait_t *w = user;
-    s_frame_t *fr = malloc(sizeof *fr + len);
     pthread_mutex_lock(&w->mu);
-    if (fr) {
-        fr->next = NULL;
-        fr->len = len;
-        memcpy(fr->bytes, f, len);
-        *w->tail = fr;
-        w->tail = &fr->next;
-    } else if (f->final) { /* out of memory: still end the wait */
-        w->st = f->status;
-        w->done = true;
+    if (ka_frames_push(&w->frames, f, len) && f->final) { /* out of memory: still end */
+        ka_svc_status_t st = ka_svc_status_of(&f->status);
+        s_wait_end(w, &st);
     }
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -221,47 +235,31 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 /* Takes data frames; returns false when it needs no more (the stream is then cancelled). */
 typedef bool (*s_data_fn)(void *u, const ka_guest_reply_t *f);
 
-/* A guest call (q is consumed). Data frames go to on_data; *fin receives the final frame's
- * header. Returns the final status code. */
-static int s_guest(kb_mcp_call_t *c, ka_guest_req_t *q, s_data_fn on_data, void *u,
-                   ka_guest_reply_t *fin)
+/* Drains a started stream: data frames go to on_data; *fin receives the final frame's header.
+ * Returns the final status code (ka_code_t). */
+static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_addr_t stream,
+                   s_data_fn on_data, void *u, ka_guest_reply_t *fin)
 {
     memset(fin, 0, sizeof *fin);
-    if (!q) {
-        fin->status.code = KA_INTERNAL;
-        snprintf(fin->status.message, sizeof fin->status.message, "out of memory");
-        return KA_INTERNAL;
-    }
-    s_wait_t w;
-    s_wait_init(&w);
-    krt_addr_t stream = KRT_ADDR_NONE;
-    int rc = ka_svc_stream(c->svc, q, sizeof *q + q->tail_len, s_on_frame, &w, &stream);
-    free(q);
-    if (rc) {
-        s_wait_fini(&w);
-        fin->status.code = KA_UNAVAILABLE;
-        snprintf(fin->status.message, sizeof fin->status.message,
-                 "the sandbox service is not running");
-        return KA_UNAVAILABLE;
+    if (started.err) {
+        ka_frame_final(fin, ka_err_code(started.err), started.message);
+        return fin->status.code;
     }
     int64_t deadline = krt_mono_ms() + KB_MCP_GUEST_WAIT_MS;
     bool cancelled = false, have_final = false;
-    pthread_mutex_lock(&w.mu);
-    while (!have_final && !w.done) {
-        if (!w.head) {
+    pthread_mutex_lock(&w->mu);
+    while (!have_final && !w->done) {
+        if (ka_frames_empty(&w->frames)) {
             if (!cancelled && krt_mono_ms() > deadline) {
                 cancelled = true;
                 ka_svc_stream_cancel(c->svc, stream);
             }
-            s_wait_step(c, &w);
+            s_wait_step(c, w);
             continue;
         }
-        s_frame_t *fr = w.head;
-        w.head = fr->next;
-        if (!w.head)
-            w.tail = &w.head;
-        pthread_mutex_unlock(&w.mu);
-        const ka_guest_reply_t *f = (const ka_guest_reply_t *)fr->bytes;
+        ka_frame_t *fr = ka_frames_pop(&w->frames);
+        pthread_mutex_unlock(&w->mu);
+        const ka_guest_reply_t *f = &fr->frame;
         if (f->final) {
             *fin = *f;
             fin->tail_len = 0;
@@ -273,13 +271,18 @@ static int s_guest(kb_mcp_call_t *c, ka_guest_req_t *q, s_data_fn on_data, void 
             ka_svc_stream_ack(c->svc, stream, f->tail_len); /* taken: the guest may send more */
         }
         free(fr);
-        pthread_mutex_lock(&w.mu);
+        pthread_mutex_lock(&w->mu);
     }
     if (!have_final)
-        fin->status = w.st;
-    pthread_mutex_unlock(&w.mu);
-    s_wait_fini(&w);
+        ka_frame_final(fin, ka_err_code(w->err), w->msg);
+    pthread_mutex_unlock(&w->mu);
     return fin->status.code;
+}
+
+static json_t *s_frame_error(const ka_guest_reply_t *fin)
+{
+    return s_error(fin->status.code ? fin->status.code : KA_INTERNAL, "%s",
+                   fin->status.message[0] ? fin->status.message : "the call failed");
 }
 
 /* ---- results shared by tools ---------------------------------------------------------------- */
@@ -329,16 +332,13 @@ static json_t *s_summary(const ka_store_sandbox_t *sb)
     return o;
 }
 
-/* A ka_sbx_reply_t as the tool's result: the summary, with "paused" after a pause or unpause
- * and whenever it is paused. */
-static json_t *s_reply_summary(kb_mcp_call_t *c, uint32_t type, const void *body, size_t len)
+/* A sandbox op's result: the summary, with "paused" after a pause or unpause and whenever it
+ * is paused. */
+static json_t *s_reply_summary(kb_mcp_call_t *c, bool pause_op, const s_wait_t *w)
 {
-    if (len < sizeof(ka_sbx_reply_t))
-        return s_error(KA_INTERNAL, "short reply");
-    const ka_sbx_reply_t *rep = body;
-    json_t *o = s_summary(&rep->sandbox);
-    if (type == KA_SBX_PAUSE || type == KA_SBX_UNPAUSE || rep->paused)
-        json_object_set_new(o, "paused", json_boolean(rep->paused != 0));
+    json_t *o = s_summary(&w->sb);
+    if (pause_op || w->paused)
+        json_object_set_new(o, "paused", json_boolean(w->paused));
     return s_ok(c, o);
 }
 
@@ -360,236 +360,157 @@ static json_t *s_process_id(uint64_t proc)
     return json_string(b);
 }
 
-/* process_id as start_sandbox_process returns it: decimal digits. */
-static bool s_parse_proc(const char *s, uint64_t *out)
-{
-    if (!s || !*s || strlen(s) > 20)
-        return false;
-    uint64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        uint64_t d = (uint64_t)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* ---- lifecycle tools --------------------------------------------------------------------------
  */
 
+static ka_svc_caller_t s_who(const kb_mcp_call_t *c)
+{
+    return (ka_svc_caller_t){c->caller, 0};
+}
+
 static json_t *t_list_templates(kb_mcp_call_t *c, json_t *args)
 {
-    ka_tpl_key_t k;
-    memset(&k, 0, sizeof k);
-    if (!s_put(k.namespace_, sizeof k.namespace_, s_str(args, "namespace", "")))
-        return s_error(KA_INVALID_ARGUMENT, "namespace: must be a DNS label of 1-63 characters");
-    ka_status_t st;
-    void *body = NULL;
-    size_t len = 0;
-    if (s_unary(c, KA_TPL_LIST, &k, sizeof k, &st, &body, &len) != KA_OK)
-        return s_status_error(&st);
-    json_t *list = json_array();
-    if (len >= sizeof(ka_tpl_reply_t)) {
-        const ka_tpl_reply_t *tr = body;
-        size_t blen = len - offsetof(ka_tpl_reply_t, blob);
-        for (const ka_store_template_t *t = ka_store_blob_next(&tr->blob, blen, NULL); t;
-             t = ka_store_blob_next(&tr->blob, blen, t))
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r;
+    if (s_wait(
+            c, &w,
+            ka_svc_template_list(c->svc, &who, s_str(args, "namespace", ""), s_on_templates, &w))) {
+        r = s_svc_error(w.err, w.msg);
+    } else {
+        json_t *list = json_array();
+        const ka_store_blob_t *blob = w.body;
+        for (const ka_store_template_t *t = ka_store_blob_next(blob, w.len, NULL); t;
+             t = ka_store_blob_next(blob, w.len, t))
             if (!t->deleted)
                 json_array_append_new(
                     list, json_pack("{s:s,s:s}", "namespace", t->namespace_, "name", t->name));
+        r = s_ok(c, json_pack("{s:o}", "templates", list));
     }
-    free(body);
-    return s_ok(c, json_pack("{s:o}", "templates", list));
+    s_wait_fini(&w);
+    return r;
 }
 
 static json_t *t_create(kb_mcp_call_t *c, json_t *args)
 {
-    ka_sbx_create_t q;
-    memset(&q, 0, sizeof q);
-    s_put(q.caller, sizeof q.caller, c->caller);
-    if (!s_put(q.template_namespace, sizeof q.template_namespace, s_str(args, "namespace", "")))
-        return s_error(KA_INVALID_ARGUMENT,
-                       "sandbox_template.namespace: must be a DNS label of 1-63 characters");
-    if (!s_put(q.template_name, sizeof q.template_name, s_str(args, "template", "")))
-        return s_error(KA_INVALID_ARGUMENT,
-                       "sandbox_template.name: must be a DNS subdomain of 1-253 characters");
-    const char *why = ka_check_request_id(s_str(args, "request_id", ""));
-    if (!why)
-        why = ka_check_sandbox_name(s_str(args, "name", ""));
-    if (why)
-        return s_error(KA_INVALID_ARGUMENT, "%s", why);
-    s_put(q.request_id, sizeof q.request_id, s_str(args, "request_id", ""));
-    s_put(q.name, sizeof q.name, s_str(args, "name", ""));
-    int64_t ttl = s_int(args, "ttl_seconds", 0);
-    q.ttl_ms = ttl * 1000;
-    ka_status_t st;
-    void *body = NULL;
-    size_t len = 0;
-    if (s_unary(c, KA_SBX_CREATE, &q, sizeof q, &st, &body, &len) != KA_OK)
-        return s_status_error(&st);
-    json_t *r = s_reply_summary(c, KA_SBX_CREATE, body, len);
-    free(body);
+    ka_svc_create_args_t a = {.request_id = s_str(args, "request_id", ""),
+                              .name = s_str(args, "name", ""),
+                              .template_namespace = s_str(args, "namespace", ""),
+                              .template_name = s_str(args, "template", ""),
+                              .ttl_ms = s_int(args, "ttl_seconds", 0) * 1000};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r = s_wait(c, &w, ka_svc_create(c->svc, &who, &a, s_on_sandbox, &w))
+                    ? s_svc_error(w.err, w.msg)
+                    : s_reply_summary(c, false, &w);
+    s_wait_fini(&w);
     return r;
 }
 
 static json_t *t_list_sandboxes(kb_mcp_call_t *c, json_t *args)
 {
-    ka_sbx_list_req_t q;
-    memset(&q, 0, sizeof q);
-    s_put(q.caller, sizeof q.caller, c->caller);
-    q.limit = (int32_t)s_int(args, "page_size", 0);
-    const char *tok = s_str(args, "page_token", "");
-    if (*tok) {
-        uint64_t off;
-        if (!s_parse_proc(tok, &off) || off > INT32_MAX)
-            return s_error(KA_INVALID_ARGUMENT, "invalid page_token");
-        q.offset = (int32_t)off;
+    ka_svc_list_args_t a = {.limit = s_int(args, "page_size", 0),
+                            .page_token = s_str(args, "page_token", "")};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r;
+    if (s_wait(c, &w, ka_svc_list(c->svc, &who, &a, s_on_list, &w))) {
+        r = s_svc_error(w.err, w.msg);
+    } else {
+        json_t *items = json_array();
+        const ka_store_sandbox_t *sb = w.body;
+        for (size_t i = 0; i < w.n; i++)
+            json_array_append_new(items, s_summary(&sb[i]));
+        json_t *o = json_pack("{s:o}", "sandboxes", items);
+        if (w.more) {
+            char next[32];
+            snprintf(next, sizeof next, "%" PRId64, w.next);
+            json_object_set_new(o, "next_page_token", json_string(next));
+        }
+        r = s_ok(c, o);
     }
-    ka_status_t st;
-    void *body = NULL;
-    size_t len = 0;
-    if (s_unary(c, KA_SBX_LIST, &q, sizeof q, &st, &body, &len) != KA_OK)
-        return s_status_error(&st);
-    const ka_sbx_list_t *l = body;
-    json_t *items = json_array();
-    uint32_t n = 0;
-    if (len >= sizeof *l) {
-        n = l->count;
-        if (n > (len - sizeof *l) / sizeof l->items[0])
-            n = (uint32_t)((len - sizeof *l) / sizeof l->items[0]);
-        for (uint32_t i = 0; i < n; i++)
-            json_array_append_new(items, s_summary(&l->items[i]));
-    }
-    json_t *o = json_pack("{s:o}", "sandboxes", items);
-    if (len >= sizeof *l && l->more) {
-        char next[32];
-        snprintf(next, sizeof next, "%" PRId64, (int64_t)q.offset + n);
-        json_object_set_new(o, "next_page_token", json_string(next));
-    }
-    free(body);
-    return s_ok(c, o);
+    s_wait_fini(&w);
+    return r;
 }
 
-static json_t *s_sandbox_id_error(void)
-{
-    return s_error(KA_INVALID_ARGUMENT, "%s", KA_MSG_NOT_UUID);
-}
+typedef ka_svc_status_t (*s_by_id_fn)(ka_service_t *svc, const ka_svc_caller_t *who, const char *id,
+                                      ka_svc_sandbox_cb cb, void *user);
 
-static json_t *s_lifecycle(kb_mcp_call_t *c, json_t *args, uint32_t type)
+static json_t *s_lifecycle(kb_mcp_call_t *c, json_t *args, s_by_id_fn op, bool pause_op)
 {
-    const char *id = s_str(args, "sandbox_id", "");
-    ka_sbx_key_t k;
-    memset(&k, 0, sizeof k);
-    s_put(k.caller, sizeof k.caller, c->caller);
-    if (ka_check_uuid(id) || !s_put(k.id, sizeof k.id, id))
-        return s_sandbox_id_error();
-    ka_status_t st;
-    void *body = NULL;
-    size_t len = 0;
-    if (s_unary(c, type, &k, sizeof k, &st, &body, &len) != KA_OK)
-        return s_status_error(&st);
-    json_t *r = s_reply_summary(c, type, body, len);
-    free(body);
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r = s_wait(c, &w, op(c->svc, &who, s_str(args, "sandbox_id", ""), s_on_sandbox, &w))
+                    ? s_svc_error(w.err, w.msg)
+                    : s_reply_summary(c, pause_op, &w);
+    s_wait_fini(&w);
     return r;
 }
 
 static json_t *t_get(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_GET);
+    return s_lifecycle(c, a, ka_svc_sandbox, false);
 }
 static json_t *t_suspend(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_SUSPEND);
+    return s_lifecycle(c, a, ka_svc_suspend, false);
 }
 static json_t *t_resume(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_RESUME);
+    return s_lifecycle(c, a, ka_svc_resume, false);
 }
 static json_t *t_pause(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_PAUSE);
+    return s_lifecycle(c, a, ka_svc_pause, true);
 }
 static json_t *t_unpause(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_UNPAUSE);
+    return s_lifecycle(c, a, ka_svc_unpause, true);
 }
 static json_t *t_delete(kb_mcp_call_t *c, json_t *a)
 {
-    return s_lifecycle(c, a, KA_SBX_DELETE);
+    return s_lifecycle(c, a, ka_svc_delete, false);
 }
 
 /* ---- process tools ----------------------------------------------------------------------------
  */
 
-/* A guest request for args' sandbox_id (and process_id when want_proc); NULL with *err set. */
-static ka_guest_req_t *s_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail,
-                                   bool want_proc, json_t **err)
-{
-    const char *id = s_str(args, "sandbox_id", "");
-    if (ka_check_uuid(id) || strlen(id) >= KA_STORE_ID_LEN) {
-        *err = s_sandbox_id_error();
-        return NULL;
-    }
-    uint64_t proc = 0;
-    if (want_proc && !s_parse_proc(s_str(args, "process_id", ""), &proc)) {
-        *err = s_error(KA_INVALID_ARGUMENT,
-                       "process_id must be a process id returned by start_sandbox_process");
-        return NULL;
-    }
-    ka_guest_req_t *q = ka_guest_req_new(c->caller, id, op, tail);
-    if (!q) {
-        *err = s_error(KA_INTERNAL, "out of memory");
-        return NULL;
-    }
-    q->proc = proc;
-    return q;
-}
-
 static json_t *t_start(kb_mcp_call_t *c, json_t *args)
 {
     json_t *cmd = json_object_get(args, "command"), *env = json_object_get(args, "env");
-    size_t tail = 0, n_env = 0;
-    size_t i;
-    json_t *v;
+    size_t argc = json_array_size(cmd), n_env = json_object_size(env), i = 0;
+    const char **argv = calloc(argc ? argc : 1, sizeof *argv);
+    ka_svc_env_t *ev = calloc(n_env ? n_env : 1, sizeof *ev);
+    json_t *r = NULL, *v;
     const char *key;
-    const char *why =
-        ka_check_command(json_array_size(cmd), json_string_value(json_array_get(cmd, 0)));
-    if (why)
-        return s_error(KA_INVALID_ARGUMENT, "%s", why);
-    json_array_foreach(cmd, i, v) tail += strlen(json_string_value(v)) + 1;
-    json_object_foreach(env, key, v)
-    {
-        if ((why = ka_check_env_key(key)))
-            return s_error(KA_INVALID_ARGUMENT, "%s", why);
-        tail += strlen(key) + 1 + strlen(json_string_value(v)) + 1;
-        n_env++;
+    if (!argv || !ev) {
+        r = s_error(KA_INTERNAL, "out of memory");
+        goto out;
     }
-    const char *cwd = s_str(args, "cwd", "");
-    if ((why = ka_check_start_size(tail)) || (why = ka_check_cwd(cwd)))
-        return s_error(KA_INVALID_ARGUMENT, "%s", why);
-    json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_START, tail, false, &err);
-    if (!q)
-        return err;
-    s_put(q->cwd, sizeof q->cwd, cwd);
-    char *p = q->tail;
-    json_array_foreach(cmd, i, v) p = stpcpy(p, json_string_value(v)) + 1;
-    json_object_foreach(env, key, v)
-    {
-        p = stpcpy(p, key);
-        *p++ = '=';
-        p = stpcpy(p, json_string_value(v)) + 1;
-    }
-    q->n_argv = (uint32_t)json_array_size(cmd);
-    q->n_env = (uint32_t)n_env;
-    ka_guest_reply_t fin;
-    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
-        return s_status_error(&fin.status);
-    return s_ok(c, json_pack("{s:o}", "process_id", s_process_id(fin.process.proc)));
+    json_array_foreach(cmd, i, v) argv[i] = json_string_value(v);
+    i = 0;
+    json_object_foreach(env, key, v) ev[i++] = (ka_svc_env_t){key, json_string_value(v)};
+    ka_svc_exec_args_t a = {.sandbox_id = s_str(args, "sandbox_id", ""),
+                            .argv = argv,
+                            .argc = argc,
+                            .env = ev,
+                            .n_env = n_env,
+                            .cwd = s_str(args, "cwd", "")};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    r = s_wait(c, &w, ka_svc_exec(c->svc, &who, &a, s_on_process, &w))
+            ? s_svc_error(w.err, w.msg)
+            : s_ok(c, json_pack("{s:o}", "process_id", s_process_id(w.proc.proc)));
+    s_wait_fini(&w);
+out:
+    free(argv);
+    free(ev);
+    return r;
 }
 
 static json_t *s_process_json(const ka_process_info_t *p, bool with_status)
@@ -602,41 +523,46 @@ static json_t *s_process_json(const ka_process_info_t *p, bool with_status)
     return o;
 }
 
+/* Gets (signal 0) or signals a process; 0 or the error result in *err. */
+static int s_proc_call(kb_mcp_call_t *c, json_t *args, int signal, ka_process_info_t *p,
+                       json_t **err)
+{
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    const char *id = s_str(args, "sandbox_id", ""), *proc = s_str(args, "process_id", "");
+    ka_svc_status_t st = signal ? ka_svc_signal(c->svc, &who, id, proc, signal, s_on_process, &w)
+                                : ka_svc_process(c->svc, &who, id, proc, s_on_process, &w);
+    int rc = s_wait(c, &w, st);
+    if (rc)
+        *err = s_svc_error(w.err, w.msg);
+    else
+        *p = w.proc;
+    s_wait_fini(&w);
+    return rc;
+}
+
 static json_t *t_get_process(kb_mcp_call_t *c, json_t *args)
 {
+    ka_process_info_t p;
     json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_GET, 0, true, &err);
-    if (!q)
+    if (s_proc_call(c, args, 0, &p, &err))
         return err;
-    ka_guest_reply_t fin;
-    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
-        return s_status_error(&fin.status);
-    return s_ok(c, s_process_json(&fin.process, true));
+    return s_ok(c, s_process_json(&p, true));
 }
 
 static json_t *t_kill_process(kb_mcp_call_t *c, json_t *args)
 {
+    ka_process_info_t p;
     json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_SIGNAL, 0, true, &err);
-    if (!q)
+    if (s_proc_call(c, args, SIGKILL, &p, &err))
         return err;
-    q->signal = SIGKILL;
-    ka_guest_reply_t fin;
-    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
-        return s_status_error(&fin.status);
     /* the kill is asynchronous: wait (bounded) for the exit to report its code */
-    ka_process_info_t p = fin.process;
-    for (int i = 0; i < 100 && !(fin.has_process && p.state == 2); i++) {
-        q = s_guest_req(c, args, KA_GUEST_GET, 0, true, &err);
-        if (!q)
+    for (int i = 0; i < 100 && p.state != 2; i++) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (s_proc_call(c, args, 0, &p, &err))
             return err;
-        if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
-            return s_status_error(&fin.status);
-        p = fin.process;
-        if (p.state != 2) {
-            struct timespec ts = {0, 50 * 1000000L};
-            nanosleep(&ts, NULL);
-        }
     }
     return s_ok(c, s_process_json(&p, p.state != 2));
 }
@@ -694,21 +620,25 @@ static bool s_outputs_data(void *u, const ka_guest_reply_t *f)
 
 static json_t *t_read_outputs(kb_mcp_call_t *c, json_t *args)
 {
-    json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_OUTPUT, 0, true, &err);
-    if (!q)
-        return err;
+    ka_svc_output_args_t a = {s_str(args, "sandbox_id", ""), s_str(args, "process_id", ""),
+                              s_int(args, "stdout_offset", 0), s_int(args, "stderr_offset", 0),
+                              false};
     kb_mcp_outputs_t o;
     memset(&o, 0, sizeof o);
     o.cap = KB_MCP_OUTPUT_CAP;
-    o.off[0] = q->stdout_offset = (uint64_t)s_int(args, "stdout_offset", 0);
-    o.off[1] = q->stderr_offset = (uint64_t)s_int(args, "stderr_offset", 0);
-    q->follow = 0;
+    o.off[0] = (uint64_t)a.stdout_offset;
+    o.off[1] = (uint64_t)a.stderr_offset;
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    krt_addr_t stream = KRT_ADDR_NONE;
+    ka_svc_status_t st = ka_svc_output(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_guest(c, q, s_outputs_data, &o, &fin);
+    int code = s_drain(c, &w, st, stream, s_outputs_data, &o, &fin);
+    s_wait_fini(&w);
     if (code != KA_OK && !(code == KA_CANCELLED && o.truncated)) {
         kb_mcp_outputs_free(&o);
-        return s_status_error(&fin.status);
+        return s_frame_error(&fin);
     }
     char *b0 = kb_mcp_b64_encode(o.buf[0], o.len[0]), *b1 = kb_mcp_b64_encode(o.buf[1], o.len[1]);
     bool exited = code == KA_OK && fin.has_process && fin.process.state == 2;
@@ -742,26 +672,18 @@ static json_t *t_write_file(kb_mcp_call_t *c, json_t *args)
         free(data);
         return s_error(KA_INVALID_ARGUMENT, "file exceeds MCP 1 MiB limit");
     }
-    json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_WRITE, len, false, &err);
-    if (!q) {
-        free(data);
-        return err;
-    }
-    if (!*path || !s_put(q->path, sizeof q->path, path)) {
-        free(data);
-        free(q);
-        return s_error(KA_INVALID_ARGUMENT, "path must be 1-1023 bytes");
-    }
-    if (len)
-        memcpy(q->tail, data, len);
+    /* always the whole file: seek 0 truncates */
+    ka_svc_write_args_t a = {
+        s_str(args, "sandbox_id", ""), path, s_int(args, "mode", 0), 0, data, len};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r = s_wait(c, &w, ka_svc_file_write(c->svc, &who, &a, s_on_written, &w))
+                    ? s_svc_error(w.err, w.msg)
+                    : s_ok(c, json_pack("{s:I}", "bytes_written", (json_int_t)w.written));
+    s_wait_fini(&w);
     free(data);
-    q->mode = (uint32_t)s_int(args, "mode", 0);
-    q->seek_offset = 0; /* always the whole file */
-    ka_guest_reply_t fin;
-    if (s_guest(c, q, NULL, NULL, &fin) != KA_OK)
-        return s_status_error(&fin.status);
-    return s_ok(c, json_pack("{s:I}", "bytes_written", (json_int_t)fin.written));
+    return r;
 }
 
 enum { S_KIND_UNDECIDED, S_KIND_TEXT, S_KIND_IMAGE, S_KIND_BINARY };
@@ -915,25 +837,23 @@ static json_t *s_read_binary(kb_mcp_call_t *c, s_read_t *r, uint64_t size)
 
 static json_t *t_read_file(kb_mcp_call_t *c, json_t *args)
 {
-    const char *path = s_str(args, "path", "");
-    json_t *err = NULL;
-    ka_guest_req_t *q = s_guest_req(c, args, KA_GUEST_READ, 0, false, &err);
-    if (!q)
-        return err;
-    if (!*path || !s_put(q->path, sizeof q->path, path)) {
-        free(q);
-        return s_error(KA_INVALID_ARGUMENT, "path must be 1-1023 bytes");
-    }
+    ka_svc_read_args_t a = {s_str(args, "sandbox_id", ""), s_str(args, "path", ""), 0};
     s_read_t r;
     memset(&r, 0, sizeof r);
     r.byte_offset = (uint64_t)s_int(args, "byte_offset", 0);
     s_read_ctx_t x = {&r, (uint64_t)s_int(args, "offset", 1),
                       (uint64_t)s_int(args, "limit", KB_MCP_LINES_DEF)};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    krt_addr_t stream = KRT_ADDR_NONE;
+    ka_svc_status_t st = ka_svc_file_read(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_guest(c, q, s_read_data, &x, &fin);
+    int code = s_drain(c, &w, st, stream, s_read_data, &x, &fin);
+    s_wait_fini(&w);
     json_t *res;
     if (code != KA_OK && !(code == KA_CANCELLED && r.page_done)) {
-        res = s_status_error(&fin.status);
+        res = s_frame_error(&fin);
     } else if (r.oom) {
         res = s_error(KA_INTERNAL, "out of memory");
     } else {

@@ -17,6 +17,17 @@
 #include <sys/socket.h>
 
 #include "mcp.c"
+
+/* s_serve, then what the worker does for a tools/call without progress: its answer. */
+static void s_serve_answered(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
+{
+    s_serve(m, in, out);
+    if (out->job && out->job->plain) {
+        s_job_t *j = out->job;
+        s_job_answer(j, out);
+        s_job_free(j);
+    }
+}
 #include "mcp_tools.c"
 #include "mcp_content.c"
 #include "mcp_pager.c"
@@ -314,7 +325,7 @@ static json_t *s_rpc(const char *body, unsigned want_status)
     s_in_t in = s_in(body);
     in.accept = "application/json";
     s_out_t out;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_null(out.job);
     if (out.status != want_status)
         fail_msg("status %u, want %u: %s", out.status, want_status, out.body ? out.body : "");
@@ -426,7 +437,7 @@ static json_t *s_init(const char *version, char *session_out)
              version);
     s_in_t in = s_in(body);
     s_out_t out;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     assert_int_equal(strlen(out.session), 32);
     if (session_out)
@@ -474,23 +485,23 @@ static void test_sessions(void **unused)
     s_in_t in = s_in(ping);
     in.session = sid;
     s_out_t out;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     assert_string_equal(out.session, sid);
     free(out.body);
     /* another identity cannot use or end it */
     in.user_id = BOB;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 404);
     free(out.body);
     in.method = "DELETE";
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 404);
     free(out.body);
     /* unknown session */
     in = s_in(ping);
     in.session = "00000000000000000000000000000000";
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 404);
     json_t *j = s_msg(&out);
     assert_int_equal(s_err_code(j), -32001);
@@ -500,14 +511,14 @@ static void test_sessions(void **unused)
     in = s_in("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{"
               "\"level\":\"error\"}}");
     in.session = sid;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     j = s_msg(&out);
     assert_int_equal(json_object_size(json_object_get(j, "result")), 0);
     json_decref(j);
     free(out.body);
     in = s_in("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"logging/setLevel\",\"params\":{"
               "\"level\":\"loud\"}}");
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     j = s_msg(&out);
     assert_int_equal(s_err_code(j), -32602);
     json_decref(j);
@@ -515,21 +526,21 @@ static void test_sessions(void **unused)
     /* DELETE ends it */
     in = s_in(NULL);
     in.method = "DELETE";
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 400); /* no session header */
     free(out.body);
     in.session = sid;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     free(out.body);
     in = s_in(ping);
     in.session = sid;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 404);
     free(out.body);
     /* without a session header the server is stateless: identity alone decides */
     in = s_in(ping);
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 200);
     free(out.body);
 }
@@ -561,7 +572,7 @@ static s_in_t s_modern_in(char **body, const char *method, const char *name,
 /* Serves in; checks the status; returns the last message (caller decrefs). */
 static json_t *s_serve_want(s_in_t *in, unsigned status, s_out_t *out)
 {
-    s_serve(F.m, in, out);
+    s_serve_answered(F.m, in, out);
     if (out->status != status)
         fail_msg("status %u, want %u: %s", out->status, status, out->body ? out->body : "");
     assert_null(out->job);
@@ -684,7 +695,7 @@ static void test_modern_refusals(void **unused)
             s_modern_in(&body, cases[i].method, cases[i].name, cases[i].head, cases[i].meta);
         in.protocol = cases[i].proto;
         in.mcp_method = cases[i].mcp_method;
-        s_serve(F.m, &in, &out);
+        s_serve_answered(F.m, &in, &out);
         if (out.status != cases[i].status)
             fail_msg("case %zu: status %u, want %u: %s", i, out.status, cases[i].status, out.body);
         json_t *j = s_msg(&out);
@@ -776,7 +787,7 @@ static void test_modern_logging(void **unused)
                                 "\"name\":\"get_sandbox\",\"arguments\":{\"sandbox_id\":\"nope\"}",
                                 metas[i]);
         s_out_t out;
-        s_serve(F.m, &in, &out);
+        s_serve_answered(F.m, &in, &out);
         assert_int_equal(out.status, 200);
         bool note = out.body && strstr(out.body, "notifications/message");
         assert_true(note == (i == 1));
@@ -1000,7 +1011,7 @@ static void test_http_level_checks(void **unused)
         in.protocol = cases[i].proto;
         if (cases[i].method)
             in.method = cases[i].method;
-        s_serve(F.m, &in, &out);
+        s_serve_answered(F.m, &in, &out);
         if (out.status != cases[i].status)
             fail_msg("case %zu: status %u, want %u", i, out.status, cases[i].status);
         if (cases[i].status == 405)
@@ -1013,7 +1024,7 @@ static void test_http_level_checks(void **unused)
     memset(body, ' ', big);
     body[big] = '\0';
     s_in_t in = s_in(body);
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     assert_int_equal(out.status, 413);
     free(out.body);
     free(body);
@@ -1044,16 +1055,16 @@ static void test_bearer_tokens(void **unused)
     in.accept = "application/json";
     in.user_id = ALICE; /* a user header grants nothing in tokens mode */
     s_out_t out;
-    s_serve(m, &in, &out);
+    s_serve_answered(m, &in, &out);
     assert_int_equal(out.status, 401);
     assert_true(out.www_auth);
     free(out.body);
     in.authorization = "Bearer wrong";
-    s_serve(m, &in, &out);
+    s_serve_answered(m, &in, &out);
     assert_int_equal(out.status, 401);
     free(out.body);
     in.authorization = "Bearer s3cret";
-    s_serve(m, &in, &out);
+    s_serve_answered(m, &in, &out);
     assert_int_equal(out.status, 200);
     json_t *j = s_msg(&out);
     assert_false(s_is_error(json_object_get(j, "result")));
@@ -1128,7 +1139,7 @@ static void test_tool_argument_errors(void **unused)
          "{\"sandbox_id\":\"" SBX "\",\"command\":[\"ls\"],\"env\":{\"A\":1}}",
          "INVALID_ARGUMENT: env.A must be a string"},
         {"get_sandbox_process", "{\"sandbox_id\":\"" SBX "\",\"process_id\":\"x1\"}",
-         "INVALID_ARGUMENT: process_id must be a process id returned by start_sandbox_process"},
+         "INVALID_ARGUMENT: process_id must be the decimal id a process start returned"},
         {"write_sandbox_file",
          "{\"sandbox_id\":\"" SBX "\",\"path\":\"a\",\"data_base64\":\"@@@@\"}",
          "INVALID_ARGUMENT: invalid base64: illegal base64 data at input byte 0"},
@@ -1137,7 +1148,7 @@ static void test_tool_argument_errors(void **unused)
          "INVALID_ARGUMENT: invalid base64: illegal base64 data at input byte 3"},
         {"read_sandbox_file", "{\"sandbox_id\":\"" SBX "\",\"path\":\"a\",\"offset\":0}",
          "INVALID_ARGUMENT: offset must be at least 1"},
-        {"list_sandboxes", "{\"page_token\":\"abc\"}", "INVALID_ARGUMENT: invalid page_token"},
+        {"list_sandboxes", "{\"page_token\":\"abc\"}", "INVALID_ARGUMENT: page_token is not valid"},
         {"get_sandbox", "[1]", NULL}, /* arguments not an object: a protocol error */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1212,7 +1223,7 @@ static void test_lifecycle_tools(void **unused)
     in.user_id = BOB;
     in.accept = "application/json";
     s_out_t out;
-    s_serve(F.m, &in, &out);
+    s_serve_answered(F.m, &in, &out);
     h = s_msg(&out);
     free(out.body);
     r = json_object_get(h, "result");
