@@ -7,10 +7,11 @@
  * as credit once gRPC core has taken them (ka_svc_stream_ack), so the queue never holds more
  * than the stream's window: a client that does not read stalls its own stream, end to end;
  * client streams (WriteFile, WriteProcessInput) go to the guest in chunks of what arrived
- * (KB_API_CHUNK or more): while one chunk's guest request is in flight the call reads no
+ * (KB_API_CHUNK or more), gathered straight into the next guest request: while one chunk's
+ * request is in flight the call reads on into the next, and once that one is full it reads no
  * further message, so the client's HTTP/2 window holds the rest and the node never holds
- * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
- * written before it).
+ * more than two chunks of an upload (64 MiB at most in total; a write past the cap fails,
+ * keeping what was written before it).
  */
 #include "checks.h"
 #include "api_int.h"
@@ -105,14 +106,15 @@ typedef struct {
     int64_t seek;
     uint64_t proc;
     bool close_input;
-    char *data; /* the chunk being gathered */
-    size_t len, cap;
-    uint64_t sent;  /* bytes the guest has taken */
-    bool writing;   /* a chunk's guest request is in flight (receiving is paused) */
-    bool ended;     /* the client half-closed */
-    bool last;      /* the chunk in flight is the last one */
-    bool answered;  /* the call was completed (c lives on while a chunk is in flight) */
-    size_t pending; /* bytes of the chunk in flight */
+    ka_guest_req_t *next; /* the chunk being gathered, in the guest request that sends it */
+    size_t len, cap;      /* bytes gathered in next->tail, room there */
+    uint64_t sent;        /* bytes the guest has taken */
+    bool writing;         /* a chunk's guest request is in flight */
+    bool paused;          /* receiving is paused: the next chunk is full while one is in flight */
+    bool ended;           /* the client half-closed */
+    bool last;            /* the chunk in flight is the last one */
+    bool answered;        /* the call was completed (c lives on while a chunk is in flight) */
+    size_t pending;       /* bytes of the chunk in flight */
 } s_call_t;
 
 #define KB_API_CHUNK (1u << 20)
@@ -144,7 +146,7 @@ static void s_call_free(s_call_t *c)
         free(i);
     }
     pthread_mutex_destroy(&c->lock);
-    free(c->data);
+    free(c->next);
     free(c);
 }
 
@@ -504,19 +506,21 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
         s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
         return false;
     }
-    if (c->len + n > c->cap) {
-        size_t cap = c->cap ? c->cap : 1 << 16;
+    if (!c->next || c->len + n > c->cap) {
+        size_t cap = c->cap ? c->cap : KB_API_CHUNK + (64u << 10);
         while (cap < c->len + n)
             cap *= 2;
-        char *grown = realloc(c->data, cap);
+        ka_guest_req_t *grown = realloc(c->next, sizeof *grown + cap);
         if (!grown) {
             s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return false;
         }
-        c->data = grown;
+        if (!c->next) /* the fields s_send_chunk does not set */
+            memset(grown, 0, sizeof *grown);
+        c->next = grown;
         c->cap = cap;
     }
-    memcpy(c->data + c->len, p, n);
+    memcpy(c->next->tail + c->len, p, n);
     c->len += n;
     return true;
 }
@@ -528,14 +532,15 @@ static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len);
 static bool s_send_chunk(s_call_t *c)
 {
     bool write = c->kind == K_WRITE;
-    ka_guest_req_t *q =
-        ka_guest_req_new(c->caller, c->sandbox, write ? KA_GUEST_WRITE : KA_GUEST_INPUT, c->len);
-    if (!q) {
+    if (!c->next && !(c->next = ka_guest_req_new("", "", 0, 0))) { /* nothing gathered */
         s_client_fail(c, KB_GRPC_INTERNAL, "out of memory");
         return false;
     }
-    if (c->len)
-        memcpy(q->tail, c->data, c->len);
+    ka_guest_req_t *q = c->next;
+    snprintf(q->caller, sizeof q->caller, "%s", c->caller);
+    snprintf(q->sandbox_id, sizeof q->sandbox_id, "%s", c->sandbox);
+    q->op = write ? KA_GUEST_WRITE : KA_GUEST_INPUT;
+    q->tail_len = (uint32_t)c->len;
     snprintf(q->path, sizeof q->path, "%s", c->path);
     q->mode = c->mode;
     q->seek_offset = (uint64_t)c->seek + c->sent; /* 0 only for the first: it truncates */
@@ -546,8 +551,7 @@ static bool s_send_chunk(s_call_t *c)
     c->writing = true;
     c->last = c->ended;
     int rc = ka_svc_stream(c->api->o.svc, q, sizeof *q + q->tail_len, s_on_chunk, c, NULL);
-    free(q);
-    if (rc) {
+    if (rc) { /* (the request was copied: q gathers the next chunk) */
         c->writing = false;
         s_client_fail(c, KB_GRPC_UNAVAILABLE, "the control plane is not running");
         return false;
@@ -576,7 +580,8 @@ static void s_client_done(s_call_t *c)
     s_call_free(c);
 }
 
-/* A chunk's guest request ended: read on, send the last chunk, or answer. */
+/* A chunk's guest request ended: send the next one if it is full (or the last one), read on
+ * if that was paused, or answer. */
 static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len)
 {
     s_call_t *c = user;
@@ -591,11 +596,12 @@ static void s_on_chunk(void *user, const ka_guest_reply_t *f, size_t len)
     }
     c->sent += c->kind == K_WRITE ? f->written : c->pending;
     c->pending = 0;
-    if (c->answered || c->last || (c->ended && !s_send_chunk(c))) {
+    if (c->answered || c->last || ((c->ended || c->len >= KB_API_CHUNK) && !s_send_chunk(c))) {
         s_client_done(c);
         return;
     }
-    bool resume = !c->ended; /* else the last chunk is in flight */
+    bool resume = c->paused && !c->ended; /* else the last chunk is in flight */
+    c->paused = c->paused && !resume;
     pthread_mutex_unlock(&c->lock);
     if (resume)
         kb_grpc_call_resume_recv(c->call);
@@ -645,8 +651,10 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
         ok = s_gather(c, in->data.data, in->data.len);
     }
     protobuf_c_message_free_unpacked(m, NULL);
-    if (ok && c->len >= KB_API_CHUNK) {
-        kb_grpc_call_pause_recv(call); /* before the send: its answer may resume at once */
+    if (ok && c->len >= KB_API_CHUNK && c->writing) {
+        kb_grpc_call_pause_recv(call); /* resumed by s_on_chunk, once it sent this chunk */
+        c->paused = true;
+    } else if (ok && c->len >= KB_API_CHUNK) {
         s_send_chunk(c);
     }
     if (c->answered && !c->writing) {
