@@ -8,7 +8,7 @@
 #                             KAGENT (the CLI), and MR_LOG.
 #   makerun_kagent ARGS...    the CLI against that node
 #   makerun_stop              SIGTERM as Ctrl-C would, waits, checks that nothing is left behind
-#                             (mounts, PostgreSQL, sandbox processes), removes the state dir
+#                             (mounts, loop devices, PostgreSQL, kagentd), removes the state dir
 # The only differences from `make run`: the state dir (not ./var) and the port (not 8083). The
 # tools image is built once by deploy/build-tools-image.sh into var/e2e-tools beside the source
 # (the cache the e2e tests use; the first run takes a few minutes) and copied into the state dir,
@@ -66,6 +66,7 @@ makerun_stop() {
   ! grep -q "$MR_STATE" /proc/mounts || mr_fail "mounts left behind under $MR_STATE"
   ! pgrep -f "$MR_STATE/postgres" >/dev/null || mr_fail "PostgreSQL left running"
   ! kill -0 "$MR_PID" 2>/dev/null || mr_fail "kagentd $MR_PID still running"
+  ! losetup -a | grep -q "$MR_STATE" || mr_fail "loop devices left behind on $MR_STATE"
   rm -rf "$MR_STATE"
   MR_STATE=
   trap - EXIT
