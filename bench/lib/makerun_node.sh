@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Bench helper (source it): a kagentd node configured exactly as `make run` configures one, so a
 # benchmark measures what a user gets through the real `kagent` CLI.
 #   makerun_start BUILD_DIR   deploy/run-node.sh itself on deploy/kagentd.example.yaml (embedded
@@ -26,7 +27,7 @@ makerun_start() {
   build=$(cd "${1:?usage: makerun_start BUILD_DIR}" && pwd)
   src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   KAGENT=$build/bridges/cli/kagent
-  [ -x "$build/node/kagentd" ] && [ -x "$KAGENT" ] || mr_fail "kagentd or kagent not built in $build"
+  if [ ! -x "$build/node/kagentd" ] || [ ! -x "$KAGENT" ]; then mr_fail "kagentd or kagent not built in $build"; fi
   cache=$src/var/e2e-tools
   mkdir -p "$cache"
   chmod 755 "$src/var" "$cache"
