@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,7 +38,14 @@
 
 extern char **environ;
 
-#define S_OUTBUF_HIGH (8u << 20) /* stop pumping streams above this many queued bytes */
+/* Channel buffers are bounded and given back: streams stop pumping above S_OUTBUF_HIGH queued
+ * bytes (the queue peaks near S_OUTBUF_HIGH + KA_GP_CHUNK however many streams are open); the
+ * input buffer grows to the frame being received and no further; after S_TRIM_MS without
+ * channel traffic both shrink back (to S_IN_BASE; the queue, above S_OUT_BASE, to nothing). */
+#define S_OUTBUF_HIGH (1u << 20)
+#define S_IN_BASE     (128u << 10)
+#define S_OUT_BASE    (64u << 10)
+#define S_TRIM_MS     500
 
 typedef struct s_proc {
     uint64_t id;
@@ -233,24 +241,58 @@ static size_t s_allowance(const s_stream_t *s, uint64_t avail)
     return s_queued() > S_OUTBUF_HIGH ? 0 : (size_t)n;
 }
 
-/* Queues one data frame of stream s under key. */
-static void s_data_frame(s_stream_t *s, const char *key, const char *data, size_t n,
-                         const uint64_t *offset)
+/* Room for need more bytes at the end of the out queue. 0 or -ENOMEM. */
+static int s_out_reserve(size_t need)
 {
-    size_t off = s_begin(s->req, offset ? 2 : 1);
-    s_key(key);
-    ka_gp_pack_bytes(&G.pk, data, n, true);
-    if (offset) {
-        s_key("offset");
-        msgpack_pack_uint64(&G.pk, *offset);
-    }
-    s_end(off);
-    if (s->credit != UINT64_MAX)
-        s->credit -= n;
-    s->last_ms = s_mono_ms();
+    msgpack_sbuffer *sb = &G.out;
+    if (sb->alloc - sb->size >= need)
+        return 0;
+    size_t cap = sb->alloc ? sb->alloc : 65536;
+    while (cap - sb->size < need)
+        cap *= 2;
+    char *p = realloc(sb->data, cap);
+    if (!p)
+        return -ENOMEM;
+    sb->data = p;
+    sb->alloc = cap;
+    return 0;
 }
 
-static char s_chunk[KA_GP_CHUNK];
+/* Queues one data frame of stream s under key with up to want bytes of fd at off, read straight
+ * into the queue (a bin 32 whose length is patched to what pread gave). The bytes queued; 0 at
+ * the end of the file or on an error (nothing queued). */
+static size_t s_data_frame(s_stream_t *s, const char *key, int fd, size_t want, uint64_t off,
+                           bool with_offset)
+{
+    size_t fo = s_begin(s->req, with_offset ? 2 : 1);
+    s_key(key);
+    ssize_t n = -1;
+    if (s_out_reserve(5 + want) == 0) {
+        uint8_t *h = (uint8_t *)G.out.data + G.out.size;
+        do
+            n = pread(fd, h + 5, want, (off_t)off);
+        while (n < 0 && errno == EINTR);
+        h[0] = 0xc6; /* bin 32 */
+        h[1] = (uint8_t)((size_t)n >> 24);
+        h[2] = (uint8_t)((size_t)n >> 16);
+        h[3] = (uint8_t)((size_t)n >> 8);
+        h[4] = (uint8_t)n;
+    }
+    if (n <= 0) {
+        G.out.size = fo; /* the frame goes */
+        return 0;
+    }
+    G.out.size += 5 + (size_t)n;
+    if (with_offset) {
+        s_key("offset");
+        msgpack_pack_uint64(&G.pk, off);
+    }
+    s_end(fo);
+    if (s->credit != UINT64_MAX)
+        s->credit -= (uint64_t)n;
+    s->last_ms = s_mono_ms();
+    return (size_t)n;
+}
 
 static void s_spool_path(uint64_t id, int k, char *path, size_t cap)
 {
@@ -285,11 +327,10 @@ static bool s_output_pump(s_stream_t *s)
             int fd = s_spool_reader(s, k);
             if (fd < 0)
                 break;
-            ssize_t n = pread(fd, s_chunk, want, (off_t)s->off[k]);
-            if (n <= 0)
+            size_t n = s_data_frame(s, names[k], fd, want, s->off[k], true);
+            if (n == 0)
                 break;
-            s_data_frame(s, names[k], s_chunk, (size_t)n, &s->off[k]);
-            s->off[k] += (uint64_t)n;
+            s->off[k] += n;
         }
     }
     bool done = s_proc_done(p);
@@ -313,15 +354,12 @@ static bool s_read_pump(s_stream_t *s)
         size_t want = s_allowance(s, s->rsize - s->roff);
         if (want == 0)
             return false;
-        ssize_t n = pread(s->fd, s_chunk, want, (off_t)s->roff);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) { /* the file shrank: what was read is what there is */
+        size_t n = s_data_frame(s, "chunk", s->fd, want, s->roff, false);
+        if (n == 0) { /* the file shrank: what was read is what there is */
             s->rsize = s->roff;
             break;
         }
-        s_data_frame(s, "chunk", s_chunk, (size_t)n, NULL);
-        s->roff += (uint64_t)n;
+        s->roff += n;
     }
     size_t fo = s_begin(s->req, 2);
     s_key("size");
@@ -1056,17 +1094,58 @@ static void s_dispatch(const uint8_t *body, size_t len)
 
 /* --- channel -------------------------------------------------------------------------------- */
 
+/* Sizes the input buffer for what is being received: S_IN_BASE, or the whole of the first
+ * (partial) frame plus 64 KiB to read ahead. -1 when memory runs out. */
+static int s_in_reserve(void)
+{
+    size_t need = S_IN_BASE;
+    if (G.in_len >= 4) {
+        const uint8_t *b = G.in;
+        size_t n = ((size_t)b[0] << 24) | ((size_t)b[1] << 16) | ((size_t)b[2] << 8) | b[3];
+        if (n > KA_GP_MAX_FRAME)
+            return 0; /* ka_gp_frame_next refuses it */
+        if (4 + n + 65536 > need)
+            need = 4 + n + 65536;
+    }
+    if (G.in_cap >= need && G.in_cap - G.in_len >= 65536)
+        return 0;
+    if (G.in_len + 65536 > need)
+        need = G.in_len + 65536;
+    uint8_t *n = realloc(G.in, need);
+    if (!n)
+        return -1;
+    G.in = n;
+    G.in_cap = need;
+    return 0;
+}
+
+/* After S_TRIM_MS without traffic: the buffers a big transfer grew are given back. */
+static bool s_oversized(void)
+{
+    return G.in_cap > S_IN_BASE || G.out.alloc > S_OUT_BASE;
+}
+
+static void s_trim(void)
+{
+    if (s_queued() == 0 && G.out.alloc > S_OUT_BASE) {
+        msgpack_sbuffer_destroy(&G.out);
+        msgpack_sbuffer_init(&G.out);
+        G.out_off = 0;
+    }
+    if (G.in_cap > S_IN_BASE && G.in_len <= S_IN_BASE) {
+        uint8_t *n = realloc(G.in, S_IN_BASE);
+        if (n) {
+            G.in = n;
+            G.in_cap = S_IN_BASE;
+        }
+    }
+}
+
 /* Reads from the channel and dispatches complete frames. -1 when the node is gone. */
 static int s_channel_read(void)
 {
-    if (G.in_cap - G.in_len < 65536) {
-        size_t cap = G.in_cap ? G.in_cap * 2 : 131072;
-        uint8_t *n = realloc(G.in, cap);
-        if (!n)
-            return -1;
-        G.in = n;
-        G.in_cap = cap;
-    }
+    if (s_in_reserve() < 0)
+        return -1;
     ssize_t n = read(G.ch, G.in + G.in_len, G.in_cap - G.in_len);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return 0;
@@ -1104,6 +1183,10 @@ static int s_channel_flush(void)
     }
     if (G.out_off == G.out.size) {
         G.out.size = 0;
+        G.out_off = 0;
+    } else if (G.out_off >= S_OUTBUF_HIGH) { /* a queue that never drains stays bounded */
+        memmove(G.out.data, G.out.data + G.out_off, G.out.size - G.out_off);
+        G.out.size -= G.out_off;
         G.out_off = 0;
     }
     return 0;
@@ -1268,6 +1351,9 @@ static int s_setup(void)
     fcntl(G.ch, F_SETFL, fcntl(G.ch, F_GETFL) | O_NONBLOCK);
     msgpack_sbuffer_init(&G.out);
     msgpack_packer_init(&G.pk, &G.out, msgpack_sbuffer_write);
+    /* A fixed threshold (glibc's moves up to what was last freed): the channel buffers are
+     * mapped and unmapped on their own, so what s_trim frees leaves the process. */
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
     return 0;
 }
 
@@ -1302,6 +1388,8 @@ static int s_poll_timeout(void)
         if (!next || due < next)
             next = due;
     }
+    if (s_oversized() && (!next || now + S_TRIM_MS < next))
+        next = now + S_TRIM_MS; /* a quiet S_TRIM_MS then trims (see main) */
     if (!next)
         return -1;
     return next > now ? (int)(next - now) : 0;
@@ -1356,6 +1444,8 @@ int main(int argc, char **argv)
         if (rc <= 0) {
             if (s_channel_flush() < 0)
                 s_shutdown(0);
+            if (rc == 0)
+                s_trim();
             continue;
         }
         if (pfd[1].revents)

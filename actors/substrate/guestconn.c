@@ -24,9 +24,14 @@ struct ka_guestconn {
 
 struct ka_gp_frame {
     msgpack_unpacked up;
-    uint8_t *body;
+    uint8_t *body; /* the frame's msgpack bytes, inside mem */
+    uint8_t *mem;  /* what to free */
     char msg[256];
 };
+
+/* A data frame at least this big is moved out of the input buffer rather than copied, when
+ * what follows it there is at most a quarter of it (that much is copied instead). */
+#define S_MOVE_MIN (64u << 10)
 
 ka_guestconn_t *ka_guestconn_new(int fd, bool own_fd)
 {
@@ -317,15 +322,26 @@ static int s_take(ka_guestconn_t *gc, ka_gp_frame_t **out)
     ka_gp_frame_t *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
-    f->body = malloc(blen ? blen : 1);
-    if (!f->body) {
-        free(f);
-        return -ENOMEM;
+    size_t rest = gc->in_len - gc->in_off - (size_t)used;
+    uint8_t *fresh = blen >= S_MOVE_MIN && rest <= blen / 4 ? malloc(gc->in_cap) : NULL;
+    if (fresh) { /* the buffer goes with the frame; what follows it starts a new one */
+        memcpy(fresh, body + blen, rest);
+        f->mem = gc->in;
+        f->body = (uint8_t *)body;
+        gc->in = fresh;
+        gc->in_off = 0;
+        gc->in_len = rest;
+    } else {
+        f->mem = f->body = malloc(blen ? blen : 1);
+        if (!f->body) {
+            free(f);
+            return -ENOMEM;
+        }
+        memcpy(f->body, body, blen);
+        gc->in_off += (size_t)used;
+        if (gc->in_off == gc->in_len)
+            gc->in_off = gc->in_len = 0;
     }
-    memcpy(f->body, body, blen);
-    gc->in_off += (size_t)used;
-    if (gc->in_off == gc->in_len)
-        gc->in_off = gc->in_len = 0;
     msgpack_unpacked_init(&f->up);
     size_t off = 0;
     if (ka_gp_frame_check(f->body, blen) != 0 ||
@@ -493,7 +509,7 @@ void ka_gp_frame_free(ka_gp_frame_t **f_p)
     if (!f_p || !*f_p)
         return;
     msgpack_unpacked_destroy(&(*f_p)->up);
-    free((*f_p)->body);
+    free((*f_p)->mem);
     free(*f_p);
     *f_p = NULL;
 }

@@ -9,6 +9,9 @@ Usage: test_streams.py API_HOST:PORT STUB_DIR TEMPLATE_NAME KAGENTD_PID
 2. Streams whose sandbox is deleted mid-stream (a followed output, an unread download) end
    with an error instead of hanging.
 3. BENCH lines: 64 MiB upload and download throughput on loopback, the guest's RSS after.
+4. The guest's memory through 1 and 3 (a 64 MiB upload and download, then the eight 60 MiB
+   downloads): its peak RSS stays within GUEST_PEAK_MB of its idle RSS, and once the channel
+   is quiet its RSS and PSS come back to within GUEST_AFTER_MB of idle.
 """
 import hashlib
 import os
@@ -23,6 +26,8 @@ from kagent.api.v1 import common_pb2, sandboxes_pb2, sandboxes_pb2_grpc  # noqa:
 
 target, template, node_pid = sys.argv[1], sys.argv[3], int(sys.argv[4])
 RSS_BOUND_MB = 64  # growth allowed for eight unread 60 MiB downloads (each ~60 MiB unbounded)
+GUEST_PEAK_MB = 12  # the guest's channel buffers: a 4 MiB write frame, ~2 MiB of queued reads
+GUEST_AFTER_MB = 1  # what a quiet guest may keep of them
 MIB = 1 << 20
 chan = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 8 * MIB)])
 ALICE = (("x-user-id", "alice@example.com"),)
@@ -31,12 +36,44 @@ proc = guest_pb2_grpc.ProcessServiceStub(chan)
 fs = guest_pb2_grpc.FileSystemServiceStub(chan)
 
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
+def status_kb(pid, key, name="status"):
+    with open(f"/proc/{pid}/{name}") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for {pid}")
+    raise AssertionError(f"no {key} for {pid}")
+
+
+def rss_kb(pid):
+    return status_kb(pid, "VmRSS")
+
+
+def pss_kb(pid):
+    return status_kb(pid, "Pss", "smaps_rollup")
+
+
+def guest_idle(g):
+    """The guest's RSS and PSS, and its peak reset (clear_refs 5) for what follows."""
+    rss, pss = rss_kb(g), pss_kb(g)
+    with open(f"/proc/{g}/clear_refs", "w") as f:
+        f.write("5")
+    return rss, pss
+
+
+def check_guest_memory(g, idle):
+    """Peak within GUEST_PEAK_MB of idle; back within GUEST_AFTER_MB of idle once quiet."""
+    peak = status_kb(g, "VmHWM")
+    print(f"BENCH name=guest_peak_rss_over_idle value={(peak - idle[0]) / 1024:.1f} unit=MB")
+    assert peak - idle[0] <= GUEST_PEAK_MB * 1024, f"guest peak RSS {peak} KB, idle {idle[0]} KB"
+    deadline = time.monotonic() + 10
+    while True:
+        rss, pss = rss_kb(g), pss_kb(g)
+        if rss - idle[0] <= GUEST_AFTER_MB * 1024 and pss - idle[1] <= GUEST_AFTER_MB * 1024:
+            break
+        assert time.monotonic() < deadline, \
+            f"the guest kept its buffers: RSS {rss} KB / PSS {pss} KB, idle {idle[0]} / {idle[1]} KB"
+        time.sleep(0.1)
+    print(f"BENCH name=guest_rss_after_over_idle value={(rss - idle[0]) / 1024:.1f} unit=MB")
 
 
 def guest_pids():
@@ -173,8 +210,12 @@ def test_metrics():
 
 def main():
     sid = create("streams-1")
+    (g,) = guest_pids()
+    echo(sid, "warm")  # the guest's first call, before its idle figures
+    idle = guest_idle(g)
     bench(sid)
     test_unread_downloads(sid)
+    check_guest_memory(g, idle)
     test_delete_mid_stream()
     test_metrics()
     sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sid), metadata=ALICE)
