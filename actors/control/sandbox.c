@@ -239,10 +239,9 @@ uint64_t ka_sandbox_fsm_violations(void)
 
 const char *ka_sandbox_state_name(int state)
 {
-    static const char *const names[KA_SBX_N_STATES] = {"CREATING",  "READY",    "SUSPENDING",
-                                                       "SUSPENDED", "RESUMING", "DELETING",
-                                                       "DELETED",   "FAILED",   "PAUSED",
-                                                       "FORKING"};
+    static const char *const names[KA_SBX_N_STATES] = {
+        "CREATING", "READY",   "SUSPENDING", "SUSPENDED", "RESUMING",
+        "DELETING", "DELETED", "FAILED",     "PAUSED",    "FORKING"};
     return state >= 0 && state < KA_SBX_N_STATES ? names[state] : "?";
 }
 
@@ -482,7 +481,7 @@ static int s_job_fork(ka_sbx_job_t *j)
     for (uint32_t i = 0; i < done; i++)
         ka_driver_discard(j->driver, j->forks[i]);
     snprintf(j->err, sizeof j->err, "forking the sandbox failed: %s",
-             rc == -EDQUOT   ? "its /data and root changes do not fit a fork's disk quota"
+             rc == -EDQUOT    ? "its /data and root changes do not fit a fork's disk quota"
              : rc == -ENOTSUP ? "this node's sandbox driver cannot fork"
                               : strerror(-rc));
     return rc;
@@ -510,7 +509,7 @@ static int s_job_run(void *arg)
     int rc = s_job_do(j);
     /* READY again on its /data, or a fork's source (given back either way) */
     bool live = (rc && j->kept && j->kind == JOB_SUSPEND) || j->kind == JOB_FORK;
-    if (rc && j->sb && !live && j->kind == JOB_SUSPEND)  /* not saved: /data stays (FAILED) */
+    if (rc && j->sb && !live && j->kind == JOB_SUSPEND) /* not saved: /data stays (FAILED) */
         ka_driver_park(j->driver, &j->sb);
     else if (rc && j->sb && !live) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);

@@ -563,10 +563,10 @@ _Static_assert(KA_FORK_MAX == 16, "the count message says 16");
 typedef struct s_fork {
     ka_sbx_fork_t q;
     ka_store_sandbox_t source;
-    uint32_t i;                    /* the fork a step is at */
-    bool created[KA_FORK_MAX];     /* recorded by this call (not a replay) */
-    ka_sbx_create_t join;          /* a fork's create, as its actor's creator sees it */
-    ka_sbx_list_t *out;            /* the answer: count records */
+    uint32_t i;                /* the fork a step is at */
+    bool created[KA_FORK_MAX]; /* recorded by this call (not a replay) */
+    ka_sbx_create_t join;      /* a fork's create, as its actor's creator sees it */
+    ka_sbx_list_t *out;        /* the answer: count records */
 } s_fork_t;
 
 static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err,
@@ -796,8 +796,7 @@ static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
         s_fork_join(ctx, self, op);
 }
 
-static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err,
-                             const krt_msg_t *msg)
+static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
@@ -823,14 +822,13 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err,
         if (s_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
             krt_log_actor(ctx, KRT_LOG_WARN, "fork_spawn_failed", "sandbox=%s", a.record.id);
         else
-            krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forked", "sandbox=%s source=%s",
-                          a.record.id, f->q.id);
+            krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forked", "sandbox=%s source=%s", a.record.id,
+                          f->q.id);
     }
     s_fork_join(ctx, self, op);
 }
 
-static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err,
-                             const krt_msg_t *msg)
+static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
     s_op_t *op = s_answered(ctx, self, user, err);

@@ -1051,8 +1051,7 @@ static int s_fork_fits(const ka_sandbox_t *src, const ka_sandbox_t *dst)
         return -errno;
     uint64_t used = (uint64_t)(a.f_blocks - a.f_bfree) * a.f_frsize;
     uint64_t inodes = (uint64_t)(a.f_files - a.f_ffree);
-    return used > (uint64_t)b.f_bavail * b.f_frsize || inodes > (uint64_t)b.f_favail ? -EDQUOT
-                                                                                      : 0;
+    return used > (uint64_t)b.f_bavail * b.f_frsize || inodes > (uint64_t)b.f_favail ? -EDQUOT : 0;
 }
 
 /* Copies src's /data and its root's upper layer onto dst's fresh volume, everything of src's
@@ -1065,8 +1064,8 @@ static int s_fork_copy(const ka_sandbox_t *src, const ka_sandbox_t *dst, uint64_
         char from[S_PATH + 16], to[S_PATH + 16];
         snprintf(from, sizeof(from), "%s/%s", src->vol, sub[i]);
         snprintf(to, sizeof(to), "%s/%s", dst->vol, sub[i]);
-        ka_tree_opts_t o = {.owner = dst->uid, .overlay = i == 1, .remap = true,
-                            .remap_from = src->uid};
+        ka_tree_opts_t o = {
+            .owner = dst->uid, .overlay = i == 1, .remap = true, .remap_from = src->uid};
         ka_tree_stats_t st;
         rc = ka_tree_copy(from, to, &o, &st);
         *bytes += st.bytes;

@@ -36,15 +36,15 @@ typedef struct ka_tree_stats {
     uint64_t files, dirs, symlinks, bytes;
     uint64_t whiteouts; /* overlay: whiteouts recreated */
     uint64_t cloned;    /* files whose bytes were shared (FICLONE), not copied */
-    uint64_t skipped; /* fifos, sockets, devices, entries that changed type under the walk */
+    uint64_t skipped;   /* fifos, sockets, devices, entries that changed type under the walk */
 } ka_tree_stats_t;
 
 /*
  * Copies the contents of directory src into directory dst (created with its parents if
  * missing; entries already in dst are replaced). A file's bytes are shared where the file
- * system can (FICLONE), else copied in the kernel (copy_file_range, then sendfile). 0, or a negative errno: -ETIMEDOUT past the
- * deadline, -EFBIG past max_bytes or max_entries, -ELOOP deeper than KA_TREE_MAX_DEPTH.
- * stats may be NULL.
+ * system can (FICLONE), else copied in the kernel (copy_file_range, then sendfile). 0, or a
+ * negative errno: -ETIMEDOUT past the deadline, -EFBIG past max_bytes or max_entries, -ELOOP deeper
+ * than KA_TREE_MAX_DEPTH. stats may be NULL.
  */
 int ka_tree_copy(const char *src, const char *dst, const ka_tree_opts_t *o, ka_tree_stats_t *stats);
 

@@ -286,6 +286,68 @@ static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     }
 }
 
+/* ForkSandbox: the forks' records (a ka_sbx_list_t) as { repeated Sandbox sandboxes = 1; }. */
+static void s_on_fork(void *user, const ka_status_t *st, const void *body, size_t len)
+{
+    kb_grpc_call_t *call = user;
+    const ka_sbx_list_t *l = body;
+    if (st->code != KA_OK || len < sizeof *l || l->count > KA_FORK_MAX ||
+        len != sizeof *l + l->count * sizeof l->items[0]) {
+        kb_api_fail(call, st);
+        return;
+    }
+    ka_sbx_list_t *copy = malloc(len); /* s_fill borrows mutable strings */
+    s_pb_sandbox_t pbs[KA_FORK_MAX];
+    Kagent__Api__V1__Sandbox *ptrs[KA_FORK_MAX];
+    if (!copy) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
+        return;
+    }
+    memcpy(copy, body, len);
+    for (uint32_t i = 0; i < copy->count; i++) {
+        s_fill(&pbs[i], &copy->items[i], false);
+        ptrs[i] = &pbs[i].sb;
+    }
+    Kagent__Api__V1__ForkSandboxResponse resp = KAGENT__API__V1__FORK_SANDBOX_RESPONSE__INIT;
+    resp.n_sandboxes = copy->count;
+    resp.sandboxes = ptrs;
+    kb_grpc_reply(call, &resp.base);
+    free(copy);
+}
+
+static void s_fork(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    const Kagent__Api__V1__ForkSandboxRequest *req = (const void *)m;
+    ka_sbx_fork_t f;
+    memset(&f, 0, sizeof f);
+    if (kb_api_caller(user, call, f.caller, sizeof f.caller))
+        return;
+    const char *why = NULL;
+    if (strlen(req->sandbox_id) >= sizeof f.id || ka_check_uuid(req->sandbox_id))
+        why = KA_MSG_NOT_UUID;
+    else if ((why = ka_check_request_id(req->request_id)))
+        ;
+    else if (req->count < 0 || req->count > KA_FORK_MAX)
+        why = "count must be between 1 and 16";
+    else if (req->ttl && (req->ttl->seconds < 0 || req->ttl->nanos < 0 ||
+                          (req->ttl->seconds == 0 && req->ttl->nanos == 0)))
+        why = "ttl must be positive";
+    if (why) {
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why);
+        return;
+    }
+    snprintf(f.id, sizeof f.id, "%s", req->sandbox_id);
+    snprintf(f.request_id, sizeof f.request_id, "%s", req->request_id);
+    f.count = req->count ? req->count : 1;
+    if (req->ttl) {
+        int64_t ms = req->ttl->seconds * 1000 + req->ttl->nanos / 1000000;
+        f.ttl_ms = ms > 0 ? ms : 1;
+    }
+    if (ka_svc_call(((kb_api_t *)user)->o.svc, KA_SBX_FORK, &f, sizeof f, s_timeout(call),
+                    s_on_fork, call))
+        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
+}
+
 #define SVC "/kagent.api.v1.SandboxService/"
 const kb_grpc_method_t kb_api_sandbox_methods[] = {
     {SVC "CreateSandbox", KB_GRPC_UNARY, &kagent__api__v1__create_sandbox_request__descriptor,
@@ -305,5 +367,7 @@ const kb_grpc_method_t kb_api_sandbox_methods[] = {
      &kagent__runtime__v1__pause_sandbox_request__descriptor, s_pause, NULL, NULL, NULL},
     {"/kagent.runtime.v1.RuntimeService/UnpauseSandbox", KB_GRPC_UNARY,
      &kagent__runtime__v1__unpause_sandbox_request__descriptor, s_unpause, NULL, NULL, NULL},
+    {SVC "ForkSandbox", KB_GRPC_UNARY, &kagent__api__v1__fork_sandbox_request__descriptor, s_fork,
+     NULL, NULL, NULL},
 };
 const size_t kb_api_sandbox_n = sizeof kb_api_sandbox_methods / sizeof kb_api_sandbox_methods[0];

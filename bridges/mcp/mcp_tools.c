@@ -522,6 +522,38 @@ static json_t *t_delete(kb_mcp_call_t *c, json_t *a)
     return s_lifecycle(c, a, KA_SBX_DELETE);
 }
 
+/* fork_sandbox: {sandbox_id, request_id, count, ttl_seconds} -> {sandboxes: [summary]} */
+static json_t *t_fork(kb_mcp_call_t *c, json_t *args)
+{
+    ka_sbx_fork_t q;
+    memset(&q, 0, sizeof q);
+    s_put(q.caller, sizeof q.caller, c->caller);
+    const char *id = s_str(args, "sandbox_id", "");
+    if (ka_check_uuid(id) || !s_put(q.id, sizeof q.id, id))
+        return s_sandbox_id_error();
+    const char *why = ka_check_request_id(s_str(args, "request_id", ""));
+    if (why)
+        return s_error(KA_INVALID_ARGUMENT, "%s", why);
+    s_put(q.request_id, sizeof q.request_id, s_str(args, "request_id", ""));
+    int64_t count = s_int(args, "count", 1), ttl = s_int(args, "ttl_seconds", 0);
+    if (count < 1 || count > KA_FORK_MAX)
+        return s_error(KA_INVALID_ARGUMENT, "count must be between 1 and 16");
+    q.count = (int32_t)count;
+    q.ttl_ms = ttl * 1000;
+    ka_status_t st;
+    void *body = NULL;
+    size_t len = 0;
+    if (s_unary(c, KA_SBX_FORK, &q, sizeof q, &st, &body, &len) != KA_OK)
+        return s_status_error(&st);
+    const ka_sbx_list_t *l = body;
+    json_t *items = json_array();
+    for (uint32_t i = 0;
+         len >= sizeof *l && i < l->count && i < (len - sizeof *l) / sizeof l->items[0]; i++)
+        json_array_append_new(items, s_summary(&l->items[i]));
+    free(body);
+    return s_ok(c, json_pack("{s:o}", "sandboxes", items));
+}
+
 /* ---- process tools ----------------------------------------------------------------------------
  */
 
@@ -1113,6 +1145,21 @@ static const s_tool_t s_tools[] = {
      "{\"type\":\"object\",\"properties\":{" S_ID_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      t_unpause, false, false, true},
+    {"fork_sandbox", "Fork a sandbox",
+     "Makes count (1-16) new sandboxes of a READY sandbox's revision whose /data and root "
+     "changes are a copy of its own at the call (it is frozen while copied, then goes on). "
+     "Returns {sandboxes: [summary]}. Idempotent on request_id: a retry returns the same forks. "
+     "Each fork has its own lifetime (ttl_seconds, 1-86400; 0 or omitted = the operator "
+     "default).",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
+     "\"request_id\":{\"type\":\"string\",\"description\":\"Your idempotency key (1-128 "
+     "characters); reuse it when retrying.\",\"minLength\":1,\"maxLength\":128},"
+     "\"count\":{\"type\":\"integer\",\"description\":\"How many forks (default 1).\","
+     "\"minimum\":1,\"maximum\":16},"
+     "\"ttl_seconds\":{\"type\":\"integer\",\"description\":\"Each fork's lifetime in seconds "
+     "(1-86400); 0 or omitted = the operator default.\",\"minimum\":0,\"maximum\":86400}},"
+     "\"required\":[\"sandbox_id\",\"request_id\"],\"additionalProperties\":false}",
+     t_fork, false, false, true},
 };
 
 #define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])
