@@ -1333,7 +1333,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         return 0;
     }
     self->state = KA_SBX_CREATING;
-    self->op.answer = self->a.reply_to != KRT_ADDR_NONE; /* a fork's: the manager joins it */
+    self->op.answer = !self->a.fork; /* a fork has nobody: the manager joins it */
     self->op.caller = (ka_sbx_caller_t){self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE};
     self->op.before = KA_SBX_CREATING;
     if (s_submit(ctx, self, JOB_BOOT, "", NULL)) {
