@@ -30,6 +30,8 @@ PACKAGES=(
   # operators: `promtool check metrics` on /metrics, the /ui page in headless Chromium driven
   # over the DevTools protocol (python3-websocket)
   prometheus chromium python3-websocket fonts-dejavu-core python3-yaml
+  # the CLI's progress line, seen in a real terminal (e2e_progress)
+  tmux
 )
 
 missing=()
