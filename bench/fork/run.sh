@@ -17,7 +17,7 @@ k() { "$KAGENT" --api-url "$API" "$@"; }
 p50() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 id=$(k sandbox create fbench --request-id fork-bench -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 k sandbox exec "$id" -- sh -c 'for i in 1 2 3 4; do dd if=/dev/urandom of=big$i bs=1M count=25 2>/dev/null; done;
-  mkdir small && cd small && seq -f f%.0f 1 1000 | xargs touch' >/dev/null
+  mkdir small && cd small && seq 1 1000 | xargs touch' >/dev/null
 [ "$(k sandbox exec "$id" -- sh -c 'cat big1 big2 big3 big4 | wc -c')" = $((100 << 20)) ] || node_fail "100 MiB not written"
 : > "$WORK/fork_ms"
 : > "$WORK/cp_ms"

@@ -11,7 +11,7 @@ node_start
 node_apply_template progress
 k() { "$KAGENT" --api-url "$API" "$@"; }
 id=$(k sandbox create progress --request-id progress-1 -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-k sandbox exec "$id" -- sh -c 'mkdir many && cd many && seq -f f%.0f 1 16000 | xargs -n 2000 touch &&
+k sandbox exec "$id" -- sh -c 'mkdir many && cd many && seq 1 16000 | xargs -n 2000 touch &&
   dd if=/dev/urandom of=../big bs=1M count=16 2>/dev/null' >/dev/null || fail "filling /data"
 [ "$(k sandbox exec "$id" -- sh -c 'ls many | wc -l')" = 16000 ] || fail "16,000 files were not made"
 
