@@ -19,6 +19,8 @@ id=$(k sandbox create fbench --request-id fork-bench -o json | python3 -c 'impor
 k sandbox exec "$id" -- sh -c 'for i in 1 2 3 4; do dd if=/dev/urandom of=big$i bs=1M count=25 2>/dev/null; done;
   mkdir small && cd small && seq 1 1000 | xargs touch' >/dev/null
 [ "$(k sandbox exec "$id" -- sh -c 'cat big1 big2 big3 big4 | wc -c')" = $((100 << 20)) ] || node_fail "100 MiB not written"
+sdir=$(find "$STATE" -maxdepth 3 -type d -name "$id" | head -1)
+[ -n "$sdir" ] && [ -d "$sdir/data/" ] || node_fail "the source's /data is not found under $STATE"
 : > "$WORK/fork_ms"
 : > "$WORK/cp_ms"
 for r in $(seq "$runs"); do
@@ -29,7 +31,7 @@ for r in $(seq "$runs"); do
   k sandbox delete "$f" >/dev/null
   sync
   t0=$(date +%s%N)
-  cp --reflink=auto -a "$STATE/$id/data/." "$WORK/cp-$r"
+  cp --reflink=auto -a "$sdir/data/." "$WORK/cp-$r"
   echo $((($(date +%s%N) - t0) / 1000)) >> "$WORK/cp_ms"
   rm -rf "$WORK/cp-$r"
 done
