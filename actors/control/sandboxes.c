@@ -649,14 +649,14 @@ static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, c
     if (!op)
         return;
     const ka_store_sandbox_reply_t *r = msg->body;
-    if (msg->len != sizeof *r || r->status.err || r->sandbox.deleted_ms) {
+    if (msg->len != sizeof *r || r->status.err) {
         int serr = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
-        bool gone = serr == KA_STORE_ENOTFOUND || (!serr && msg->len == sizeof *r);
+        bool gone = serr == KA_STORE_ENOTFOUND;
         s_fail_op(ctx, self, op, gone ? KA_NOT_FOUND : ka_code_of_store(serr),
                   gone ? KA_MSG_NOT_FOUND : "the sandbox store is unavailable");
         return;
     }
-    op->fork->source = r->sandbox;
+    op->fork->source = r->sandbox; /* deleted: a replay still finds its forks */
     ka_tpl_runtime_req_t rr;
     memset(&rr, 0, sizeof rr);
     s_copy(rr.revision, sizeof rr.revision, r->sandbox.revision);
@@ -732,7 +732,9 @@ static void s_fork_copy(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
         if (f->created[i])
             s_copy(c.ids[c.count++], sizeof c.ids[0], f->out->items[i].id);
     krt_addr_t src = s_live(self, f->q.id);
-    if (!src) {
+    if (!src && f->source.deleted_ms) {
+        s_fork_fail(ctx, self, op, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+    } else if (!src) {
         char why[KA_MSG_LEN];
         snprintf(why, sizeof why, "cannot fork a sandbox in state %s",
                  ka_state_name(f->source.state));

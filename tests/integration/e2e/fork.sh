@@ -141,6 +141,9 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["isError"]
 # 5. forks are sandboxes of their own: deleting the source leaves them
 k sandbox delete "$src" >/dev/null
 [ "$(k sandbox exec "$f1" -- cat d/e/f)" = hello ] || fail "the fork lost its /data with the source"
+[ "$(k sandbox fork "$src" --request-id fork-1 -o json | json_ids)" = "$f1" ] || fail "replay after the source's delete"
+set +e; k sandbox fork "$src" --request-id fork-late >/dev/null 2>"$WORK/err"; rc=$?; set -e
+[ $rc != 0 ] && grep -q "sandbox not found" "$WORK/err" || fail "a new fork of a deleted sandbox: $(cat "$WORK/err")"
 for f in $f1 "${three[@]}"; do k sandbox delete "$f" >/dev/null; done
 node_stop
 echo "PASS e2e_fork"

@@ -992,9 +992,14 @@ static void test_fork(void **unused)
     assert_string_equal(msg, KA_MSG_NOT_UUID);
     assert_int_equal(s_counter(&F.forks), 3);
     s_assert_history(id, "CREATING/CREATE READY/NONE"); /* the source's fork is not persisted */
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_fork(ALICE, id, "f1", 3, again, NULL, 0), KA_OK); /* replay: as create's */
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(again[i], ids[i]);
+    assert_int_equal(s_fork(ALICE, id, "f4", 1, again, msg, sizeof msg), KA_NOT_FOUND);
+    assert_string_equal(msg, KA_MSG_NOT_FOUND);
     for (int i = 0; i < 3; i++)
         assert_int_equal(s_life(KA_SBX_DELETE, ALICE, ids[i], &o), KA_OK);
-    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
 /* A copy that does not fit (the driver's -EDQUOT): RESOURCE_EXHAUSTED with the reason, the
