@@ -30,7 +30,7 @@ PACKAGES=(
   # operators: `promtool check metrics` on /metrics, the /ui page in headless Chromium driven
   # over the DevTools protocol (python3-websocket)
   prometheus chromium python3-websocket fonts-dejavu-core python3-yaml
-  # interactive terminals: e2e_terminal drives the real CLI in a tmux pane
+  # a real terminal: e2e_terminal drives the CLI in a tmux pane, e2e_progress reads its progress line
   tmux
 )
 

@@ -85,6 +85,9 @@ enum {
     KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
     KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
     KA_SBX_PAUSED_,  /* sandbox actor -> manager: ka_sbx_paused_t, it paused or unpaused */
+    /* sandboxes manager (beyond the reference) */
+    KA_SBX_FORK,       /* ka_sbx_fork_t -> ka_sbx_list_t: the forks' records, in order */
+    KA_SBX_FORK_COPY_, /* manager -> the source's actor: ka_sbx_fork_copy_t -> ka_sbx_reply_t */
     KA_CTL_MSG_LAST_
 };
 
@@ -143,6 +146,24 @@ typedef struct ka_sbx_reply {
     ka_store_sandbox_t sandbox;
     uint8_t paused; /* 1: READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
 } ka_sbx_reply_t;
+
+/* Forks of a sandbox: at most this many in one call. */
+#define KA_FORK_MAX 16
+
+typedef struct ka_sbx_fork {
+    char caller[KA_STORE_CREATOR_LEN];
+    char id[KA_STORE_ID_LEN]; /* the source */
+    char request_id[KA_STORE_REQID_LEN];
+    int32_t count;  /* 1..KA_FORK_MAX */
+    int64_t ttl_ms; /* each fork's; 0 = policy default */
+} ka_sbx_fork_t;
+
+/* The manager asks the source's actor to copy itself for the forks it recorded. */
+typedef struct ka_sbx_fork_copy {
+    char caller[KA_STORE_CREATOR_LEN];
+    uint32_t count;
+    char ids[KA_FORK_MAX][KA_STORE_ID_LEN];
+} ka_sbx_fork_copy_t;
 
 typedef struct ka_sbx_paused {
     char id[KA_STORE_ID_LEN];

@@ -21,6 +21,13 @@
  * at unpause); suspend is refused too (unpause first: a suspend saves what the caller left
  * running, not what it froze). Delete, expiry and a guest lost thaw it first, then go on as
  * from READY.
+ *
+ * Fork (beyond the reference): the manager records the forks (CREATING, the intent) and asks
+ * the source's actor to copy itself for them (KA_SBX_FORK_COPY_). A READY source is frozen as
+ * a pause freezes it, FORKING while a job copies its /data and root changes for each fork
+ * (the driver keeps them under the fork's id), and thawed when the job ends, done or not; the
+ * manager then boots the forks on their copies. Not persisted: a crash leaves the source READY
+ * (then SUSPENDED, ComputeLost) and the forks CREATING (then FAILED, deleted as any other).
  */
 #include "sandbox_int.h"
 
@@ -34,6 +41,7 @@
 #include <unistd.h>
 
 #include "ka_objstore.h"
+#include "metrics.h"
 #include "ka_snapobj.h"
 #include "ka_tree.h"
 #include "peer.h"
@@ -54,7 +62,7 @@
 #define MSG_LOST                                                                                   \
     "the sandbox's compute was lost when its node restarted; its /data is kept: resume it"
 
-typedef enum { JOB_BOOT, JOB_STOP, JOB_SUSPEND, JOB_RESUME } s_job_kind_t;
+typedef enum { JOB_BOOT, JOB_STOP, JOB_SUSPEND, JOB_RESUME, JOB_FORK } s_job_kind_t;
 
 /* Who frees a job: the actor (it handles JOB_DONE) or the job itself (the actor stopped). */
 enum { JOB_RUNNING, JOB_FINISHED, JOB_ORPHANED };
@@ -73,6 +81,11 @@ struct ka_sbx_job {
     /* failed, but the sandbox is as it was: READY with sb (booted again on its kept /data)
      * after a suspend, SUSPENDED after a resume (sb, if any, is stopped) */
     bool kept;
+    bool fork;       /* boot: on the /data and root changes a fork copy kept for id */
+    uint32_t n_fork; /* fork: the forks' ids */
+    char forks[KA_FORK_MAX][KA_STORE_ID_LEN];
+    uint64_t bytes; /* fork: bytes copied */
+    double began;   /* ka_metric_now() when submitted */
     atomic_int owner;
 };
 
@@ -85,6 +98,7 @@ typedef enum {
     EV_RESUME,        /*   " */
     EV_PAUSE,         /*   " */
     EV_UNPAUSE,       /*   " */
+    EV_FORK,          /*   " (the manager, for the caller: copy me for these forks) */
     EV_DELETE,        /*   " */
     EV_TTL,           /* the sandbox expired */
     EV_GUEST_EXIT,    /* its guest went away (exited, or killed for breaking the protocol) */
@@ -105,6 +119,7 @@ typedef struct s_ev {
     const char *reason;   /* EV_GUEST_EXIT */
     const char *message;  /* EV_GUEST_EXIT, EV_DRIVER_FAILED */
     bool kept;            /* EV_DRIVER_FAILED: the sandbox is as it was (object storage away) */
+    int code;             /* EV_DRIVER_FAILED of a fork: the caller's status */
 } s_ev_t;
 
 typedef void (*s_action_t)(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev);
@@ -139,6 +154,8 @@ static void a_bug(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_pause(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_unpause(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 static void a_thaw_then(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
+static void a_fork(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
+static void a_forked(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 
 /* The table reads as a grid: clang-format leaves it as laid out. */
 /* clang-format off */
@@ -157,38 +174,42 @@ static void a_thaw_then(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 #define RUNNING   DO(a_job_done), DO(a_job_failed), DO(a_store_done), DO(a_store_failed)
 #define MARKING   BUG, BUG, DO(a_store_done), DO(a_store_failed)
 #define NONE      BUG, BUG, BUG, BUG
+#define FORKED    DO(a_forked), DO(a_forked), BUG, BUG
 
 static const s_cell_t s_table[KA_SBX_N_STATES][EV_N] = {
     /*                     create        guest        suspend        resume        pause        unpause
-     *                     delete              ttl                 guest exit          runtime
+     *                     fork          delete              ttl                 guest exit          runtime
      *                     job done, driver failed, store done, store failed */
     [KA_SBX_CREATING]   = {DO(a_join),   NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
-                           DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  BUG,
+                           BUSY,         DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  BUG,
                            RUNNING},
     [KA_SBX_READY]      = {DO(a_record), DO(a_guest), DO(a_suspend), IN_STATE,     DO(a_pause), UNPAUSED,
-                           DO(a_delete),       DO(a_expire),       DO(a_guest_failed), BUG,
+                           DO(a_fork),   DO(a_delete),       DO(a_expire),       DO(a_guest_failed), BUG,
                            NONE},
     [KA_SBX_SUSPENDING] = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
-                           DO(a_queue_delete), DO(a_queue_delete), IGNORE,             BUG,
+                           BUSY,         DO(a_queue_delete), DO(a_queue_delete), IGNORE,             BUG,
                            RUNNING},
     [KA_SBX_SUSPENDED]  = {DO(a_record), NOT_READY,   IN_STATE,      DO(a_resume), IN_STATE,    IN_STATE,
-                           DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
+                           IN_STATE,     DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
                            MARKING},
     [KA_SBX_RESUMING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
-                           DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  DO(a_runtime),
+                           BUSY,         DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  DO(a_runtime),
                            RUNNING},
     [KA_SBX_DELETING]   = {DO(a_record), NOT_READY,   BUSY,          BUSY,         BUSY,        BUSY,
-                           DELETING,           IGNORE,             IGNORE,             BUG,
+                           DELETING,     DELETING,           IGNORE,             IGNORE,             BUG,
                            RUNNING},
     [KA_SBX_DELETED]    = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     IN_STATE,    IN_STATE,
-                           DO(a_record),       IGNORE,             IGNORE,             BUG,
+                           IN_STATE,     DO(a_record),       IGNORE,             IGNORE,             BUG,
                            NONE},
     [KA_SBX_FAILED]     = {DO(a_record), NOT_READY,   IN_STATE,      IN_STATE,     IN_STATE,    IN_STATE,
-                           DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
+                           IN_STATE,     DO(a_delete),       DO(a_expire),       IGNORE,             BUG,
                            MARKING},
     [KA_SBX_PAUSED]     = {DO(a_record), PAUSED,      PAUSED,        PAUSED,       DO(a_record), DO(a_unpause),
-                           DO(a_thaw_then),    DO(a_thaw_then),    DO(a_thaw_then),    BUG,
+                           PAUSED,       DO(a_thaw_then),    DO(a_thaw_then),    DO(a_thaw_then),    BUG,
                            NONE},
+    [KA_SBX_FORKING]    = {DO(a_record), BUSY,        BUSY,          BUSY,         BUSY,        BUSY,
+                           BUSY,         DO(a_queue_delete), DO(a_queue_delete), DO(a_guest_later),  BUG,
+                           FORKED},
 };
 /* clang-format on */
 
@@ -196,8 +217,8 @@ static const s_cell_t s_table[KA_SBX_N_STATES][EV_N] = {
 #define TO(s) (1u << (s))
 static const uint32_t s_next[KA_SBX_N_STATES] = {
     [KA_SBX_CREATING] = TO(KA_SBX_READY) | TO(KA_SBX_FAILED),
-    [KA_SBX_READY] =
-        TO(KA_SBX_SUSPENDING) | TO(KA_SBX_DELETING) | TO(KA_SBX_FAILED) | TO(KA_SBX_PAUSED),
+    [KA_SBX_READY] = TO(KA_SBX_SUSPENDING) | TO(KA_SBX_DELETING) | TO(KA_SBX_FAILED) |
+                     TO(KA_SBX_PAUSED) | TO(KA_SBX_FORKING),
     [KA_SBX_SUSPENDING] = TO(KA_SBX_SUSPENDED) | TO(KA_SBX_FAILED) | TO(KA_SBX_READY),
     [KA_SBX_SUSPENDED] = TO(KA_SBX_SUSPENDED) | TO(KA_SBX_RESUMING) | TO(KA_SBX_DELETING),
     [KA_SBX_RESUMING] = TO(KA_SBX_READY) | TO(KA_SBX_FAILED) | TO(KA_SBX_SUSPENDED),
@@ -206,6 +227,7 @@ static const uint32_t s_next[KA_SBX_N_STATES] = {
     [KA_SBX_DELETED] = 0,
     [KA_SBX_FAILED] = TO(KA_SBX_FAILED) | TO(KA_SBX_DELETING),
     [KA_SBX_PAUSED] = TO(KA_SBX_READY),
+    [KA_SBX_FORKING] = TO(KA_SBX_READY),
 };
 
 static atomic_ullong s_violations; /* transitions or events the table forbids (bugs) */
@@ -217,9 +239,9 @@ uint64_t ka_sandbox_fsm_violations(void)
 
 const char *ka_sandbox_state_name(int state)
 {
-    static const char *const names[KA_SBX_N_STATES] = {"CREATING",  "READY",    "SUSPENDING",
-                                                       "SUSPENDED", "RESUMING", "DELETING",
-                                                       "DELETED",   "FAILED",   "PAUSED"};
+    static const char *const names[KA_SBX_N_STATES] = {
+        "CREATING", "READY",   "SUSPENDING", "SUSPENDED", "RESUMING",
+        "DELETING", "DELETED", "FAILED",     "PAUSED",    "FORKING"};
     return state >= 0 && state < KA_SBX_N_STATES ? names[state] : "?";
 }
 
@@ -254,6 +276,7 @@ static int s_record_state(ka_sbx_state_t s)
     switch (s) {
     case KA_SBX_READY:
     case KA_SBX_PAUSED:
+    case KA_SBX_FORKING:
         return KA_STATE_READY;
     case KA_SBX_SUSPENDED:
         return KA_STATE_SUSPENDED;
@@ -315,6 +338,15 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
 
 static int s_job_start(ka_sbx_job_t *j, bool reuse_data);
 
+/* A file:// snapshot copy, its bytes counted for the metrics. */
+static int s_job_copy(ka_sbx_job_t *j, const char *from, const char *to, const ka_tree_opts_t *o)
+{
+    ka_tree_stats_t st;
+    int rc = ka_tree_copy(from, to, o, &st);
+    j->bytes += st.bytes;
+    return rc;
+}
+
 /* After a failed save to object storage the sandbox comes back READY with its /data: the
  * halted compute is parked (its /data kept under its id) and booted again on it. 0, or the
  * error that lost it. */
@@ -349,7 +381,7 @@ static int s_job_suspend(ka_sbx_job_t *j)
         rc = ka_snapobj_save(j->snapshot, j->id, j->revision, ka_driver_data_dir(j->driver, j->sb),
                              &o, why, sizeof why);
     else if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
-        rc = ka_tree_copy(ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, NULL);
+        rc = s_job_copy(j, ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o);
     ka_phase_end(j->id);
     if (rc) {
         snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
@@ -370,7 +402,7 @@ static int s_job_restore(ka_sbx_job_t *j)
     bool object = ka_objstore_is_location(j->snapshot);
     ka_phase_next(j->id, KA_PHASE_RESUME_DOWNLOAD);
     int rc = object ? ka_snapobj_restore(j->snapshot, j->id, data, &o, why, sizeof why)
-                    : ka_tree_copy(j->snapshot, data, &o, NULL);
+                    : s_job_copy(j, j->snapshot, data, &o);
     ka_phase_end(j->id);
     if (rc == -ENOENT && object && j->lost)
         return 0; /* lost before anything was saved: a fresh /data */
@@ -395,8 +427,11 @@ static void s_job_remove_snapshot(ka_sbx_job_t *j)
 static int s_job_start(ka_sbx_job_t *j, bool reuse_data)
 {
     const char *lower[] = {j->rootfs};
-    ka_sandbox_spec_t spec = {
-        .id = j->id, .lowerdirs = lower, .n_lower = 1, .reuse_data = reuse_data};
+    ka_sandbox_spec_t spec = {.id = j->id,
+                              .lowerdirs = lower,
+                              .n_lower = 1,
+                              .reuse_data = reuse_data,
+                              .reuse_root = j->fork};
     ka_phase_next(j->id, KA_PHASE_COMPUTE_START);
     int rc = ka_driver_start(j->driver, &spec, &j->sb);
     ka_phase_end(j->id); /* a start that failed before its guest ran */
@@ -431,11 +466,34 @@ static int s_job_stop(ka_sbx_job_t *j)
     return rc ? rc : r2;
 }
 
+/* Copies the (frozen) compute for each fork; on a failure none of the forks keeps a copy. */
+static int s_job_fork(ka_sbx_job_t *j)
+{
+    int rc = 0;
+    uint32_t done = 0;
+    for (; done < j->n_fork && rc == 0; done += rc == 0) {
+        uint64_t b = 0;
+        rc = ka_driver_fork(j->driver, j->sb, j->forks[done], &b);
+        j->bytes += b;
+    }
+    if (!rc)
+        return 0;
+    for (uint32_t i = 0; i < done; i++)
+        ka_driver_discard(j->driver, j->forks[i]);
+    snprintf(j->err, sizeof j->err, "forking the sandbox failed: %s",
+             rc == -EDQUOT    ? "its /data and root changes do not fit a fork's disk quota"
+             : rc == -ENOTSUP ? "this node's sandbox driver cannot fork"
+                              : strerror(-rc));
+    return rc;
+}
+
 static int s_job_do(ka_sbx_job_t *j)
 {
     switch (j->kind) {
     case JOB_BOOT:
-        return s_job_start(j, false);
+        return s_job_start(j, j->fork);
+    case JOB_FORK:
+        return s_job_fork(j);
     case JOB_RESUME:
         return s_job_resume(j);
     case JOB_SUSPEND:
@@ -449,8 +507,9 @@ static int s_job_run(void *arg)
 {
     ka_sbx_job_t *j = arg;
     int rc = s_job_do(j);
-    bool live = rc && j->kept && j->kind == JOB_SUSPEND; /* READY again on its /data */
-    if (rc && j->sb && !live && j->kind == JOB_SUSPEND)  /* not saved: /data stays (FAILED) */
+    /* READY again on its /data, or a fork's source (given back either way) */
+    bool live = (rc && j->kept && j->kind == JOB_SUSPEND) || j->kind == JOB_FORK;
+    if (rc && j->sb && !live && j->kind == JOB_SUSPEND) /* not saved: /data stays (FAILED) */
         ka_driver_park(j->driver, &j->sb);
     else if (rc && j->sb && !live) /* half-done: never leave compute that no record points at */
         ka_driver_stop(j->driver, &j->sb);
@@ -461,8 +520,10 @@ static int s_job_run(void *arg)
     return rc;
 }
 
-/* Runs kind on a job thread; a suspend or stop takes the compute (and closes the guest). */
-static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const char *snapshot)
+/* Runs kind on a job thread; a suspend or stop takes the compute (and closes the guest), a
+ * fork borrows it (its guest channel stays) for the forks in f. */
+static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const char *snapshot,
+                    const ka_sbx_fork_copy_t *f)
 {
     ka_sbx_job_t *j = calloc(1, sizeof *j);
     if (!j)
@@ -474,16 +535,23 @@ static int s_submit(krt_ctx_t *ctx, ka_sbx_t *self, s_job_kind_t kind, const cha
     s_copy(j->snapshot, sizeof j->snapshot, snapshot);
     s_copy(j->revision, sizeof j->revision, self->a.record.revision);
     j->lost = strcmp(self->a.record.failure_reason, KA_FAIL_COMPUTE_LOST) == 0;
+    j->fork = self->a.fork;
+    j->began = ka_metric_now();
     atomic_init(&j->owner, JOB_RUNNING);
     if (kind == JOB_SUSPEND || kind == JOB_STOP) {
         ka_sbx_guest_detach(ctx, self); /* before the job closes the channel under it */
+        j->sb = self->compute;
+        self->compute = NULL;
+    } else if (kind == JOB_FORK) {
+        j->n_fork = f->count;
+        memcpy(j->forks, f->ids, sizeof j->forks);
         j->sb = self->compute;
         self->compute = NULL;
     }
     int rc = krt_job_submit(ctx, s_job_run, j, &self->op.ref);
     if (rc) {
         self->compute = j->sb;
-        if (self->compute)
+        if (self->compute && kind != JOB_FORK)
             ka_sbx_guest_attach(ctx, self);
         free(j);
         return rc;
@@ -682,7 +750,7 @@ static void s_run_job(krt_ctx_t *ctx, ka_sbx_t *self)
                                                            : JOB_RESUME;
     if (kind == JOB_SUSPEND) /* the guest stops with the compute: its callers learn it now */
         ka_sbx_guest_fail_all(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
-    if (s_submit(ctx, self, kind, dir))
+    if (s_submit(ctx, self, kind, dir, NULL))
         s_intent_lost(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory; retry");
 }
 
@@ -884,6 +952,40 @@ static void a_thaw_then(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     s_fire(ctx, self, ev);
 }
 
+/* Copies the sandbox for the forks the manager recorded: frozen as a pause freezes it (nothing
+ * inside writes while its /data and root changes are copied), the copy on a job, thawed when
+ * the job ends, done or not (a_forked). */
+static void a_fork(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
+{
+    if (s_freeze(ctx, self, true, &ev->from))
+        return;
+    s_begin(ctx, self, KA_SBX_FORKING, &ev->from);
+    if (s_submit(ctx, self, JOB_FORK, "", ev->body) == 0)
+        return;
+    s_freeze(ctx, self, false, NULL);
+    self->op.answer = false;
+    s_enter(ctx, self, KA_SBX_READY);
+    ka_sbx_reply_status(ctx, ev->from.to, ev->from.ref, ev->from.type, KA_UNAVAILABLE,
+                        "cannot start the work: out of memory; retry");
+}
+
+/* The fork's copy ended: thawed, READY again; the caller learns how it went. */
+static void a_forked(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
+{
+    ka_sbx_op_t *op = &self->op;
+    s_freeze(ctx, self, false, NULL);
+    op->phase = KA_PH_IDLE;
+    s_enter(ctx, self, KA_SBX_READY);
+    ka_sbx_guest_touch(self);
+    if (op->answer && ev->type == EV_JOB_DONE)
+        s_reply_record(ctx, self, &op->caller);
+    else if (op->answer)
+        ka_sbx_reply_status(ctx, op->caller.to, op->caller.ref, op->caller.type, ev->code, "%s",
+                            ev->message);
+    op->answer = false;
+    s_after_op(ctx, self);
+}
+
 /* READY and the guest is gone: FAILED with its reason. */
 static void a_guest_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
@@ -966,6 +1068,7 @@ static const char *s_verb(s_event_t e)
            : e == EV_RESUME  ? "resume"
            : e == EV_PAUSE   ? "pause"
            : e == EV_UNPAUSE ? "unpause"
+           : e == EV_FORK    ? "fork"
                              : "delete";
 }
 
@@ -992,6 +1095,14 @@ void ka_sbx_on_guest_exit(krt_ctx_t *ctx, ka_sbx_t *self, const char *reason, co
     s_fire(ctx, self, &ev);
 }
 
+static bool s_fork_ids_ok(const ka_sbx_fork_copy_t *f)
+{
+    for (uint32_t i = 0; i < f->count; i++)
+        if (!memchr(f->ids[i], 0, sizeof f->ids[i]) || ka_check_uuid(f->ids[i]))
+            return false;
+    return true;
+}
+
 /* A request from a caller: checked (shape, owner) before the table sees it. */
 static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr_t from,
                          uint64_t ref, const void *body, size_t len)
@@ -1007,6 +1118,12 @@ static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr
         ev.type = EV_GUEST;
         if (ka_sbx_guest_req_ok(body, len))
             caller = ((const ka_guest_req_t *)body)->caller;
+    } else if (type == KA_SBX_FORK_COPY_) {
+        const ka_sbx_fork_copy_t *f = body;
+        ev.type = EV_FORK;
+        if (len == sizeof *f && memchr(f->caller, 0, sizeof f->caller) && f->count >= 1 &&
+            f->count <= KA_FORK_MAX && s_fork_ids_ok(f))
+            caller = f->caller;
     } else {
         const ka_sbx_key_t *k = body;
         ev.type = type == KA_SBX_SUSPEND   ? EV_SUSPEND
@@ -1050,6 +1167,26 @@ static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const 
     s_fire(ctx, self, &ev);
 }
 
+/* Snapshot and fork durations and bytes (kagent_snapshot_*, kagent_fork_*). */
+static void s_job_observe(const ka_sbx_job_t *j, int rc)
+{
+    const char *what = j->kind == JOB_SUSPEND  ? "suspend"
+                       : j->kind == JOB_RESUME ? "resume"
+                       : j->kind == JOB_FORK   ? "fork"
+                                               : NULL;
+    if (what)
+        ka_metric_job(what, rc == 0, ka_metric_now() - j->began, j->bytes);
+}
+
+/* The status a fork's caller gets for the job's error. */
+static int s_fork_code(int rc)
+{
+    return rc == -EDQUOT || rc == -ENOSPC ? KA_RESOURCE_EXHAUSTED
+           : rc == -ENOTSUP               ? KA_FAILED_PRECONDITION
+           : rc == -EEXIST                ? KA_ALREADY_EXISTS
+                                          : KA_UNAVAILABLE;
+}
+
 static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
 {
     const krt_job_done_t *d = msg->body;
@@ -1062,13 +1199,19 @@ static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
         (kept && j->kind == JOB_SUSPEND)) {
         self->compute = j->sb;
         ka_sbx_guest_attach(ctx, self);
+    } else if (j->kind == JOB_FORK) { /* borrowed: its guest channel stayed */
+        self->compute = j->sb;
     }
+    s_job_observe(j, rc);
     char err[sizeof j->err];
     s_copy(err, sizeof err, j->err[0] ? j->err : strerror(rc < 0 ? -rc : EIO));
     krt_log_actor(ctx, rc ? KRT_LOG_WARN : KRT_LOG_DEBUG, "sandbox_job_done",
                   "sandbox=%s job=%d rc=%d", self->a.record.id, j->kind, rc);
     free(j);
-    s_ev_t ev = {.type = rc ? EV_DRIVER_FAILED : EV_JOB_DONE, .message = err, .kept = kept};
+    s_ev_t ev = {.type = rc ? EV_DRIVER_FAILED : EV_JOB_DONE,
+                 .message = err,
+                 .kept = kept,
+                 .code = s_fork_code(rc)};
     s_fire(ctx, self, &ev);
 }
 
@@ -1126,6 +1269,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_UNPAUSE:
     case KA_SBX_DELETE:
     case KA_SBX_GUEST:
+    case KA_SBX_FORK_COPY_:
         s_on_request(ctx, self, msg->type, msg->from, msg->ref, msg->body, msg->len);
         break;
     case KA_SBX_GUEST_CANCEL:
@@ -1197,10 +1341,10 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         return 0;
     }
     self->state = KA_SBX_CREATING;
-    self->op.answer = true;
+    self->op.answer = !self->a.fork; /* a fork has nobody: the manager joins it */
     self->op.caller = (ka_sbx_caller_t){self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE};
     self->op.before = KA_SBX_CREATING;
-    if (s_submit(ctx, self, JOB_BOOT, "")) {
+    if (s_submit(ctx, self, JOB_BOOT, "", NULL)) {
         ka_sbx_reply_status(ctx, self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE, KA_UNAVAILABLE,
                             "cannot start the sandbox: out of memory");
         return KRT_ENOMEM;

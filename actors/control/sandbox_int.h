@@ -25,6 +25,8 @@ typedef enum {
     KA_SBX_FAILED,     /* compute unusable (kept until delete); only delete or expiry move on */
     KA_SBX_PAUSED,     /* READY with every process frozen (cgroup freezer): memory kept, no CPU;
                         * not persisted (the record stays READY), guest calls refused */
+    KA_SBX_FORKING,    /* READY, frozen while a job copies it for forks the manager recorded;
+                        * not persisted (the forks' records are the intent) */
     KA_SBX_N_STATES
 } ka_sbx_state_t;
 

@@ -41,6 +41,7 @@ struct s_op {
     int32_t offset;
     int warm;              /* creates: ka_pool_take's answer */
     ka_pool_claim_t claim; /* ... its warm sandbox (warm 1) until bound or released */
+    struct s_fork *fork; /* forks */
 };
 
 typedef struct {
@@ -85,6 +86,7 @@ static void s_op_free(s_mgr_t *self, s_op_t *op)
     if (op->next)
         op->next->prev = op->prev;
     free(op->body);
+    free(op->fork);
     free(op);
 }
 
@@ -125,7 +127,7 @@ static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, i
     vsnprintf(st->message, sizeof st->message, fmt, ap);
     va_end(ap);
     size_t len = sizeof r.sbx;
-    if (type == KA_SBX_LIST)
+    if (type == KA_SBX_LIST || type == KA_SBX_FORK)
         len = sizeof r.list;
     if (type == KA_SBX_GUEST) {
         r.guest.final = 1;
@@ -572,6 +574,297 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
     s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
 }
 
+/* ---- fork --------------------------------------------------------------------------------- */
+
+#define FORK_COPY_TIMEOUT_MS (11 * 60 * 1000) /* the source's copy job ends within 10 minutes */
+#define FORK_JOIN_TIMEOUT_MS (2 * 60 * 1000)  /* a fork's boot, READY or FAILED */
+_Static_assert(KA_FORK_MAX == 16, "the count message says 16");
+
+/* A fork in flight: the steps fill it fork by fork. */
+typedef struct s_fork {
+    ka_sbx_fork_t q;
+    ka_store_sandbox_t source;
+    uint32_t i;                /* the fork a step is at */
+    bool created[KA_FORK_MAX]; /* recorded by this call (not a replay) */
+    ka_sbx_create_t join;      /* a fork's create, as its actor's creator sees it */
+    ka_sbx_list_t *out;        /* the answer: count records */
+} s_fork_t;
+
+static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err,
+                             const krt_msg_t *msg);
+static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg);
+static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
+                               const krt_msg_t *msg);
+static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err,
+                             const krt_msg_t *msg);
+static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err,
+                             const krt_msg_t *msg);
+
+/* The request id fork i of the caller's request id is recorded under: the caller's own when
+ * it fits, else its hash (FNV-1a, two seeds), so a replay finds the same records. */
+static void s_fork_reqid(const char *rid, uint32_t i, char *out, size_t cap)
+{
+    if (snprintf(out, cap, "fork/%u/%s", i, rid) < (int)cap)
+        return;
+    uint64_t h[2] = {1469598103934665603ull, 1099511628211ull * 31};
+    for (const unsigned char *p = (const unsigned char *)rid; *p; p++)
+        for (int k = 0; k < 2; k++)
+            h[k] = (h[k] ^ *p) * 1099511628211ull;
+    snprintf(out, cap, "fork/%u/#%016llx%016llx", i, (unsigned long long)h[0],
+             (unsigned long long)h[1]);
+}
+
+static const char *s_check_fork(const s_mgr_t *self, const ka_sbx_fork_t *q, int *code)
+{
+    *code = KA_INVALID_ARGUMENT;
+    if (!memchr(q->caller, 0, sizeof q->caller) || !memchr(q->id, 0, sizeof q->id) ||
+        !memchr(q->request_id, 0, sizeof q->request_id))
+        return "malformed fork request";
+    if (!q->caller[0])
+        return *code = KA_UNAUTHENTICATED, "forking a sandbox requires an authenticated owner";
+    if (ka_check_uuid(q->id))
+        return KA_MSG_NOT_UUID;
+    const char *bad = ka_check_request_id(q->request_id);
+    if (bad)
+        return bad;
+    if (q->count < 1 || q->count > KA_FORK_MAX)
+        return "count must be between 1 and 16";
+    if (q->ttl_ms != 0 && (q->ttl_ms < 1000 || q->ttl_ms > self->a.max_ttl_ms))
+        return "ttl must be between 1s and the node's maximum";
+    *code = KA_OK;
+    return NULL;
+}
+
+static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
+{
+    s_op_t *op = s_op_new(self, msg);
+    if (!op)
+        return;
+    int code = KA_INVALID_ARGUMENT;
+    const char *why = "malformed fork request";
+    if (msg->len == sizeof(ka_sbx_fork_t))
+        why = s_check_fork(self, msg->body, &code);
+    if (why) {
+        s_fail_op(ctx, self, op, code, why);
+        return;
+    }
+    s_fork_t *f = op->fork = calloc(1, sizeof *f);
+    if (!f || !(f->out = calloc(1, sizeof *f->out + KA_FORK_MAX * sizeof f->out->items[0]))) {
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    memcpy(&f->q, msg->body, sizeof f->q);
+    ka_store_sandbox_key_t sk; /* the owner check: another caller's source is not found */
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.id, sizeof sk.id, f->q.id);
+    s_copy(sk.creator, sizeof sk.creator, f->q.caller);
+    s_ask(ctx, self, op, s_on_fork_source, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
+          sizeof sk, STORE_TIMEOUT_MS);
+}
+
+static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
+    const ka_store_sandbox_reply_t *r = msg->body;
+    if (msg->len != sizeof *r || r->status.err) {
+        int serr = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
+        bool gone = serr == KA_STORE_ENOTFOUND;
+        s_fail_op(ctx, self, op, gone ? KA_NOT_FOUND : ka_code_of_store(serr),
+                  gone ? KA_MSG_NOT_FOUND : "the sandbox store is unavailable");
+        return;
+    }
+    op->fork->source = r->sandbox; /* deleted: a replay still finds its forks */
+    ka_tpl_runtime_req_t rr;
+    memset(&rr, 0, sizeof rr);
+    s_copy(rr.revision, sizeof rr.revision, r->sandbox.revision);
+    s_ask(ctx, self, op, s_on_fork_runtime, ka_peer(ctx, self->a.templates), KA_TPL_RUNTIME, &rr,
+          sizeof rr, RESOLVE_TIMEOUT_MS);
+}
+
+/* Records fork f->i (idempotent on its derived request id). */
+static void s_fork_record(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    s_fork_t *f = op->fork;
+    const ka_store_sandbox_t *src = &f->source;
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof c);
+    s_copy(c.creator, sizeof c.creator, f->q.caller);
+    s_fork_reqid(f->q.request_id, f->i, c.request_id, sizeof c.request_id);
+    s_copy(c.template_namespace, sizeof c.template_namespace, src->template_namespace);
+    s_copy(c.template_name, sizeof c.template_name, src->template_name);
+    s_copy(c.revision, sizeof c.revision, src->revision);
+    s_copy(c.node, sizeof c.node, self->a.node);
+    c.ttl_ms = f->q.ttl_ms ? f->q.ttl_ms : self->a.default_ttl_ms;
+    s_ask(ctx, self, op, s_on_fork_recorded, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE,
+          &c, sizeof c, STORE_TIMEOUT_MS);
+}
+
+static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
+    const ka_tpl_resolved_t *res = msg->body;
+    if (msg->len != sizeof *res || res->status.code) {
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        return;
+    }
+    op->res = *res;
+    s_fork_record(ctx, self, op);
+}
+
+static void s_forget_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    (void)ctx, (void)state, (void)user, (void)msg;
+    if (err)
+        krt_log(KRT_LOG_WARN, "sandboxes", "fork_forget_failed", "err=%d", err);
+}
+
+/* The fork failed: the records this call made become tombstones (their copies are gone). */
+static void s_fork_fail(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *why)
+{
+    s_fork_t *f = op->fork;
+    for (uint32_t i = 0; i < (uint32_t)f->q.count; i++) {
+        if (!f->created[i])
+            continue;
+        ka_store_sandbox_key_t sk;
+        memset(&sk, 0, sizeof sk);
+        s_copy(sk.id, sizeof sk.id, f->out->items[i].id);
+        krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
+                    STORE_TIMEOUT_MS, s_forget_done, NULL);
+    }
+    s_fail_op(ctx, self, op, code, why);
+}
+
+/* Every fork is recorded: the source's actor copies itself for the new ones. */
+static void s_fork_copy(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    s_fork_t *f = op->fork;
+    ka_sbx_fork_copy_t c;
+    memset(&c, 0, sizeof c);
+    s_copy(c.caller, sizeof c.caller, f->q.caller);
+    for (uint32_t i = 0; i < (uint32_t)f->q.count; i++)
+        if (f->created[i])
+            s_copy(c.ids[c.count++], sizeof c.ids[0], f->out->items[i].id);
+    krt_addr_t src = s_live(self, f->q.id);
+    if (!src && f->source.deleted_ms) {
+        s_fork_fail(ctx, self, op, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+    } else if (!src) {
+        char why[KA_MSG_LEN];
+        snprintf(why, sizeof why, "cannot fork a sandbox in state %s",
+                 ka_state_name(f->source.state));
+        s_fork_fail(ctx, self, op, KA_FAILED_PRECONDITION, why);
+    } else if (krt_request(ctx, src, KA_SBX_FORK_COPY_, &c, sizeof c, FORK_COPY_TIMEOUT_MS,
+                           s_on_fork_copied, op)) {
+        s_fork_fail(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+    }
+}
+
+/* Waits for fork f->i's actor to answer its create (READY or FAILED); a fork without an actor
+ * answers from its record. */
+static void s_fork_join(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    s_fork_t *f = op->fork;
+    for (; f->i < (uint32_t)f->q.count; f->i++) {
+        krt_addr_t actor = s_live(self, f->out->items[f->i].id);
+        if (!actor)
+            continue;
+        memset(&f->join, 0, sizeof f->join);
+        s_copy(f->join.caller, sizeof f->join.caller, f->q.caller);
+        s_copy(f->join.request_id, sizeof f->join.request_id, f->out->items[f->i].request_id);
+        s_ask(ctx, self, op, s_on_fork_joined, actor, KA_SBX_CREATE, &f->join, sizeof f->join,
+              FORK_JOIN_TIMEOUT_MS);
+        return;
+    }
+    f->out->count = (uint32_t)f->q.count;
+    krt_reply_to(ctx, op->from, op->from_ref, op->type, f->out,
+                 sizeof *f->out + f->out->count * sizeof f->out->items[0]);
+    s_op_free(self, op);
+}
+
+static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
+                               const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
+    s_fork_t *f = op->fork;
+    const ka_store_sandbox_reply_t *r = msg->body;
+    if (msg->len != sizeof *r || r->status.err) {
+        s_fork_fail(ctx, self, op,
+                    ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
+                    msg->len >= sizeof *r ? r->status.message : "malformed store reply");
+        return;
+    }
+    f->out->items[f->i] = r->sandbox;
+    f->created[f->i] = r->created != 0;
+    if (++f->i < (uint32_t)f->q.count) {
+        s_fork_record(ctx, self, op);
+        return;
+    }
+    bool any = false;
+    for (uint32_t i = 0; i < f->i; i++)
+        any |= f->created[i];
+    f->i = 0;
+    if (any)
+        s_fork_copy(ctx, self, op);
+    else /* a replay: the same forks, as they are now */
+        s_fork_join(ctx, self, op);
+}
+
+static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    s_fork_t *f = op->fork;
+    const ka_sbx_reply_t *r = err ? NULL : msg->body;
+    if (!r || msg->len != sizeof *r || r->status.code) {
+        s_fork_fail(ctx, self, op, r && msg->len == sizeof *r ? r->status.code : KA_UNAVAILABLE,
+                    r && msg->len == sizeof *r ? r->status.message
+                                               : "the source sandbox did not finish the copy");
+        return;
+    }
+    for (uint32_t i = 0; i < (uint32_t)f->q.count; i++) {
+        if (!f->created[i])
+            continue;
+        ka_sandbox_args_t a = {.mode = KA_SBX_BOOT,
+                               .record = f->out->items[i],
+                               .runtime = op->res,
+                               .store = self->a.store,
+                               .templates = self->a.templates,
+                               .driver = self->a.driver,
+                               .guest_idle_ms = self->a.guest_idle_ms,
+                               .fork = true};
+        if (s_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
+            krt_log_actor(ctx, KRT_LOG_WARN, "fork_spawn_failed", "sandbox=%s", a.record.id);
+        else
+            krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forked", "sandbox=%s source=%s", a.record.id,
+                          f->q.id);
+    }
+    s_fork_join(ctx, self, op);
+}
+
+static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = s_answered(ctx, self, user, err);
+    if (!op)
+        return;
+    s_fork_t *f = op->fork;
+    const ka_sbx_reply_t *r = msg->body;
+    if (msg->len == sizeof *r && r->status.code == KA_OK)
+        f->out->items[f->i] = r->sandbox;
+    f->i++;
+    s_fork_join(ctx, self, op);
+}
+
 /* ---- recovery at start -------------------------------------------------------------------- */
 
 static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
@@ -696,6 +989,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_GUEST:
     case KA_SBX_GUEST_CANCEL:
         s_route(ctx, self, msg);
+        break;
+    case KA_SBX_FORK:
+        s_fork(ctx, self, msg);
         break;
     case KA_SBX_COUNT: {
         ka_sbx_count_t c;

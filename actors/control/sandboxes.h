@@ -16,10 +16,16 @@
  * lifecycle is one state machine (sandbox.c: a transition table for every request and event):
  * it refuses guest calls unless READY and unexpired, answers another creator NOT_FOUND, refuses
  * a conflicting mutation while one runs (ABORTED), and lets delete supersede anything.
+ *
+ * A fork (KA_SBX_FORK) is a create of `count` sandboxes of the source's revision, recorded
+ * idempotently on (caller, a request id derived from the caller's and the fork's index), then
+ * copied by the source's actor (frozen meanwhile) and booted on their copies; the caller gets
+ * the forks' records once each is READY or FAILED. A replay gets the same records.
  */
 #ifndef KA_SANDBOXES_H
 #define KA_SANDBOXES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "control_msgs.h"
@@ -64,6 +70,7 @@ typedef struct ka_sandbox_args {
     uint64_t reply_ref;
     uint32_t guest_idle_ms; /* see ka_sandboxes_args_t */
     ka_sandbox_t *compute;  /* WARM: its running compute, taken by the actor */
+    bool fork; /* BOOT on the /data and root changes its source's fork copy kept for it */
 } ka_sandbox_args_t;
 
 extern const krt_behaviour_t ka_sandbox_behaviour;

@@ -46,7 +46,7 @@ static krt_addr_t s_route(const ka_service_t *svc, uint32_t type)
 {
     if (type > KA_CTL_MSG_BASE && type < KA_SBX_CREATE)
         return krt_whereis(svc->sys, svc->templates);
-    if (type >= KA_SBX_CREATE && type < KA_SBX_FORWARD_)
+    if ((type >= KA_SBX_CREATE && type < KA_SBX_FORWARD_) || type == KA_SBX_FORK)
         return krt_whereis(svc->sys, svc->sandboxes);
     return KRT_ADDR_NONE;
 }

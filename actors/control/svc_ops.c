@@ -215,6 +215,28 @@ ka_svc_status_t ka_svc_list(ka_service_t *svc, const ka_svc_caller_t *who,
     return s_call(svc, who, KA_SBX_LIST, &q, sizeof q, s_decode_list, (void *)cb, user, offset);
 }
 
+ka_svc_status_t ka_svc_fork(ka_service_t *svc, const ka_svc_caller_t *who,
+                            const ka_svc_fork_args_t *a, ka_svc_list_cb cb, void *user)
+{
+    ka_sbx_fork_t f;
+    memset(&f, 0, sizeof f);
+    if (!a->sandbox_id || ka_check_uuid(a->sandbox_id) || !s_put(f.id, sizeof f.id, a->sandbox_id))
+        return s_refuse(KA_MSG_NOT_UUID);
+    const char *why = ka_check_request_id(a->request_id);
+    if (!why && (a->count < 0 || a->count > KA_FORK_MAX))
+        why = "count must be between 1 and 16";
+    if (!why)
+        why = ka_check_ttl(a->ttl_ms);
+    if (why)
+        return s_refuse(why);
+    if (!s_put(f.caller, sizeof f.caller, who->id))
+        return (ka_svc_status_t){-EACCES, "the caller's identity is too long"};
+    s_put(f.request_id, sizeof f.request_id, a->request_id);
+    f.count = a->count ? (int32_t)a->count : 1;
+    f.ttl_ms = a->ttl_ms;
+    return s_call(svc, who, KA_SBX_FORK, &f, sizeof f, s_decode_list, (void *)cb, user, 0);
+}
+
 /* ---- templates ---------------------------------------------------------------------------- */
 
 static void s_decode_templates(void *cb, void *user, const ka_svc_status_t *st, const void *body,

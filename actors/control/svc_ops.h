@@ -81,6 +81,18 @@ typedef void (*ka_svc_list_cb)(void *user, const ka_svc_status_t *st, const ka_s
 ka_svc_status_t ka_svc_list(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_list_args_t *a, ka_svc_list_cb cb, void *user);
 
+/* Fork: count (1..KA_FORK_MAX, 0 = 1) copies of a running sandbox, idempotent on request_id. The
+ * reply is the forks' records in order (a list without more pages). */
+typedef struct {
+    const char *sandbox_id; /* a UUID the caller owns */
+    const char *request_id; /* 1-128 characters */
+    int64_t count;
+    int64_t ttl_ms; /* 0 = the policy default; negative is refused */
+} ka_svc_fork_args_t;
+
+ka_svc_status_t ka_svc_fork(ka_service_t *svc, const ka_svc_caller_t *who,
+                            const ka_svc_fork_args_t *a, ka_svc_list_cb cb, void *user);
+
 /* ---- templates ---------------------------------------------------------------------------- */
 
 #define KA_SVC_TPL_NS_DEFAULT "kagent" /* the template calls' namespace when none is named */

@@ -63,7 +63,20 @@ static s_family_t s_families[KA_METRIC_N_] = {
                                "Time to boot one warm sandbox for a pool (refill latency).",
                                {"pool", NULL},
                                PTHREAD_MUTEX_INITIALIZER},
+    [KA_METRIC_SNAPSHOT] = {"kagent_snapshot_seconds",
+                            "Snapshot copies of a sandbox's /data: suspend saves, resume "
+                            "restores, by result.",
+                            {"op", "result"},
+                            PTHREAD_MUTEX_INITIALIZER},
+    [KA_METRIC_FORK] = {"kagent_sandbox_fork_seconds",
+                        "Copies of a frozen sandbox for the forks of one fork call, by result.",
+                        {"result", NULL},
+                        PTHREAD_MUTEX_INITIALIZER},
 };
+
+/* Bytes the snapshot and fork copies moved (counters): suspend, resume, fork. */
+static const char *const s_job_ops[] = {"suspend", "resume", "fork"};
+static _Atomic uint64_t s_job_bytes[3];
 
 const char *ka_metric_code_name(int code)
 {
@@ -135,6 +148,20 @@ void ka_metric_observe(ka_metric_t m, const char *v1, const char *v2, double sec
     pthread_mutex_unlock(&f->mu);
 }
 
+void ka_metric_job(const char *op, bool ok, double seconds, uint64_t bytes)
+{
+    for (size_t i = 0; op && i < 3; i++) {
+        if (strcmp(op, s_job_ops[i]) != 0)
+            continue;
+        const char *result = ok ? "ok" : "error";
+        if (i == 2)
+            ka_metric_observe(KA_METRIC_FORK, result, NULL, seconds);
+        else
+            ka_metric_observe(KA_METRIC_SNAPSHOT, op, result, seconds);
+        s_job_bytes[i] += bytes;
+    }
+}
+
 void ka_metric_snapshot(ka_metric_t m, const char *v1, ka_metric_snapshot_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -165,6 +192,8 @@ void ka_metrics_reset(void)
         s_families[m].n = 0;
         pthread_mutex_unlock(&s_families[m].mu);
     }
+    for (size_t i = 0; i < 3; i++)
+        s_job_bytes[i] = 0;
 }
 
 /* ---- exposition --------------------------------------------------------------------------- */
@@ -234,6 +263,21 @@ static void s_put_family(FILE *o, s_family_t *f)
     pthread_mutex_unlock(&f->mu);
 }
 
+static void s_put_job_bytes(FILE *o)
+{
+    fputs("# HELP kagent_snapshot_bytes_total File bytes snapshot copies moved (suspend saves, "
+          "resume restores).\n# TYPE kagent_snapshot_bytes_total counter\n",
+          o);
+    for (size_t i = 0; i < 2; i++)
+        fprintf(o, "kagent_snapshot_bytes_total{op=\"%s\"} %llu\n", s_job_ops[i],
+                (unsigned long long)s_job_bytes[i]);
+    fprintf(o,
+            "# HELP kagent_sandbox_fork_bytes_total File bytes fork copies moved (or shared).\n"
+            "# TYPE kagent_sandbox_fork_bytes_total counter\nkagent_sandbox_fork_bytes_total "
+            "%llu\n",
+            (unsigned long long)s_job_bytes[2]);
+}
+
 char *ka_metrics_text(void)
 {
     char *text = NULL;
@@ -243,6 +287,7 @@ char *ka_metrics_text(void)
         return NULL;
     for (size_t m = 0; m < KA_METRIC_N_; m++)
         s_put_family(o, &s_families[m]);
+    s_put_job_bytes(o);
     if (fclose(o) != 0) {
         free(text);
         return NULL;

@@ -11,6 +11,7 @@
 #ifndef KA_METRICS_H
 #define KA_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,12 +27,20 @@ typedef enum {
     KA_METRIC_MCP,            /* kagent_mcp_request_seconds{method,code} */
     KA_METRIC_STORE,          /* kagent_store_query_seconds{query,result} */
     KA_METRIC_WARM_REFILL,    /* kagent_warm_pool_refill_seconds{pool}: one warm boot */
+    KA_METRIC_SNAPSHOT,       /* kagent_snapshot_seconds{op,result}: op suspend or resume */
+    KA_METRIC_FORK,           /* kagent_sandbox_fork_seconds{result}: a fork call's copy */
     KA_METRIC_N_
 } ka_metric_t;
 
 /* Adds one observation. v1/v2 are the family's label values (NULL = ""; ignored past the
  * family's label count). */
 void ka_metric_observe(ka_metric_t m, const char *v1, const char *v2, double seconds);
+
+/* A snapshot save (op "suspend"), restore ("resume") or fork copy ("fork") ended, ok or not:
+ * its duration into kagent_snapshot_seconds{op,result} (kagent_sandbox_fork_seconds{result}
+ * for a fork) and its bytes into the counter kagent_snapshot_bytes_total{op}
+ * (kagent_sandbox_fork_bytes_total). Other ops are ignored. */
+void ka_metric_job(const char *op, bool ok, double seconds, uint64_t bytes);
 
 /* The canonical gRPC name of a status code ("OK", "NOT_FOUND", ...; "UNKNOWN" past them): the
  * code label of every family. */

@@ -70,6 +70,14 @@ int ka_driver_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen)
     return d->ops->freeze ? d->ops->freeze(d, sb, frozen) : -ENOTSUP;
 }
 
+int ka_driver_fork(ka_driver_t *d, ka_sandbox_t *src, const char *id, uint64_t *bytes)
+{
+    *bytes = 0;
+    if (!d || !src || !id)
+        return -EINVAL;
+    return d->ops->fork ? d->ops->fork(d, src, id, bytes) : -ENOTSUP;
+}
+
 int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb)
 {
     if (!d || !sb || !*sb)

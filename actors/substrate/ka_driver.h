@@ -29,6 +29,7 @@ typedef struct ka_sandbox_spec {
     const char *hostname; /* NULL: "sandbox" */
     int ready_timeout_ms; /* how long to wait for the guest's ready frame; 0: 5000 */
     bool reuse_data;      /* boot on the /data kept for this id (see park); none: a fresh one */
+    bool reuse_root;      /* with reuse_data: keep the root's changes kept with it (a fork's) */
 } ka_sandbox_spec_t;
 
 typedef struct ka_sandbox_stats {
@@ -78,6 +79,11 @@ typedef struct ka_driver_ops {
     int (*discard)(ka_driver_t *d, const char *id);
     /* Frees the driver (sandboxes still running are stopped first; kept data stays). */
     void (*destroy)(ka_driver_t *d);
+    /* Keeps for id (as park would, root changes included) a copy of src's /data and root
+     * changes; src must be frozen or halted (nothing in it writes). *bytes: the bytes copied.
+     * 0, -EEXIST (id is taken), -EDQUOT (the copy does not fit id's disk quota), or another
+     * negative errno; on failure nothing is left for id. Optional (-ENOTSUP). */
+    int (*fork)(ka_driver_t *d, ka_sandbox_t *src, const char *id, uint64_t *bytes);
 } ka_driver_ops_t;
 
 /* Every driver struct starts with this header. */
@@ -104,6 +110,7 @@ int ka_driver_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen);
 int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb);
 bool ka_driver_kept(ka_driver_t *d, const char *id);
 int ka_driver_discard(ka_driver_t *d, const char *id);
+int ka_driver_fork(ka_driver_t *d, ka_sandbox_t *src, const char *id, uint64_t *bytes);
 /* Idempotent; NULLs *d_p. */
 void ka_driver_destroy(ka_driver_t **d_p);
 

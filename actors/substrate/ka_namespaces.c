@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -712,8 +713,9 @@ static int s_park_sb(s_driver_t *d, ka_sandbox_t *sb)
 }
 
 /* A kept sandbox's directories for a new start on its /data: its volume mounted, the changes
- * to its root (on the volume too) dropped, as a resume from a snapshot would. */
-static int s_reuse_dirs(const s_driver_t *d, ka_sandbox_t *sb)
+ * to its root (on the volume too) dropped, as a resume from a snapshot would, unless root
+ * (a fork boots on the root changes copied with its /data). */
+static int s_reuse_dirs(const s_driver_t *d, ka_sandbox_t *sb, bool root)
 {
     static const char *const sub[] = {"upper", "upper/u", "upper/w"};
     char p[S_PATH + 32];
@@ -723,10 +725,10 @@ static int s_reuse_dirs(const s_driver_t *d, ka_sandbox_t *sb)
     snprintf(p, sizeof(p), "%s/root", sb->dir);
     if (mkdir(p, 0755) < 0 && errno != EEXIST)
         return -errno;
-    snprintf(p, sizeof(p), "%s/upper", sb->vol);
+    snprintf(p, sizeof(p), "%s/%s", sb->vol, root ? "upper/w" : "upper"); /* root: only work */
     if ((rc = s_rm_rf(p)) < 0)
         return rc;
-    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
+    for (size_t i = root ? 2 : 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
         snprintf(p, sizeof(p), "%s/%s", sb->vol, sub[i]);
         if (mkdir(p, i == 2 ? 0700 : 0755) < 0)
             return -errno;
@@ -745,7 +747,7 @@ static int s_take_kept(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_
     sb->uid = d->uid_base + (uint32_t)k->slot;
     snprintf(sb->vol, sizeof(sb->vol), "%s", k->vol);
     free(k);
-    return s_reuse_dirs(d, sb);
+    return s_reuse_dirs(d, sb, spec->reuse_root);
 }
 
 static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
@@ -1039,6 +1041,71 @@ static void s_destroy(ka_driver_t *base)
     free(d);
 }
 
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+/* Whether src's volume (its /data and root changes) fits the free space of dst's. */
+static int s_fork_fits(const ka_sandbox_t *src, const ka_sandbox_t *dst)
+{
+    struct statvfs a, b;
+    if (statvfs(src->vol, &a) < 0 || statvfs(dst->vol, &b) < 0)
+        return -errno;
+    uint64_t used = (uint64_t)(a.f_blocks - a.f_bfree) * a.f_frsize;
+    uint64_t inodes = (uint64_t)(a.f_files - a.f_ffree);
+    return used > (uint64_t)b.f_bavail * b.f_frsize || inodes > (uint64_t)b.f_favail ? -EDQUOT : 0;
+}
+
+/* Copies src's /data and its root's upper layer onto dst's fresh volume, everything of src's
+ * uid given to dst's. A volume that fills up is the quota: -EDQUOT. */
+static int s_fork_copy(const ka_sandbox_t *src, const ka_sandbox_t *dst, uint64_t *bytes)
+{
+    static const char *const sub[] = {"data", "upper/u"};
+    int rc = s_fork_fits(src, dst);
+    for (size_t i = 0; rc == 0 && i < sizeof(sub) / sizeof(sub[0]); i++) {
+        char from[S_PATH + 16], to[S_PATH + 16];
+        snprintf(from, sizeof(from), "%s/%s", src->vol, sub[i]);
+        snprintf(to, sizeof(to), "%s/%s", dst->vol, sub[i]);
+        ka_tree_opts_t o = {
+            .owner = dst->uid, .overlay = i == 1, .remap = true, .remap_from = src->uid};
+        ka_tree_stats_t st;
+        rc = ka_tree_copy(from, to, &o, &st);
+        *bytes += st.bytes;
+    }
+    return rc == -ENOSPC ? -EDQUOT : rc;
+}
+
+static int s_fork(ka_driver_t *base, ka_sandbox_t *src, const char *id, uint64_t *bytes)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    if (!s_valid_id(id) || !src->vol[0])
+        return -EINVAL;
+    if (s_kept(base, id))
+        return -EEXIST;
+    ka_sandbox_t *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return -ENOMEM;
+    sb->pidfd = sb->channel = -1;
+    snprintf(sb->id, sizeof(sb->id), "%s", id);
+    snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, id);
+    int rc = s_uid_take(d, sb);
+    if (rc == 0 && (rc = s_mkdirs(d, sb)) == -EEXIST) {
+        s_uid_release(d, sb); /* someone else's sandbox: do not touch it */
+        s_sandbox_free(sb);
+        return rc;
+    }
+    if (rc == 0)
+        rc = s_fork_copy(src, sb, bytes);
+    if (rc == 0) {
+        s_strip_dir(sb->dir);
+        s_kept_put(d, sb->id, sb->vol, sb->slot);
+    } else {
+        s_rm_rf(sb->dir);
+        s_release_volume(d, sb);
+        s_uid_release(d, sb);
+    }
+    s_sandbox_free(sb);
+    return rc;
+}
+
 static const ka_driver_ops_t s_ops = {
     .name = "namespaces",
     .start = s_start,
@@ -1055,6 +1122,7 @@ static const ka_driver_ops_t s_ops = {
     .kept = s_kept,
     .discard = s_discard,
     .destroy = s_destroy,
+    .fork = s_fork,
 };
 
 const char *ka_namespaces_dir(const ka_sandbox_t *sb)

@@ -10,13 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define S_CHUNK   (8u << 20) /* bytes copied between deadline checks */
 #define S_DIRFLAG (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+#define S_OPAQUE  "trusted.overlay.opaque"
 
 typedef struct s_walk {
     const ka_tree_opts_t *o;
@@ -55,15 +60,18 @@ static int s_tick(s_walk_t *w)
 static void s_attrs(const s_walk_t *w, int fd, int dfd, const char *name, const struct stat *st)
 {
     struct timespec ts[2] = {st->st_atim, st->st_mtim};
-    uid_t id = (uid_t)w->o->owner;
-    if (fd < 0) { /* a symlink: owner and times only */
-        if (w->o->owner >= 0)
-            (void)!fchownat(dfd, name, id, id, AT_SYMLINK_NOFOLLOW);
+    bool mine = w->o->owner >= 0 && (!w->o->remap || st->st_uid == w->o->remap_from);
+    uid_t uid = mine ? (uid_t)w->o->owner : st->st_uid;
+    gid_t gid = mine ? (gid_t)w->o->owner : st->st_gid;
+    bool chown_it = w->o->owner >= 0;
+    if (fd < 0) { /* a symlink or a whiteout: owner and times only */
+        if (chown_it)
+            (void)!fchownat(dfd, name, uid, gid, AT_SYMLINK_NOFOLLOW);
         utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW);
         return;
     }
-    if (w->o->owner >= 0)
-        (void)!fchown(fd, id, id);
+    if (chown_it)
+        (void)!fchown(fd, uid, gid);
     (void)!fchmod(fd, st->st_mode & 01777); /* never setuid or setgid */
     futimens(fd, ts);
 }
@@ -81,8 +89,15 @@ static int s_create(int dfd, const char *name)
     return -EEXIST;
 }
 
-static int s_copy_bytes(s_walk_t *w, int in, int out)
+/* The file's bytes: shared with FICLONE where the file system can (the same volume), else
+ * copied in the kernel, in chunks between deadline checks. */
+static int s_copy_bytes(s_walk_t *w, int in, int out, off_t size)
 {
+    if (size > 0 && ioctl(out, FICLONE, in) == 0) {
+        w->st.bytes += (uint64_t)size;
+        w->st.cloned++;
+        return w->o->max_bytes && w->st.bytes > w->o->max_bytes ? -EFBIG : 0;
+    }
     for (;;) {
         if (w->o->deadline_ms && krt_mono_ms() > w->o->deadline_ms)
             return -ETIMEDOUT;
@@ -112,7 +127,7 @@ static int s_copy_file(s_walk_t *w, int sfd, int dfd, const char *name)
         return 0;
     }
     int out = s_create(dfd, name);
-    int rc = out < 0 ? out : s_copy_bytes(w, in, out);
+    int rc = out < 0 ? out : s_copy_bytes(w, in, out, st.st_size);
     if (rc == 0) {
         s_attrs(w, out, dfd, name, &st);
         w->st.files++;
@@ -143,6 +158,29 @@ static int s_copy_symlink(s_walk_t *w, int sfd, int dfd, const char *name, const
 
 static int s_copy_dir(s_walk_t *w, int sfd, int dfd, int depth);
 
+/* An overlay directory's opaque mark ("y": the lower layers' entries are hidden). */
+static int s_copy_opaque(int in, int out)
+{
+    char v[8];
+    ssize_t n = fgetxattr(in, S_OPAQUE, v, sizeof v);
+    if (n < 0)
+        return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
+    return fsetxattr(out, S_OPAQUE, v, (size_t)n, 0) < 0 ? -errno : 0;
+}
+
+/* An overlay whiteout (a char device 0/0: the lower layers' entry is deleted), made again. */
+static int s_copy_whiteout(s_walk_t *w, int dfd, const char *name, const struct stat *st)
+{
+    if (mknodat(dfd, name, S_IFCHR | 0, makedev(0, 0)) < 0) {
+        if (errno != EEXIST || unlinkat(dfd, name, 0) < 0 ||
+            mknodat(dfd, name, S_IFCHR | 0, makedev(0, 0)) < 0)
+            return -errno;
+    }
+    s_attrs(w, -1, dfd, name, st);
+    w->st.whiteouts++;
+    return 0;
+}
+
 static int s_copy_subdir(s_walk_t *w, int sfd, int dfd, const char *name, int depth)
 {
     if (depth >= KA_TREE_MAX_DEPTH)
@@ -163,6 +201,8 @@ static int s_copy_subdir(s_walk_t *w, int sfd, int dfd, const char *name, int de
         goto done;
     }
     rc = s_copy_dir(w, in, out, depth + 1);
+    if (rc == 0 && w->o->overlay)
+        rc = s_copy_opaque(in, out);
     if (rc == 0) {
         s_attrs(w, out, dfd, name, &st);
         w->st.dirs++;
@@ -189,6 +229,11 @@ static int s_copy_entry(s_walk_t *w, int sfd, int dfd, const char *name, int dep
         return s_copy_file(w, sfd, dfd, name);
     case S_IFLNK:
         return s_copy_symlink(w, sfd, dfd, name, &st);
+    case S_IFCHR:
+        if (w->o->overlay && st.st_rdev == makedev(0, 0))
+            return s_copy_whiteout(w, dfd, name, &st);
+        w->st.skipped++;
+        return 0;
     default: /* fifos, sockets, devices: never opened, never copied */
         w->st.skipped++;
         return 0;

@@ -12,6 +12,7 @@
 #ifndef KA_TREE_H
 #define KA_TREE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -22,18 +23,28 @@ typedef struct ka_tree_opts {
     uint64_t max_bytes;   /* file bytes to copy at most; 0: no bound */
     uint64_t max_entries; /* entries to visit at most; 0: no bound */
     int64_t owner;        /* copy: uid=gid every created entry gets; -1: the caller's */
+    /* copy: an overlay upper layer: whiteouts (char devices 0/0) are recreated and the
+     * trusted.overlay.opaque mark of directories kept; other devices are still skipped */
+    bool overlay;
+    /* copy with owner >= 0: only entries owned by uid remap_from get owner, the others keep
+     * theirs (a sandbox's uid moves to another's, the image's root stays root) */
+    bool remap;
+    uint32_t remap_from;
 } ka_tree_opts_t;
 
 typedef struct ka_tree_stats {
     uint64_t files, dirs, symlinks, bytes;
-    uint64_t skipped; /* fifos, sockets, devices, entries that changed type under the walk */
+    uint64_t whiteouts; /* overlay: whiteouts recreated */
+    uint64_t cloned;    /* files whose bytes were shared (FICLONE), not copied */
+    uint64_t skipped;   /* fifos, sockets, devices, entries that changed type under the walk */
 } ka_tree_stats_t;
 
 /*
  * Copies the contents of directory src into directory dst (created with its parents if
- * missing; entries already in dst are replaced). 0, or a negative errno: -ETIMEDOUT past the
- * deadline, -EFBIG past max_bytes or max_entries, -ELOOP deeper than KA_TREE_MAX_DEPTH.
- * stats may be NULL.
+ * missing; entries already in dst are replaced). A file's bytes are shared where the file
+ * system can (FICLONE), else copied in the kernel (copy_file_range, then sendfile). 0, or a
+ * negative errno: -ETIMEDOUT past the deadline, -EFBIG past max_bytes or max_entries, -ELOOP deeper
+ * than KA_TREE_MAX_DEPTH. stats may be NULL.
  */
 int ka_tree_copy(const char *src, const char *dst, const ka_tree_opts_t *o, ka_tree_stats_t *stats);
 

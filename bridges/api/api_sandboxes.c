@@ -241,6 +241,49 @@ static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
         kb_api_fail_err(call, &st);
 }
 
+/* ForkSandbox: the forks' records as { repeated Sandbox sandboxes = 1; }. */
+static void s_on_fork(void *user, const ka_svc_status_t *st, const ka_svc_list_t *l)
+{
+    kb_grpc_call_t *call = user;
+    if (st->err) {
+        kb_api_fail_err(call, st);
+        return;
+    }
+    if (l->count > KA_FORK_MAX) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "the control plane sent too many forks");
+        return;
+    }
+    ka_store_sandbox_t copy[KA_FORK_MAX]; /* s_fill borrows mutable strings */
+    s_pb_sandbox_t pbs[KA_FORK_MAX];
+    Kagent__Api__V1__Sandbox *ptrs[KA_FORK_MAX];
+    memcpy(copy, l->items, l->count * sizeof copy[0]);
+    for (uint32_t i = 0; i < l->count; i++) {
+        s_fill(&pbs[i], &copy[i], false);
+        ptrs[i] = &pbs[i].sb;
+    }
+    Kagent__Api__V1__ForkSandboxResponse resp = KAGENT__API__V1__FORK_SANDBOX_RESPONSE__INIT;
+    resp.n_sandboxes = l->count;
+    resp.sandboxes = ptrs;
+    kb_grpc_reply(call, &resp.base);
+}
+
+static void s_fork(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    const Kagent__Api__V1__ForkSandboxRequest *req = (const void *)m;
+    char caller[KB_AUTH_ID_MAX + 1];
+    if (kb_api_caller(user, call, caller, sizeof caller))
+        return;
+    ka_svc_fork_args_t a = {req->sandbox_id, req->request_id, req->count, 0};
+    if (req->ttl) { /* present: it must be positive (an explicit 0 is refused) */
+        int64_t ms = req->ttl->seconds * 1000 + req->ttl->nanos / 1000000;
+        a.ttl_ms = ms > 0 ? ms : req->ttl->seconds > 0 || req->ttl->nanos > 0 ? 1 : -1;
+    }
+    ka_svc_caller_t who = {caller, kb_api_timeout(call)};
+    ka_svc_status_t st = ka_svc_fork(((kb_api_t *)user)->o.svc, &who, &a, s_on_fork, call);
+    if (st.err)
+        kb_api_fail_err(call, &st);
+}
+
 #define SVC "/kagent.api.v1.SandboxService/"
 const kb_grpc_method_t kb_api_sandbox_methods[] = {
     {SVC "CreateSandbox", KB_GRPC_UNARY, &kagent__api__v1__create_sandbox_request__descriptor,
@@ -260,5 +303,7 @@ const kb_grpc_method_t kb_api_sandbox_methods[] = {
      &kagent__runtime__v1__pause_sandbox_request__descriptor, s_pause, NULL, NULL, NULL},
     {"/kagent.runtime.v1.RuntimeService/UnpauseSandbox", KB_GRPC_UNARY,
      &kagent__runtime__v1__unpause_sandbox_request__descriptor, s_unpause, NULL, NULL, NULL},
+    {SVC "ForkSandbox", KB_GRPC_UNARY, &kagent__api__v1__fork_sandbox_request__descriptor, s_fork,
+     NULL, NULL, NULL},
 };
 const size_t kb_api_sandbox_n = sizeof kb_api_sandbox_methods / sizeof kb_api_sandbox_methods[0];

@@ -40,14 +40,23 @@ static const kb_flag_t s_global_flags[] = {
     {0},
 };
 
-static const kb_cmd_t *const s_sandbox_subs[] = {&kb_cmd_sandbox_templates, &kb_cmd_sandbox_create,
-                                                 &kb_cmd_sandbox_list,      &kb_cmd_sandbox_get,
-                                                 &kb_cmd_sandbox_suspend,   &kb_cmd_sandbox_resume,
-                                                 &kb_cmd_sandbox_pause,     &kb_cmd_sandbox_unpause,
-                                                 &kb_cmd_sandbox_delete,    &kb_cmd_sandbox_exec,
-                                                 &kb_cmd_sandbox_wait,      &kb_cmd_sandbox_process,
-                                                 &kb_cmd_sandbox_kill,      &kb_cmd_sandbox_upload,
-                                                 &kb_cmd_sandbox_download,  NULL};
+static const kb_cmd_t *const s_sandbox_subs[] = {&kb_cmd_sandbox_templates,
+                                                 &kb_cmd_sandbox_create,
+                                                 &kb_cmd_sandbox_list,
+                                                 &kb_cmd_sandbox_get,
+                                                 &kb_cmd_sandbox_suspend,
+                                                 &kb_cmd_sandbox_resume,
+                                                 &kb_cmd_sandbox_pause,
+                                                 &kb_cmd_sandbox_unpause,
+                                                 &kb_cmd_sandbox_delete,
+                                                 &kb_cmd_sandbox_exec,
+                                                 &kb_cmd_sandbox_wait,
+                                                 &kb_cmd_sandbox_process,
+                                                 &kb_cmd_sandbox_kill,
+                                                 &kb_cmd_sandbox_upload,
+                                                 &kb_cmd_sandbox_download,
+                                                 &kb_cmd_sandbox_fork,
+                                                 NULL};
 
 static const kb_cmd_t s_cmd_sandbox = {
     .name = "sandbox",

@@ -100,7 +100,7 @@ struct kb_cli {
 /* Command groups (one file each). */
 extern const kb_cmd_t kb_cmd_sandbox_create, kb_cmd_sandbox_list, kb_cmd_sandbox_get,
     kb_cmd_sandbox_suspend, kb_cmd_sandbox_resume, kb_cmd_sandbox_delete, kb_cmd_sandbox_pause,
-    kb_cmd_sandbox_unpause; /* cmd_sandbox.c */
+    kb_cmd_sandbox_unpause, kb_cmd_sandbox_fork; /* cmd_sandbox.c */
 extern const kb_cmd_t kb_cmd_sandbox_exec, kb_cmd_sandbox_wait, kb_cmd_sandbox_process,
     kb_cmd_sandbox_kill;                                              /* cmd_process.c */
 extern const kb_cmd_t kb_cmd_sandbox_upload, kb_cmd_sandbox_download; /* cmd_files.c */
@@ -137,6 +137,14 @@ int kb_cli_print_json(kb_cli_t *cli, const json_t *doc);
 /* Progress on err when it is a terminal (a no-op otherwise): done of total bytes (total 0 =
  * unknown); end finishes the line. */
 void kb_cli_progress(kb_cli_t *cli, const char *label, uint64_t done, uint64_t total, bool end);
+
+/* One line on err while a long unary call runs (suspend, resume, fork): the label and the time
+ * so far, updated in place, then "done"/"failed" and the total at stop. Only when err is a
+ * terminal (NULL otherwise: stop does nothing), so pipes and CI never see it (ticker.c). */
+typedef struct kb_ticker kb_ticker_t;
+kb_ticker_t *kb_ticker_start(kb_cli_t *cli, const char *label);
+/* Idempotent; NULLs *t_p. */
+void kb_ticker_stop(kb_ticker_t **t_p, bool ok);
 
 /* Shared renderers (also used by the tests). */
 struct Kagent__Api__V1__Sandbox;

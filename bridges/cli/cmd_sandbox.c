@@ -1,6 +1,6 @@
 /*
  * Sandbox lifecycle commands: create, list, get, suspend, resume, delete (SandboxService), and
- * pause, unpause (RuntimeService: beyond the reference).
+ * pause, unpause (RuntimeService), fork (SandboxService): beyond the reference.
  */
 #include "cli_int.h"
 
@@ -253,7 +253,13 @@ static int s_run_simple(kb_cli_t *cli, const kb_args_t *a, const s_simple_t *op)
     req.sandbox_id = (char *)id;
     ProtobufCMessage *resp = NULL;
     kb_rpc_status_t st;
-    if (kb_rpc_unary(rpc, op->method, NULL, &req.base, op->resp_desc, &resp, &st) != 0) {
+    char label[96];
+    snprintf(label, sizeof label, "%s %s", op->action, id);
+    bool slow = op == &s_simple[1] || op == &s_simple[2]; /* the snapshot transfers */
+    kb_ticker_t *tick = slow ? kb_ticker_start(cli, label) : NULL;
+    int urc = kb_rpc_unary(rpc, op->method, NULL, &req.base, op->resp_desc, &resp, &st);
+    kb_ticker_stop(&tick, urc == 0);
+    if (urc != 0) {
         char cause[KB_RPC_MSG_CAP + 64];
         kb_cli_cause(&st, cause, sizeof cause);
         return kb_cli_fail(cli, "%s sandbox %s: %s", op->action, id, cause);
@@ -354,4 +360,80 @@ const kb_cmd_t kb_cmd_sandbox_unpause = {
     .min_args = 1,
     .max_args = 1,
     .run = s_run_unpause,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+
+static int s_run_fork(kb_cli_t *cli, const kb_args_t *a)
+{
+    const char *id = a->pos[0], *request_id = kb_args_str(a, "request-id");
+    if (!*request_id)
+        return kb_cli_usage(cli, "request-id must not be empty");
+    int64_t count = kb_args_given(a, "count") ? kb_args_int(a, "count") : 1;
+    if (count < 1 || count > 16)
+        return kb_cli_usage(cli, "count must be between 1 and 16");
+    Google__Protobuf__Duration ttl = GOOGLE__PROTOBUF__DURATION__INIT;
+    bool has_ttl = kb_args_given(a, "ttl");
+    if (has_ttl) {
+        int64_t ns = kb_args_duration(a, "ttl");
+        if (ns < S_TTL_MIN_NS || ns > S_TTL_MAX_NS)
+            return kb_cli_usage(cli, "ttl must be between 1s and 24h");
+        ttl.seconds = ns / KB_NS_PER_SEC;
+        ttl.nanos = (int32_t)(ns % KB_NS_PER_SEC);
+    }
+    kb_rpc_t *rpc = kb_cli_rpc(cli);
+    if (!rpc)
+        return KB_EXIT_ERROR;
+    Kagent__Api__V1__ForkSandboxRequest req = KAGENT__API__V1__FORK_SANDBOX_REQUEST__INIT;
+    req.sandbox_id = (char *)id;
+    req.request_id = (char *)request_id;
+    req.count = (int32_t)count;
+    req.ttl = has_ttl ? &ttl : NULL;
+    ProtobufCMessage *resp = NULL;
+    kb_rpc_status_t st;
+    char label[96];
+    snprintf(label, sizeof label, "fork %s", id);
+    kb_ticker_t *tick = kb_ticker_start(cli, label);
+    int urc = kb_rpc_unary(rpc, "/kagent.api.v1.SandboxService/ForkSandbox", NULL, &req.base,
+                           &kagent__api__v1__fork_sandbox_response__descriptor, &resp, &st);
+    kb_ticker_stop(&tick, urc == 0);
+    if (urc != 0) {
+        char cause[KB_RPC_MSG_CAP + 64];
+        kb_cli_cause(&st, cause, sizeof cause);
+        return kb_cli_fail(cli, "fork sandbox %s (retry with request-id \"%s\"): %s", id,
+                           request_id, cause);
+    }
+    Kagent__Api__V1__ForkSandboxResponse *r = (Kagent__Api__V1__ForkSandboxResponse *)resp;
+    int rc = KB_EXIT_OK;
+    if (cli->json)
+        rc = kb_cli_print(cli, resp);
+    else
+        kb_print_sandboxes(cli->out, r->sandboxes, r->n_sandboxes);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static const kb_flag_t s_fork_flags[] = {
+    {"request-id", 0, KB_F_STRING, NULL,
+     "stable idempotency key; a retry with it returns the same forks (required)", "string"},
+    {"count", 0, KB_F_INT, NULL, "forks to make (1..16, default 1)", "int"},
+    {"ttl", 0, KB_F_DURATION, NULL,
+     "each fork's lifetime (1s..24h); the operator policy applies "
+     "if omitted",
+     "duration"},
+    {0},
+};
+
+const kb_cmd_t kb_cmd_sandbox_fork = {
+    .name = "fork",
+    .use = "fork ID --request-id R [--count N] [--ttl D]",
+    .short_help = "copy a running sandbox (its /data and root changes) into new sandboxes",
+    .long_help = "New sandboxes of the source's revision whose /data and root changes are a copy "
+                 "of the source's at the call; the source is frozen while it is copied and goes "
+                 "on after. Each fork is yours, with its own TTL. Retry with the same "
+                 "--request-id: it returns the same forks.",
+    .flags = s_fork_flags,
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_fork,
 };

@@ -476,6 +476,29 @@ static json_t *t_delete(kb_mcp_call_t *c, json_t *a)
     return s_lifecycle(c, a, ka_svc_delete, false);
 }
 
+/* fork_sandbox: {sandbox_id, request_id, count, ttl_seconds} -> {sandboxes: [summary]} */
+static json_t *t_fork(kb_mcp_call_t *c, json_t *args)
+{
+    int64_t ttl = s_int(args, "ttl_seconds", 0);
+    ka_svc_fork_args_t a = {s_str(args, "sandbox_id", ""), s_str(args, "request_id", ""),
+                            s_int(args, "count", 1), ttl > INT64_MAX / 1000 ? -1 : ttl * 1000};
+    s_wait_t w;
+    s_wait_init(&w);
+    ka_svc_caller_t who = s_who(c);
+    json_t *r;
+    if (s_wait(c, &w, ka_svc_fork(c->svc, &who, &a, s_on_list, &w))) {
+        r = s_svc_error(w.err, w.msg);
+    } else {
+        json_t *items = json_array();
+        const ka_store_sandbox_t *sb = w.body;
+        for (size_t i = 0; i < w.n; i++)
+            json_array_append_new(items, s_summary(&sb[i]));
+        r = s_ok(c, json_pack("{s:o}", "sandboxes", items));
+    }
+    s_wait_fini(&w);
+    return r;
+}
+
 /* ---- process tools ----------------------------------------------------------------------------
  */
 
@@ -1033,6 +1056,21 @@ static const s_tool_t s_tools[] = {
      "{\"type\":\"object\",\"properties\":{" S_ID_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      t_unpause, false, false, true},
+    {"fork_sandbox", "Fork a sandbox",
+     "Makes count (1-16) new sandboxes of a READY sandbox's revision whose /data and root "
+     "changes are a copy of its own at the call (it is frozen while copied, then goes on). "
+     "Returns {sandboxes: [summary]}. Idempotent on request_id: a retry returns the same forks. "
+     "Each fork has its own lifetime (ttl_seconds, 1-86400; 0 or omitted = the operator "
+     "default).",
+     "{\"type\":\"object\",\"properties\":{" S_ID_PROP ","
+     "\"request_id\":{\"type\":\"string\",\"description\":\"Your idempotency key (1-128 "
+     "characters); reuse it when retrying.\",\"minLength\":1,\"maxLength\":128},"
+     "\"count\":{\"type\":\"integer\",\"description\":\"How many forks (default 1).\","
+     "\"minimum\":1,\"maximum\":16},"
+     "\"ttl_seconds\":{\"type\":\"integer\",\"description\":\"Each fork's lifetime in seconds "
+     "(1-86400); 0 or omitted = the operator default.\",\"minimum\":0,\"maximum\":86400}},"
+     "\"required\":[\"sandbox_id\",\"request_id\"],\"additionalProperties\":false}",
+     t_fork, false, false, true},
 };
 
 #define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# /metrics of a live node after real work (create, exec, suspend, resume, delete, a refused
+# /metrics of a live node after real work (create, exec, suspend, resume, fork, delete, a refused
 # call, MCP): `promtool check metrics` (Debian's prometheus package) finds nothing to say, the
 # histograms count what happened, the pool/node gauges and process_* metrics are there, and
 # `kagent sandbox get -o json` carries the sandbox's phase timings.
@@ -16,6 +16,8 @@ id=$(k sandbox create scratch --request-id metrics-1 -o json | $PY -c 'import js
 k sandbox exec "$id" -- sh -c 'echo hi > f' >/dev/null
 k sandbox suspend "$id" >/dev/null
 k sandbox resume "$id" >/dev/null
+fork=$(k sandbox fork "$id" --request-id metrics-fork -o json | $PY -c 'import json,sys; print(json.load(sys.stdin)["sandboxes"][0]["id"])')
+k sandbox delete "$fork" >/dev/null
 k sandbox get "$id" -o json > "$WORK/get.json"
 $PY - "$WORK/get.json" <<'PY' || fail "sandbox get -o json phases: $(cat "$WORK/get.json")"
 import json, sys
@@ -51,6 +53,12 @@ positive 'kagent_mcp_request_seconds_count{method="initialize",code="200"}'
 grep -q '^kagent_store_query_seconds_count{query="sb_create",result="ok"} ' "$WORK/metrics.txt" ||
   grep -q '^kagent_store_query_seconds_count{query=".*",result="ok"} ' "$WORK/metrics.txt" || fail "no store query latency"
 positive 'kagent_sandbox_create_seconds_bucket{le="+Inf"}'
+positive 'kagent_snapshot_seconds_count{op="suspend",result="ok"}'
+positive 'kagent_snapshot_seconds_count{op="resume",result="ok"}'
+positive 'kagent_snapshot_bytes_total{op="suspend"}'
+positive 'kagent_snapshot_bytes_total{op="resume"}'
+positive 'kagent_sandbox_fork_seconds_count{result="ok"}'
+positive 'kagent_sandbox_fork_bytes_total'
 positive 'kagent_pool_capacity_sandboxes{pool="kagent-default",class="namespaces"}'
 grep -q '^kagent_pool_in_use_sandboxes{pool="kagent-default"} 0$' "$WORK/metrics.txt" || fail "pool in use"
 grep -q '^kagent_node_info{node="node-1",id="1",version="' "$WORK/metrics.txt" || fail "node info"

@@ -32,6 +32,8 @@ void f_reset(const char *dir)
     F.starts = F.stops = F.guest_requests = F.guest_starts = F.n_kept = 0;
     F.fail_freeze = F.freezes = F.thaws = F.frozen = F.stopped_frozen = 0;
     F.revision[0] = '\0';
+    F.fail_fork = F.in_fork = F.forks = F.forks_frozen = 0;
+    F.gate_fork = false;
     snprintf(F.dir, sizeof F.dir, "%s", dir);
     pthread_mutex_unlock(&F.lock);
 }
@@ -771,6 +773,39 @@ static int f_kill(ka_driver_t *d, ka_sandbox_t *sb)
     return 0;
 }
 
+/* A copy of sb's /data kept for id, as park keeps one. */
+static int f_fork(ka_driver_t *d, ka_sandbox_t *sb, const char *id, uint64_t *bytes)
+{
+    pthread_mutex_lock(&F.lock);
+    F.in_fork++;
+    s_signal();
+    while (F.gate_fork)
+        pthread_cond_wait(&F.cond, &F.lock);
+    F.in_fork--;
+    bool fail = F.fail_fork > 0 && F.fail_fork--;
+    bool frozen = sb->frozen;
+    char data[PATH_MAX];
+    snprintf(data, sizeof data, "%s/data-%s-%d", F.dir, id, rand());
+    pthread_mutex_unlock(&F.lock);
+    if (fail)
+        return -EDQUOT;
+    ka_tree_opts_t o = {.owner = -1};
+    ka_tree_stats_t st;
+    int rc = ka_tree_copy(sb->data, data, &o, &st);
+    if (rc)
+        return rc;
+    *bytes = st.bytes;
+    pthread_mutex_lock(&F.lock);
+    snprintf(F.kept[F.n_kept].id, sizeof F.kept[0].id, "%s", id);
+    snprintf(F.kept[F.n_kept].data, sizeof F.kept[0].data, "%s", data);
+    F.n_kept++;
+    F.forks++;
+    F.forks_frozen += frozen;
+    s_signal();
+    pthread_mutex_unlock(&F.lock);
+    return 0;
+}
+
 static void f_destroy(ka_driver_t *d)
 {
     free(d);
@@ -789,7 +824,8 @@ static const ka_driver_ops_t s_ops = {.name = "fake",
                                       .park = f_park,
                                       .kept = f_kept,
                                       .discard = f_discard,
-                                      .destroy = f_destroy};
+                                      .destroy = f_destroy,
+                                      .fork = f_fork};
 
 ka_driver_t *f_driver_new(void)
 {
@@ -803,6 +839,7 @@ void f_open_gate(void)
 {
     pthread_mutex_lock(&F.lock);
     F.gate_start = false;
+    F.gate_fork = false;
     s_signal();
     pthread_mutex_unlock(&F.lock);
 }

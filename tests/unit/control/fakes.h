@@ -53,6 +53,11 @@ typedef struct f_state {
     int frozen;         /* fake sandboxes frozen now */
     int stopped_frozen; /* stops (or parks) of a sandbox still frozen */
     int starts, stops;  /* counts */
+    int fail_fork;      /* the next n fork copies fail -EDQUOT */
+    bool gate_fork;     /* fork copies wait for f_open_gate */
+    int in_fork;        /* fork copies waiting at the gate */
+    int forks;          /* fork copies made */
+    int forks_frozen;   /* ... of which while the source was frozen */
     int live;           /* fake sandboxes running now */
     struct {
         char id[KA_STORE_ID_LEN];

@@ -1149,6 +1149,183 @@ static void test_warm_restart_leaves_nothing(void **unused)
     assert_int_equal(s_counter(&F.n_records), 0);
 }
 
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+static ka_sbx_fork_t s_fork_req(const char *caller, const char *id, const char *rid, int count)
+{
+    ka_sbx_fork_t q;
+    memset(&q, 0, sizeof q);
+    snprintf(q.caller, sizeof q.caller, "%s", caller);
+    snprintf(q.id, sizeof q.id, "%s", id);
+    snprintf(q.request_id, sizeof q.request_id, "%s", rid);
+    q.count = count;
+    return q;
+}
+
+/* A fork call, waited for: its code, the forks' ids into ids (count of them), the message. */
+static int s_fork(const char *caller, const char *id, const char *rid, int count,
+                  char ids[][KA_STORE_ID_LEN], char *message, size_t cap)
+{
+    ka_sbx_fork_t q = s_fork_req(caller, id, rid, count);
+    krt_reply_t rep;
+    int code = ka_svc_call_sync(T.svc, KA_SBX_FORK, &q, sizeof q, WAIT_MS, &rep);
+    const ka_sbx_list_t *l = rep.body;
+    assert_true(rep.len >= sizeof(ka_status_t));
+    if (message)
+        snprintf(message, cap, "%s", l->status.message);
+    if (code == KA_OK) {
+        assert_int_equal(rep.len, sizeof *l + (size_t)count * sizeof l->items[0]);
+        assert_int_equal(l->count, count);
+        for (int i = 0; i < count; i++) {
+            assert_int_equal(l->items[i].state, KA_STATE_READY);
+            assert_string_equal(l->items[i].creator, caller);
+            snprintf(ids[i], KA_STORE_ID_LEN, "%s", l->items[i].id);
+        }
+    }
+    krt_reply_free(&rep);
+    return code;
+}
+
+/* Fork: the source is frozen while each fork's copy is made and thawed after; the forks are
+ * READY, owned by the caller, boot on their own copy of /data (later writes stay on their
+ * side); a replay answers the same forks without copying again; another identity, a bad count
+ * and a bad id are refused and change nothing. */
+static void test_fork(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("fork-src", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "a.txt", "before", &s), KA_OK);
+    char ids[3][KA_STORE_ID_LEN], again[3][KA_STORE_ID_LEN], msg[KA_MSG_LEN];
+    assert_int_equal(s_fork(ALICE, id, "f1", 3, ids, msg, sizeof msg), KA_OK);
+    assert_int_equal(s_counter(&F.forks), 3);
+    assert_int_equal(s_counter(&F.forks_frozen), 3);
+    assert_int_equal(s_counter(&F.freezes), 1);
+    assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_counter(&F.frozen), 0);
+    assert_string_not_equal(ids[0], ids[1]);
+    assert_string_not_equal(ids[1], ids[2]);
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "a.txt", "after", &s), KA_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(s_file(ids[i], KA_GUEST_READ, "a.txt", NULL, &s), KA_OK);
+        assert_int_equal(s.out_len, 6);
+        assert_memory_equal(s.out, "before", 6);
+        s_assert_history(ids[i], "CREATING/CREATE READY/NONE");
+    }
+    assert_int_equal(s_file(ids[0], KA_GUEST_WRITE, "mine", "x", &s), KA_OK);
+    assert_int_equal(s_file(ids[1], KA_GUEST_READ, "mine", NULL, &s), KA_NOT_FOUND);
+    assert_int_equal(s_fork(ALICE, id, "f1", 3, again, NULL, 0), KA_OK); /* a replay */
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(again[i], ids[i]);
+    assert_int_equal(s_counter(&F.forks), 3);
+    assert_int_equal(s_fork(BOB, id, "f2", 1, again, msg, sizeof msg), KA_NOT_FOUND);
+    assert_string_equal(msg, KA_MSG_NOT_FOUND);
+    assert_int_equal(s_fork(ALICE, id, "f3", 17, again, msg, sizeof msg), KA_INVALID_ARGUMENT);
+    assert_string_equal(msg, "count must be between 1 and 16");
+    assert_int_equal(s_fork(ALICE, id, "f3", 0, again, msg, sizeof msg), KA_INVALID_ARGUMENT);
+    assert_int_equal(s_fork(ALICE, "not-a-uuid", "f3", 1, again, msg, sizeof msg),
+                     KA_INVALID_ARGUMENT);
+    assert_string_equal(msg, KA_MSG_NOT_UUID);
+    assert_int_equal(s_counter(&F.forks), 3);
+    s_assert_history(id, "CREATING/CREATE READY/NONE"); /* the source's fork is not persisted */
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_fork(ALICE, id, "f1", 3, again, NULL, 0), KA_OK); /* replay: as create's */
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(again[i], ids[i]);
+    assert_int_equal(s_fork(ALICE, id, "f4", 1, again, msg, sizeof msg), KA_NOT_FOUND);
+    assert_string_equal(msg, KA_MSG_NOT_FOUND);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(s_life(KA_SBX_DELETE, ALICE, ids[i], &o), KA_OK);
+}
+
+/* A copy that does not fit (the driver's -EDQUOT): RESOURCE_EXHAUSTED with the reason, the
+ * source thawed and serving, the forks' records tombstoned, nothing kept for them. */
+static void test_fork_fails(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("fork-fail-src", 0, &r);
+    const char *id = r.sandbox.id;
+    pthread_mutex_lock(&F.lock);
+    F.fail_fork = 1;
+    pthread_mutex_unlock(&F.lock);
+    char ids[2][KA_STORE_ID_LEN], msg[KA_MSG_LEN];
+    assert_int_equal(s_fork(ALICE, id, "ff", 2, ids, msg, sizeof msg), KA_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(msg, "do not fit a fork's disk quota"));
+    assert_int_equal(s_counter(&F.frozen), 0);
+    assert_int_equal(s_counter(&F.thaws), 1);
+    assert_int_equal(s_counter(&F.n_kept), 0);
+    s_wait_state("0198f000-0000-7000-8000-000000000002", KA_STATE_DELETED);
+    s_wait_state("0198f000-0000-7000-8000-000000000003", KA_STATE_DELETED);
+    s_stream_t s;
+    const char *echo[] = {"echo", "hi", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* Fork of a paused, a suspended and a creating sandbox: refused with the table's messages. */
+static void test_fork_refusals(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("fork-ref", 0, &r);
+    const char *id = r.sandbox.id;
+    char ids[1][KA_STORE_ID_LEN], msg[KA_MSG_LEN];
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_fork(ALICE, id, "fr1", 1, ids, msg, sizeof msg), KA_FAILED_PRECONDITION);
+    assert_string_equal(msg, "sandbox is paused; unpause it first");
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_fork(ALICE, id, "fr2", 1, ids, msg, sizeof msg), KA_FAILED_PRECONDITION);
+    assert_string_equal(msg, "cannot fork a sandbox in state RUNTIME_STATE_SUSPENDED");
+    assert_int_equal(s_counter(&F.forks), 0);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+static bool s_in_fork(void *arg)
+{
+    return F.in_fork > 0;
+}
+
+/* While the copy runs (FORKING): guest calls and lifecycle calls are refused ABORTED, a delete
+ * waits for the copy and then deletes the source (thawed first); the forks still come up. */
+static void test_delete_during_fork(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r;
+    s_create("fork-del", 0, &r);
+    char id[KA_STORE_ID_LEN];
+    snprintf(id, sizeof id, "%s", r.sandbox.id);
+    pthread_mutex_lock(&F.lock);
+    F.gate_fork = true;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_fork_t q = s_fork_req(ALICE, id, "fd", 1);
+    s_answer_t fork, del, sus;
+    s_send(KA_SBX_FORK, &q, sizeof q, &fork);
+    assert_true(f_wait(s_in_fork, NULL, WAIT_MS));
+    s_stream_t s;
+    const char *echo[] = {"echo", "hi", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_ABORTED);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_send(KA_SBX_SUSPEND, &k, sizeof k, &sus);
+    assert_int_equal(s_wait_answer(&sus), KA_ABORTED);
+    s_send(KA_SBX_DELETE, &k, sizeof k, &del);
+    usleep(50 * 1000);
+    assert_int_equal(del.n, 0); /* waits for the copy */
+    f_open_gate();
+    assert_int_equal(s_wait_answer(&fork), KA_OK);
+    assert_int_equal(s_wait_answer(&del), KA_OK);
+    assert_int_equal(del.r.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_counter(&F.stopped_frozen), 0);
+    assert_int_equal(s_counter(&F.forks_frozen), 1);
+    s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
+    ka_sbx_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, "0198f000-0000-7000-8000-000000000002", &o),
+                     KA_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1182,6 +1359,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_warm_zero_disables, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_warm_within_capacity, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_warm_restart_leaves_nothing, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_fork, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_fails, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_during_fork, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
