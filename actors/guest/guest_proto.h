@@ -48,6 +48,18 @@
  *   "cancel" target uint (id of an "output" or "read" stream) -> {"end"} (the cancelled
  *            stream gets its own {"end"} first)
  *   "credit" target uint, bytes uint -> no reply (see flow control)
+ *   "list"   path str?, after str?, limit uint? -> {"entries": [E], "more": bool, "end"}
+ *            the entries named after `after` (bytewise), at most limit (guest_fsops.h)
+ *   "stat"   path str? -> {"entry": E, "end"}
+ *   "remove" path str, recursive bool? -> {"end"}
+ *   "mkdir"  path str, parents bool?, mode uint? -> {"end"}
+ *   "move"   path str, to str, overwrite bool? -> {"end"}
+ *            errors of these: -ENOENT, -EEXIST, -ENOTDIR, -ENOTEMPTY, -EINVAL, -EACCES, -EPERM
+ *   "watch"  path str?, window uint? -> frames {"event": bin} ... until cancelled (credit
+ *            counts event bytes); the payload is guest_watch.h's. -EMFILE past KA_GW_MAX.
+ *
+ * E, a directory entry: [name str, type uint (1 file, 2 dir, 3 symlink, 4 other), size uint,
+ *                        mode uint (07777 bits), mtime_ms int].
  *
  * P, a process: {"proc": uint, "argv": [str], "pid": int, "state": uint (KA_GP_STATE_*),
  *                "exit_code": int, "started_ms": uint, "finished_ms": uint} (unix ms; 0 = not
