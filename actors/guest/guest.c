@@ -92,7 +92,7 @@ static struct {
     bool drop; /* we are root: children switch to uid */
     uid_t uid;
     bool pid1;
-    int watches; /* open watch streams (at most KA_GW_MAX) */
+    int watches; /* open watch streams (at most KA_GP_MAX_WATCHES) */
 } G;
 
 /* --- small utilities ------------------------------------------------------------------------ */
@@ -1003,7 +1003,7 @@ static void s_op_watch(uint64_t id, const msgpack_object *req)
     const char *path;
     size_t pn;
     s_path_of(req, "path", &path, &pn);
-    if (G.watches >= KA_GW_MAX) {
+    if (G.watches >= KA_GP_MAX_WATCHES) {
         s_reply_err(id, -EMFILE, "too many watches in this sandbox");
         return;
     }

@@ -101,7 +101,7 @@ static int s_locate(int ws, const char *path, size_t n, s_loc_t *l)
         free(rel);
         return rc;
     }
-    if (strlen(last) > KA_GFS_NAME_MAX) {
+    if (strlen(last) > KA_GP_NAME_MAX) {
         free(rel);
         return -ENAMETOOLONG;
     }
@@ -126,12 +126,12 @@ static int s_locate(int ws, const char *path, size_t n, s_loc_t *l)
 static uint32_t s_type(mode_t m)
 {
     if (S_ISREG(m))
-        return KA_GFS_FILE;
+        return KA_GP_FT_FILE;
     if (S_ISDIR(m))
-        return KA_GFS_DIR;
+        return KA_GP_FT_DIR;
     if (S_ISLNK(m))
-        return KA_GFS_SYMLINK;
-    return KA_GFS_OTHER;
+        return KA_GP_FT_SYMLINK;
+    return KA_GP_FT_OTHER;
 }
 
 static void s_fill(ka_gfs_entry_t *e, const char *name, const struct stat *st)
@@ -229,12 +229,12 @@ int ka_gfs_list(int ws, const char *path, size_t n, const char *after, size_t an
                 ka_gfs_list_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (an > KA_GFS_NAME_MAX || (an && (memchr(after, 0, an) || memchr(after, '/', an))))
+    if (an > KA_GP_NAME_MAX || (an && (memchr(after, 0, an) || memchr(after, '/', an))))
         return -EINVAL;
-    char from[KA_GFS_NAME_MAX + 1];
+    char from[KA_GP_NAME_MAX + 1];
     memcpy(from, after, an);
     from[an] = 0;
-    limit = limit == 0 ? KA_GFS_PAGE_DEF : limit > KA_GFS_PAGE_MAX ? KA_GFS_PAGE_MAX : limit;
+    limit = limit == 0 ? KA_GP_PAGE_DEF : limit > KA_GP_PAGE_MAX ? KA_GP_PAGE_MAX : limit;
     int dfd = ka_gfs_open_dir(ws, path, n);
     if (dfd < 0)
         return dfd;

@@ -20,17 +20,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KA_GFS_NAME_MAX  255  /* bytes of one name */
-#define KA_GFS_PAGE_DEF  500  /* list entries per page by default */
-#define KA_GFS_PAGE_MAX  1000 /* and at most */
-#define KA_GFS_DEPTH_MAX 256  /* directory depth a recursive remove descends */
+#include "guest_proto.h"
 
-enum { KA_GFS_FILE = 1, KA_GFS_DIR = 2, KA_GFS_SYMLINK = 3, KA_GFS_OTHER = 4 };
+#define KA_GFS_DEPTH_MAX 256  /* directory depth a recursive remove descends */
 
 /* One directory entry or stat result. */
 typedef struct ka_gfs_entry {
-    char name[KA_GFS_NAME_MAX + 1]; /* "." for the root */
-    uint32_t type;                  /* KA_GFS_* */
+    char name[KA_GP_NAME_MAX + 1]; /* "." for the root */
+    uint32_t type;                  /* KA_GP_FT_* */
     uint64_t size;
     uint32_t mode; /* permission bits */
     int64_t mtime_ms;
@@ -44,7 +41,7 @@ typedef struct ka_gfs_list {
 } ka_gfs_list_t;
 
 /* The entries of directory path whose names sort (bytewise) after `after` (n 0: from the
- * first), at most limit (0: KA_GFS_PAGE_DEF; capped at KA_GFS_PAGE_MAX), in name order. */
+ * first), at most limit (0: KA_GP_PAGE_DEF; capped at KA_GP_PAGE_MAX), in name order. */
 int ka_gfs_list(int ws, const char *path, size_t n, const char *after, size_t an, size_t limit,
                 ka_gfs_list_t *out);
 void ka_gfs_list_free(ka_gfs_list_t *l);

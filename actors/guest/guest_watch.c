@@ -56,13 +56,13 @@ static void s_push_raw(ka_gw_t *w, uint8_t kind, const char *path, const char *f
     p[2 + pn + fn] = 0;
     w->q[(w->head + w->count) % KA_GW_QUEUE] = (s_ev_t){p, pn + fn + 3};
     w->count++;
-    w->last_overflow = (kind & ~KA_GW_ISDIR) == KA_GW_OVERFLOW;
+    w->last_overflow = (kind & ~KA_GP_EV_ISDIR) == KA_GP_EV_OVERFLOW;
 }
 
 static void s_overflow(ka_gw_t *w)
 {
     if (!w->last_overflow && w->count < KA_GW_QUEUE)
-        s_push_raw(w, KA_GW_OVERFLOW, "", NULL);
+        s_push_raw(w, KA_GP_EV_OVERFLOW, "", NULL);
 }
 
 /* Queues an event; the last slot is kept for an OVERFLOW. */
@@ -74,7 +74,7 @@ static void s_push(ka_gw_t *w, int kind, bool dir, const char *path, const char 
         s_overflow(w);
         return;
     }
-    s_push_raw(w, (uint8_t)(kind | (dir ? KA_GW_ISDIR : 0)), path, from);
+    s_push_raw(w, (uint8_t)(kind | (dir ? KA_GP_EV_ISDIR : 0)), path, from);
 }
 
 const uint8_t *ka_gw_peek(const ka_gw_t *w, size_t *len)
@@ -201,7 +201,7 @@ static int s_add_tree(ka_gw_t *w, const char *rel, bool announce, int depth)
         if (!sub)
             break;
         if (announce)
-            s_push(w, KA_GW_CREATE, dir, sub, NULL);
+            s_push(w, KA_GP_EV_CREATE, dir, sub, NULL);
         if (dir)
             s_add_tree(w, sub, announce, depth + 1);
         free(sub);
@@ -217,7 +217,7 @@ static void s_flush_from(ka_gw_t *w)
 {
     if (!w->from)
         return;
-    s_push(w, KA_GW_DELETE, w->from_dir, w->from, NULL);
+    s_push(w, KA_GP_EV_DELETE, w->from_dir, w->from, NULL);
     if (w->from_dir)
         s_unwatch_tree(w, w->from);
     free(w->from);
@@ -246,13 +246,13 @@ static void s_event(ka_gw_t *w, const struct inotify_event *ev)
     if (!(ev->mask & IN_MOVED_TO) && w->from)
         s_flush_from(w);
     if (ev->mask & IN_CREATE) {
-        s_push(w, KA_GW_CREATE, dir, path, NULL);
+        s_push(w, KA_GP_EV_CREATE, dir, path, NULL);
         if (dir)
             s_add_tree(w, path, true, 1);
     } else if (ev->mask & IN_MODIFY) {
-        s_push(w, KA_GW_MODIFY, dir, path, NULL);
+        s_push(w, KA_GP_EV_MODIFY, dir, path, NULL);
     } else if (ev->mask & IN_DELETE) {
-        s_push(w, KA_GW_DELETE, dir, path, NULL);
+        s_push(w, KA_GP_EV_DELETE, dir, path, NULL);
     } else if (ev->mask & IN_MOVED_FROM) {
         w->from = path;
         w->from_dir = dir;
@@ -260,14 +260,14 @@ static void s_event(ka_gw_t *w, const struct inotify_event *ev)
         return;
     } else if (ev->mask & IN_MOVED_TO) {
         if (w->from && w->cookie == ev->cookie) {
-            s_push(w, KA_GW_MOVE, dir, path, w->from);
+            s_push(w, KA_GP_EV_MOVE, dir, path, w->from);
             if (dir)
                 s_rename_tree(w, w->from, path);
             free(w->from);
             w->from = NULL;
         } else {
             s_flush_from(w);
-            s_push(w, KA_GW_CREATE, dir, path, NULL);
+            s_push(w, KA_GP_EV_CREATE, dir, path, NULL);
             if (dir)
                 s_add_tree(w, path, true, 1);
         }

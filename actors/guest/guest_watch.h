@@ -8,7 +8,7 @@
  * as guest_fsops opens them (confined, the last component not followed) and watched through
  * their fd, so a symlink swapped in is never watched through.
  *
- * Event payload (guest_proto.h "event"): byte 0 is the kind (KA_GW_*), | KA_GW_ISDIR for a
+ * Event payload (guest_proto.h "event"): byte 0 is the kind (KA_GP_EV_*), | KA_GP_EV_ISDIR for a
  * directory; then the path relative to the watched directory, NUL, the old path of a MOVE
  * (else nothing), NUL. A full queue (or the kernel's queue overflowing) queues one OVERFLOW
  * event after what was queued; events are dropped until there is room again.
@@ -19,12 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { KA_GW_CREATE = 1, KA_GW_MODIFY = 2, KA_GW_DELETE = 3, KA_GW_MOVE = 4, KA_GW_OVERFLOW = 5 };
-#define KA_GW_ISDIR   0x80
+#include "guest_proto.h"
+
 #define KA_GW_QUEUE   1024 /* events queued per watch */
 #define KA_GW_DIRS    4096 /* directories watched per watch (more: OVERFLOW) */
-#define KA_GW_PATH    4095 /* longest path reported (longer: skipped) */
-#define KA_GW_MAX     8    /* watches per guest */
+#define KA_GW_PATH    KA_GP_PATH_MAX /* longest path reported (longer: skipped) */
 
 typedef struct ka_gw ka_gw_t;
 
