@@ -23,4 +23,11 @@ const char *ka_check_cwd(const char *cwd);
 /* tail: bytes of argv and env as NUL-terminated strings ("k=v" for env) */
 const char *ka_check_start_size(size_t tail);
 
+/* The Files API (checks_fs.c). path: optional ("" = the workspace root) for list, stat and
+ * watch, required otherwise; page_token: a name as next_page_token returned it. */
+const char *ka_check_fs_path(const char *path, int required);
+const char *ka_check_page_size(long long page_size);
+const char *ka_check_page_token(const char *token);
+const char *ka_check_fs_mode(long long mode);
+
 #endif

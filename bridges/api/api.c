@@ -121,6 +121,8 @@ int kb_api_register(kb_api_t *api, kb_grpc_server_t *srv)
         rc = s_add(api, srv, kb_api_guest_methods, kb_api_guest_n);
     if (!rc)
         rc = s_add(api, srv, kb_api_runtime_methods, kb_api_runtime_n);
+    if (!rc)
+        rc = s_add(api, srv, kb_api_files_methods, kb_api_files_n);
     return rc;
 }
 

@@ -39,5 +39,7 @@ extern const kb_grpc_method_t kb_api_guest_methods[];
 extern const size_t kb_api_guest_n;
 extern const kb_grpc_method_t kb_api_runtime_methods[];
 extern const size_t kb_api_runtime_n;
+extern const kb_grpc_method_t kb_api_files_methods[];
+extern const size_t kb_api_files_n;
 
 #endif
