@@ -161,7 +161,15 @@ int ka_gfs_stat(int ws, const char *path, size_t n, ka_gfs_entry_t *out)
 int ka_gfs_open_dir(int ws, const char *path, size_t n)
 {
     s_loc_t l;
-    int rc = s_locate(ws, path, n, &l);
+    int rc;
+    if (n > 0 && path[n - 1] == '/' && !s_is_root_abs(path, n) && !memchr(path, 0, n)) {
+        /* "dir/": the last component is followed, confined like every other */
+        char *rel = ka_gf_rel(path, n, &rc);
+        int fd = rel ? ka_gf_openat2(ws, rel, O_RDONLY | O_DIRECTORY, 0, S_RESOLVE) : rc;
+        free(rel);
+        return fd;
+    }
+    rc = s_locate(ws, path, n, &l);
     if (rc)
         return rc;
     int fd;

@@ -7,7 +7,8 @@
  * parent fd (fstatat AT_SYMLINK_NOFOLLOW, unlinkat, renameat2, mkdirat, O_NOFOLLOW opens). A
  * recursive remove walks by directory fds opened with O_NOFOLLOW, so a directory swapped for a
  * symlink mid-walk is refused, never followed. "", "." and the workspace itself name the root,
- * which can be listed and stat'ed but never removed or moved (-EINVAL).
+ * which can be listed and stat'ed but never removed or moved (-EINVAL). A listing or watch of
+ * "link/" follows link (confined): the trailing slash asks for the directory.
  *
  * Errors (negative errno): -ENOENT, -EEXIST, -ENOTDIR, -ENOTEMPTY, -EINVAL (bad path),
  * -ENAMETOOLONG, -EACCES (escapes the workspace), -EPERM (the kernel refused), -ENOMEM.
@@ -52,8 +53,9 @@ int ka_gfs_remove(int ws, const char *path, size_t n, bool recursive);
 int ka_gfs_mkdir(int ws, const char *path, size_t n, bool parents, unsigned mode);
 /* Renames src to dst; an existing dst is replaced only if overwrite (-EEXIST otherwise). */
 int ka_gfs_move(int ws, const char *src, size_t sn, const char *dst, size_t dn, bool overwrite);
-/* Opens directory path for reading (O_NOFOLLOW on its last component); the root is a dup of
- * ws. The fd (caller closes), or a negative errno. */
+/* Opens directory path for reading (O_NOFOLLOW on its last component, unless the path ends
+ * with '/': then a symlink is followed, confined); the root is reopened from ws. The fd
+ * (caller closes), or a negative errno. */
 int ka_gfs_open_dir(int ws, const char *path, size_t n);
 
 /* Packs e as the wire entry [name, type, size, mode, mtime_ms] (guest_proto.h). */
