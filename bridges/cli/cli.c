@@ -47,7 +47,10 @@ static const kb_cmd_t *const s_sandbox_subs[] = {&kb_cmd_sandbox_templates, &kb_
                                                  &kb_cmd_sandbox_delete,    &kb_cmd_sandbox_exec,
                                                  &kb_cmd_sandbox_wait,      &kb_cmd_sandbox_process,
                                                  &kb_cmd_sandbox_kill,      &kb_cmd_sandbox_upload,
-                                                 &kb_cmd_sandbox_download,  NULL};
+                                                 &kb_cmd_sandbox_download,  &kb_cmd_sandbox_ls,
+                                                 &kb_cmd_sandbox_stat,      &kb_cmd_sandbox_rm,
+                                                 &kb_cmd_sandbox_mkdir,     &kb_cmd_sandbox_mv,
+                                                 &kb_cmd_sandbox_watch,     NULL};
 
 static const kb_cmd_t s_cmd_sandbox = {
     .name = "sandbox",
