@@ -134,11 +134,13 @@ def test_ops(sid):
 
 def test_escapes(sid):
     sh(sid, "ln -s / rootlink && ln -s /etc etclink && ln -s ../.. uplink && "
-            "ln -s loop1 loop2 && ln -s loop2 loop1 && mkdir -p in && ln -s ../in inlink")
+            "ln -s loop1 loop2 && ln -s loop2 loop1 && mkdir -p in sub && ln -s ../in badlink && "
+            "ln -s ../in sub/inlink")
     denied = [F.ListFilesRequest(path="rootlink/"), F.ListFilesRequest(path="etclink/"),
               F.ListFilesRequest(path=".."), F.ListFilesRequest(path="../.."),
               F.ListFilesRequest(path="uplink/"), F.ListFilesRequest(path="/etc"),
-              F.ListFilesRequest(path="/data"), F.ListFilesRequest(path="loop1/")]
+              F.ListFilesRequest(path="/data"), F.ListFilesRequest(path="loop1/"),
+              F.ListFilesRequest(path="badlink/")]
     for req in denied:
         expect_code(C.PERMISSION_DENIED, files.ListFiles, req, sid)
     for p in ("rootlink/etc/passwd", "etclink/passwd", "../x", "/etc/passwd", "uplink/etc"):
@@ -157,7 +159,7 @@ def test_escapes(sid):
                           metadata=md(sid)).info.type == F.FILE_TYPE_SYMLINK
     files.RemoveFile(F.RemoveFileRequest(path="etclink2", recursive=True), metadata=md(sid))
     # a relative symlink that stays inside works as a parent
-    assert [e.name for e in ls(sid, "inlink/").entries] == []
+    assert [e.name for e in ls(sid, "sub/inlink/").entries] == []
     assert sh(sid, "ls / | grep -c etc") == "1\n"  # nothing outside was touched
 
 
