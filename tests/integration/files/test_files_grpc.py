@@ -180,86 +180,107 @@ def test_paging(sid):
         assert names == want and n == pages, (size, n, len(names))
 
 
-def events(stream, want, timeout=20):
-    """Reads events until want (a set of (type, path, from)) has been seen; returns all seen."""
-    seen, got = set(), []
-    deadline = time.monotonic() + timeout
-    box = {}
+class Watch:
+    """A WatchFiles stream read by a thread into .got; pausable (the thread stops calling the
+    iterator, so gRPC stops reading and the node's credit runs out)."""
 
-    def reader():
+    def __init__(self, sid, path, stub=None):
+        self.call = (stub or files).WatchFiles(F.WatchFilesRequest(path=path), metadata=md(sid))
+        self.got, self.err, self.paused = [], None, False
+        self.cv = threading.Condition()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
         try:
-            for ev in stream:
-                got.append(ev)
-                seen.add((ev.type, ev.path, ev.from_path))
-                if want <= seen:
-                    return
+            for ev in self.call:
+                with self.cv:
+                    self.got.append(ev)
+                    self.cv.notify_all()
+                    while self.paused:
+                        self.cv.wait()
         except grpc.RpcError as e:
-            box["err"] = e
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(max(0, deadline - time.monotonic()))
-    assert want <= seen, f"missing {want - seen}; got {len(got)}: " \
-        f"{[(e.type, e.path) for e in got[:20]]} {box}"
-    return got
+            with self.cv:
+                self.err = e
+                self.cv.notify_all()
+
+    def wait(self, pred, what, timeout=30):
+        with self.cv:
+            ok = self.cv.wait_for(lambda: pred(self.got) or self.err is not None, timeout)
+            assert ok and pred(self.got), f"{what}: {len(self.got)} events " \
+                f"{[(e.type, e.path) for e in self.got[:20]]} err={self.err}"
+
+    def seen(self, want, timeout=30):
+        self.wait(lambda got: want <= {(e.type, e.path, e.from_path) for e in got}, want, timeout)
+
+    def failed(self, timeout=30):
+        with self.cv:
+            assert self.cv.wait_for(lambda: self.err is not None, timeout), self.got
+            return self.err
+
+    def ready(self, sid, d):
+        """Creates probe files in d until the watch reports one: it is established."""
+        for i in range(150):
+            sh(sid, f": > {d}/.probe{i}")
+            with self.cv:
+                if self.cv.wait_for(lambda: any(".probe" in e.path for e in self.got), 0.2):
+                    return
+                assert self.err is None, self.err
+        raise AssertionError("the watch never reported a probe")
+
+    def pause(self, on):
+        with self.cv:
+            self.paused = on
+            self.cv.notify_all()
 
 
 def test_watch(sid):
     sh(sid, "mkdir -p w/old")
-    s = files.WatchFiles(F.WatchFilesRequest(path="w"), metadata=md(sid))
-    # the watch is open once the guest took it: a file created after that is seen
-    sh(sid, "sleep 0.5; echo 1 > w/first")
-    events(s, {(F.FILE_EVENT_TYPE_CREATE, "first", "")})
+    w = Watch(sid, "w")
+    w.ready(sid, "w")
+    sh(sid, "echo 1 > w/first")
+    w.seen({(F.FILE_EVENT_TYPE_CREATE, "first", "")})
     sh(sid, "echo more >> w/old/../first; mkdir -p w/new/deeper; echo x > w/new/deeper/f; "
             "mv w/first w/new/moved; rm w/old -r")
-    got = events(s, {(F.FILE_EVENT_TYPE_MODIFY, "first", ""),
-                     (F.FILE_EVENT_TYPE_CREATE, "new", ""),
-                     (F.FILE_EVENT_TYPE_CREATE, "new/deeper/f", ""),
-                     (F.FILE_EVENT_TYPE_MOVE, "new/moved", "first"),
-                     (F.FILE_EVENT_TYPE_DELETE, "old", "")})
-    assert any(e.path == "new" and e.is_directory for e in got), got
+    w.seen({(F.FILE_EVENT_TYPE_MODIFY, "first", ""),
+            (F.FILE_EVENT_TYPE_CREATE, "new", ""),
+            (F.FILE_EVENT_TYPE_CREATE, "new/deeper/f", ""),
+            (F.FILE_EVENT_TYPE_MOVE, "new/moved", "first"),
+            (F.FILE_EVENT_TYPE_DELETE, "old", "")})
+    assert any(e.path == "new" and e.is_directory for e in w.got), w.got
     # a directory created later is watched: a change deep in it is seen
     sh(sid, "echo y > w/new/deeper/later")
-    events(s, {(F.FILE_EVENT_TYPE_CREATE, "new/deeper/later", "")})
-    s.cancel()
-    try:
-        next(s)
-        raise AssertionError("a cancelled watch went on")
-    except grpc.RpcError as e:
-        assert e.code() == C.CANCELLED, e
+    w.seen({(F.FILE_EVENT_TYPE_CREATE, "new/deeper/later", "")})
+    w.call.cancel()
+    assert w.failed().code() == C.CANCELLED
     # a watch of a missing directory, of a file, of an escape
     for p, code in (("nothing", C.NOT_FOUND), ("w/new/moved", C.FAILED_PRECONDITION),
-                    ("../..", C.PERMISSION_DENIED), ("/etc", C.PERMISSION_DENIED)):
-        try:
-            next(files.WatchFiles(F.WatchFilesRequest(path=p), metadata=md(sid)))
-            raise AssertionError(f"watch {p}: an event")
-        except grpc.RpcError as e:
-            assert e.code() == code, (p, e.code(), e.details())
+                    ("../..", C.PERMISSION_DENIED), ("/etc", C.PERMISSION_DENIED),
+                    ("etclink2/", C.NOT_FOUND), ("badlink/", C.PERMISSION_DENIED)):
+        e = Watch(sid, p).failed()
+        assert e.code() == code, (p, e.code(), e.details())
 
 
 def test_watch_limit(sid):
-    open_ = [files.WatchFiles(F.WatchFilesRequest(path=""), metadata=md(sid)) for _ in range(8)]
-    sh(sid, "sleep 0.5; : > limit-probe")
-    for s in open_:  # all eight are open and see the change
-        events(s, {(F.FILE_EVENT_TYPE_CREATE, "limit-probe", "")})
-    try:
-        next(files.WatchFiles(F.WatchFilesRequest(path=""), metadata=md(sid)))
-        raise AssertionError("a ninth watch opened")
-    except grpc.RpcError as e:
-        assert e.code() == C.RESOURCE_EXHAUSTED and "8" in e.details(), e
-    for s in open_:
-        s.cancel()
-    # the slots come back once the watches are cancelled
+    sh(sid, "mkdir -p lim")
+    open_ = [Watch(sid, "lim") for _ in range(8)]
+    for w in open_:
+        w.ready(sid, "lim")
+    e = Watch(sid, "lim").failed()
+    assert e.code() == C.RESOURCE_EXHAUSTED and "8" in e.details(), e
+    for w in open_:
+        w.call.cancel()
+        assert w.failed().code() == C.CANCELLED
+    # the slots come back once the cancels reach the sandbox
     deadline = time.monotonic() + 20
     while True:
-        s = files.WatchFiles(F.WatchFilesRequest(path=""), metadata=md(sid))
+        w = Watch(sid, "lim")
         try:
-            sh(sid, "sleep 0.3; : > limit-probe2")
-            events(s, {(F.FILE_EVENT_TYPE_CREATE, "limit-probe2", "")}, timeout=5)
-            s.cancel()
+            w.ready(sid, "lim")
             break
-        except (AssertionError, grpc.RpcError):
-            s.cancel()
+        except AssertionError:
+            assert w.err is not None and w.err.code() == C.RESOURCE_EXHAUSTED, w.err
             assert time.monotonic() < deadline, "no watch slot came back after the cancels"
+    w.call.cancel()
 
 
 def test_overflow(sid):
@@ -267,21 +288,20 @@ def test_overflow(sid):
     # a channel whose HTTP/2 window stays at 64 KiB (no BDP probing): what is in flight is
     # bounded by it and the node's credit, far below the events made here
     slow = grpc.insecure_channel(target, options=[("grpc.http2.bdp_probe", 0)])
-    s = files_pb2_grpc.FilesServiceStub(slow).WatchFiles(F.WatchFilesRequest(path="flood"),
-                                                         metadata=md(sid))
-    sh(sid, "sleep 0.5; : > flood/start")
-    # not reading: credit runs out, the guest's queue fills and overflows
+    w = Watch(sid, "flood", files_pb2_grpc.FilesServiceStub(slow))
+    w.ready(sid, "flood")
+    w.pause(True)  # not reading: credit runs out, the guest's queue fills and overflows
     sh(sid, "cd flood && i=0; while [ $i -lt 25000 ]; do : > n$i; i=$((i+1)); done; : > end")
-    got = events(s, {(F.FILE_EVENT_TYPE_OVERFLOW, "", ""),
-                     (F.FILE_EVENT_TYPE_CREATE, "end", "")}, timeout=60)
-    kinds = [e.type for e in got]
+    w.pause(False)
+    w.seen({(F.FILE_EVENT_TYPE_OVERFLOW, "", ""), (F.FILE_EVENT_TYPE_CREATE, "end", "")}, 120)
+    kinds = [e.type for e in w.got]
     first = kinds.index(F.FILE_EVENT_TYPE_OVERFLOW)
-    assert F.FILE_EVENT_TYPE_CREATE in kinds[:first], "events before the overflow were lost"
-    assert len(got) < 25000, len(got)
+    assert kinds[first - 1] == F.FILE_EVENT_TYPE_CREATE, "events before the overflow were lost"
+    assert len(w.got) < 25000, len(w.got)
     # and the stream goes on after it
     sh(sid, "echo z > flood/after")
-    events(s, {(F.FILE_EVENT_TYPE_CREATE, "after", "")})
-    s.cancel()
+    w.seen({(F.FILE_EVENT_TYPE_CREATE, "after", "")})
+    w.call.cancel()
     slow.close()
 
 
