@@ -159,8 +159,8 @@ typedef struct {
 
 static const char *s_op_name(int op)
 {
-    static const char *const names[] = {"",     "start", "get",    "signal", "input",
-                                        "output", "read", "write", "list",  "stat",
+    static const char *const names[] = {"",       "start", "get",   "signal", "input",
+                                        "output", "read",  "write", "list",   "stat",
                                         "remove", "mkdir", "move",  "watch"};
     return op > 0 && op < (int)(sizeof names / sizeof names[0]) ? names[op] : "unknown";
 }

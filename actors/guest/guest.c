@@ -66,7 +66,7 @@ typedef struct s_stream {
     bool follow;
     int fd; /* read streams: the file (-1 when none) */
     uint64_t roff, rsize;
-    ka_gw_t *w; /* watch streams */
+    ka_gw_t *w;       /* watch streams */
     uint64_t credit;  /* data bytes it may still send (UINT64_MAX: not credit-bound) */
     uint64_t last_ms; /* monotonic ms of its last frame (keepalives) */
     struct s_stream *next;
@@ -1048,11 +1048,11 @@ static void s_dispatch(const uint8_t *body, size_t len)
         static const struct {
             const char *name;
             void (*fn)(uint64_t, const msgpack_object *);
-        } ops[] = {{"start", s_op_start}, {"get", s_op_get},       {"signal", s_op_signal},
-                   {"input", s_op_input}, {"output", s_op_output}, {"read", s_op_read},
-                   {"write", s_op_write}, {"cancel", s_op_cancel}, {"credit", s_op_credit},
-                   {"list", s_op_list},   {"stat", s_op_stat},     {"remove", s_op_change},
-                   {"mkdir", s_op_change}, {"move", s_op_change},  {"watch", s_op_watch}};
+        } ops[] = {{"start", s_op_start},  {"get", s_op_get},       {"signal", s_op_signal},
+                   {"input", s_op_input},  {"output", s_op_output}, {"read", s_op_read},
+                   {"write", s_op_write},  {"cancel", s_op_cancel}, {"credit", s_op_credit},
+                   {"list", s_op_list},    {"stat", s_op_stat},     {"remove", s_op_change},
+                   {"mkdir", s_op_change}, {"move", s_op_change},   {"watch", s_op_watch}};
         bool found = false;
         if (on == 4 && memcmp(op, "ping", 4) == 0) {
             s_reply_end(id);

@@ -91,7 +91,7 @@ int ka_gf_mkparents(int ws, const char *rel)
             break;
         }
         int next = ka_gf_openat2(cur, comp, O_PATH | O_DIRECTORY, 0,
-                             RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+                                 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
         if (next < 0) {
             rc = next;
             break;

@@ -370,9 +370,8 @@ int ka_gfs_mkdir(int ws, const char *path, size_t n, bool parents, unsigned mode
         }
     } else if (errno == EEXIST && parents) {
         struct stat st;
-        rc = fstatat(l.pfd, l.last, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)
-                 ? 0
-                 : -EEXIST;
+        rc = fstatat(l.pfd, l.last, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) ? 0
+                                                                                          : -EEXIST;
     } else {
         rc = s_err();
     }

@@ -23,12 +23,12 @@
 
 #include "guest_proto.h"
 
-#define KA_GFS_DEPTH_MAX 256  /* directory depth a recursive remove descends */
+#define KA_GFS_DEPTH_MAX 256 /* directory depth a recursive remove descends */
 
 /* One directory entry or stat result. */
 typedef struct ka_gfs_entry {
     char name[KA_GP_NAME_MAX + 1]; /* "." for the root */
-    uint32_t type;                  /* KA_GP_FT_* */
+    uint32_t type;                 /* KA_GP_FT_* */
     uint64_t size;
     uint32_t mode; /* permission bits */
     int64_t mtime_ms;

@@ -105,13 +105,13 @@ enum {
     KA_GP_EV_MOVE = 4,
     KA_GP_EV_OVERFLOW = 5 /* events were lost; the watch goes on */
 };
-#define KA_GP_EV_ISDIR      0x80         /* or'ed into an event's kind byte */
-#define KA_GP_NAME_MAX      255          /* bytes of one name */
-#define KA_GP_PATH_MAX      4095         /* bytes of an event's path */
-#define KA_GP_PAGE_DEF      500          /* "list" entries by default */
-#define KA_GP_PAGE_MAX      1000         /* and at most */
-#define KA_GP_MAX_WATCHES   8            /* watches per sandbox */
-#define KA_GP_WATCH_WINDOW  (64u << 10) /* event bytes in flight per watch (credit) */
+#define KA_GP_EV_ISDIR     0x80        /* or'ed into an event's kind byte */
+#define KA_GP_NAME_MAX     255         /* bytes of one name */
+#define KA_GP_PATH_MAX     4095        /* bytes of an event's path */
+#define KA_GP_PAGE_DEF     500         /* "list" entries by default */
+#define KA_GP_PAGE_MAX     1000        /* and at most */
+#define KA_GP_MAX_WATCHES  8           /* watches per sandbox */
+#define KA_GP_WATCH_WINDOW (64u << 10) /* event bytes in flight per watch (credit) */
 
 /* A decoded process record (strings borrowed from the frame it came from). */
 typedef struct ka_gp_process {

@@ -21,9 +21,9 @@
 
 #include "guest_proto.h"
 
-#define KA_GW_QUEUE   1024 /* events queued per watch */
-#define KA_GW_DIRS    4096 /* directories watched per watch (more: OVERFLOW) */
-#define KA_GW_PATH    KA_GP_PATH_MAX /* longest path reported (longer: skipped) */
+#define KA_GW_QUEUE 1024           /* events queued per watch */
+#define KA_GW_DIRS  4096           /* directories watched per watch (more: OVERFLOW) */
+#define KA_GW_PATH  KA_GP_PATH_MAX /* longest path reported (longer: skipped) */
 
 typedef struct ka_gw ka_gw_t;
 

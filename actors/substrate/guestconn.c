@@ -261,8 +261,8 @@ int ka_guestconn_fs(ka_guestconn_t *gc, const ka_gp_fs_t *req, uint64_t *id)
 {
     static const struct {
         const char *op, *flag;
-    } ops[] = {{"list", NULL},          {"stat", NULL},          {"remove", "recursive"},
-               {"mkdir", "parents"},    {"move", "overwrite"},   {"watch", NULL}};
+    } ops[] = {{"list", NULL},       {"stat", NULL},        {"remove", "recursive"},
+               {"mkdir", "parents"}, {"move", "overwrite"}, {"watch", NULL}};
     size_t i = 0;
     while (i < sizeof ops / sizeof ops[0] && strcmp(ops[i].op, req->op) != 0)
         i++;

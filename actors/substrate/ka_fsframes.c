@@ -30,7 +30,8 @@ static const char *s_entry(const msgpack_object *o, bool dot, ka_fs_entry_t *e)
         return "an entry with a malformed size";
     if (a[3].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[3].via.u64 > 07777)
         return "an entry with a malformed mode";
-    if (a[4].type != MSGPACK_OBJECT_POSITIVE_INTEGER && a[4].type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
+    if (a[4].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        a[4].type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
         return "an entry with a malformed mtime";
     if (e) {
         memcpy(e->name, a[0].via.str.ptr, a[0].via.str.size);

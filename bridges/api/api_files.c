@@ -178,8 +178,8 @@ static void s_stat(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__StatFileRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->path, 0)};
-    ka_guest_req_t *q = s_refused(call, why, 1) ? NULL
-                                                : s_req(user, call, KA_GUEST_STAT, r->path, NULL);
+    ka_guest_req_t *q =
+        s_refused(call, why, 1) ? NULL : s_req(user, call, KA_GUEST_STAT, r->path, NULL);
     if (q)
         s_unary(user, call, q);
 }

@@ -78,9 +78,9 @@ static int s_run_ls(kb_cli_t *cli, const kb_args_t *a)
         req.path = (char *)path;
         req.page_size = 1000;
         req.page_token = token;
-        ProtobufCMessage *resp = s_call(cli, S_SVC "ListFiles", id, &req.base,
-                                        &kagent__files__v1__list_files_response__descriptor,
-                                        "ls", path[0] ? path : ".");
+        ProtobufCMessage *resp =
+            s_call(cli, S_SVC "ListFiles", id, &req.base,
+                   &kagent__files__v1__list_files_response__descriptor, "ls", path[0] ? path : ".");
         free(token);
         token = NULL;
         if (!resp) {
@@ -143,8 +143,9 @@ static int s_run_stat(kb_cli_t *cli, const kb_args_t *a)
     } else {
         char when[64];
         kb_fmt_time(fi->modified_at ? &fi->modified_at->base : NULL, when, sizeof when);
-        fprintf(cli->out, "Name:     %s\nType:     %s\nSize:     %lld\nMode:     %04o\n"
-                          "Modified: %s\n",
+        fprintf(cli->out,
+                "Name:     %s\nType:     %s\nSize:     %lld\nMode:     %04o\n"
+                "Modified: %s\n",
                 fi->name, s_type(fi->type), (long long)fi->size, fi->mode, when);
     }
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -293,8 +294,7 @@ static int s_run_watch(kb_cli_t *cli, const kb_args_t *a)
     kb_rpc_status_t st;
     kb_rpc_call_t *call = kb_rpc_server_stream(rpc, S_SVC "WatchFiles", a->pos[0], &req.base, &st);
     ProtobufCMessage *m = NULL;
-    while (call &&
-           kb_rpc_call_read(call, &kagent__files__v1__file_event__descriptor, &m) == 1) {
+    while (call && kb_rpc_call_read(call, &kagent__files__v1__file_event__descriptor, &m) == 1) {
         s_print_event(cli, (Kagent__Files__V1__FileEvent *)m);
         protobuf_c_message_free_unpacked(m, NULL);
     }

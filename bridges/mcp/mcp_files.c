@@ -39,8 +39,8 @@ static json_t *f_entry(const ka_fs_entry_t *e)
 {
     char ts[64];
     kb_mcp_rfc3339(e->mtime_ms, ts, sizeof ts);
-    return json_pack("{s:s,s:s,s:I,s:i,s:s}", "name", e->name, "type", f_type_name(e->type),
-                     "size", (json_int_t)e->size, "mode", (int)e->mode, "modified_at", ts);
+    return json_pack("{s:s,s:s,s:I,s:i,s:s}", "name", e->name, "type", f_type_name(e->type), "size",
+                     (json_int_t)e->size, "mode", (int)e->mode, "modified_at", ts);
 }
 
 /* A guest request of op for path (and a tail string), after the shared checks; NULL with
@@ -133,8 +133,7 @@ static json_t *t_files_remove(kb_mcp_call_t *c, json_t *args)
 {
     const char *path = f_str(args, "path");
     json_t *res = NULL;
-    ka_guest_req_t *q =
-        f_req(c, args, KA_GUEST_REMOVE, path, "", ka_check_fs_path(path, 1), &res);
+    ka_guest_req_t *q = f_req(c, args, KA_GUEST_REMOVE, path, "", ka_check_fs_path(path, 1), &res);
     if (!q)
         return res;
     q->fs_flag = f_bool(args, "recursive");
@@ -172,7 +171,7 @@ static json_t *t_files_move(kb_mcp_call_t *c, json_t *args)
     "\"sandbox_id\":{\"type\":\"string\",\"description\":\"The sandbox's id (a UUID) as "          \
     "create_sandbox or list_sandboxes returned it.\"}"
 #define F_PATH(what)                                                                               \
-    "\"path\":{\"type\":\"string\",\"description\":\"" what " (relative to /data/workspace, or "  \
+    "\"path\":{\"type\":\"string\",\"description\":\"" what " (relative to /data/workspace, or "   \
     "absolute inside it).\"}"
 
 const kb_mcp_tool_t kb_mcp_file_tools[KB_MCP_FILE_TOOLS_N] = {
@@ -181,36 +180,43 @@ const kb_mcp_tool_t kb_mcp_file_tools[KB_MCP_FILE_TOOLS_N] = {
      "in name order; type is file, directory, symlink or other; mode is the permission bits in "
      "decimal. At most page_size entries (default 500, at most 1000); pass next_page_token back "
      "as page_token for the next page (empty on the last).",
-     "{\"type\":\"object\",\"properties\":{" F_ID "," F_PATH("The directory; empty or omitted = "
-                                                             "/data/workspace")
-     ",\"page_size\":{\"type\":\"integer\",\"description\":\"Entries per page (0-1000; 0 = "
-     "500).\"},"
-     "\"page_token\":{\"type\":\"string\",\"description\":\"next_page_token of the previous "
-     "page.\"}},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" F_ID
+     "," F_PATH("The directory; empty or omitted = "
+                "/data/workspace") ",\"page_size\":{\"type\":\"integer\",\"description\":\"Entries "
+                                   "per page (0-1000; 0 = "
+                                   "500).\"},"
+                                   "\"page_token\":{\"type\":\"string\",\"description\":\"next_"
+                                   "page_token of the previous "
+                                   "page.\"}},\"required\":[\"sandbox_id\"],"
+                                   "\"additionalProperties\":false}",
      t_files_list, true, false, true},
     {"stat_sandbox_file", "Stat a file",
      "Returns {name, type, size, mode, modified_at} of a path. A symbolic link is described "
      "itself, not its target.",
-     "{\"type\":\"object\",\"properties\":{" F_ID "," F_PATH("The path; empty = /data/workspace")
-     "},\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" F_ID
+     "," F_PATH("The path; empty = /data/workspace") "},\"required\":[\"sandbox_id\",\"path\"],"
+                                                     "\"additionalProperties\":false}",
      t_files_stat, true, false, true},
     {"remove_sandbox_file", "Remove a file",
      "Removes a file, a symbolic link (never its target) or an empty directory; a non-empty "
      "directory only with recursive: true. The workspace itself cannot be removed. Returns "
      "{removed}.",
-     "{\"type\":\"object\",\"properties\":{" F_ID "," F_PATH("The path")
-     ",\"recursive\":{\"type\":\"boolean\",\"description\":\"Remove a directory with "
-     "everything in it.\"}},\"required\":[\"sandbox_id\",\"path\"],"
-     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" F_ID
+     "," F_PATH("The path") ",\"recursive\":{\"type\":\"boolean\",\"description\":\"Remove a "
+                            "directory with "
+                            "everything in it.\"}},\"required\":[\"sandbox_id\",\"path\"],"
+                            "\"additionalProperties\":false}",
      t_files_remove, false, true, false},
     {"make_sandbox_directory", "Make a directory",
      "Creates a directory (mode default 0755) and returns {created}. With parents: true, "
      "missing parents are created and an existing directory is no error.",
-     "{\"type\":\"object\",\"properties\":{" F_ID "," F_PATH("The directory")
-     ",\"parents\":{\"type\":\"boolean\",\"description\":\"Create missing parents too.\"},"
-     "\"mode\":{\"type\":\"integer\",\"description\":\"Unix permission bits in decimal, e.g. "
-     "493 = 0755 (at most 4095).\"}},\"required\":[\"sandbox_id\",\"path\"],"
-     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" F_ID "," F_PATH(
+         "The directory") ",\"parents\":{\"type\":\"boolean\",\"description\":\"Create missing "
+                          "parents too.\"},"
+                          "\"mode\":{\"type\":\"integer\",\"description\":\"Unix permission bits "
+                          "in decimal, e.g. "
+                          "493 = 0755 (at most 4095).\"}},\"required\":[\"sandbox_id\",\"path\"],"
+                          "\"additionalProperties\":false}",
      t_files_mkdir, false, false, true},
     {"move_sandbox_file", "Move a file",
      "Renames source to destination (within the sandbox) and returns {source, destination}. An "

@@ -110,8 +110,7 @@ extern const kb_mcp_tool_t kb_mcp_file_tools[KB_MCP_FILE_TOOLS_N];
 json_t *kb_mcp_error(int code, const char *message);
 json_t *kb_mcp_status_error(const ka_status_t *st);
 json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj);
-ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail,
-                                 json_t **err);
+ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail, json_t **err);
 int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin, void **tail);
 
 /* The tools/list array (new reference). */

@@ -1344,7 +1344,8 @@ json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, 
     return r;
 }
 
-/* ---- for the Files API tools (mcp_files.c) ---------------------------------------------------- */
+/* ---- for the Files API tools (mcp_files.c) ----------------------------------------------------
+ */
 
 json_t *kb_mcp_error(int code, const char *message)
 {
@@ -1361,8 +1362,7 @@ json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj)
     return s_ok(c, obj);
 }
 
-ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail,
-                                 json_t **err)
+ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail, json_t **err)
 {
     return s_guest_req(c, args, op, tail, false, err);
 }

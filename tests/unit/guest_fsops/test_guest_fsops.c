@@ -146,9 +146,9 @@ static void test_basic(void **state)
 static void test_escapes(void **state)
 {
     (void)state;
-    const char *escapes[] = {"root/etc/passwd", "etc/passwd", "out/canary", "up/outside/canary",
-                             "rel_out/canary",  "../outside/canary", "/etc/passwd",
-                             "l1/x",            "/data/x",          "out/secret/f"};
+    const char *escapes[] = {
+        "root/etc/passwd",   "etc/passwd",  "out/canary", "up/outside/canary", "rel_out/canary",
+        "../outside/canary", "/etc/passwd", "l1/x",       "/data/x",           "out/secret/f"};
     ka_gfs_entry_t e;
     ka_gfs_list_t l;
     for (size_t i = 0; i < sizeof escapes / sizeof escapes[0]; i++) {
@@ -159,8 +159,8 @@ static void test_escapes(void **state)
         assert_int_equal(ka_gfs_move(s_wsfd, P("d/a"), P(p), true), -EACCES);
         assert_int_equal(ka_gfs_move(s_wsfd, P(p), P("stolen"), true), -EACCES);
     }
-    const char *dirs[] = {"root/", "etc/", "out/", "up/", "rel_out/", "..", "../outside", "/etc",
-                          "l1/",   "out/secret"};
+    const char *dirs[] = {"root/", "etc/",       "out/", "up/", "rel_out/",
+                          "..",    "../outside", "/etc", "l1/", "out/secret"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         assert_int_equal(ka_gfs_list(s_wsfd, P(dirs[i]), "", 0, 0, &l), -EACCES);
         int err = 0;

@@ -168,29 +168,49 @@ static const char *s_ev(const char *bytes, size_t n)
 static void test_event(void **state)
 {
     (void)state;
-    assert_null(EV("\x01" "a/b\0\0"));
-    assert_null(EV("\x81" "dir\0\0"));
-    assert_null(EV("\x02" "f\0\0"));
-    assert_null(EV("\x03" "f\0\0"));
-    assert_null(EV("\x04" "new\0old/x\0"));
+    assert_null(EV("\x01"
+                   "a/b\0\0"));
+    assert_null(EV("\x81"
+                   "dir\0\0"));
+    assert_null(EV("\x02"
+                   "f\0\0"));
+    assert_null(EV("\x03"
+                   "f\0\0"));
+    assert_null(EV("\x04"
+                   "new\0old/x\0"));
     assert_null(EV("\x05\0\0"));
-    assert_non_null(EV("\x06" "a\0\0"));        /* unknown kind */
-    assert_non_null(EV("\x00" "a\0\0"));        /* kind 0 */
-    assert_non_null(EV("\x01" "/etc\0\0"));     /* absolute */
-    assert_non_null(EV("\x01" "../x\0\0"));     /* escaping */
-    assert_non_null(EV("\x01" "a/../../x\0\0"));
-    assert_non_null(EV("\x01" "a/./b\0\0"));
-    assert_non_null(EV("\x01" "a//b\0\0"));     /* empty component */
-    assert_non_null(EV("\x01" "a/\0\0"));
-    assert_non_null(EV("\x01\0\0"));            /* no path */
-    assert_non_null(EV("\x01" "a\0b\0"));       /* from on a create */
-    assert_non_null(EV("\x04" "a\0\0"));        /* a move without from */
-    assert_non_null(EV("\x04" "a\0/etc\0"));    /* a move from outside */
-    assert_non_null(EV("\x05" "a\0\0"));        /* overflow with a path */
-    assert_non_null(EV("\x85\0\0"));            /* a "directory" overflow */
-    assert_non_null(EV("\x01" "a\0\0\0"));      /* a stray NUL */
-    assert_non_null(EV("\x01" "a\0"));          /* cut short */
-    assert_non_null(EV("\x01" "a"));
+    assert_non_null(EV("\x06"
+                       "a\0\0")); /* unknown kind */
+    assert_non_null(EV("\x00"
+                       "a\0\0")); /* kind 0 */
+    assert_non_null(EV("\x01"
+                       "/etc\0\0")); /* absolute */
+    assert_non_null(EV("\x01"
+                       "../x\0\0")); /* escaping */
+    assert_non_null(EV("\x01"
+                       "a/../../x\0\0"));
+    assert_non_null(EV("\x01"
+                       "a/./b\0\0"));
+    assert_non_null(EV("\x01"
+                       "a//b\0\0")); /* empty component */
+    assert_non_null(EV("\x01"
+                       "a/\0\0"));
+    assert_non_null(EV("\x01\0\0")); /* no path */
+    assert_non_null(EV("\x01"
+                       "a\0b\0")); /* from on a create */
+    assert_non_null(EV("\x04"
+                       "a\0\0")); /* a move without from */
+    assert_non_null(EV("\x04"
+                       "a\0/etc\0")); /* a move from outside */
+    assert_non_null(EV("\x05"
+                       "a\0\0"));    /* overflow with a path */
+    assert_non_null(EV("\x85\0\0")); /* a "directory" overflow */
+    assert_non_null(EV("\x01"
+                       "a\0\0\0")); /* a stray NUL */
+    assert_non_null(EV("\x01"
+                       "a\0")); /* cut short */
+    assert_non_null(EV("\x01"
+                       "a"));
     assert_non_null(s_ev("", 0));
     char big[KA_GP_PATH_MAX + 8];
     big[0] = 1;
@@ -205,7 +225,9 @@ static void test_event(void **state)
     int kind;
     bool dir;
     const char *path, *from;
-    ka_fsf_event("\x84" "new\0old\0", &kind, &dir, &path, &from);
+    ka_fsf_event("\x84"
+                 "new\0old\0",
+                 &kind, &dir, &path, &from);
     assert_int_equal(kind, KA_GP_EV_MOVE);
     assert_true(dir);
     assert_string_equal(path, "new");
@@ -302,16 +324,22 @@ static void test_through_guestcalls(void **state)
     assert_non_null(w);
     assert_true(ka_gc_kind_streams(KA_GC_WATCH));
     assert_int_equal(ka_gc_count(&t, KA_GC_WATCH), 1);
-    s_bytes_t good = {"\x01" "f\0", 4};
+    s_bytes_t good = {"\x01"
+                      "f\0",
+                      4};
     assert_int_equal(s_send(&t, 7, "event", s_pack_bin, &good, false, &why), KA_GC_DELIVER);
     assert_int_equal(w->credit, 12);
     assert_int_equal(w->unacked, 4);
-    s_bytes_t bad = {"\x01" "../x\0", 7};
+    s_bytes_t bad = {"\x01"
+                     "../x\0",
+                     7};
     assert_int_equal(s_send(&t, 7, "event", s_pack_bin, &bad, false, &why), KA_GC_FATAL);
     assert_non_null(strstr(why, "relative"));
     assert_int_equal(s_send(&t, 7, "event", s_pack_str, &good, false, &why), KA_GC_FATAL);
     assert_int_equal(s_send(&t, 7, "chunk", s_pack_bin, &good, false, &why), KA_GC_FATAL);
-    s_bytes_t big = {"\x01" "abcdefghijklmn\0", 17}; /* past the 12 bytes of credit left */
+    s_bytes_t big = {"\x01"
+                     "abcdefghijklmn\0",
+                     17}; /* past the 12 bytes of credit left */
     assert_int_equal(s_send(&t, 7, "event", s_pack_bin, &big, false, &why), KA_GC_FATAL);
     assert_non_null(strstr(why, "credit"));
     assert_int_equal(ka_gc_credit(w, 4), 4);
