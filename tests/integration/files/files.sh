@@ -58,8 +58,10 @@ for n in ("list_sandbox_files", "stat_sandbox_file", "remove_sandbox_file",
     assert n in names, n' || node_fail "tools/list lacks the Files API tools"
 mcp_ok list_sandbox_files "{$S,\"path\":\"many\",\"page_size\":1000}" \
   'len(r["entries"]) == 1000 and r["next_page_token"] == r["entries"][-1]["name"] and r["entries"][0]["type"] == "file"'
-mcp_ok list_sandbox_files "{$S,\"path\":\"many\",\"page_size\":1000,\"page_token\":\"f999\"}" \
-  'len(r["entries"]) == 500 and r["next_page_token"] == "" and r["entries"][0]["name"] == "f1000"'
+tok=$(mcp list_sandbox_files "{$S,\"path\":\"many\",\"page_size\":1000}" |
+  python3 -c 'import json,sys; print(json.loads(json.load(sys.stdin)["content"][0]["text"])["next_page_token"])')
+mcp_ok list_sandbox_files "{$S,\"path\":\"many\",\"page_size\":1000,\"page_token\":\"$tok\"}" \
+  'len(r["entries"]) == 500 and r["next_page_token"] == "" and r["entries"][0]["name"] > "'"$tok"'"'
 mcp_ok list_sandbox_files "{$S}" '"many" in [e["name"] for e in r["entries"]]'
 mcp_ok make_sandbox_directory "{$S,\"path\":\"mcp/a/b\",\"parents\":true,\"mode\":448}" 'r == {"created": "mcp/a/b"}'
 mcp_ok stat_sandbox_file "{$S,\"path\":\"mcp/a/b\"}" 'r["type"] == "directory" and r["mode"] == 448 and r["modified_at"].endswith("Z")'
