@@ -110,12 +110,26 @@ static void s_unary_frame(void *user, const ka_guest_reply_t *f, size_t len)
     free(u);
 }
 
-/* A request for the call's sandbox (tail: one string, or NULL); NULL after answering. */
+/* Answers INVALID_ARGUMENT with the first refusal among why[0..n); true if there was one. */
+static bool s_refused(kb_grpc_call_t *call, const char *const *why, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (why[i]) {
+            kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A request for the call's sandbox (tail: one string, or NULL) once the caller is identified
+ * and the argument checks why[0..n) passed; NULL after answering. */
 static ka_guest_req_t *s_req(kb_api_t *api, kb_grpc_call_t *call, int op, const char *path,
-                             const char *tail)
+                             const char *tail, const char *const *why, size_t n)
 {
     char caller[KB_AUTH_ID_MAX + 1], sandbox[KA_STORE_ID_LEN];
-    if (kb_api_guest_target(api, call, caller, sizeof caller, sandbox, sizeof sandbox))
+    if (kb_api_guest_target(api, call, caller, sizeof caller, sandbox, sizeof sandbox) ||
+        s_refused(call, why, n))
         return NULL;
     size_t tn = tail && tail[0] ? strlen(tail) + 1 : 0;
     ka_guest_req_t *q = ka_guest_req_new(caller, sandbox, op, tn);
@@ -148,26 +162,12 @@ static void s_unary(kb_api_t *api, kb_grpc_call_t *call, ka_guest_req_t *q)
     }
 }
 
-/* Answers INVALID_ARGUMENT with the first refusal among why[0..n); true if there was one. */
-static bool s_refused(kb_grpc_call_t *call, const char *const *why, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (why[i]) {
-            kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, why[i]);
-            return true;
-        }
-    }
-    return false;
-}
-
 static void s_list(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__ListFilesRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->path, 0), ka_check_page_size(r->page_size),
                          ka_check_page_token(r->page_token)};
-    if (s_refused(call, why, 3))
-        return;
-    ka_guest_req_t *q = s_req(user, call, KA_GUEST_LIST, r->path, r->page_token);
+    ka_guest_req_t *q = s_req(user, call, KA_GUEST_LIST, r->path, r->page_token, why, 3);
     if (q) {
         q->page_size = (uint32_t)r->page_size;
         s_unary(user, call, q);
@@ -178,8 +178,7 @@ static void s_stat(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__StatFileRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->path, 0)};
-    ka_guest_req_t *q =
-        s_refused(call, why, 1) ? NULL : s_req(user, call, KA_GUEST_STAT, r->path, NULL);
+    ka_guest_req_t *q = s_req(user, call, KA_GUEST_STAT, r->path, NULL, why, 1);
     if (q)
         s_unary(user, call, q);
 }
@@ -188,8 +187,7 @@ static void s_remove(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
 {
     const Kagent__Files__V1__RemoveFileRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->path, 1)};
-    ka_guest_req_t *q =
-        s_refused(call, why, 1) ? NULL : s_req(user, call, KA_GUEST_REMOVE, r->path, NULL);
+    ka_guest_req_t *q = s_req(user, call, KA_GUEST_REMOVE, r->path, NULL, why, 1);
     if (q) {
         q->fs_flag = r->recursive;
         s_unary(user, call, q);
@@ -200,8 +198,7 @@ static void s_mkdir(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__MakeDirectoryRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->path, 1), ka_check_fs_mode(r->mode)};
-    ka_guest_req_t *q =
-        s_refused(call, why, 2) ? NULL : s_req(user, call, KA_GUEST_MKDIR, r->path, NULL);
+    ka_guest_req_t *q = s_req(user, call, KA_GUEST_MKDIR, r->path, NULL, why, 2);
     if (q) {
         q->fs_flag = r->parents;
         q->mode = r->mode;
@@ -213,9 +210,7 @@ static void s_move(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__MoveFileRequest *r = (const void *)m;
     const char *why[] = {ka_check_fs_path(r->source, 1), ka_check_fs_path(r->destination, 1)};
-    ka_guest_req_t *q = s_refused(call, why, 2)
-                            ? NULL
-                            : s_req(user, call, KA_GUEST_MOVE, r->source, r->destination);
+    ka_guest_req_t *q = s_req(user, call, KA_GUEST_MOVE, r->source, r->destination, why, 2);
     if (q) {
         q->fs_flag = r->overwrite;
         s_unary(user, call, q);
@@ -358,8 +353,7 @@ static void s_watch(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     const Kagent__Files__V1__WatchFilesRequest *r = (const void *)m;
     kb_api_t *api = user;
     const char *why[] = {ka_check_fs_path(r->path, 0)};
-    ka_guest_req_t *q =
-        s_refused(call, why, 1) ? NULL : s_req(api, call, KA_GUEST_WATCH, r->path, NULL);
+    ka_guest_req_t *q = s_req(api, call, KA_GUEST_WATCH, r->path, NULL, why, 1);
     s_watch_t *w = q ? calloc(1, sizeof *w) : NULL;
     if (!w) {
         if (q)

@@ -75,7 +75,7 @@ mcp_err make_sandbox_directory "{$S,\"path\":\"q\",\"mode\":4096}" INVALID_ARGUM
 mcp_err remove_sandbox_file "{$S,\"path\":\"\"}" INVALID_ARGUMENT "path must be 1-1023 bytes"
 mcp_err remove_sandbox_file "{$S,\"path\":\"/data/workspace\",\"recursive\":true}" INVALID_ARGUMENT
 mcp_err stat_sandbox_file "{\"sandbox_id\":\"nope\",\"path\":\"x\"}" INVALID_ARGUMENT
-for p in ../.. /etc etclink/ uplink/etc; do
+for p in ../.. /etc badlink/ uplink/etc; do
   mcp_err list_sandbox_files "{$S,\"path\":\"$p\"}" PERMISSION_DENIED
   mcp_err stat_sandbox_file "{$S,\"path\":\"$p/passwd\"}" PERMISSION_DENIED
   mcp_err remove_sandbox_file "{$S,\"path\":\"$p/passwd\"}" PERMISSION_DENIED
@@ -125,7 +125,7 @@ expect_fail NotFound sandbox stat "$sid" cli/nothing
 expect_fail AlreadyExists sandbox mkdir "$sid" cli/y
 expect_fail InvalidArgument sandbox rm -r "$sid" /data/workspace
 expect_fail PermissionDenied sandbox ls "$sid" ../..
-expect_fail PermissionDenied sandbox ls "$sid" etclink/
+expect_fail PermissionDenied sandbox ls "$sid" badlink/
 expect_fail PermissionDenied sandbox rm -r "$sid" /etc
 expect_fail PermissionDenied sandbox stat "$sid" uplink/etc/passwd
 k sandbox rm -r -o json "$sid" cli | grep -q '"removed": "cli"' || node_fail "rm -r -o json"
