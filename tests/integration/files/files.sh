@@ -144,7 +144,9 @@ await_line() { # await_line FILE PATTERN: polls FILE for PATTERN (10 s)
   for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done
   node_fail "no line $2 in: $(cat "$1")"
 }
-k sandbox watch "$sid" wcli >"$WORK/watch.out" 2>"$WORK/watch.err" &
+# (not through k(): $! must be the CLI itself, a background subshell ignores SIGINT)
+"$KAGENT" --api-url "$API" --user-id alice@example.com sandbox watch "$sid" wcli \
+  >"$WORK/watch.out" 2>"$WORK/watch.err" &
 wpid=$!
 watch_ready "$WORK/watch.out"
 k sandbox exec "$sid" -- sh -c 'mkdir -p wcli/sub && echo x > wcli/sub/f' >/dev/null
@@ -153,7 +155,8 @@ grep -q '^CREATE sub/$' "$WORK/watch.out" || node_fail "watch: no CREATE sub/: $
 kill -INT $wpid
 rc=0; wait $wpid || rc=$?
 [ $rc = 0 ] || node_fail "watch after Ctrl-C exited $rc: $(cat "$WORK/watch.err")"
-k sandbox watch -o json "$sid" wcli >"$WORK/watch.json" &
+"$KAGENT" --api-url "$API" --user-id alice@example.com sandbox watch -o json "$sid" wcli \
+  >"$WORK/watch.json" &
 wpid=$!
 watch_ready "$WORK/watch.json"
 k sandbox exec "$sid" -- mv wcli/sub/f wcli/g >/dev/null
