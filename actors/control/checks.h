@@ -51,5 +51,11 @@ const char *ka_check_sandbox_template(const char *namespace_, const char *name);
 /* A template reference of the template calls: namespace a DNS label; name (when need_name) a
  * DNS subdomain. */
 const char *ka_check_template_ref(const char *namespace_, const char *name, bool need_name);
+/* The Files API (checks_fs.c). path: optional ("" = the workspace root) for list, stat and
+ * watch, required otherwise; page_token: a name as next_page_token returned it. */
+const char *ka_check_fs_path(const char *path, int required);
+const char *ka_check_page_size(long long page_size);
+const char *ka_check_fs_page_token(const char *token);
+const char *ka_check_fs_mode(long long mode);
 
 #endif

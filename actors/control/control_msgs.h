@@ -218,7 +218,14 @@ enum {
     KA_GUEST_OUTPUT, /* streams: frames with data, then a final frame */
     KA_GUEST_READ,   /* streams: frames with data, then a final frame */
     KA_GUEST_WRITE,  /* tail: data */
-    KA_GUEST_RESIZE  /* proc, rows, cols: a tty process's window size */
+    KA_GUEST_RESIZE, /* proc, rows, cols: a tty process's window size */
+    /* the Files API (final frames: tail a ka_fs_page_t for LIST and STAT, else none) */
+    KA_GUEST_LIST,   /* path, page_size; tail: the page token, NUL-terminated (or no tail) */
+    KA_GUEST_STAT,   /* path */
+    KA_GUEST_REMOVE, /* path, fs_flag: recursive */
+    KA_GUEST_MKDIR,  /* path, mode, fs_flag: parents */
+    KA_GUEST_MOVE,   /* path, fs_flag: overwrite; tail: the destination, NUL-terminated */
+    KA_GUEST_WATCH   /* path; streams KA_STREAM_EVENT frames until cancelled */
 };
 
 typedef struct ka_guest_req {
@@ -234,12 +241,14 @@ typedef struct ka_guest_req {
     uint64_t stdout_offset; /* OUTPUT */
     uint64_t stderr_offset; /* OUTPUT */
     uint64_t seek_offset;   /* WRITE */
-    uint32_t mode;          /* READ WRITE */
+    uint32_t mode;          /* READ WRITE MKDIR */
     char cwd[1024];         /* START: "" = workspace */
-    char path[1024];        /* READ WRITE */
+    char path[1024];        /* READ WRITE and the Files API */
     int32_t tty;            /* START: on a pseudo terminal */
     uint32_t rows, cols;    /* START (tty), RESIZE: window size */
     uint32_t n_argv, n_env; /* START: string counts in tail */
+    int32_t fs_flag;        /* REMOVE: recursive; MKDIR: parents; MOVE: overwrite */
+    uint32_t page_size;     /* LIST: 0 = the guest default */
     uint32_t tail_len;
     char tail[];
 } ka_guest_req_t;
@@ -259,7 +268,8 @@ typedef struct ka_process_info {
     int64_t finished_ms;
 } ka_process_info_t;
 
-enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3 };
+/* KA_STREAM_EVENT: a watch event, its tail the checked payload (ka_fsframes.h). */
+enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3, KA_STREAM_EVENT = 4 };
 
 /* One reply frame. Unary ops send one final frame; OUTPUT and READ send data frames
  * (final = 0, stream and offset set, data in tail) and then one final frame (with the exit

@@ -6,6 +6,7 @@
  * sandbox actor after KA_SBX_GUEST_BOUND).
  */
 #include "sandbox_int.h"
+#include "sandbox_fs.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -128,12 +129,17 @@ static int s_code_of_errno(int err)
     case -EAGAIN:
     case -EFBIG:
     case -ENOSPC:
+    case -EMFILE:
         return KA_RESOURCE_EXHAUSTED;
     case -EINVAL:
     case -ENAMETOOLONG:
     case -EISDIR:
-    case -ENOTDIR:
         return KA_INVALID_ARGUMENT;
+    case -EEXIST:
+        return KA_ALREADY_EXISTS;
+    case -ENOTDIR:
+    case -ENOTEMPTY:
+        return KA_FAILED_PRECONDITION;
     case -EACCES:
     case -EPERM:
         return KA_PERMISSION_DENIED;
@@ -233,8 +239,10 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
     static const struct {
         const char *key;
         int stream;
-    } data_keys[] = {
-        {"stdout", KA_STREAM_STDOUT}, {"stderr", KA_STREAM_STDERR}, {"chunk", KA_STREAM_FILE}};
+    } data_keys[] = {{"stdout", KA_STREAM_STDOUT},
+                     {"stderr", KA_STREAM_STDERR},
+                     {"chunk", KA_STREAM_FILE},
+                     {"event", KA_STREAM_EVENT}};
     for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++) {
         const char *p;
         size_t n;
@@ -251,6 +259,16 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
         free(r);
     }
     bool end = ka_gp_frame_is_end(f);
+    if (end && !ka_gp_frame_err(f) && (w->op == KA_GUEST_LIST || w->op == KA_GUEST_STAT)) {
+        size_t len;
+        ka_guest_reply_t *r = ka_sbx_fs_final(f, &len);
+        if (r)
+            s_send_frame(ctx, w, r, len);
+        else
+            ka_sbx_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, KA_INTERNAL, "out of memory");
+        free(r);
+        return true;
+    }
     const msgpack_object *pobj = ka_gp_get(m, "process");
     if (!pobj)
         pobj = ka_gp_get(m, "exit");
@@ -439,7 +457,7 @@ static int s_guest_send(ka_sbx_t *self, const ka_guest_req_t *q, uint64_t *gid)
         return ka_guestconn_write(self->gc, q->path, q->mode, q->seek_offset, q->tail, q->tail_len,
                                   gid);
     default:
-        return -EINVAL;
+        return ka_sbx_fs_send(self->gc, q, gid);
     }
 }
 
@@ -460,7 +478,7 @@ static ka_gc_kind_t s_guest_kind(const ka_guest_req_t *q)
     case KA_GUEST_READ:
         return KA_GC_READ;
     default:
-        return KA_GC_UNARY;
+        return ka_sbx_fs_kind(q->op);
     }
 }
 
@@ -497,17 +515,26 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
             MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
         return;
     }
+    if (kind == KA_GC_WATCH && ka_gc_count(&self->calls, KA_GC_WATCH) >= KA_GP_MAX_WATCHES) {
+        ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
+                            "too many watches on this sandbox (%d at most); end one first",
+                            KA_GP_MAX_WATCHES);
+        return;
+    }
     s_waiter_t *w = calloc(1, sizeof *w);
     uint64_t gid = 0;
     int rc = w ? s_guest_send(self, q, &gid) : -ENOMEM;
     const uint64_t off[2] = {q->stdout_offset, q->stderr_offset};
-    ka_gc_call_t *gc = rc ? NULL
-                          : ka_gc_add(&self->calls, gid, kind, q->proc, off,
-                                      streams ? KA_GP_WINDOW : 0, krt_now_ms(), w);
-    if (!rc && !gc)
+    uint64_t window = kind == KA_GC_WATCH ? KA_GP_WATCH_WINDOW : streams ? KA_GP_WINDOW : 0;
+    ka_gc_call_t *call =
+        rc ? NULL : ka_gc_add(&self->calls, gid, kind, q->proc, off, window, krt_now_ms(), w);
+    if (!rc && (!call || ka_sbx_fs_track(call, q))) {
+        if (call)
+            ka_gc_remove(&self->calls, call);
         rc = -ENOMEM; /* the request went out: its reply will be dropped as stale */
-    else if (gc)
-        gc->sent = q->tail_len;
+    } else if (call) {
+        call->sent = q->tail_len;
+    }
     if (rc) {
         free(w);
         ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",

@@ -160,8 +160,9 @@ typedef struct {
 
 static const char *s_op_name(int op)
 {
-    static const char *const names[] = {"",      "start",  "get",  "signal",
-                                        "input", "output", "read", "write"};
+    static const char *const names[] = {"",       "start", "get",   "signal", "input",
+                                        "output", "read",  "write", "list",   "stat",
+                                        "remove", "mkdir", "move",  "watch"};
     return op > 0 && op < (int)(sizeof names / sizeof names[0]) ? names[op] : "unknown";
 }
 

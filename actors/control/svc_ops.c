@@ -375,6 +375,16 @@ static ka_svc_status_t s_stream(ka_service_t *svc, ka_guest_req_t *q, ka_svc_fra
     return rc ? s_unavailable() : s_ok();
 }
 
+ka_svc_status_t ka_svc_guest_send(ka_service_t *svc, ka_guest_req_t *q, ka_svc_frame_cb cb,
+                                  void *user, krt_addr_t *stream)
+{
+    if (s_bad_sandbox(q->sandbox_id)) {
+        free(q);
+        return s_refuse(KA_MSG_NOT_UUID);
+    }
+    return s_stream(svc, q, cb, user, stream);
+}
+
 typedef struct {
     ka_svc_process_cb process;
     ka_svc_written_cb written;

@@ -183,6 +183,11 @@ typedef struct {
 /* Writes a chunk to a process's stdin; cb gets the bytes written. */
 ka_svc_status_t ka_svc_input(ka_service_t *svc, const ka_svc_caller_t *who,
                              const ka_svc_input_args_t *a, ka_svc_written_cb cb, void *user);
+/* Sends a guest request the caller built and checked (q consumed; its caller and sandbox id
+ * set), as a stream: frames as ka_svc_stream's. For the Files API, whose rules are checks_fs.c. */
+ka_svc_status_t ka_svc_guest_send(ka_service_t *svc, ka_guest_req_t *q, ka_svc_frame_cb cb,
+                                  void *user, krt_addr_t *stream);
+
 /* The rules of ka_svc_input without sending (a client stream's first message). */
 ka_svc_status_t ka_svc_input_check(const ka_svc_input_args_t *a);
 

@@ -11,8 +11,10 @@
  * Statically linked, no NSS calls (no getpwnam etc.): uids are numbers.
  */
 #include "guest_files.h"
+#include "guest_fsops.h"
 #include "guest_proto.h"
 #include "guest_tty.h"
+#include "guest_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,7 +71,7 @@ typedef struct s_proc {
     struct s_proc *next;
 } s_proc_t;
 
-/* An open reply stream: a process's output, or a file being read. */
+/* An open reply stream: a process's output, a file being read, or a watch. */
 typedef struct s_stream {
     uint64_t req;
     s_proc_t *p; /* output streams */
@@ -78,6 +80,7 @@ typedef struct s_stream {
     int fd;       /* read streams: the file (-1 when none) */
     int spool[2]; /* output streams of exited processes: the spools reopened (-1 when not) */
     uint64_t roff, rsize;
+    ka_gw_t *w;       /* watch streams */
     uint64_t credit;  /* data bytes it may still send (UINT64_MAX: not credit-bound) */
     uint64_t last_ms; /* monotonic ms of its last frame (keepalives) */
     struct s_stream *next;
@@ -103,6 +106,7 @@ static struct {
     bool drop; /* we are root: children switch to uid */
     uid_t uid;
     bool pid1;
+    int watches; /* open watch streams (at most KA_GP_MAX_WATCHES) */
 } G;
 
 /* --- small utilities ------------------------------------------------------------------------ */
@@ -370,9 +374,33 @@ static bool s_read_pump(s_stream_t *s)
     return true;
 }
 
+/* Queues one data frame of stream s under key with n bytes from memory (watch events). */
+static void s_bytes_frame(s_stream_t *s, const char *key, const void *data, size_t n)
+{
+    size_t fo = s_begin(s->req, 1);
+    s_key(key);
+    ka_gp_pack_bytes(&G.pk, data, n, true);
+    s_end(fo);
+    if (s->credit != UINT64_MAX)
+        s->credit -= (uint64_t)n;
+    s->last_ms = s_mono_ms();
+}
+
+/* Sends the queued events of a watch as credit allows; a watch never finishes by itself. */
+static bool s_watch_pump(s_stream_t *s)
+{
+    const uint8_t *p;
+    size_t n;
+    while ((p = ka_gw_peek(s->w, &n)) != NULL && n <= s->credit && s_queued() <= S_OUTBUF_HIGH) {
+        s_bytes_frame(s, "event", p, n);
+        ka_gw_pop(s->w);
+    }
+    return false;
+}
+
 static bool s_stream_pump(s_stream_t *s)
 {
-    return s->p ? s_output_pump(s) : s_read_pump(s);
+    return s->p ? s_output_pump(s) : s->w ? s_watch_pump(s) : s_read_pump(s);
 }
 
 static void s_stream_free(s_stream_t *s)
@@ -382,6 +410,9 @@ static void s_stream_free(s_stream_t *s)
     for (int k = 0; k < 2; k++)
         if (s->spool[k] >= 0)
             close(s->spool[k]);
+    if (s->w)
+        G.watches--;
+    ka_gw_destroy(&s->w);
     free(s);
 }
 
@@ -1049,6 +1080,121 @@ static void s_op_write(uint64_t id, const msgpack_object *req)
     s_end(off);
 }
 
+/* --- directory and metadata ops (guest_fsops.h), watches (guest_watch.h) ------------------- */
+
+static void s_path_of(const msgpack_object *req, const char *key, const char **p, size_t *n)
+{
+    if (!ka_gp_get_bytes(req, key, p, n)) {
+        *p = "";
+        *n = 0;
+    }
+}
+
+static void s_op_list(uint64_t id, const msgpack_object *req)
+{
+    const char *path, *after;
+    size_t pn, an;
+    uint64_t limit = 0;
+    s_path_of(req, "path", &path, &pn);
+    s_path_of(req, "after", &after, &an);
+    ka_gp_get_u64(req, "limit", &limit);
+    ka_gfs_list_t l;
+    int rc = ka_gfs_list(G.ws_fd, path, pn, after, an, (size_t)limit, &l);
+    if (rc < 0) {
+        s_reply_err(id, rc, ka_gfs_strerror(rc));
+        return;
+    }
+    size_t off = s_begin(id, 3);
+    s_key("entries");
+    msgpack_pack_array(&G.pk, l.n);
+    for (size_t i = 0; i < l.n; i++)
+        ka_gfs_pack_entry(&G.pk, &l.entries[i]);
+    s_key("more");
+    if (l.more)
+        msgpack_pack_true(&G.pk);
+    else
+        msgpack_pack_false(&G.pk);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+    ka_gfs_list_free(&l);
+}
+
+static void s_op_stat(uint64_t id, const msgpack_object *req)
+{
+    const char *path;
+    size_t pn;
+    s_path_of(req, "path", &path, &pn);
+    ka_gfs_entry_t e;
+    int rc = ka_gfs_stat(G.ws_fd, path, pn, &e);
+    if (rc < 0) {
+        s_reply_err(id, rc, ka_gfs_strerror(rc));
+        return;
+    }
+    size_t off = s_begin(id, 2);
+    s_key("entry");
+    ka_gfs_pack_entry(&G.pk, &e);
+    s_key("end");
+    msgpack_pack_true(&G.pk);
+    s_end(off);
+}
+
+/* remove, mkdir, move: one {"end"} or an error. */
+static void s_op_change(uint64_t id, const msgpack_object *req)
+{
+    const char *op, *path, *to;
+    size_t on, pn, tn;
+    bool flag = false;
+    uint64_t mode = 0;
+    ka_gp_get_bytes(req, "op", &op, &on);
+    s_path_of(req, "path", &path, &pn);
+    s_path_of(req, "to", &to, &tn);
+    ka_gp_get_u64(req, "mode", &mode);
+    int rc;
+    if (on == 6 && memcmp(op, "remove", 6) == 0) {
+        ka_gp_get_bool(req, "recursive", &flag);
+        rc = ka_gfs_remove(G.ws_fd, path, pn, flag);
+    } else if (on == 5 && memcmp(op, "mkdir", 5) == 0) {
+        ka_gp_get_bool(req, "parents", &flag);
+        rc = ka_gfs_mkdir(G.ws_fd, path, pn, flag, (unsigned)mode);
+    } else {
+        ka_gp_get_bool(req, "overwrite", &flag);
+        rc = ka_gfs_move(G.ws_fd, path, pn, to, tn, flag);
+    }
+    if (rc < 0)
+        s_reply_err(id, rc, ka_gfs_strerror(rc));
+    else
+        s_reply_end(id);
+}
+
+static void s_op_watch(uint64_t id, const msgpack_object *req)
+{
+    const char *path;
+    size_t pn;
+    s_path_of(req, "path", &path, &pn);
+    if (G.watches >= KA_GP_MAX_WATCHES) {
+        s_reply_err(id, -EMFILE, "too many watches in this sandbox");
+        return;
+    }
+    int rc = -ENOMEM;
+    s_stream_t *s = s_stream_new(id, req);
+    if (s && (s->w = ka_gw_new(G.ws_fd, path, pn, &rc)) != NULL) {
+        G.watches++;
+        s_stream_add(s);
+        return;
+    }
+    free(s);
+    s_reply_err(id, rc, ka_gfs_strerror(rc));
+}
+
+/* A watch's inotify fd is readable: take its events, send what credit allows. */
+static void s_watch_ready(int fd)
+{
+    for (s_stream_t *s = G.streams; s; s = s->next)
+        if (s->w && ka_gw_fd(s->w) == fd)
+            ka_gw_read(s->w);
+}
+
 static void s_dispatch(const uint8_t *body, size_t len)
 {
     msgpack_unpacked up;
@@ -1071,10 +1217,12 @@ static void s_dispatch(const uint8_t *body, size_t len)
         static const struct {
             const char *name;
             void (*fn)(uint64_t, const msgpack_object *);
-        } ops[] = {{"start", s_op_start},  {"get", s_op_get},       {"signal", s_op_signal},
-                   {"input", s_op_input},  {"output", s_op_output}, {"read", s_op_read},
-                   {"write", s_op_write},  {"cancel", s_op_cancel}, {"credit", s_op_credit},
-                   {"resize", s_op_resize}};
+        } ops[] = {{"start", s_op_start},   {"get", s_op_get},       {"signal", s_op_signal},
+                   {"input", s_op_input},   {"output", s_op_output}, {"read", s_op_read},
+                   {"write", s_op_write},   {"cancel", s_op_cancel}, {"credit", s_op_credit},
+                   {"resize", s_op_resize}, {"list", s_op_list},     {"stat", s_op_stat},
+                   {"remove", s_op_change}, {"mkdir", s_op_change},  {"move", s_op_change},
+                   {"watch", s_op_watch}};
         bool found = false;
         if (on == 4 && memcmp(op, "ping", 4) == 0) {
             s_reply_end(id);
@@ -1409,6 +1557,7 @@ int main(int argc, char **argv)
         size_t need = 2 + (size_t)G.max_procs * 3 + 16;
         for (s_proc_t *p = G.procs; p; p = p->next)
             need += 3;
+        need += (size_t)G.watches;
         if (need > cap) {
             cap = need * 2;
             pfd = realloc(pfd, cap * sizeof(*pfd));
@@ -1437,6 +1586,13 @@ int main(int argc, char **argv)
                 pfd[n++] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
             }
         }
+        for (s_stream_t *s = G.streams; s; s = s->next) {
+            if (s->w) {
+                owner[n] = NULL;
+                kind[n] = 3;
+                pfd[n++] = (struct pollfd){.fd = ka_gw_fd(s->w), .events = POLLIN};
+            }
+        }
         int rc = poll(pfd, n, s_poll_timeout());
         if (rc < 0 && errno != EINTR)
             return 4;
@@ -1454,7 +1610,9 @@ int main(int argc, char **argv)
             if (!pfd[i].revents)
                 continue;
             s_proc_t *p = owner[i];
-            if (kind[i] == 2)
+            if (kind[i] == 3)
+                s_watch_ready(pfd[i].fd);
+            else if (kind[i] == 2)
                 s_stdin_flush(p);
             else if (p->pipe_fd[kind[i]] == pfd[i].fd)
                 s_pipe_read(p, kind[i]);

@@ -33,8 +33,7 @@ const char *ka_gf_strerror(int err)
     }
 }
 
-/* A NUL-terminated workspace-relative copy of path, or NULL (*err set). */
-static char *s_rel(const char *path, size_t n, int *err)
+char *ka_gf_rel(const char *path, size_t n, int *err)
 {
     static const char pre[] = KA_GP_WORKSPACE "/";
     *err = -EINVAL;
@@ -54,7 +53,7 @@ static char *s_rel(const char *path, size_t n, int *err)
     return r;
 }
 
-static int s_openat2(int dir, const char *rel, int flags, unsigned mode, uint64_t resolve)
+int ka_gf_openat2(int dir, const char *rel, int flags, unsigned mode, uint64_t resolve)
 {
     struct open_how how = {
         .flags = (uint64_t)(flags | O_CLOEXEC | ((flags & O_PATH) ? 0 : O_NOCTTY)),
@@ -69,11 +68,10 @@ static int s_openat2(int dir, const char *rel, int flags, unsigned mode, uint64_
 
 static int s_open(int ws, const char *rel, int flags, unsigned mode)
 {
-    return s_openat2(ws, rel, flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+    return ka_gf_openat2(ws, rel, flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
 }
 
-/* Creates the parent directories of rel, one component at a time, following no symlink. */
-static int s_mkparents(int ws, const char *rel)
+int ka_gf_mkparents(int ws, const char *rel)
 {
     char *copy = strdup(rel);
     if (!copy)
@@ -92,8 +90,8 @@ static int s_mkparents(int ws, const char *rel)
             rc = -errno;
             break;
         }
-        int next = s_openat2(cur, comp, O_PATH | O_DIRECTORY, 0,
-                             RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+        int next = ka_gf_openat2(cur, comp, O_PATH | O_DIRECTORY, 0,
+                                 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
         if (next < 0) {
             rc = next;
             break;
@@ -127,14 +125,14 @@ int ka_gf_open_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, 
                     int *fd_out, size_t *size)
 {
     int rc;
-    char *rel = s_rel(path, pathlen, &rc);
+    char *rel = ka_gf_rel(path, pathlen, &rc);
     *fd_out = -1;
     *size = 0;
     if (!rel)
         return rc;
     int fd = s_open(ws_fd, rel, O_RDONLY | O_NONBLOCK, 0);
     if (fd == -ENOENT && mode != 0) {
-        rc = s_mkparents(ws_fd, rel);
+        rc = ka_gf_mkparents(ws_fd, rel);
         if (rc == 0) {
             fd = s_open(ws_fd, rel, O_WRONLY | O_CREAT, mode);
             if (fd >= 0 && fchmod(fd, mode & 07777) < 0)
@@ -163,14 +161,14 @@ int ka_gf_write(int ws_fd, const char *path, size_t pathlen, unsigned mode, uint
                 const void *data, size_t len)
 {
     int rc;
-    char *rel = s_rel(path, pathlen, &rc);
+    char *rel = ka_gf_rel(path, pathlen, &rc);
     if (!rel)
         return rc;
     unsigned cmode = mode ? mode : 0644;
     int flags = O_WRONLY | O_CREAT | O_NONBLOCK | (seek == 0 ? O_TRUNC : 0);
     int fd = s_open(ws_fd, rel, flags, cmode);
     if (fd == -ENOENT) {
-        rc = s_mkparents(ws_fd, rel);
+        rc = ka_gf_mkparents(ws_fd, rel);
         fd = rc < 0 ? rc : s_open(ws_fd, rel, flags, cmode);
     }
     free(rel);

@@ -27,6 +27,14 @@ int ka_gf_open_read(int ws_fd, const char *path, size_t pathlen, unsigned mode, 
  */
 int ka_gf_write(int ws_fd, const char *path, size_t pathlen, unsigned mode, uint64_t seek,
                 const void *data, size_t len);
+/* A NUL-terminated workspace-relative copy of path (caller frees), or NULL with *err:
+ * -EINVAL (empty, NUL inside), -EACCES (absolute outside the workspace), -ENOMEM. */
+char *ka_gf_rel(const char *path, size_t n, int *err);
+/* openat2(dir, rel) with flags | O_CLOEXEC and resolve; an escape (EXDEV, ELOOP) is -EACCES. */
+int ka_gf_openat2(int dir, const char *rel, int flags, unsigned mode, uint64_t resolve);
+/* Creates the parent directories of rel (0755), one component at a time, following no
+ * symlink. 0 or -errno. */
+int ka_gf_mkparents(int ws, const char *rel);
 /* A short static message for a ka_gf_* error. */
 const char *ka_gf_strerror(int err);
 

@@ -54,6 +54,18 @@
  *   "cancel" target uint (id of an "output" or "read" stream) -> {"end"} (the cancelled
  *            stream gets its own {"end"} first)
  *   "credit" target uint, bytes uint -> no reply (see flow control)
+ *   "list"   path str?, after str?, limit uint? -> {"entries": [E], "more": bool, "end"}
+ *            the entries named after `after` (bytewise), at most limit (guest_fsops.h)
+ *   "stat"   path str? -> {"entry": E, "end"}
+ *   "remove" path str, recursive bool? -> {"end"}
+ *   "mkdir"  path str, parents bool?, mode uint? -> {"end"}
+ *   "move"   path str, to str, overwrite bool? -> {"end"}
+ *            errors of these: -ENOENT, -EEXIST, -ENOTDIR, -ENOTEMPTY, -EINVAL, -EACCES, -EPERM
+ *   "watch"  path str?, window uint? -> frames {"event": bin} ... until cancelled (credit
+ *            counts event bytes); the payload is guest_watch.h's. -EMFILE past KA_GP_MAX_WATCHES.
+ *
+ * E, a directory entry: [name str, type uint (1 file, 2 dir, 3 symlink, 4 other), size uint,
+ *                        mode uint (07777 bits), mtime_ms int].
  *
  * P, a process: {"proc": uint, "argv": [str], "pid": int, "state": uint (KA_GP_STATE_*),
  *                "exit_code": int, "started_ms": uint, "finished_ms": uint} (unix ms; 0 = not
@@ -89,6 +101,23 @@
 #define KA_GP_GUEST_PATH   "/run/kagent/guest"
 
 enum { KA_GP_STATE_RUNNING = 1, KA_GP_STATE_EXITED = 2 };
+
+/* The Files API ops ("list" ... "watch"): entry types, event kinds and limits. */
+enum { KA_GP_FT_FILE = 1, KA_GP_FT_DIR = 2, KA_GP_FT_SYMLINK = 3, KA_GP_FT_OTHER = 4 };
+enum {
+    KA_GP_EV_CREATE = 1,
+    KA_GP_EV_MODIFY = 2,
+    KA_GP_EV_DELETE = 3,
+    KA_GP_EV_MOVE = 4,
+    KA_GP_EV_OVERFLOW = 5 /* events were lost; the watch goes on */
+};
+#define KA_GP_EV_ISDIR     0x80        /* or'ed into an event's kind byte */
+#define KA_GP_NAME_MAX     255         /* bytes of one name */
+#define KA_GP_PATH_MAX     4095        /* bytes of an event's path */
+#define KA_GP_PAGE_DEF     500         /* "list" entries by default */
+#define KA_GP_PAGE_MAX     1000        /* and at most */
+#define KA_GP_MAX_WATCHES  8           /* watches per sandbox */
+#define KA_GP_WATCH_WINDOW (64u << 10) /* event bytes in flight per watch (credit) */
 
 /* A decoded process record (strings borrowed from the frame it came from). */
 typedef struct ka_gp_process {

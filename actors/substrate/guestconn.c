@@ -274,6 +274,48 @@ int ka_guestconn_cancel(ka_guestconn_t *gc, uint64_t target, uint64_t *id)
     return s_end(gc, off);
 }
 
+static void s_kv_str(ka_guestconn_t *gc, const char *k, const char *v)
+{
+    s_key(gc, k);
+    ka_gp_pack_cstr(&gc->pk, v);
+}
+
+int ka_guestconn_fs(ka_guestconn_t *gc, const ka_gp_fs_t *req, uint64_t *id)
+{
+    static const struct {
+        const char *op, *flag;
+    } ops[] = {{"list", NULL},       {"stat", NULL},        {"remove", "recursive"},
+               {"mkdir", "parents"}, {"move", "overwrite"}, {"watch", NULL}};
+    size_t i = 0;
+    while (i < sizeof ops / sizeof ops[0] && strcmp(ops[i].op, req->op) != 0)
+        i++;
+    if (i == sizeof ops / sizeof ops[0] || !req->path || (i == 4 && !req->to))
+        return -EINVAL;
+    bool after = i == 0 && req->after && req->after[0];
+    uint32_t n = 1 + (i == 0) + after + (ops[i].flag != NULL) + (i == 3) + (i == 4) +
+                 (i == 5 && req->window);
+    size_t off = s_begin(gc, req->op, n, id);
+    s_kv_str(gc, "path", req->path);
+    if (i == 0)
+        s_kv_u64(gc, "limit", req->limit);
+    if (after)
+        s_kv_str(gc, "after", req->after);
+    if (ops[i].flag) {
+        s_key(gc, ops[i].flag);
+        if (req->flag)
+            msgpack_pack_true(&gc->pk);
+        else
+            msgpack_pack_false(&gc->pk);
+    }
+    if (i == 3)
+        s_kv_u64(gc, "mode", req->mode);
+    if (i == 4)
+        s_kv_str(gc, "to", req->to);
+    if (i == 5 && req->window)
+        s_kv_u64(gc, "window", req->window);
+    return s_end(gc, off);
+}
+
 int ka_guestconn_credit(ka_guestconn_t *gc, uint64_t target, uint64_t bytes)
 {
     size_t off = s_begin(gc, "credit", 2, NULL);

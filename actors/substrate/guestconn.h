@@ -60,6 +60,18 @@ int ka_guestconn_write(ka_guestconn_t *gc, const char *path, uint32_t mode, uint
 int ka_guestconn_cancel(ka_guestconn_t *gc, uint64_t target, uint64_t *id);
 int ka_guestconn_resize(ka_guestconn_t *gc, uint64_t proc, uint32_t rows, uint32_t cols,
                         uint64_t *id);
+/* A Files API request (guest_proto.h "list" ... "watch"; borrowed for the call). */
+typedef struct ka_gp_fs {
+    const char *op;    /* "list", "stat", "remove", "mkdir", "move" or "watch" */
+    const char *path;  /* "" = the workspace */
+    const char *to;    /* move: the destination */
+    const char *after; /* list: the page token (NULL or "" = from the first) */
+    uint32_t limit;    /* list: the page size */
+    bool flag;         /* remove: recursive; mkdir: parents; move: overwrite */
+    uint32_t mode;     /* mkdir */
+    uint64_t window;   /* watch: credit in event bytes */
+} ka_gp_fs_t;
+int ka_guestconn_fs(ka_guestconn_t *gc, const ka_gp_fs_t *req, uint64_t *id);
 /* Returns bytes of credit to stream target (no reply). */
 int ka_guestconn_credit(ka_guestconn_t *gc, uint64_t target, uint64_t bytes);
 

@@ -1,5 +1,6 @@
 /* ka_guestcalls: requests in flight on a guest channel, and the check of every reply frame. */
 #include "ka_guestcalls.h"
+#include "ka_fsframes.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -8,7 +9,8 @@ static _Atomic uint64_t s_frames, s_forged, s_stale, s_violations;
 
 bool ka_gc_kind_streams(ka_gc_kind_t kind)
 {
-    return kind == KA_GC_READ || kind == KA_GC_OUTPUT || kind == KA_GC_FOLLOW;
+    return kind == KA_GC_READ || kind == KA_GC_OUTPUT || kind == KA_GC_FOLLOW ||
+           kind == KA_GC_WATCH;
 }
 
 ka_gc_call_t *ka_gc_add(ka_gc_table_t *t, uint64_t id, ka_gc_kind_t kind, uint64_t proc,
@@ -42,6 +44,14 @@ ka_gc_call_t *ka_gc_find(ka_gc_table_t *t, uint64_t id)
     return NULL;
 }
 
+size_t ka_gc_count(const ka_gc_table_t *t, ka_gc_kind_t kind)
+{
+    size_t n = 0;
+    for (const ka_gc_call_t *c = t->head; c; c = c->next)
+        n += c->kind == kind;
+    return n;
+}
+
 void ka_gc_remove(ka_gc_table_t *t, ka_gc_call_t *call)
 {
     for (ka_gc_call_t **pp = &t->head; *pp; pp = &(*pp)->next)
@@ -49,18 +59,19 @@ void ka_gc_remove(ka_gc_table_t *t, ka_gc_call_t *call)
             *pp = call->next;
             t->n--;
             t->n_streams -= ka_gc_kind_streams(call->kind);
+            free(call->after);
             free(call);
             return;
         }
 }
 
-/* The one data payload of m, if any: 0 none, 1 found (*k: 0 stdout, 1 stderr, 2 chunk),
- * -1 malformed (two payloads, or one that is not bytes). */
+/* The one data payload of m, if any: 0 none, 1 found (*k: 0 stdout, 1 stderr, 2 chunk,
+ * 3 event), -1 malformed (two payloads, or one that is not bytes). */
 static int s_data(const msgpack_object *m, int *k, size_t *n)
 {
-    static const char *const keys[] = {"stdout", "stderr", "chunk"};
+    static const char *const keys[] = {"stdout", "stderr", "chunk", "event"};
     int found = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const msgpack_object *v = ka_gp_get(m, keys[i]);
         if (!v)
             continue;
@@ -77,10 +88,18 @@ static int s_data(const msgpack_object *m, int *k, size_t *n)
 static const char *s_check_data(ka_gc_call_t *c, const msgpack_object *m, int k, size_t n)
 {
     bool output = c->kind == KA_GC_OUTPUT || (c->kind == KA_GC_FOLLOW && c->begun);
-    if (c->kind == KA_GC_READ ? k != 2 : !output || k == 2)
+    bool event = c->kind == KA_GC_WATCH;
+    if (c->kind == KA_GC_READ ? k != 2 : event ? k != 3 : !output || k >= 2)
         return "data that this request does not stream";
     if (n > c->credit)
         return "data past the credit the node granted";
+    if (event) {
+        const msgpack_object *v = ka_gp_get(m, "event");
+        const char *why = v->type == MSGPACK_OBJECT_BIN ? ka_fsf_check_event(v->via.bin.ptr, n)
+                                                        : "a watch event that is not bin";
+        if (why)
+            return why;
+    }
     if (output) {
         uint64_t off;
         if (!ka_gp_get_u64(m, "offset", &off) || off != c->off[k])
@@ -130,6 +149,12 @@ static const char *s_check_end(const ka_gc_call_t *c, const msgpack_object *m)
         return ka_gp_get_u64(m, "size", &size) && size == c->total
                    ? NULL
                    : "a read whose size does not match its chunks";
+    case KA_GC_LIST:
+        return ka_fsf_check_list(m, c->after ? c->after : "", c->limit);
+    case KA_GC_STAT:
+        return ka_fsf_check_stat(m);
+    case KA_GC_WATCH:
+        return "a watch that ends without an error";
     default:
         return NULL;
     }

@@ -28,6 +28,9 @@ typedef enum {
     KA_GC_OUTPUT, /* stdout/stderr frames at the asked offsets, then an end (exit: that proc) */
     KA_GC_FOLLOW, /* start with follow: a process frame, then as OUTPUT for that process */
     KA_GC_INPUT,  /* input: one end frame whose "written" is exactly the bytes sent */
+    KA_GC_LIST,   /* one end frame: a listing page (ka_fsframes.h), after `after`, <= limit */
+    KA_GC_STAT,   /* one end frame: one entry */
+    KA_GC_WATCH,  /* "event" frames (ka_fsframes.h), never an end but an error or a cancel */
 } ka_gc_kind_t;
 
 typedef struct ka_gc_call ka_gc_call_t;
@@ -44,6 +47,8 @@ struct ka_gc_call {
     uint64_t last_ms; /* when its last frame came (or when it was issued) */
     uint64_t sent;    /* INPUT: data bytes the request carried (set by the owner) */
     void *user;       /* the owner's; freed by the owner */
+    char *after;      /* LIST: the page token (owned; NULL = from the first) */
+    uint32_t limit;   /* LIST: the page size asked for */
 };
 
 typedef struct ka_gc_table {
@@ -70,7 +75,9 @@ bool ka_gc_kind_streams(ka_gc_kind_t kind);
 ka_gc_call_t *ka_gc_add(ka_gc_table_t *t, uint64_t id, ka_gc_kind_t kind, uint64_t proc,
                         const uint64_t off[2], uint64_t window, uint64_t now_ms, void *user);
 ka_gc_call_t *ka_gc_find(ka_gc_table_t *t, uint64_t id);
-/* Unlinks and frees call (not its user). */
+/* How many open calls are of kind. */
+size_t ka_gc_count(const ka_gc_table_t *t, ka_gc_kind_t kind);
+/* Unlinks and frees call (and its after; not its user). */
 void ka_gc_remove(ka_gc_table_t *t, ka_gc_call_t *call);
 /*
  * Checks frame f, which came on the channel whose last issued id is last_id. DELIVER: *call is

@@ -135,6 +135,8 @@ int kb_api_register(kb_api_t *api, kb_grpc_server_t *srv)
         rc = s_add(api, srv, kb_api_runtime_methods, kb_api_runtime_n);
     if (!rc)
         rc = s_add(api, srv, kb_api_terminal_methods, kb_api_terminal_n);
+    if (!rc)
+        rc = s_add(api, srv, kb_api_files_methods, kb_api_files_n);
     return rc;
 }
 

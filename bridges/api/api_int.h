@@ -66,5 +66,7 @@ extern const kb_grpc_method_t kb_api_runtime_methods[];
 extern const size_t kb_api_runtime_n;
 extern const kb_grpc_method_t kb_api_terminal_methods[];
 extern const size_t kb_api_terminal_n;
+extern const kb_grpc_method_t kb_api_files_methods[];
+extern const size_t kb_api_files_n;
 
 #endif

@@ -56,6 +56,12 @@ static const kb_cmd_t *const s_sandbox_subs[] = {&kb_cmd_sandbox_templates,
                                                  &kb_cmd_sandbox_upload,
                                                  &kb_cmd_sandbox_download,
                                                  &kb_cmd_sandbox_fork,
+                                                 &kb_cmd_sandbox_ls,
+                                                 &kb_cmd_sandbox_stat,
+                                                 &kb_cmd_sandbox_rm,
+                                                 &kb_cmd_sandbox_mkdir,
+                                                 &kb_cmd_sandbox_mv,
+                                                 &kb_cmd_sandbox_watch,
                                                  NULL};
 
 static const kb_cmd_t s_cmd_sandbox = {

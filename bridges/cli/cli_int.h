@@ -104,6 +104,8 @@ extern const kb_cmd_t kb_cmd_sandbox_create, kb_cmd_sandbox_list, kb_cmd_sandbox
 extern const kb_cmd_t kb_cmd_sandbox_exec, kb_cmd_sandbox_wait, kb_cmd_sandbox_process,
     kb_cmd_sandbox_kill;                                              /* cmd_process.c */
 extern const kb_cmd_t kb_cmd_sandbox_upload, kb_cmd_sandbox_download; /* cmd_files.c */
+extern const kb_cmd_t kb_cmd_sandbox_ls, kb_cmd_sandbox_stat, kb_cmd_sandbox_rm,
+    kb_cmd_sandbox_mkdir, kb_cmd_sandbox_mv, kb_cmd_sandbox_watch; /* cmd_fs.c */
 extern const kb_cmd_t kb_cmd_sandbox_templates, kb_cmd_apply, kb_cmd_get,
     kb_cmd_delete;                                  /* cmd_templates.c */
 extern const kb_cmd_t kb_cmd_image, kb_cmd_runtime; /* cmd_runtime.c */

@@ -91,6 +91,28 @@ typedef struct kb_mcp_call {
     void *tick_arg;
 } kb_mcp_call_t;
 
+/* One tool: its name, annotations, input schema (JSON text) and handler. */
+typedef json_t *(*kb_mcp_tool_fn)(kb_mcp_call_t *c, json_t *args);
+typedef struct {
+    const char *name, *title, *description, *schema;
+    kb_mcp_tool_fn fn;
+    bool read_only, destructive, idempotent;
+} kb_mcp_tool_t;
+
+/* The Files API tools (mcp_files.c), listed after the others. */
+#define KB_MCP_FILE_TOOLS_N 5
+extern const kb_mcp_tool_t kb_mcp_file_tools[KB_MCP_FILE_TOOLS_N];
+
+/* Helpers of mcp_tools.c for the tools of other files: an isError result "<CODE>: message";
+ * the result of a failed status; a success result of obj (stolen); a guest request for args'
+ * sandbox_id (NULL with *err, a result, set); a guest call (q consumed) returning the final
+ * status code, its header in *fin and a copy of its tail in *tail (malloc'd, may be NULL). */
+json_t *kb_mcp_error(int code, const char *message);
+json_t *kb_mcp_status_error(const ka_status_t *st);
+json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj);
+ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail, json_t **err);
+int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin, void **tail);
+
 /* The tools/list array (new reference). */
 json_t *kb_mcp_tools_list(void);
 /* True when a tool of that name exists. */

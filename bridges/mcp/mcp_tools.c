@@ -235,11 +235,14 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 /* Takes data frames; returns false when it needs no more (the stream is then cancelled). */
 typedef bool (*s_data_fn)(void *u, const ka_guest_reply_t *f);
 
-/* Drains a started stream: data frames go to on_data; *fin receives the final frame's header.
+/* Drains a started stream: data frames go to on_data; *fin receives the final frame's header,
+ * and *tail (when not NULL) a copy of its tail (malloc'd, fin->tail_len bytes; NULL if none).
  * Returns the final status code (ka_code_t). */
 static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_addr_t stream,
-                   s_data_fn on_data, void *u, ka_guest_reply_t *fin)
+                   s_data_fn on_data, void *u, ka_guest_reply_t *fin, void **tail)
 {
+    if (tail)
+        *tail = NULL;
     memset(fin, 0, sizeof *fin);
     if (started.err) {
         ka_frame_final(fin, ka_err_code(started.err), started.message);
@@ -264,6 +267,11 @@ static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_a
             *fin = *f;
             fin->tail_len = 0;
             have_final = true;
+            if (tail && f->tail_len && fr->len >= sizeof *f + f->tail_len &&
+                (*tail = malloc(f->tail_len))) {
+                memcpy(*tail, f->tail, f->tail_len);
+                fin->tail_len = f->tail_len;
+            }
         } else if (!cancelled && on_data && fr->len >= sizeof *f + f->tail_len && !on_data(u, f)) {
             cancelled = true;
             ka_svc_stream_cancel(c->svc, stream);
@@ -657,7 +665,7 @@ static json_t *t_read_outputs(kb_mcp_call_t *c, json_t *args)
     krt_addr_t stream = KRT_ADDR_NONE;
     ka_svc_status_t st = ka_svc_output(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_drain(c, &w, st, stream, s_outputs_data, &o, &fin);
+    int code = s_drain(c, &w, st, stream, s_outputs_data, &o, &fin, NULL);
     s_wait_fini(&w);
     if (code != KA_OK && !(code == KA_CANCELLED && o.truncated)) {
         kb_mcp_outputs_free(&o);
@@ -872,7 +880,7 @@ static json_t *t_read_file(kb_mcp_call_t *c, json_t *args)
     krt_addr_t stream = KRT_ADDR_NONE;
     ka_svc_status_t st = ka_svc_file_read(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_drain(c, &w, st, stream, s_read_data, &x, &fin);
+    int code = s_drain(c, &w, st, stream, s_read_data, &x, &fin, NULL);
     s_wait_fini(&w);
     json_t *res;
     if (code != KA_OK && !(code == KA_CANCELLED && r.page_done)) {
@@ -911,13 +919,7 @@ static json_t *t_read_file(kb_mcp_call_t *c, json_t *args)
     "\"process_id\":{\"type\":\"string\",\"description\":\"The id start_sandbox_process "          \
     "returned.\"}"
 
-typedef json_t *(*s_tool_fn)(kb_mcp_call_t *c, json_t *args);
-
-typedef struct {
-    const char *name, *title, *description, *schema;
-    s_tool_fn fn;
-    bool read_only, destructive, idempotent;
-} s_tool_t;
+typedef kb_mcp_tool_t s_tool_t;
 
 static const s_tool_t s_tools[] = {
     {"list_sandbox_templates", "List sandbox templates",
@@ -1073,7 +1075,14 @@ static const s_tool_t s_tools[] = {
      t_fork, false, false, true},
 };
 
-#define S_N_TOOLS (sizeof s_tools / sizeof s_tools[0])
+#define S_N_OWN   (sizeof s_tools / sizeof s_tools[0])
+#define S_N_TOOLS (S_N_OWN + KB_MCP_FILE_TOOLS_N)
+
+/* Tool i: ours, then the Files API's (mcp_files.c). */
+static const s_tool_t *s_tool_at(size_t i)
+{
+    return i < S_N_OWN ? &s_tools[i] : &kb_mcp_file_tools[i - S_N_OWN];
+}
 
 static json_t *s_schemas[S_N_TOOLS];
 static pthread_once_t s_schemas_once = PTHREAD_ONCE_INIT;
@@ -1082,9 +1091,10 @@ static void s_schemas_load(void)
 {
     for (size_t i = 0; i < S_N_TOOLS; i++) {
         json_error_t e;
-        s_schemas[i] = json_loads(s_tools[i].schema, JSON_PRESERVE_ORDER, &e);
+        s_schemas[i] = json_loads(s_tool_at(i)->schema, JSON_PRESERVE_ORDER, &e);
         if (!s_schemas[i]) {
-            fprintf(stderr, "mcp: schema of %s: %s at %d\n", s_tools[i].name, e.text, e.position);
+            fprintf(stderr, "mcp: schema of %s: %s at %d\n", s_tool_at(i)->name, e.text,
+                    e.position);
             abort(); /* a bug in the table above */
         }
     }
@@ -1093,10 +1103,10 @@ static void s_schemas_load(void)
 static const s_tool_t *s_find(const char *name, size_t *idx)
 {
     for (size_t i = 0; name && i < S_N_TOOLS; i++)
-        if (strcmp(s_tools[i].name, name) == 0) {
+        if (strcmp(s_tool_at(i)->name, name) == 0) {
             if (idx)
                 *idx = i;
-            return &s_tools[i];
+            return s_tool_at(i);
         }
     return NULL;
 }
@@ -1106,7 +1116,7 @@ json_t *kb_mcp_tools_list(void)
     pthread_once(&s_schemas_once, s_schemas_load);
     json_t *a = json_array();
     for (size_t i = 0; a && i < S_N_TOOLS; i++) {
-        const s_tool_t *t = &s_tools[i];
+        const s_tool_t *t = s_tool_at(i);
         json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:O,s:{s:s,s:b,s:b,s:b,s:b}}", "name",
                                            t->name, "title", t->title, "description",
                                            t->description, "inputSchema", s_schemas[i],
@@ -1284,4 +1294,47 @@ json_t *kb_mcp_prompt_get(const char *name, json_t *args, int *code, char *msg, 
                           s_user_text(s_recovery_guidance), s_user_text(second));
     free(second);
     return r;
+}
+
+/* ---- for the Files API tools (mcp_files.c) ----------------------------------------------------
+ */
+
+json_t *kb_mcp_error(int code, const char *message)
+{
+    return s_error(code, "%s", message);
+}
+
+json_t *kb_mcp_status_error(const ka_status_t *st)
+{
+    return s_error(st->code ? st->code : KA_INTERNAL, "%s",
+                   st->message[0] ? st->message : "the call failed");
+}
+
+json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj)
+{
+    return s_ok(c, obj);
+}
+
+ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail, json_t **err)
+{
+    const char *id = s_str(args, "sandbox_id", "");
+    if (ka_check_uuid(id) || strlen(id) >= KA_STORE_ID_LEN) {
+        *err = s_error(KA_INVALID_ARGUMENT, "%s", KA_MSG_NOT_UUID);
+        return NULL;
+    }
+    ka_guest_req_t *q = ka_guest_req_new(c->caller, id, op, tail);
+    if (!q)
+        *err = s_error(KA_INTERNAL, "out of memory");
+    return q;
+}
+
+int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin, void **tail)
+{
+    s_wait_t w;
+    s_wait_init(&w);
+    krt_addr_t stream = KRT_ADDR_NONE;
+    ka_svc_status_t st = ka_svc_guest_send(c->svc, q, s_on_frame, &w, &stream);
+    int code = s_drain(c, &w, st, stream, NULL, NULL, fin, tail);
+    s_wait_fini(&w);
+    return code;
 }

@@ -58,7 +58,7 @@ assert.match(c.getInstructions(), /request_id/);
 assert.equal(c.getServerVersion().name, 'kagent');
 
 const tools = (await c.listTools()).tools;
-assert.equal(tools.length, 16);
+assert.equal(tools.length, 21);
 for (const t of tools) assert.equal(t.inputSchema.type, 'object');
 const prompts = (await c.listPrompts()).prompts.map((p) => p.name);
 assert.deepEqual(prompts, ['sandbox-task', 'sandbox-recovery']);
@@ -70,7 +70,7 @@ await protocolError(c.getPrompt({ name: 'sandbox-task', arguments: { task: 'x', 
   -32602, /namespace is required when template is supplied/);
 await c.ping();
 await c.setLoggingLevel('warning');
-step('listed 16 tools and 2 prompts');
+step('listed 21 tools and 2 prompts');
 
 const templates = json(await call(c, 'list_sandbox_templates', { namespace: ns })).templates;
 assert.ok(templates.some((t) => t.name === tmpl && t.namespace === ns), JSON.stringify(templates));

@@ -100,14 +100,14 @@ assert.ok(c.getServerCapabilities()?.tools, 'tools capability');
 step(`connected: protocol ${c.getNegotiatedProtocolVersion()}, no session`);
 
 const tools = (await c.listTools()).tools;
-assert.equal(tools.length, 16);
+assert.equal(tools.length, 21);
 const prompts = (await c.listPrompts()).prompts.map((p) => p.name);
 assert.deepEqual(prompts, ['sandbox-task', 'sandbox-recovery']);
 const p = await c.getPrompt({ name: 'sandbox-task', arguments: { task: 'count words', namespace: ns } });
 assert.equal(p.messages.length, 2);
 await protocolError(c.getPrompt({ name: 'nope', arguments: {} }), -32602, /unknown prompt/);
 await protocolError(c.callTool({ name: 'rm_rf', arguments: {} }), -32602, /Unknown tool/);
-step('listed 16 tools and 2 prompts');
+step('listed 21 tools and 2 prompts');
 
 let sbx;
 for (let i = 0; ; i++) {
@@ -214,12 +214,12 @@ step('raw HTTP checks');
 // --- the same client negotiating by itself picks 2026-07-28; in legacy mode it initializes
 const auto = await connect('alice@example.com', 'auto');
 assert.equal(auto.client.getNegotiatedProtocolVersion(), '2026-07-28');
-assert.equal((await auto.client.listTools()).tools.length, 16);
+assert.equal((await auto.client.listTools()).tools.length, 21);
 await auto.client.close();
 const legacy = await connect('alice@example.com', 'legacy');
 assert.equal(legacy.client.getNegotiatedProtocolVersion(), '2025-11-25');
 assert.match(legacy.transport.sessionId ?? '', /^[0-9a-f]{32}$/);
-assert.equal((await legacy.client.listTools()).tools.length, 16);
+assert.equal((await legacy.client.listTools()).tools.length, 21);
 await legacy.transport.terminateSession();
 await legacy.client.close();
 step('auto mode chose 2026-07-28, legacy mode 2025-11-25 with a session');

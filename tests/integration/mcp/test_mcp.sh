@@ -125,7 +125,7 @@ insp=$npmdir/node_modules/.bin/mcp-inspector-cli
 (cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$purl" --transport http --method tools/list) \
   > "$work/insp-list.json" 2>"$work/insp.err" || { cat "$work/insp.err"; fail "inspector tools/list"; }
 node -e 'const t=JSON.parse(require("fs").readFileSync(process.argv[1])).tools;
-  if (t.length !== 16 || !t.some(x => x.name === "read_sandbox_outputs") ||
+  if (t.length !== 21 || !t.some(x => x.name === "read_sandbox_outputs") ||
       !t.some(x => x.name === "pause_sandbox")) process.exit(1)' "$work/insp-list.json" ||
   fail "inspector tools/list: $(head -c 300 "$work/insp-list.json")"
 (cd "$npmdir" && node_modules/.bin/mcp-inspector --cli "$purl" --transport http --method tools/call \

@@ -15,7 +15,7 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
 });
 await client.connect(transport);
 const tools = await client.listTools();
-assert.equal(tools.tools.length, 16, `tools: ${tools.tools.map((t) => t.name)}`);
+assert.equal(tools.tools.length, 21, `tools: ${tools.tools.map((t) => t.name)}`);
 const r = await client.callTool({ name: 'list_sandbox_templates', arguments: { namespace: 'kagent' } });
 assert.notEqual(r.isError, true, JSON.stringify(r));
 assert.match(r.content[0].text, new RegExp(`"name":"${tmpl}"`));

@@ -34,6 +34,7 @@ static void s_serve_answered(kb_mcp_t *m, const s_in_t *in, s_out_t *out)
 #include "mcp_schema.c"
 #include "mcp_era.c"
 #include "mcp_image.c"
+#include "mcp_files.c"
 
 #include <webp/encode.h>
 
@@ -1085,11 +1086,14 @@ static void test_tools_list_schemas(void **unused)
                                         "get_sandbox_process",    "kill_sandbox_process",
                                         "read_sandbox_outputs",   "write_sandbox_file",
                                         "read_sandbox_file",      "pause_sandbox",
-                                        "unpause_sandbox",        "fork_sandbox"};
-    json_t *j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", 200);
+                                        "unpause_sandbox",        "fork_sandbox",
+                                        "list_sandbox_files",     "stat_sandbox_file",
+                                        "remove_sandbox_file",    "make_sandbox_directory",
+                                        "move_sandbox_file"};
+    json_t *j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", 210);
     json_t *tools = json_object_get(json_object_get(j, "result"), "tools");
-    assert_int_equal(json_array_size(tools), 16);
-    for (size_t i = 0; i < 16; i++) {
+    assert_int_equal(json_array_size(tools), 21);
+    for (size_t i = 0; i < 21; i++) {
         json_t *t = json_array_get(tools, i);
         assert_string_equal(json_string_value(json_object_get(t, "name")), names[i]);
         assert_true(strlen(json_string_value(json_object_get(t, "description"))) > 20);
