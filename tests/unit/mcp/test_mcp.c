@@ -1090,7 +1090,7 @@ static void test_tools_list_schemas(void **unused)
                                         "list_sandbox_files",     "stat_sandbox_file",
                                         "remove_sandbox_file",    "make_sandbox_directory",
                                         "move_sandbox_file"};
-    json_t *j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", 210);
+    json_t *j = s_rpc("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", 200);
     json_t *tools = json_object_get(json_object_get(j, "result"), "tools");
     assert_int_equal(json_array_size(tools), 21);
     for (size_t i = 0; i < 21; i++) {
