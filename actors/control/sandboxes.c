@@ -41,7 +41,7 @@ struct s_op {
     int32_t offset;
     int warm;              /* creates: ka_pool_take's answer */
     ka_pool_claim_t claim; /* ... its warm sandbox (warm 1) until bound or released */
-    struct s_fork *fork; /* forks */
+    struct s_fork *fork;   /* forks */
 };
 
 typedef struct {
