@@ -63,7 +63,7 @@ expect_invalid(T.TerminalRequest(stdin=b"x"), [], "first message must be a start
 expect_invalid(T.TerminalRequest(), [], "first message must be a start")
 expect_invalid(start([]), [], "command")
 expect_invalid(T.TerminalRequest(attach=T.TerminalAttach(process_id="zero")), [],
-               "process_id must be a process id")
+               "process_id must be the decimal id a process start returned")
 expect_invalid(T.TerminalRequest(attach=T.TerminalAttach(process_id="1", stdout_offset=-1)), [],
                "nonnegative")
 bad_later = [
