@@ -6,6 +6,10 @@
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
 /usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
+# cold sandboxes only: the test finds its one sandbox's guest among the node's children
+NODE_EXTRA_YAML="pools:
+  - name: kagent-default
+    warm: 0"
 node_start
 node_apply_template streams
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"

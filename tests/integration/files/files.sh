@@ -52,7 +52,7 @@ curl -sS -X POST -H 'content-type: application/json' -H 'accept: application/jso
   -H 'x-user-id: alice@example.com' -d '{"jsonrpc":"2.0","id":0,"method":"tools/list"}' "$API/mcp" |
   python3 -c 'import json,sys
 names = [t["name"] for t in json.load(sys.stdin)["result"]["tools"]]
-assert len(names) == 20, names
+assert len(names) == 21, names
 for n in ("list_sandbox_files", "stat_sandbox_file", "remove_sandbox_file",
           "make_sandbox_directory", "move_sandbox_file"):
     assert n in names, n' || node_fail "tools/list lacks the Files API tools"
