@@ -670,7 +670,9 @@ static void s_discard_leftovers(krt_ctx_t *ctx, ka_pool_t *p)
         if (e->d_name[0] == '.' || strlen(e->d_name) >= KA_STORE_ID_LEN)
             continue;
         char path[MARKER_MAX];
-        snprintf(path, sizeof path, "%s/%s", p->dir, e->d_name);
+        int len = snprintf(path, sizeof path, "%s/%.*s", p->dir, KA_STORE_ID_LEN, e->d_name);
+        if (len < 0 || (size_t)len >= sizeof path)
+            continue;
         if (!(paths[n] = strdup(path)))
             break;
         n++;
