@@ -715,11 +715,12 @@ ka_pool_t *ka_pool_new(krt_ctx_t *ctx, const ka_pool_opts_t *opts)
     return p;
 }
 
-void ka_pool_destroy(ka_pool_t **pp)
+void ka_pool_destroy(krt_ctx_t *ctx, ka_pool_t **pp)
 {
     ka_pool_t *p = pp ? *pp : NULL;
     if (!p)
         return;
+    krt_timer_cancel(ctx, &p->pump); /* the actor's timer list must not keep it */
     while (p->targets) {
         s_target_t *t = p->targets;
         p->targets = t->next;

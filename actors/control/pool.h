@@ -74,9 +74,9 @@ typedef struct ka_pool_claim {
 /* A pool (NULL: out of memory; no pool has warm > 0 also gives one, holding nothing). Starts
  * the discard of what a previous run left, subscribes to template changes and lists them. */
 ka_pool_t *ka_pool_new(krt_ctx_t *ctx, const ka_pool_opts_t *opts);
-/* Stops every warm sandbox (blocking, a few ms each) and boots in flight stop their own.
- * Idempotent; NULLs *p. */
-void ka_pool_destroy(ka_pool_t **p);
+/* Stops every warm sandbox (blocking, a few ms each) and boots in flight stop their own; its
+ * timer is cancelled in ctx (the manager's turn) before its memory goes. Idempotent; NULLs *p. */
+void ka_pool_destroy(krt_ctx_t *ctx, ka_pool_t **p);
 
 /* A create of template ns/name resolved to res: 1 and *out if a live warm sandbox of that
  * revision was claimed, 0 if its pool is empty (a cold start: call ka_pool_missed once the

@@ -75,6 +75,8 @@ int ka_check_uuid(const char *s)
     return 0;
 }
 
+static void s_fork_free(struct s_fork *f);
+
 static void s_op_free(s_mgr_t *self, s_op_t *op)
 {
     if (!op)
@@ -86,7 +88,7 @@ static void s_op_free(s_mgr_t *self, s_op_t *op)
     if (op->next)
         op->next->prev = op->prev;
     free(op->body);
-    free(op->fork);
+    s_fork_free(op->fork);
     free(op);
 }
 
@@ -590,6 +592,13 @@ typedef struct s_fork {
     ka_sbx_list_t *out;        /* the answer: count records */
 } s_fork_t;
 
+static void s_fork_free(s_fork_t *f)
+{
+    if (f)
+        free(f->out);
+    free(f);
+}
+
 static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err,
                              const krt_msg_t *msg);
 static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
@@ -1065,7 +1074,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
         ka_pool_drop(self->pool, &op->claim);
         s_op_free(self, op);
     }
-    ka_pool_destroy(&self->pool);
+    ka_pool_destroy(ctx, &self->pool);
     zhashx_destroy(&self->live);
 }
 
