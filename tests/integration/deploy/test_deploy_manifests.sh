@@ -17,19 +17,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 # npm dependencies from the lockfile, reused while it is unchanged
 npmdir=$build/tests/integration/deploy/npm
-lockhash=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
-mkdir -p "$(dirname "$npmdir")"
-exec {lock}>"$npmdir.lock"
-flock "$lock"
-if [ "$(cat "$npmdir/.lockhash" 2>/dev/null || true)" != "$lockhash" ] || [ ! -d "$npmdir/node_modules" ]; then
-  rm -rf "$npmdir"
-  mkdir -p "$npmdir"
-  cp "$here/package.json" "$here/package-lock.json" "$npmdir/"
-  (cd "$npmdir" && npm ci --no-audit --no-fund --ignore-scripts >"$npmdir/npm.log" 2>&1) ||
-    { cat "$npmdir/npm.log" >&2; fail "npm ci failed"; }
-  echo "$lockhash" >"$npmdir/.lockhash"
-fi
-flock -u "$lock"
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/npm.sh"
+npm_from_lockfile "$here" "$npmdir" || fail "npm ci of the schema validator failed"
 cp "$here/validate.mjs" "$npmdir/validate.mjs"
 validate() { node "$npmdir/validate.mjs" "$@"; }
 
