@@ -584,15 +584,16 @@ static void *s_guest_main(void *arg)
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
-/* The kept /data of id into data (true), unlisted. */
-static bool s_kept_take(const char *id, char *data, size_t cap)
+/* The kept /data of id into data (true); unlisted if take. */
+static bool s_kept_get(const char *id, char *data, size_t cap, bool take)
 {
     pthread_mutex_lock(&F.lock);
     bool found = false;
     for (int i = 0; i < F.n_kept && !found; i++)
         if (!strcmp(F.kept[i].id, id)) {
             snprintf(data, cap, "%s", F.kept[i].data);
-            F.kept[i] = F.kept[--F.n_kept];
+            if (take)
+                F.kept[i] = F.kept[--F.n_kept];
             found = true;
         }
     pthread_mutex_unlock(&F.lock);
@@ -623,7 +624,7 @@ static int f_start(ka_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *
     sb->chan = sv[0];
     sb->guest = sv[1];
     snprintf(sb->data, sizeof sb->data, "%s/data-%s-%d", dir, spec->id, rand());
-    bool reused = spec->reuse_data && s_kept_take(spec->id, sb->data, sizeof sb->data);
+    bool reused = spec->reuse_data && s_kept_get(spec->id, sb->data, sizeof sb->data, true);
     char ws[PATH_MAX + 16];
     snprintf(ws, sizeof ws, "%s/workspace", sb->data);
     if ((!reused && (mkdir(sb->data, 0755) < 0 || mkdir(ws, 0755) < 0)) ||
@@ -702,12 +703,15 @@ static bool f_kept(ka_driver_t *d, const char *id)
     return found;
 }
 
+/* As the real driver's: the kept /data is gone when this returns, and only then unlisted (a
+ * test that sees the list empty finds the directory gone). */
 static int f_discard(ka_driver_t *d, const char *id)
 {
     char data[PATH_MAX];
-    if (s_kept_take(id, data, sizeof data)) {
+    if (s_kept_get(id, data, sizeof data, false)) {
         ka_tree_opts_t o = {.owner = -1};
         ka_tree_remove(data, &o);
+        s_kept_get(id, data, sizeof data, true);
     }
     return 0;
 }
