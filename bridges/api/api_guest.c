@@ -19,47 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the Process message ------------------------------------------------------------------ */
-
-typedef struct {
-    Ateenv__V1alpha__Process p;
-    Google__Protobuf__Timestamp started, finished;
-    char id[24];
-    char **argv; /* owned array; strings point into the frame copy */
-} s_pb_process_t;
-
-static void s_process(s_pb_process_t *out, const ka_svc_process_t *sp)
-{
-    memset(out, 0, sizeof *out);
-    ateenv__v1alpha__process__init(&out->p);
-    const ka_process_info_t *i = &sp->info;
-    snprintf(out->id, sizeof out->id, "%llu", (unsigned long long)i->proc);
-    out->p.process_id = out->id;
-    out->p.pid = i->pid;
-    out->p.state = i->state == 2 ? ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_EXITED
-                                 : ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_RUNNING;
-    out->p.exit_code = i->exit_code;
-    if (i->started_ms) {
-        kb_api_ts(&out->started, i->started_ms);
-        out->p.started_at = &out->started;
-    }
-    if (i->finished_ms) {
-        kb_api_ts(&out->finished, i->finished_ms);
-        out->p.finished_at = &out->finished;
-    }
-    size_t n = 0;
-    for (size_t k = 0; k < sp->argv_len; k++)
-        n += sp->argv[k] == '\0';
-    out->argv = n ? calloc(n, sizeof *out->argv) : NULL;
-    const char *s = sp->argv;
-    for (size_t k = 0; out->argv && k < n; k++) {
-        out->argv[k] = (char *)s;
-        s += strlen(s) + 1;
-    }
-    out->p.n_command = out->argv ? n : 0;
-    out->p.command = out->argv;
-}
-
 /* ---- one call's state ----------------------------------------------------------------------- */
 
 typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_READ, K_INPUT, K_WRITE } s_kind_t;
@@ -178,8 +137,8 @@ static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_pro
         s_call_free(c);
         return;
     }
-    s_pb_process_t p;
-    s_process(&p, sp);
+    kb_api_process_t p;
+    kb_api_process(&p, sp);
     if (c->kind == K_START) {
         Ateenv__V1alpha__StartProcessResponse r = ATEENV__V1ALPHA__START_PROCESS_RESPONSE__INIT;
         r.process = &p.p;
@@ -208,7 +167,7 @@ static bool s_pump(s_call_t *c)
         Ateenv__V1alpha__ProcessOutput po;
         ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
         Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
-        s_pb_process_t p = {0};
+        kb_api_process_t p = {0};
         ProtobufCMessage *msg = &po.base;
         if (c->kind == K_READ) {
             rf.chunk.data = (uint8_t *)f->tail;
@@ -216,7 +175,7 @@ static bool s_pump(s_call_t *c)
             msg = &rf.base;
         } else if (f->final) { /* the exit record */
             ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
-            s_process(&p, &sp);
+            kb_api_process(&p, &sp);
             po.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
             po.exit = &p.p;
         } else {

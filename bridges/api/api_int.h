@@ -38,15 +38,15 @@ int kb_api_timeout(kb_grpc_call_t *call);
  * with *why NULL when out of memory. Free with free(). */
 ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
                                  const char *caller, const char *sandbox, const char **why);
-/* A Process message built from a frame with has_process; its argv array is owned (free it),
- * the strings point into the frame. */
+/* A Process message built from a process (a frame's: {f->process, f->tail, f->tail_len}); its
+ * argv array is owned (free it), the strings point into sp->argv. */
 typedef struct kb_api_process {
     Ateenv__V1alpha__Process p;
     Google__Protobuf__Timestamp started, finished;
     char id[24];
     char **argv;
 } kb_api_process_t;
-void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f);
+void kb_api_process(kb_api_process_t *out, const ka_svc_process_t *sp);
 /* A process id as StartProcess returns it (decimal, > 0): 0, or -1 when s is not one. */
 int kb_api_proc_id(const char *s, uint64_t *out);
 /* The message for an invalid process id. */

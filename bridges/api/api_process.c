@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
+void kb_api_process(kb_api_process_t *out, const ka_svc_process_t *sp)
 {
     memset(out, 0, sizeof *out);
     ateenv__v1alpha__process__init(&out->p);
-    const ka_process_info_t *i = &f->process;
+    const ka_process_info_t *i = &sp->info;
     snprintf(out->id, sizeof out->id, "%llu", (unsigned long long)i->proc);
     out->p.process_id = out->id;
     out->p.pid = i->pid;
@@ -30,10 +30,10 @@ void kb_api_process(kb_api_process_t *out, const ka_guest_reply_t *f)
         out->p.finished_at = &out->finished;
     }
     size_t n = 0;
-    for (uint32_t k = 0; k < f->tail_len; k++)
-        n += f->tail[k] == '\0';
+    for (size_t k = 0; k < sp->argv_len; k++)
+        n += sp->argv[k] == '\0';
     out->argv = n ? calloc(n, sizeof *out->argv) : NULL;
-    const char *s = f->tail;
+    const char *s = sp->argv;
     for (size_t k = 0; out->argv && k < n; k++) {
         out->argv[k] = (char *)s;
         s += strlen(s) + 1;

@@ -172,7 +172,7 @@ static void s_pump(s_term_t *t)
         Kagent__Api__V1__TerminalResponse r = KAGENT__API__V1__TERMINAL_RESPONSE__INIT;
         kb_api_process_t p = {0};
         if (f->has_process) {
-            kb_api_process(&p, f);
+            kb_api_process(&p, &(ka_svc_process_t){f->process, f->tail, f->tail_len});
             r.msg_case = f->final ? KAGENT__API__V1__TERMINAL_RESPONSE__MSG_EXIT
                                   : KAGENT__API__V1__TERMINAL_RESPONSE__MSG_STARTED;
             r.exit = r.started = &p.p;
