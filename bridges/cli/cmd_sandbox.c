@@ -63,6 +63,17 @@ static int s_print_one(kb_cli_t *cli, Kagent__Api__V1__Sandbox *sb)
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* --ttl as a Duration: 0, or -1 when it is outside 1s..24h. */
+static int s_ttl(const kb_args_t *a, Google__Protobuf__Duration *ttl)
+{
+    int64_t ns = kb_args_duration(a, "ttl");
+    if (ns < S_TTL_MIN_NS || ns > S_TTL_MAX_NS)
+        return -1;
+    ttl->seconds = ns / KB_NS_PER_SEC;
+    ttl->nanos = (int32_t)(ns % KB_NS_PER_SEC);
+    return 0;
+}
+
 static int s_run_create(kb_cli_t *cli, const kb_args_t *a)
 {
     const char *request_id = kb_args_str(a, "request-id");
@@ -70,13 +81,8 @@ static int s_run_create(kb_cli_t *cli, const kb_args_t *a)
         return kb_cli_usage(cli, "request-id must not be empty");
     Google__Protobuf__Duration ttl = GOOGLE__PROTOBUF__DURATION__INIT;
     bool has_ttl = kb_args_given(a, "ttl");
-    if (has_ttl) {
-        int64_t ns = kb_args_duration(a, "ttl");
-        if (ns < S_TTL_MIN_NS || ns > S_TTL_MAX_NS)
-            return kb_cli_usage(cli, "ttl must be between 1s and 24h");
-        ttl.seconds = ns / KB_NS_PER_SEC;
-        ttl.nanos = (int32_t)(ns % KB_NS_PER_SEC);
-    }
+    if (has_ttl && s_ttl(a, &ttl))
+        return kb_cli_usage(cli, "ttl must be between 1s and 24h");
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc)
         return KB_EXIT_ERROR;
@@ -374,13 +380,8 @@ static int s_run_fork(kb_cli_t *cli, const kb_args_t *a)
         return kb_cli_usage(cli, "count must be between 1 and 16");
     Google__Protobuf__Duration ttl = GOOGLE__PROTOBUF__DURATION__INIT;
     bool has_ttl = kb_args_given(a, "ttl");
-    if (has_ttl) {
-        int64_t ns = kb_args_duration(a, "ttl");
-        if (ns < S_TTL_MIN_NS || ns > S_TTL_MAX_NS)
-            return kb_cli_usage(cli, "ttl must be between 1s and 24h");
-        ttl.seconds = ns / KB_NS_PER_SEC;
-        ttl.nanos = (int32_t)(ns % KB_NS_PER_SEC);
-    }
+    if (has_ttl && s_ttl(a, &ttl))
+        return kb_cli_usage(cli, "ttl must be between 1s and 24h");
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc)
         return KB_EXIT_ERROR;
