@@ -1158,10 +1158,7 @@ static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const 
     if (self->op.phase == KA_PH_RUNTIME) {
         ev.type = EV_RUNTIME;
     } else {
-        const ka_store_sandbox_reply_t *r = msg ? msg->body : NULL;
-        ev.err = err                                    ? KA_STORE_EUNAVAIL
-                 : msg->len < sizeof(ka_store_status_t) ? KA_STORE_EINVAL
-                                                        : r->status.err;
+        ev.err = ka_store_outcome(err, msg, sizeof(ka_store_status_t), NULL);
         ev.type = ev.err ? EV_STORE_FAILED : EV_STORE_DONE;
     }
     s_fire(ctx, self, &ev);

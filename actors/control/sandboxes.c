@@ -168,6 +168,20 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
     return NULL;
 }
 
+/* Common head of a store step: the store's reply to op (at least size bytes), or NULL after
+ * failing op with the store's code and message (KA_MSG_NOT_FOUND for a record not there). */
+static const void *s_store_reply(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err,
+                                 const krt_msg_t *msg, size_t size)
+{
+    const char *why;
+    int serr = ka_store_outcome(err, msg, size, &why);
+    if (!serr)
+        return msg->body;
+    s_fail_op(ctx, self, op, ka_code_of_store(serr),
+              serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+    return NULL;
+}
+
 static krt_addr_t s_live(s_mgr_t *self, const char *id)
 {
     s_slot_t *a = zhashx_lookup(self->live, id);
@@ -319,18 +333,14 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    const ka_store_sandbox_reply_t *in = err ? NULL : msg->body;
-    bool replay = in && msg->len == sizeof *in && !in->status.err && !in->created;
-    if (((s_op_t *)user)->warm == 1 && (!in || msg->len != sizeof *in || !in->created))
-        ka_pool_release(ctx, self->pool, &((s_op_t *)user)->claim, replay);
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
-        return;
-    const ka_store_sandbox_reply_t *r = msg->body;
-    if (msg->len != sizeof *r || r->status.err) {
-        s_fail_op(ctx, self, op,
-                  ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
-                  msg->len >= sizeof *r ? r->status.message : "malformed store reply");
+    s_op_t *op = user;
+    const char *why;
+    int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
+    const ka_store_sandbox_reply_t *r = serr ? NULL : msg->body;
+    if (op->warm == 1 && (!r || !r->created))
+        ka_pool_release(ctx, self->pool, &op->claim, r && !r->created);
+    if (serr) {
+        s_fail_op(ctx, self, op, ka_code_of_store(serr), why);
         return;
     }
     krt_addr_t actor = r->created ? KRT_ADDR_NONE : s_live(self, r->sandbox.id);
@@ -435,23 +445,16 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
+    s_op_t *op = user;
+    if (!s_store_reply(ctx, self, op, err, msg, sizeof(ka_store_status_t)))
         return;
-    if (msg->len < sizeof(ka_store_status_t)) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed store reply");
-        return;
-    }
     void *copy = malloc(msg->len);
     if (!copy) {
         s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
         return;
     }
     memcpy(copy, msg->body, msg->len);
-    ka_status_t *st = copy;
-    st->code = ka_code_of_store(st->code);
-    if (st->code == KA_NOT_FOUND)
-        s_copy(st->message, sizeof st->message, KA_MSG_NOT_FOUND);
+    ka_status_t *st = copy; /* a success: code 0, message "" */
     size_t len = msg->len;
     if (op->type == KA_SBX_GET) { /* ka_store_sandbox_reply_t has `created` before the record */
         const ka_store_sandbox_reply_t *r = msg->body;
@@ -534,17 +537,10 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
+    s_op_t *op = user;
+    const ka_store_sandbox_reply_t *r = s_store_reply(ctx, self, op, err, msg, sizeof *r);
+    if (!r)
         return;
-    const ka_store_sandbox_reply_t *r = msg->body;
-    if (msg->len != sizeof *r || r->status.err) {
-        int serr = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
-        s_fail_op(ctx, self, op, ka_code_of_store(serr),
-                  serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND
-                                             : "the sandbox store is unavailable");
-        return;
-    }
     const ka_store_sandbox_t *sb = &r->sandbox;
     if (op->type == KA_SBX_GUEST) {
         s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
@@ -675,17 +671,10 @@ static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
+    s_op_t *op = user;
+    const ka_store_sandbox_reply_t *r = s_store_reply(ctx, self, op, err, msg, sizeof *r);
+    if (!r)
         return;
-    const ka_store_sandbox_reply_t *r = msg->body;
-    if (msg->len != sizeof *r || r->status.err) {
-        int serr = msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB;
-        bool gone = serr == KA_STORE_ENOTFOUND;
-        s_fail_op(ctx, self, op, gone ? KA_NOT_FOUND : ka_code_of_store(serr),
-                  gone ? KA_MSG_NOT_FOUND : "the sandbox store is unavailable");
-        return;
-    }
     op->fork->source = r->sandbox; /* deleted: a replay still finds its forks */
     ka_tpl_runtime_req_t rr;
     memset(&rr, 0, sizeof rr);
@@ -801,17 +790,15 @@ static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
                                const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
-        return;
+    s_op_t *op = user;
     s_fork_t *f = op->fork;
-    const ka_store_sandbox_reply_t *r = msg->body;
-    if (msg->len != sizeof *r || r->status.err) {
-        s_fork_fail(ctx, self, op,
-                    ka_code_of_store(msg->len >= sizeof(int32_t) ? r->status.err : KA_STORE_EDB),
-                    msg->len >= sizeof *r ? r->status.message : "malformed store reply");
+    const char *why;
+    int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
+    if (serr) {
+        s_fork_fail(ctx, self, op, ka_code_of_store(serr), why);
         return;
     }
+    const ka_store_sandbox_reply_t *r = msg->body;
     f->out->items[f->i] = r->sandbox;
     f->created[f->i] = r->created != 0;
     if (++f->i < (uint32_t)f->q.count) {
@@ -895,9 +882,9 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
-    const ka_store_sandbox_list_t *l = err ? NULL : msg->body;
-    if (!l || msg->len < sizeof *l || l->status.err ||
-        msg->len < sizeof *l + l->count * sizeof l->items[0]) {
+    const ka_store_sandbox_list_t *l =
+        ka_store_outcome(err, msg, sizeof *l, NULL) ? NULL : msg->body;
+    if (!l || msg->len < sizeof *l + l->count * sizeof l->items[0]) {
         krt_log_actor(ctx, KRT_LOG_WARN, "recover_retry", "expired=%d offset=%d", op->expired,
                       op->offset);
         ka_sbx_recover_t again = {op->expired, op->offset};

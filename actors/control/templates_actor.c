@@ -134,6 +134,19 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err, co
     return NULL;
 }
 
+/* Common head of a store step: the op if the store answered with a reply of at least size
+ * bytes, else NULL after failing the op with the store's code and "<what>: <message>". */
+static s_op_t *s_stored(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err, const krt_msg_t *msg,
+                        size_t size, const char *what)
+{
+    const char *why;
+    int serr = ka_store_outcome(err, msg, size, &why);
+    if (!serr)
+        return user;
+    s_fail_op(ctx, self, user, ka_code_of_store(serr), "%s%s%s", what, *what ? ": " : "", why);
+    return NULL;
+}
+
 static void s_answer(krt_ctx_t *ctx, s_op_t *op, const void *body, size_t len)
 {
     if (op->from || op->from_ref)
@@ -173,7 +186,7 @@ static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const
 static const ka_store_template_t *s_first_template(const krt_msg_t *msg)
 {
     const ka_store_blob_t *b = msg->body;
-    if (msg->len < sizeof *b || b->status.err || b->count == 0)
+    if (msg->len < sizeof *b || b->count == 0)
         return NULL;
     return ka_store_blob_next(b, msg->len, NULL);
 }
@@ -283,8 +296,7 @@ static void s_answer_templates(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
         s_answer_status(ctx, op, KA_INTERNAL, "out of memory");
         return;
     }
-    r->status.code = ka_code_of_store(b->status.err);
-    s_copy(r->status.message, sizeof r->status.message, b->status.message);
+    r->status.code = KA_OK; /* the store's success (its errors fail the op before this) */
     memcpy(&r->blob, b, msg->len);
     s_answer(ctx, op, r, sizeof *r + extra);
     free(r);
@@ -331,13 +343,12 @@ static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
 static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_blob_t), "store template");
     if (!op)
         return;
     const ka_store_template_t *t = s_first_template(msg);
     if (!t) {
-        const ka_store_status_t *st = msg->body;
-        s_fail_op(ctx, self, op, ka_code_of_store(st->err), "store template: %s", st->message);
+        s_fail_op(ctx, self, op, KA_INTERNAL, "store template: no record");
         return;
     }
     s_copy(op->uid, sizeof op->uid, t->uid);
@@ -379,14 +390,12 @@ static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt
 static void s_on_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_blob_t), "store revision");
     if (!op)
         return;
-    const ka_store_blob_t *b = msg->body;
-    const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
+    const ka_store_revision_t *r = ka_store_blob_next(msg->body, msg->len, NULL);
     if (!r) {
-        s_fail_op(ctx, self, op, ka_code_of_store(b->status.err), "store revision: %s",
-                  b->status.message);
+        s_fail_op(ctx, self, op, KA_INTERNAL, "store revision: no record");
         return;
     }
     op->prepared = r->state == KA_REV_PREPARED;
@@ -413,12 +422,11 @@ static void s_on_apply_status(krt_ctx_t *ctx, void *state, void *user, int err,
                               const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_blob_t), "");
     if (!op)
         return;
     s_answer_templates(ctx, op, msg);
-    const ka_store_blob_t *b = msg->body;
-    if (b->status.err || !op->revision[0] || op->prepared) {
+    if (!op->revision[0] || op->prepared) {
         if (op->prepared) {
             char key[KEY_LEN];
             s_key(key, op->ns, op->name);
@@ -517,7 +525,7 @@ static bool s_still_desired(s_tpl_t *self, const s_op_t *op)
 static void s_on_prep_mark(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_status_t), "store revision");
     if (!op)
         return;
     bool ok = strcmp(op->reason, KA_READY_PREPARED) == 0;
@@ -579,7 +587,7 @@ static void s_on_store_answer(krt_ctx_t *ctx, void *state, void *user, int err,
                               const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_blob_t), "");
     if (!op)
         return;
     s_answer_templates(ctx, op, msg);
@@ -639,17 +647,16 @@ static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
 static void s_on_res_tpl(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
-    if (!op)
-        return;
-    const ka_store_template_t *t = s_first_template(msg);
+    s_op_t *op = user;
+    const char *why;
+    int serr = ka_store_outcome(err, msg, sizeof(ka_store_blob_t), &why);
+    const ka_store_template_t *t = serr ? NULL : s_first_template(msg);
     if (!t) {
-        const ka_store_status_t *st = msg->body;
-        if (st->err == KA_STORE_ENOTFOUND || st->err == 0)
+        if (serr == KA_STORE_ENOTFOUND || serr == 0)
             s_fail_op(ctx, self, op, KA_NOT_FOUND, "sandbox template %s/%s not found", op->ns,
                       op->name);
         else
-            s_fail_op(ctx, self, op, ka_code_of_store(st->err), "%s", st->message);
+            s_fail_op(ctx, self, op, ka_code_of_store(serr), "%s", why);
         return;
     }
     if (!t->latest_revision[0]) {
@@ -715,15 +722,12 @@ static int s_fill_from_spec(ka_tpl_resolved_t *res, const char *spec_json, char 
 static void s_on_res_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err, msg, "store");
-    if (!op)
-        return;
-    const ka_store_blob_t *b = msg->body;
-    const ka_store_revision_t *r = b->status.err ? NULL : ka_store_blob_next(b, msg->len, NULL);
+    s_op_t *op = user;
+    const ka_store_revision_t *r = ka_store_outcome(err, msg, sizeof(ka_store_blob_t), NULL)
+                                       ? NULL
+                                       : ka_store_blob_next(msg->body, msg->len, NULL);
     if (!r || r->state != KA_REV_PREPARED) {
-        s_fail_op(ctx, self, op,
-                  b->status.err == KA_STORE_EUNAVAIL ? KA_UNAVAILABLE : KA_UNAVAILABLE, "%s",
-                  KA_MSG_NO_RUNTIME);
+        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s", KA_MSG_NO_RUNTIME);
         return;
     }
     op->res = calloc(1, sizeof *op->res);

@@ -132,68 +132,39 @@ static void s_reply_to(s_store_t *self, krt_addr_t from, uint64_t ref, uint32_t 
                       krt_strerror(rc));
 }
 
-static void s_status_set(ka_store_status_t *st, int err, const char *msg)
+/* Answers a request with an error reply: err (KA_STORE_E* or -ENOMEM) and msg. */
+static void s_reply_err(s_store_t *self, krt_addr_t from, uint64_t ref, int err, const char *msg)
 {
-    st->err = err;
-    snprintf(st->message, sizeof(st->message), "%s", msg ? msg : "");
+    int rc = krt_reply_error_to(self->ctx, from, ref, err, msg);
+    if (rc && rc != KRT_ENOACTOR)
+        krt_log_actor(self->ctx, KRT_LOG_WARN, "reply_failed", "err=%d rc=%s", err,
+                      krt_strerror(rc));
 }
 
-/* Replies to a request with only a status (the reply body is zero-padded to the size its
- * type's reply struct has, so a caller may always read the fixed part). */
-static size_t s_reply_size(uint32_t type)
+int ka_store_outcome(int err, const krt_msg_t *msg, size_t size, const char **why)
 {
-    switch (type) {
-    case KA_STORE_SANDBOX_CREATE:
-    case KA_STORE_SANDBOX_GET:
-    case KA_STORE_SANDBOX_UPDATE:
-    case KA_STORE_SANDBOX_DELETE:
-        return sizeof(ka_store_sandbox_reply_t);
-    case KA_STORE_SANDBOX_LIST:
-    case KA_STORE_SANDBOX_EXPIRY:
-        return sizeof(ka_store_sandbox_list_t);
-    case KA_STORE_TEMPLATE_PUT:
-    case KA_STORE_TEMPLATE_STATUS:
-    case KA_STORE_TEMPLATE_GET:
-    case KA_STORE_TEMPLATE_LIST:
-    case KA_STORE_TEMPLATE_DELETE:
-    case KA_STORE_REVISION_PUT:
-    case KA_STORE_REVISION_STATE:
-    case KA_STORE_REVISION_GET:
-        return sizeof(ka_store_blob_t);
-    case KA_STORE_POOL_PUT:
-    case KA_STORE_POOL_LIST:
-        return sizeof(ka_store_pool_list_t);
-    case KA_STORE_NODE_PUT:
-    case KA_STORE_NODE_HEARTBEAT:
-    case KA_STORE_NODE_LIST:
-        return sizeof(ka_store_node_list_t);
-    case KA_STORE_INFO:
-        return sizeof(ka_store_info_t);
-    default:
-        return sizeof(ka_store_status_t);
+    const char *text = "";
+    if (err == KRT_ENOACTOR || err == KRT_ETIMEDOUT || err == KRT_EREMOTE || err == KRT_ESHUTDOWN ||
+        err == KRT_ENOCONN) { /* the runtime's: no answer came */
+        text = err == KRT_ETIMEDOUT ? "the sandbox store did not answer in time; retry"
+                                    : "the sandbox store is unavailable; retry";
+        err = KA_STORE_EUNAVAIL;
+    } else if (err) { /* the store's error reply */
+        if (msg && msg->type == KRT_MSG_ERROR && msg->len &&
+            ((const char *)msg->body)[msg->len - 1] == '\0')
+            text = msg->body;
+    } else if (!msg || msg->len < size || msg->len < sizeof(ka_store_status_t)) {
+        err = KA_STORE_EINVAL;
+        text = "malformed store reply";
     }
-}
-
-static void s_reply_err(s_store_t *self, krt_addr_t from, uint64_t ref, uint32_t type, int err,
-                        const char *msg)
-{
-    union {
-        ka_store_sandbox_reply_t sb;
-        ka_store_info_t info;
-        ka_store_blob_t blob;
-        ka_store_sandbox_list_t list;
-    } u;
-    memset(&u, 0, sizeof(u));
-    s_status_set(&u.sb.status, err, msg);
-    size_t len = s_reply_size(type);
-    if (len > sizeof(u))
-        len = sizeof(u);
-    s_reply_to(self, from, ref, type, &u, len);
+    if (why)
+        *why = text;
+    return err;
 }
 
 static void s_call_err(s_call_t *call, int err, const char *msg)
 {
-    s_reply_err(call->self, call->from, call->ref, call->type, err, msg);
+    s_reply_err(call->self, call->from, call->ref, err, msg);
 }
 
 /* Maps an engine outcome to a store error code. */
@@ -423,29 +394,20 @@ static void s_done_sandbox(void *user, const ka_pg_outcome_t *out)
     memset(&rep, 0, sizeof(rep));
     const PGresult *first = s_res(out, 0);
     const PGresult *second = s_res(out, 1);
-    if (call->type == KA_STORE_SANDBOX_CREATE) {
+    if (first && PQntuples(first) == 1) {
+        s_row_sandbox(first, 0, &rep.sandbox);
+        s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
+    } else if (call->type == KA_STORE_SANDBOX_CREATE) {
         /* the receipt re-read after a concurrent duplicate (s_done_create): not created here */
-        if (first && PQntuples(first) == 1)
-            s_row_sandbox(first, 0, &rep.sandbox);
-        else
-            s_status_set(&rep.status, KA_STORE_EDB, "create: receipt row not found");
-    } else if (call->type == KA_STORE_SANDBOX_UPDATE) {
-        if (first && PQntuples(first) == 1)
-            s_row_sandbox(first, 0, &rep.sandbox);
-        else if (second && PQntuples(second) == 1) {
-            s_row_sandbox(second, 0, &rep.sandbox);
-            s_status_set(&rep.status, KA_STORE_ESTALE,
-                         rep.sandbox.deleted_ms ? "sandbox is deleted"
-                                                : "sandbox state changed concurrently");
-        } else
-            s_status_set(&rep.status, KA_STORE_ENOTFOUND, "sandbox not found");
+        s_call_err(call, KA_STORE_EDB, "create: receipt row not found");
+    } else if (call->type == KA_STORE_SANDBOX_UPDATE && second && PQntuples(second) == 1) {
+        s_row_sandbox(second, 0, &rep.sandbox);
+        s_call_err(call, KA_STORE_ESTALE,
+                   rep.sandbox.deleted_ms ? "sandbox is deleted"
+                                          : "sandbox state changed concurrently");
     } else {
-        if (first && PQntuples(first) == 1)
-            s_row_sandbox(first, 0, &rep.sandbox);
-        else
-            s_status_set(&rep.status, KA_STORE_ENOTFOUND, "sandbox not found");
+        s_call_err(call, KA_STORE_ENOTFOUND, "sandbox not found");
     }
-    s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
     free(call);
 }
 
@@ -481,10 +443,10 @@ static void s_done_create(void *user, const ka_pg_outcome_t *out)
         rep.created = PQgetvalue(r, 0, 16)[0] == 't';
         if (rep.created)
             ka_phase_record(rep.sandbox.id, KA_PHASE_STORE_INTENT, ka_metric_now() - call->began);
+        s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
     } else {
-        s_status_set(&rep.status, KA_STORE_EDB, "create: receipt row not found");
+        s_call_err(call, KA_STORE_EDB, "create: receipt row not found");
     }
-    s_reply_to(call->self, call->from, call->ref, call->type, &rep, sizeof(rep));
     free(call);
 }
 
@@ -552,9 +514,10 @@ static void s_done_blob(s_call_t *call, const ka_pg_outcome_t *out, int idx, boo
         }
     }
     if (n == 0 && call->limit == 0)
-        s_status_set(&b->status, KA_STORE_ENOTFOUND,
-                     templates ? "template not found" : "revision not found");
-    s_reply_to(call->self, call->from, call->ref, call->type, b, len);
+        s_call_err(call, KA_STORE_ENOTFOUND,
+                   templates ? "template not found" : "revision not found");
+    else
+        s_reply_to(call->self, call->from, call->ref, call->type, b, len);
     free(b);
 }
 
@@ -667,7 +630,7 @@ static void s_submit_keep(s_store_t *self, const krt_msg_t *msg, const ka_pg_stm
     s_call_t *call = malloc(sizeof(*call));
     if (!call) {
         free(keep);
-        s_reply_err(self, msg->from, msg->ref, msg->type, -ENOMEM, "out of memory");
+        s_reply_err(self, msg->from, msg->ref, -ENOMEM, "out of memory");
         return;
     }
     *call = (s_call_t){.self = self,
@@ -699,13 +662,13 @@ static void s_submit(s_store_t *self, const krt_msg_t *msg, const ka_pg_stmt_t *
 #define S_BODY(T, var)                                                                             \
     const T *var = msg->body;                                                                      \
     if (msg->len < sizeof(T) || !msg->body) {                                                      \
-        s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_EINVAL, "bad request body");    \
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_EINVAL, "bad request body");               \
         return;                                                                                    \
     }
 
 #define S_INVALID(what)                                                                            \
     do {                                                                                           \
-        s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_EINVAL, what);                  \
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_EINVAL, what);                             \
         return;                                                                                    \
     } while (0)
 
@@ -734,7 +697,7 @@ static void s_sandbox_create(s_store_t *self, const krt_msg_t *msg)
     size_t lc = strlen(b->creator), lr = strlen(b->request_id);
     char *keep = malloc(lc + lr + 2);
     if (!keep) {
-        s_reply_err(self, msg->from, msg->ref, msg->type, -ENOMEM, "out of memory");
+        s_reply_err(self, msg->from, msg->ref, -ENOMEM, "out of memory");
         return;
     }
     memcpy(keep, b->creator, lc + 1);
@@ -748,7 +711,7 @@ static void s_sandbox_get_delete(s_store_t *self, const krt_msg_t *msg)
     if (!S_STR(b->id, true) || !S_STR(b->creator, false))
         S_INVALID("sandbox id required");
     if (!s_uuid_ok(b->id)) {
-        s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_ENOTFOUND,
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_ENOTFOUND,
                     "sandbox not found (id is not a UUID)");
         return;
     }
@@ -810,7 +773,7 @@ static void s_sandbox_update(s_store_t *self, const krt_msg_t *msg)
         (b->expect_state >= 0 && !expect))
         S_INVALID("unknown state or operation");
     if (!s_uuid_ok(b->id)) {
-        s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_ENOTFOUND,
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_ENOTFOUND,
                     "sandbox not found (id is not a UUID)");
         return;
     }
@@ -980,11 +943,15 @@ static void s_subscribe(s_store_t *self, const krt_msg_t *msg)
     bool known = false;
     for (int i = 0; i < self->nsubs; i++)
         known |= self->subs[i] == who;
-    if (who == KRT_ADDR_NONE)
-        s_status_set(&st, KA_STORE_EINVAL, "no subscriber address");
-    else if (!known && self->nsubs == S_MAX_SUBS)
-        s_status_set(&st, -ENOSPC, "too many subscribers");
-    else if (!known)
+    if (who == KRT_ADDR_NONE) {
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_EINVAL, "no subscriber address");
+        return;
+    }
+    if (!known && self->nsubs == S_MAX_SUBS) {
+        s_reply_err(self, msg->from, msg->ref, -ENOSPC, "too many subscribers");
+        return;
+    }
+    if (!known)
         self->subs[self->nsubs++] = who;
     s_reply_to(self, msg->from, msg->ref, msg->type, &st, sizeof(st));
 }
@@ -1220,13 +1187,13 @@ static int s_migrate_start(s_store_t *self, krt_ctx_t *ctx)
 static void s_park(s_store_t *self, const krt_msg_t *msg)
 {
     if (self->nparked >= S_MAX_PARKED) {
-        s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_EUNAVAIL,
+        s_reply_err(self, msg->from, msg->ref, KA_STORE_EUNAVAIL,
                     "database unavailable: store still starting");
         return;
     }
     s_parked_t *p = malloc(sizeof(*p) + msg->len);
     if (!p) {
-        s_reply_err(self, msg->from, msg->ref, msg->type, -ENOMEM, "out of memory");
+        s_reply_err(self, msg->from, msg->ref, -ENOMEM, "out of memory");
         return;
     }
     p->next = NULL;
@@ -1251,7 +1218,7 @@ static void s_unpark(s_store_t *self, int err, const char *why)
     while (p) {
         s_parked_t *next = p->next;
         if (err)
-            s_reply_err(self, p->msg.from, p->msg.ref, p->msg.type, err, why);
+            s_reply_err(self, p->msg.from, p->msg.ref, err, why);
         else
             s_dispatch(self, &p->msg);
         free(p);
@@ -1390,7 +1357,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             if (!self->eng && self->job)
                 s_park(self, msg);
             else if (!self->eng)
-                s_reply_err(self, msg->from, msg->ref, msg->type, KA_STORE_EUNAVAIL,
+                s_reply_err(self, msg->from, msg->ref, KA_STORE_EUNAVAIL,
                             "database unavailable: schema migration pending");
             else
                 s_dispatch(self, msg);

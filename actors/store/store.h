@@ -7,8 +7,10 @@
  * committed: many creates share one round trip and one WAL flush. A reply is sent only once
  * the change is committed. Nothing blocks a scheduler: migrations run on a job thread.
  *
- * Every reply has the request's message type and a body that starts with ka_store_status_t.
- * err is 0 or one of:
+ * A success reply has the request's message type and a body that starts with ka_store_status_t
+ * (err 0, message ""). A failure is an error reply (krt_reply_error: the code in the envelope,
+ * the message as the body, nothing padded to the success shape); read either with
+ * ka_store_outcome. The codes:
  *   KA_STORE_EUNAVAIL   the database is unreachable or the connection was lost while the
  *                       request was in flight (the outcome of a write may be unknown; every
  *                       write here is safe to retry: creates are idempotent on
@@ -131,6 +133,13 @@ typedef struct ka_store_status {
     int32_t err;                        /* 0 or KA_STORE_E* */
     char message[KA_STORE_MESSAGE_LEN]; /* "" on success */
 } ka_store_status_t;
+
+/* A store request's outcome as its krt_request callback (err, msg) or krt_call sees it: 0 when
+ * msg is the store's success reply of at least `size` bytes; else a KA_STORE_E* code (or
+ * -ENOMEM): the store's error reply, KA_STORE_EUNAVAIL when the store did not answer (stopped,
+ * timed out, its node unreachable), KA_STORE_EINVAL for a reply shorter than size. *why (if not
+ * NULL) gets the message, borrowed from msg or static. */
+int ka_store_outcome(int err, const krt_msg_t *msg, size_t size, const char **why);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Sandboxes                                                                                */

@@ -121,9 +121,12 @@ static void s_log_write(const char *id, int state, int op, const char *reason)
 static void s_reply_record(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err,
                            const ka_store_sandbox_t *r, int created)
 {
+    if (err) { /* as the store answers a failure: an error reply */
+        krt_reply_error_to(ctx, to, ref, err, "fake store: refused");
+        return;
+    }
     ka_store_sandbox_reply_t out;
     memset(&out, 0, sizeof out);
-    out.status.err = err;
     out.created = created;
     if (r)
         out.sandbox = *r;

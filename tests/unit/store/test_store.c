@@ -39,12 +39,19 @@ static int s_teardown(void **state)
     return 0;
 }
 
-/* Blocking call; returns the reply body (caller frees with krt_reply_free). */
+/* Blocking call; returns the reply body (caller frees with krt_reply_free). A failure is an
+ * error reply: its code in rep->status, its message (nothing else, no padding) the body. */
 static void s_call(uint32_t type, const void *body, size_t len, krt_reply_t *rep)
 {
     int rc = krt_call(s_sys, s_store, type, body, len, 15000, rep);
     if (rc)
         fail_msg("krt_call type %u: %s", type, krt_strerror(rc));
+    if (rep->status) {
+        assert_int_equal(rep->type, KRT_MSG_ERROR);
+        assert_true(rep->len > 0);
+        assert_int_equal(strlen(rep->body) + 1, rep->len);
+        return;
+    }
     assert_int_equal(rep->type, type);
     assert_true(rep->len >= sizeof(ka_store_status_t));
 }
@@ -72,10 +79,14 @@ static int s_create(const char *creator, const char *req, ka_store_sandbox_reply
     c.ttl_ms = 3600000;
     krt_reply_t rep;
     s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
-    assert_int_equal(rep.len, sizeof(*out));
-    memcpy(out, rep.body, sizeof(*out));
+    int err = rep.status;
+    memset(out, 0, sizeof(*out));
+    if (!err) {
+        assert_int_equal(rep.len, sizeof(*out));
+        memcpy(out, rep.body, sizeof(*out));
+    }
     krt_reply_free(&rep);
-    return out->status.err;
+    return err;
 }
 
 static void test_sandbox_lifecycle(void **unused)
@@ -108,7 +119,7 @@ static void test_sandbox_lifecycle(void **unused)
     snprintf(k.creator, sizeof(k.creator), "mallory");
     krt_reply_t rep;
     s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
     krt_reply_free(&rep);
     snprintf(k.creator, sizeof(k.creator), "alice");
     s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
@@ -132,7 +143,7 @@ static void test_sandbox_lifecycle(void **unused)
     assert_string_equal(ur->sandbox.node, "node-1");
     krt_reply_free(&rep);
     s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep); /* expects CREATING: stale now */
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ESTALE);
+    assert_int_equal(rep.status, KA_STORE_ESTALE);
     krt_reply_free(&rep);
 
     /* list by creator */
@@ -173,7 +184,7 @@ static void test_sandbox_lifecycle(void **unused)
     assert_int_equal(b.sandbox.state, KA_STATE_DELETED);
     /* a deleted sandbox cannot be updated back to life */
     s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ESTALE);
+    assert_int_equal(rep.status, KA_STORE_ESTALE);
     krt_reply_free(&rep);
     /* the list hides it unless asked */
     q.limit = 10;
@@ -185,14 +196,14 @@ static void test_sandbox_lifecycle(void **unused)
     ka_store_sandbox_create_t bad;
     memset(&bad, 0, sizeof(bad));
     s_call(KA_STORE_SANDBOX_CREATE, &bad, sizeof(bad), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    assert_int_equal(rep.status, KA_STORE_EINVAL);
     krt_reply_free(&rep);
     s_call(KA_STORE_SANDBOX_CREATE, &bad, 3, &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    assert_int_equal(rep.status, KA_STORE_EINVAL);
     krt_reply_free(&rep);
     snprintf(k.id, sizeof(k.id), "not-a-uuid");
     s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
     krt_reply_free(&rep);
 }
 
@@ -241,12 +252,10 @@ static dup_ctx_t s_dup;
 static void s_dup_done(void *user, int err, const krt_msg_t *reply)
 {
     intptr_t i = (intptr_t)user;
-    if (err || !reply || reply->len != sizeof(ka_store_sandbox_reply_t)) {
+    if (ka_store_outcome(err, reply, sizeof(ka_store_sandbox_reply_t), NULL)) {
         atomic_fetch_add(&s_dup.errors, 1);
     } else {
         const ka_store_sandbox_reply_t *r = reply->body;
-        if (r->status.err)
-            atomic_fetch_add(&s_dup.errors, 1);
         if (r->created)
             atomic_fetch_add(&s_dup.created, 1);
         snprintf(s_dup.ids[i], KA_STORE_ID_LEN, "%s", r->sandbox.id);
@@ -340,7 +349,7 @@ static void test_templates_and_revisions(void **unused)
     assert_int_equal(s_first_template(&rep)->generation, 2);
     krt_reply_free(&rep);
     s_put_template("team", "py", "not json", &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EINVAL);
+    assert_int_equal(rep.status, KA_STORE_EINVAL);
     krt_reply_free(&rep);
 
     /* a revision, then PREPARED makes it the template's latest */
@@ -412,7 +421,7 @@ static void test_templates_and_revisions(void **unused)
     assert_int_equal(s_first_template(&rep)->deleted, 1);
     krt_reply_free(&rep);
     s_call(KA_STORE_TEMPLATE_GET, &key, sizeof(key), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
     krt_reply_free(&rep);
     s_put_template("team", "py", "{\"workload\": {\"image\": \"x@sha256:bb\"}}", &rep);
     t = s_first_template(&rep);
@@ -455,7 +464,7 @@ static void test_pools_and_nodes(void **unused)
     krt_reply_free(&rep);
     snprintf(hb.id, sizeof(hb.id), "ghost");
     s_call(KA_STORE_NODE_HEARTBEAT, &hb, sizeof(hb), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_ENOTFOUND);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
     krt_reply_free(&rep);
     s_call(KA_STORE_NODE_LIST, NULL, 0, &rep);
     assert_int_equal(((ka_store_node_list_t *)rep.body)->count, 1);
@@ -492,7 +501,7 @@ static void test_change_events(void **unused)
     ka_store_subscribe_t s = {.who = sub};
     krt_reply_t rep;
     s_call(KA_STORE_SUBSCRIBE, &s, sizeof(s), &rep);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, 0);
+    assert_int_equal(rep.status, 0);
     krt_reply_free(&rep);
     ka_store_sandbox_reply_t a;
     assert_int_equal(s_create("erin", "ev-1", &a), 0);
@@ -550,7 +559,7 @@ static void test_unreachable_database_fails_fast(void **unused)
         uint64_t t0 = krt_now_ms();
         assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
         assert_true(krt_now_ms() - t0 < 3000);
-        assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EUNAVAIL);
+        assert_int_equal(rep.status, KA_STORE_EUNAVAIL);
         krt_reply_free(&rep);
     }
     s_stop(st);
@@ -577,8 +586,7 @@ static void s_load_done(void *user, int err, const krt_msg_t *reply)
     uint64_t lat = krt_now_ms() - (uint64_t)(uintptr_t)user;
     if (lat > atomic_load(&s_load.max_latency))
         atomic_store(&s_load.max_latency, lat);
-    const ka_store_sandbox_reply_t *r = reply ? reply->body : NULL;
-    int e = err ? err : (r ? r->status.err : -EIO);
+    int e = ka_store_outcome(err, reply, sizeof(ka_store_sandbox_reply_t), NULL);
     if (e == 0) {
         atomic_fetch_add(&s_load.ok, 1);
         if (atomic_load(&s_load.outage_seen))
@@ -663,7 +671,7 @@ static void test_database_appears_later(void **unused)
     snprintf(k.id, sizeof(k.id), "00000000-0000-0000-0000-000000000000");
     krt_reply_t rep;
     assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
-    assert_int_equal(((ka_store_status_t *)rep.body)->err, KA_STORE_EUNAVAIL);
+    assert_int_equal(rep.status, KA_STORE_EUNAVAIL);
     krt_reply_free(&rep);
     PGresult *r = PQexec(a, "CREATE DATABASE ka_test_late");
     assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
@@ -671,7 +679,7 @@ static void test_database_appears_later(void **unused)
     int err = KA_STORE_EUNAVAIL;
     for (int i = 0; i < 300 && err == KA_STORE_EUNAVAIL; i++) {
         assert_int_equal(krt_call(s_sys, st, KA_STORE_SANDBOX_GET, &k, sizeof(k), 5000, &rep), 0);
-        err = ((ka_store_status_t *)rep.body)->err;
+        err = rep.status;
         krt_reply_free(&rep);
         if (err == KA_STORE_EUNAVAIL)
             usleep(20000);
