@@ -11,6 +11,7 @@
 #include "ateenv/v1alpha/guest.pb-c.h"
 #include "kagent/runtime/v1/runtime.pb-c.h"
 #include "kagent/api/v1/terminal.pb-c.h"
+#include "kagent/api/v1/process.pb-c.h"
 
 struct kb_api {
     kb_api_options_t o;
