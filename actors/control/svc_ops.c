@@ -442,9 +442,8 @@ static const char *s_exec_check(const ka_svc_exec_args_t *a, size_t *tail)
     return why ? why : ka_check_start_size(*tail);
 }
 
-/* The checked START request of a (argv and env in its tail); NULL with *st set. */
-static ka_guest_req_t *s_exec_req(const ka_svc_caller_t *who, const ka_svc_exec_args_t *a,
-                                  ka_svc_status_t *st)
+ka_guest_req_t *ka_svc_exec_req(const ka_svc_caller_t *who, const ka_svc_exec_args_t *a,
+                                ka_svc_status_t *st)
 {
     size_t tail;
     const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : s_exec_check(a, &tail);
@@ -475,7 +474,7 @@ ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user)
 {
     ka_svc_status_t st;
-    ka_guest_req_t *q = s_exec_req(who, a, &st);
+    ka_guest_req_t *q = ka_svc_exec_req(who, a, &st);
     return q ? s_guest_unary(svc, q, cb, NULL, user) : st;
 }
 
@@ -484,7 +483,7 @@ ka_svc_status_t ka_svc_exec_follow(ka_service_t *svc, const ka_svc_caller_t *who
                                    krt_addr_t *stream)
 {
     ka_svc_status_t st;
-    ka_guest_req_t *q = s_exec_req(who, a, &st);
+    ka_guest_req_t *q = ka_svc_exec_req(who, a, &st);
     if (!q)
         return st;
     q->follow = 1;

@@ -148,6 +148,12 @@ typedef struct {
 
 typedef void (*ka_svc_process_cb)(void *user, const ka_svc_status_t *st, const ka_svc_process_t *p);
 
+/* The guest request that starts a's process (argv and env in its tail), checked by
+ * ka_svc_exec's rules; the caller may set more (tty, window size) and sends it with
+ * ka_svc_guest_send. NULL with *st set: a refusal (-EINVAL and its message) or -ENOMEM.
+ * Free with free(). */
+ka_guest_req_t *ka_svc_exec_req(const ka_svc_caller_t *who, const ka_svc_exec_args_t *a,
+                                ka_svc_status_t *st);
 /* Starts a process; cb gets it running. */
 ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user);

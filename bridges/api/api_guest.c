@@ -17,7 +17,6 @@
 #include "api_int.h"
 #include "svc_frames.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,28 +324,6 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 
 /* ---- ProcessService ------------------------------------------------------------------------ */
 
-/* The exec arguments of req for c's sandbox (borrowing req); *env is owned (free it). */
-static ka_svc_status_t s_exec_args(const s_call_t *c,
-                                   const Ateenv__V1alpha__StartProcessRequest *req,
-                                   ka_svc_exec_args_t *a, ka_svc_env_t **env)
-{
-    *env = req->n_env ? calloc(req->n_env, sizeof **env) : NULL;
-    if (req->n_env && !*env)
-        return (ka_svc_status_t){-ENOMEM, "out of memory"};
-    for (size_t i = 0; i < req->n_env; i++)
-        (*env)[i] = (ka_svc_env_t){req->env[i]->key, req->env[i]->value};
-    *a = (ka_svc_exec_args_t){.sandbox_id = c->sandbox,
-                              .argv = (const char *const *)req->command,
-                              .argc = req->n_command,
-                              .env = *env,
-                              .n_env = req->n_env,
-                              .cwd = req->cwd,
-                              .stdin_open = req->stdin};
-    if (req->timeout)
-        a->timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
-    return (ka_svc_status_t){0, NULL};
-}
-
 static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     s_call_t *c = s_call_new(user, call, K_START);
@@ -354,7 +331,7 @@ static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
         return;
     ka_svc_exec_args_t a;
     ka_svc_env_t *env;
-    ka_svc_status_t st = s_exec_args(c, (const void *)m, &a, &env);
+    ka_svc_status_t st = kb_api_exec_args((const void *)m, c->sandbox, &a, &env);
     ka_svc_caller_t who = s_who(c);
     if (!st.err)
         st = ka_svc_exec(c->api->o.svc, &who, &a, s_on_process, c);
@@ -366,7 +343,7 @@ static ka_svc_status_t s_exec_start(s_call_t *c, krt_addr_t *stream)
 {
     ka_svc_exec_args_t a;
     ka_svc_env_t *env;
-    ka_svc_status_t st = s_exec_args(c, c->req, &a, &env);
+    ka_svc_status_t st = kb_api_exec_args(c->req, c->sandbox, &a, &env);
     ka_svc_caller_t who = s_who(c);
     if (!st.err)
         st = ka_svc_exec_follow(c->api->o.svc, &who, &a, s_on_frame, c, stream);
