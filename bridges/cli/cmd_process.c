@@ -217,18 +217,19 @@ static int s_exec_stream(kb_cli_t *cli, kb_rpc_t *rpc, const char *sandbox_id,
 {
     kb_rpc_status_t st;
     s_wait_t w = {.cli = cli, .sandbox_id = sandbox_id};
-    char id[64]; /* the process id, beyond its message */
+    ProtobufCMessage *started = NULL; /* kept: w.process_id points into it */
     kb_rpc_call_t *call = kb_rpc_server_stream(rpc, S_EXEC_METHOD, sandbox_id, &req->base, &st);
     ProtobufCMessage *m = NULL;
-    int rc = -EIO;
-    while (call &&
+    int rc = -EIO, code = -1;
+    while (code < 0 && call &&
            (rc = kb_rpc_call_read(call, &kagent__api__v1__exec_response__descriptor, &m)) == 1) {
         Kagent__Api__V1__ExecResponse *r = (Kagent__Api__V1__ExecResponse *)m;
-        int code;
-        if (!w.process_id) { /* nothing comes before the process but its start */
+        if (!started) { /* nothing comes before the process but its start */
             if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED && r->started &&
-                r->started->process_id[0] && strlen(r->started->process_id) < sizeof id) {
-                w.process_id = strcpy(id, r->started->process_id);
+                r->started->process_id[0]) {
+                started = m;
+                m = NULL;
+                w.process_id = r->started->process_id;
                 s_event(&w, "started", NULL, NULL, NULL);
             }
         } else if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT ||
@@ -237,23 +238,24 @@ static int s_exec_stream(kb_cli_t *cli, kb_rpc_t *rpc, const char *sandbox_id,
             s_output(&w, err, err ? &r->stderr : &r->stdout);
         } else if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT &&
                    s_finished(&w, r->exit, &code)) {
-            protobuf_c_message_free_unpacked(m, NULL);
             kb_rpc_call_destroy(&call);
-            return code;
         }
-        protobuf_c_message_free_unpacked(m, NULL);
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
     }
-    if (w.process_id)
-        return s_stream_ended(&w, &call, rc);
-    int frc = call ? kb_rpc_call_finish(call, NULL, NULL, &st) : -EIO;
-    kb_rpc_call_destroy(&call);
-    if (frc == 0)
-        return kb_cli_fail(cli, S_NO_PROCESS_ID);
-    if (st.code == KB_RPC_UNIMPLEMENTED) {
-        *fallback = true;
-        return KB_EXIT_OK;
+    if (code < 0 && started) {
+        code = s_stream_ended(&w, &call, rc);
+    } else if (code < 0) {
+        int frc = call ? kb_rpc_call_finish(call, NULL, NULL, &st) : -EIO;
+        kb_rpc_call_destroy(&call);
+        *fallback = frc != 0 && st.code == KB_RPC_UNIMPLEMENTED;
+        code = frc == 0    ? kb_cli_fail(cli, S_NO_PROCESS_ID)
+               : *fallback ? KB_EXIT_OK
+                           : s_start_failed(cli, sandbox_id, &st);
     }
-    return s_start_failed(cli, sandbox_id, &st);
+    if (started)
+        protobuf_c_message_free_unpacked(started, NULL);
+    return code;
 }
 
 /* ------------------------------------------------------------------------------------------ */
