@@ -442,17 +442,18 @@ static const char *s_exec_check(const ka_svc_exec_args_t *a, size_t *tail)
     return why ? why : ka_check_start_size(*tail);
 }
 
-ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
-                            const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user)
+ka_guest_req_t *ka_svc_exec_req(const ka_svc_caller_t *who, const ka_svc_exec_args_t *a,
+                                ka_svc_status_t *st)
 {
     size_t tail;
     const char *why = s_bad_sandbox(a->sandbox_id) ? KA_MSG_NOT_UUID : s_exec_check(a, &tail);
-    if (why)
-        return s_refuse(why);
-    ka_svc_status_t st;
-    ka_guest_req_t *q = s_guest_req(who, a->sandbox_id, KA_GUEST_START, tail, &st);
+    if (why) {
+        *st = s_refuse(why);
+        return NULL;
+    }
+    ka_guest_req_t *q = s_guest_req(who, a->sandbox_id, KA_GUEST_START, tail, st);
     if (!q)
-        return st;
+        return NULL;
     char *p = q->tail;
     for (size_t i = 0; i < a->argc; i++)
         p = stpcpy(p, a->argv[i]) + 1;
@@ -466,7 +467,27 @@ ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
     s_put(q->cwd, sizeof q->cwd, a->cwd);
     q->stdin_open = a->stdin_open;
     q->timeout_ms = a->timeout_ms;
-    return s_guest_unary(svc, q, cb, NULL, user);
+    return q;
+}
+
+ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
+                            const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user)
+{
+    ka_svc_status_t st;
+    ka_guest_req_t *q = ka_svc_exec_req(who, a, &st);
+    return q ? s_guest_unary(svc, q, cb, NULL, user) : st;
+}
+
+ka_svc_status_t ka_svc_exec_follow(ka_service_t *svc, const ka_svc_caller_t *who,
+                                   const ka_svc_exec_args_t *a, ka_svc_frame_cb cb, void *user,
+                                   krt_addr_t *stream)
+{
+    ka_svc_status_t st;
+    ka_guest_req_t *q = ka_svc_exec_req(who, a, &st);
+    if (!q)
+        return st;
+    q->follow = 1;
+    return s_stream(svc, q, cb, user, stream);
 }
 
 /* A request naming a process; NULL with *st set. */

@@ -148,9 +148,24 @@ typedef struct {
 
 typedef void (*ka_svc_process_cb)(void *user, const ka_svc_status_t *st, const ka_svc_process_t *p);
 
+/* The guest request that starts a's process (argv and env in its tail), checked by
+ * ka_svc_exec's rules; the caller may set more (tty, window size) and sends it with
+ * ka_svc_guest_send. NULL with *st set: a refusal (-EINVAL and its message) or -ENOMEM.
+ * Free with free(). */
+ka_guest_req_t *ka_svc_exec_req(const ka_svc_caller_t *who, const ka_svc_exec_args_t *a,
+                                ka_svc_status_t *st);
 /* Starts a process; cb gets it running. */
 ka_svc_status_t ka_svc_exec(ka_service_t *svc, const ka_svc_caller_t *who,
                             const ka_svc_exec_args_t *a, ka_svc_process_cb cb, void *user);
+/* Starts a process and streams it to its exit in one guest round trip (the guest's start with
+ * follow), with ka_svc_exec's rules and messages: a frame with has_process (not final, no
+ * tail: the process runs), then data frames as ka_svc_output's, then a final frame (with the
+ * exit process when the process exited). A start that fails sends only the final frame.
+ * *stream (may be NULL) for ka_svc_stream_ack / _cancel; a cancelled stream leaves the process
+ * running, as a cancelled output stream does. */
+ka_svc_status_t ka_svc_exec_follow(ka_service_t *svc, const ka_svc_caller_t *who,
+                                   const ka_svc_exec_args_t *a, ka_svc_frame_cb cb, void *user,
+                                   krt_addr_t *stream);
 /* Gets a process (process_id as ka_svc_exec returned it, in decimal). */
 ka_svc_status_t ka_svc_process(ka_service_t *svc, const ka_svc_caller_t *who,
                                const char *sandbox_id, const char *process_id, ka_svc_process_cb cb,

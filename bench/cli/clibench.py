@@ -11,7 +11,8 @@ and the BENCH lines carry the peer's figure.
 first_byte: a loopback listener timestamps the first byte the CLI writes for
 `kagent sandbox list`, from just before posix_spawn (then closes the connection);
 first_byte_tls: the same with https:// (the first byte is the TLS ClientHello), system roots.
-RUNS (default 200) sets the number of runs per binary.
+RUNS (default 200) sets the number of runs per binary; PEER_NAME (default kagent-grpc-core)
+names the peer in the BENCH lines (e.g. kagent-main for main's CLI).
 """
 import json
 import os
@@ -19,6 +20,9 @@ import socket
 import subprocess
 import sys
 import time
+
+
+PEER_NAME = os.environ.get("PEER_NAME", "kagent-grpc-core")
 
 
 def pct(xs, p):
@@ -78,7 +82,7 @@ def report(name, ours, peer):
         line = "BENCH name=%s_p%d value=%.2f unit=ms" % (name, p, pct(ours, p))
         if peer:
             v = pct(peer, p)
-            line += " peer=kagent-grpc-core peer_value=%.2f ratio=%.2f" % (v, v / pct(ours, p))
+            line += " peer=%s peer_value=%.2f ratio=%.2f" % (PEER_NAME, v, v / pct(ours, p))
         print(line)
 
 

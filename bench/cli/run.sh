@@ -6,6 +6,7 @@
 #      `kagent sandbox exec ID -- true` and create -> READY.
 # Usage: bench/cli/run.sh BUILD_DIR [PEER_KAGENT]
 #   PEER_KAGENT: another kagent binary (e.g. main's, on gRPC core) timed in alternation.
+#   PEER_NAME names it in the BENCH lines (default kagent-grpc-core).
 #   BENCH_CLI_RUNS runs per figure (200). The node's state lives in var/bench-cli (the tools
 #   image is built there once, or taken from the e2e tests' var/e2e-tools cache); the node
 #   listens on a free port and is stopped at the end.

@@ -1,5 +1,7 @@
 /*
- * ateenv.v1alpha ProcessService and FileSystemService: calls into one sandbox's guest.
+ * ateenv.v1alpha ProcessService and FileSystemService, and kagent.api.v1 ProcessService/Exec
+ * (StartProcess and a followed StreamProcessOutput in one call and one guest round trip):
+ * calls into one sandbox's guest.
  *
  * Every call is a guest stream of the service layer (frames, then a final frame). Unary
  * methods answer from the final frame; server streams forward frames one send at a time
@@ -21,7 +23,7 @@
 
 /* ---- one call's state ----------------------------------------------------------------------- */
 
-typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_READ, K_INPUT, K_WRITE } s_kind_t;
+typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_EXEC, K_READ, K_INPUT, K_WRITE } s_kind_t;
 
 typedef struct {
     pthread_mutex_t lock;
@@ -155,6 +157,27 @@ static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_pro
 
 /* ---- server streams ------------------------------------------------------------------------ */
 
+/* An Exec stream's frame as its message: the process frame (Started), data, the exit (Exit).
+ * p holds the process (free p->argv after the send). */
+static void s_exec_msg(Kagent__Api__V1__ExecResponse *er, kb_api_process_t *p,
+                       const ka_guest_reply_t *f)
+{
+    if (f->has_process) {
+        ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
+        kb_api_process(p, &sp);
+        er->msg_case = f->final ? KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT
+                                : KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED;
+        er->started = &p->p; /* one union with exit */
+        return;
+    }
+    bool err = f->stream == KA_STREAM_STDERR;
+    er->msg_case = err ? KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR
+                       : KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT;
+    ProtobufCBinaryData *b = err ? &er->stderr : &er->stdout;
+    b->data = (uint8_t *)f->tail;
+    b->len = f->tail_len;
+}
+
 static void s_on_sent(kb_grpc_call_t *call, int status, void *arg);
 
 /* Sends the next queued frame, or finishes the call once the final frame came and the queue
@@ -167,12 +190,17 @@ static bool s_pump(s_call_t *c)
         Ateenv__V1alpha__ProcessOutput po;
         ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
         Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
+        Kagent__Api__V1__ExecResponse er;
+        kagent__api__v1__exec_response__init(&er);
         kb_api_process_t p = {0};
         ProtobufCMessage *msg = &po.base;
         if (c->kind == K_READ) {
             rf.chunk.data = (uint8_t *)f->tail;
             rf.chunk.len = f->tail_len;
             msg = &rf.base;
+        } else if (c->kind == K_EXEC) {
+            s_exec_msg(&er, &p, f);
+            msg = &er.base;
         } else if (f->final) { /* the exit record */
             ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
             kb_api_process(&p, &sp);
@@ -237,9 +265,10 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 {
     s_call_t *c = user;
     pthread_mutex_lock(&c->lock);
+    bool exit_kind = c->kind == K_OUTPUT || c->kind == K_EXEC; /* the exit is a message */
     if (!c->gone &&
-        (!f->final || (c->kind == K_OUTPUT && f->has_process && f->status.code == KA_OK &&
-                       f->process.state == 2)) &&
+        (!f->final ||
+         (exit_kind && f->has_process && f->status.code == KA_OK && f->process.state == 2)) &&
         ka_frames_push(&c->queue, f, len))
         c->gone = true;
     if (f->final) {
@@ -256,31 +285,40 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 
 static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    const Ateenv__V1alpha__StartProcessRequest *req = (const void *)m;
     s_call_t *c = s_call_new(user, call, K_START);
     if (!c)
         return;
-    ka_svc_env_t *env = req->n_env ? calloc(req->n_env, sizeof *env) : NULL;
-    if (req->n_env && !env) {
-        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-        s_call_free(c);
-        return;
-    }
-    for (size_t i = 0; i < req->n_env; i++)
-        env[i] = (ka_svc_env_t){req->env[i]->key, req->env[i]->value};
-    ka_svc_exec_args_t a = {.sandbox_id = c->sandbox,
-                            .argv = (const char *const *)req->command,
-                            .argc = req->n_command,
-                            .env = env,
-                            .n_env = req->n_env,
-                            .cwd = req->cwd,
-                            .stdin_open = req->stdin};
-    if (req->timeout)
-        a.timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
+    ka_svc_exec_args_t a;
+    ka_svc_env_t *env;
+    ka_svc_status_t st = kb_api_exec_args((const void *)m, c->sandbox, &a, &env);
     ka_svc_caller_t who = s_who(c);
-    ka_svc_status_t st = ka_svc_exec(c->api->o.svc, &who, &a, s_on_process, c);
+    if (!st.err)
+        st = ka_svc_exec(c->api->o.svc, &who, &a, s_on_process, c);
     free(env);
     s_refused(c, st);
+}
+
+static ka_svc_status_t s_exec_start(s_call_t *c, krt_addr_t *stream)
+{
+    ka_svc_exec_args_t a;
+    ka_svc_env_t *env;
+    ka_svc_status_t st = kb_api_exec_args(c->req, c->sandbox, &a, &env);
+    ka_svc_caller_t who = s_who(c);
+    if (!st.err)
+        st = ka_svc_exec_follow(c->api->o.svc, &who, &a, s_on_frame, c, stream);
+    free(env);
+    return st;
+}
+
+/* kagent.api.v1.ProcessService/Exec: a server stream of the followed start. */
+static void s_exec(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    s_call_t *c = s_call_new(user, call, K_EXEC);
+    if (!c)
+        return;
+    kb_grpc_call_on_cancel(call, s_on_cancel, c);
+    c->req = m;
+    s_open(c, s_exec_start);
 }
 
 static void s_get(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -555,6 +593,7 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
 }
 
 #define PSVC "/ateenv.v1alpha.ProcessService/"
+#define KSVC "/kagent.api.v1.ProcessService/"
 #define FSVC "/ateenv.v1alpha.FileSystemService/"
 const kb_grpc_method_t kb_api_guest_methods[] = {
     {PSVC "StartProcess", KB_GRPC_UNARY, &ateenv__v1alpha__start_process_request__descriptor,
@@ -563,6 +602,8 @@ const kb_grpc_method_t kb_api_guest_methods[] = {
      NULL, NULL, NULL},
     {PSVC "StreamProcessOutput", KB_GRPC_SERVER_STREAM,
      &ateenv__v1alpha__stream_process_output_request__descriptor, s_output, NULL, NULL, NULL},
+    {KSVC "Exec", KB_GRPC_SERVER_STREAM, &ateenv__v1alpha__start_process_request__descriptor,
+     s_exec, NULL, NULL, NULL},
     {PSVC "SignalProcess", KB_GRPC_UNARY, &ateenv__v1alpha__signal_process_request__descriptor,
      s_signal, NULL, NULL, NULL},
     {PSVC "WriteProcessInput", KB_GRPC_CLIENT_STREAM,

@@ -11,6 +11,7 @@
 #include "ateenv/v1alpha/guest.pb-c.h"
 #include "kagent/runtime/v1/runtime.pb-c.h"
 #include "kagent/api/v1/terminal.pb-c.h"
+#include "kagent/api/v1/process.pb-c.h"
 
 struct kb_api {
     kb_api_options_t o;
@@ -33,9 +34,13 @@ void kb_api_fail_err(kb_grpc_call_t *call, const ka_svc_status_t *st);
 /* The call's deadline as a service timeout (ms, at most KA_SVC_TIMEOUT_MS). */
 int kb_api_timeout(kb_grpc_call_t *call);
 
-/* The guest request that starts req's process (argv and env in its tail, checked as
- * StartProcess checks them). NULL with *why set for an invalid request (INVALID_ARGUMENT), or
- * with *why NULL when out of memory. Free with free(). */
+/* req as exec arguments for sandbox (borrowing req's strings); *env is owned (free it, also
+ * after a failure, which is only -ENOMEM). */
+ka_svc_status_t kb_api_exec_args(const Ateenv__V1alpha__StartProcessRequest *req,
+                                 const char *sandbox, ka_svc_exec_args_t *a, ka_svc_env_t **env);
+/* The guest request that starts req's process (ka_svc_exec_req: StartProcess's checks). NULL
+ * with *why set for an invalid request (INVALID_ARGUMENT), or with *why NULL when out of
+ * memory. Free with free(). */
 ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
                                  const char *caller, const char *sandbox, const char **why);
 /* A Process message built from a process (a frame's: {f->process, f->tail, f->tail_len}); its

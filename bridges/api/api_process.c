@@ -1,11 +1,12 @@
 /*
  * What a terminal session shares with ProcessService: the Process message from a guest frame,
- * a process id, and the guest start request of a StartProcessRequest (checked with the service
- * layer's rules, actors/control/checks.c).
+ * a process id, and a StartProcessRequest as exec arguments and as its guest start request
+ * (checked by the service layer, ka_svc_exec_req).
  */
 #include "api_int.h"
 #include "checks.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,36 +48,35 @@ int kb_api_proc_id(const char *s, uint64_t *out)
     return ka_check_process_id(s, out) || *out == 0 ? -1 : 0;
 }
 
+ka_svc_status_t kb_api_exec_args(const Ateenv__V1alpha__StartProcessRequest *req,
+                                 const char *sandbox, ka_svc_exec_args_t *a, ka_svc_env_t **env)
+{
+    *env = req->n_env ? calloc(req->n_env, sizeof **env) : NULL;
+    if (req->n_env && !*env)
+        return (ka_svc_status_t){-ENOMEM, "out of memory"};
+    for (size_t i = 0; i < req->n_env; i++)
+        (*env)[i] = (ka_svc_env_t){req->env[i]->key, req->env[i]->value};
+    *a = (ka_svc_exec_args_t){.sandbox_id = sandbox,
+                              .argv = (const char *const *)req->command,
+                              .argc = req->n_command,
+                              .env = *env,
+                              .n_env = req->n_env,
+                              .cwd = req->cwd,
+                              .stdin_open = req->stdin};
+    if (req->timeout)
+        a->timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
+    return (ka_svc_status_t){0, NULL};
+}
+
 ka_guest_req_t *kb_api_start_req(const Ateenv__V1alpha__StartProcessRequest *req,
                                  const char *caller, const char *sandbox, const char **why)
 {
-    size_t tail = 0;
-    *why = ka_check_command(req->n_command, req->n_command ? req->command[0] : NULL);
-    if (!*why)
-        *why = ka_check_cwd(req->cwd);
-    for (size_t i = 0; !*why && i < req->n_command; i++)
-        tail += strlen(req->command[i]) + 1;
-    for (size_t i = 0; !*why && i < req->n_env; i++) {
-        *why = ka_check_env_key(req->env[i]->key);
-        tail += strlen(req->env[i]->key) + strlen(req->env[i]->value) + 2;
-    }
-    if (!*why)
-        *why = ka_check_start_size(tail);
-    if (*why)
-        return NULL;
-    ka_guest_req_t *q = ka_guest_req_new(caller, sandbox, KA_GUEST_START, tail);
-    if (!q)
-        return NULL;
-    char *p = q->tail;
-    for (size_t i = 0; i < req->n_command; i++)
-        p = stpcpy(p, req->command[i]) + 1;
-    for (size_t i = 0; i < req->n_env; i++)
-        p += sprintf(p, "%s=%s", req->env[i]->key, req->env[i]->value) + 1;
-    q->n_argv = (uint32_t)req->n_command;
-    q->n_env = (uint32_t)req->n_env;
-    snprintf(q->cwd, sizeof q->cwd, "%s", req->cwd);
-    q->stdin_open = req->stdin;
-    if (req->timeout)
-        q->timeout_ms = (uint64_t)(req->timeout->seconds * 1000 + req->timeout->nanos / 1000000);
+    ka_svc_exec_args_t a;
+    ka_svc_env_t *env;
+    ka_svc_status_t st = kb_api_exec_args(req, sandbox, &a, &env);
+    ka_svc_caller_t who = {caller, 0};
+    ka_guest_req_t *q = st.err ? NULL : ka_svc_exec_req(&who, &a, &st);
+    free(env);
+    *why = st.err == -EINVAL ? st.message : NULL;
     return q;
 }

@@ -1,19 +1,25 @@
 /*
- * Process commands: exec, wait, process, kill (ateenv.v1alpha.ProcessService).
+ * Process commands: exec, wait, process, kill (ateenv.v1alpha.ProcessService, and
+ * kagent.api.v1.ProcessService/Exec).
  *
- * exec and wait follow StreamProcessOutput(follow=true) instead of polling: stdout/stderr
- * chunks become `output` events, the final `exit` message the `finished` event. Anything that
- * ends the wait early (timeout, Ctrl-C, RPC failure, a stream that ends without exit) is an
- * `interrupted` event and the "wait interrupted; ..." error with the offsets to resume from;
- * the remote process is never killed by it.
+ * exec is one call, Exec: the process, its output and its exit in one stream (one guest round
+ * trip); a server without Exec (UNIMPLEMENTED, nothing started) gets StartProcess and then
+ * the follow below. wait follows StreamProcessOutput(follow=true) instead of polling. Either
+ * way stdout/stderr chunks become `output` events, the exit the `finished` event. Anything
+ * that ends the wait early (timeout, Ctrl-C, RPC failure, a stream that ends without exit) is
+ * an `interrupted` event and the "wait interrupted; ..." error with the offsets to resume from;
+ * the remote process is never killed by it. A start that fails says "command may have
+ * started; do not blindly retry" only when its outcome is unknown (kb_rpc_outcome_unknown).
  */
 #include "cli_int.h"
 #include "cmd_terminal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ateenv/v1alpha/guest.pb-c.h"
+#include "kagent/api/v1/process.pb-c.h"
 #include "pbjson.h"
 
 #define S_DEFAULT_CWD "/data/workspace"
@@ -120,6 +126,38 @@ int kb_process_exit_code(const Ateenv__V1alpha__Process *p)
     return p->exit_code >= 1 && p->exit_code <= 255 ? p->exit_code : KB_EXIT_ERROR;
 }
 
+/* An output chunk: counted in its stream's offset, then emitted. */
+static void s_output(s_wait_t *w, bool stderr_, const ProtobufCBinaryData *data)
+{
+    *(stderr_ ? &w->err_off : &w->out_off) += (int64_t)data->len;
+    s_event(w, "output", NULL, stderr_ ? "stderr" : "stdout", data);
+}
+
+/* The wait's end when p (may be NULL) is an exit: the `finished` event, and the CLI's exit
+ * code in *code. False for anything else (a running process). */
+static bool s_finished(s_wait_t *w, const Ateenv__V1alpha__Process *p, int *code)
+{
+    if (!p || p->state == ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_RUNNING)
+        return false;
+    s_event(w, "finished", p, NULL, NULL);
+    *code = kb_process_exit_code(p);
+    return true;
+}
+
+/* The interruption of a stream that ended (read result rc) without the exit. */
+static int s_stream_ended(s_wait_t *w, kb_rpc_call_t **call, int rc)
+{
+    kb_rpc_status_t st;
+    char cause[KB_RPC_MSG_CAP + 64];
+    int frc = kb_rpc_call_finish(*call, NULL, NULL, &st);
+    kb_rpc_call_destroy(call);
+    if (rc == 0 && frc == 0)
+        snprintf(cause, sizeof cause, "output stream ended before the process exited");
+    else
+        kb_cli_cause(&st, cause, sizeof cause);
+    return s_interrupted(w, cause);
+}
+
 /* Follows the process output from the current offsets until it exits. */
 static int s_follow(s_wait_t *w, kb_rpc_t *rpc)
 {
@@ -141,38 +179,83 @@ static int s_follow(s_wait_t *w, kb_rpc_t *rpc)
     int rc;
     while ((rc = kb_rpc_call_read(call, &ateenv__v1alpha__process_output__descriptor, &m)) == 1) {
         Ateenv__V1alpha__ProcessOutput *o = (Ateenv__V1alpha__ProcessOutput *)m;
-        switch (o->output_case) {
-        case ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT:
-            w->out_off += (int64_t)o->stdout.len;
-            s_event(w, "output", NULL, "stdout", &o->stdout);
-            break;
-        case ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR:
-            w->err_off += (int64_t)o->stderr.len;
-            s_event(w, "output", NULL, "stderr", &o->stderr);
-            break;
-        case ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT:
-            if (o->exit &&
-                o->exit->state != ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_RUNNING) {
-                s_event(w, "finished", o->exit, NULL, NULL);
-                int code = kb_process_exit_code(o->exit);
-                protobuf_c_message_free_unpacked(m, NULL);
-                kb_rpc_call_destroy(&call);
-                return code;
-            }
-            break;
-        default:
-            break;
+        int code;
+        if (o->output_case == ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT ||
+            o->output_case == ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR) {
+            bool err = o->output_case == ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR;
+            s_output(w, err, err ? &o->stderr : &o->stdout);
+        } else if (o->output_case == ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT &&
+                   s_finished(w, o->exit, &code)) {
+            protobuf_c_message_free_unpacked(m, NULL);
+            kb_rpc_call_destroy(&call);
+            return code;
         }
         protobuf_c_message_free_unpacked(m, NULL);
     }
     /* Ended without an exit message: either the call failed or the server closed early. */
-    int frc = kb_rpc_call_finish(call, NULL, NULL, &st);
-    kb_rpc_call_destroy(&call);
-    if (rc == 0 && frc == 0)
-        snprintf(cause, sizeof cause, "output stream ended before the process exited");
-    else
-        kb_cli_cause(&st, cause, sizeof cause);
-    return s_interrupted(w, cause);
+    return s_stream_ended(w, &call, rc);
+}
+
+/* A start that failed with st: the error, and the hint when it may have started anyway. */
+static int s_start_failed(kb_cli_t *cli, const char *sandbox_id, const kb_rpc_status_t *st)
+{
+    char cause[KB_RPC_MSG_CAP + 64];
+    kb_cli_cause(st, cause, sizeof cause);
+    return kb_cli_fail(
+        cli, "start process in sandbox %s: %s%s", sandbox_id,
+        kb_rpc_outcome_unknown(st) ? "command may have started; do not blindly retry: " : "",
+        cause);
+}
+
+#define S_NO_PROCESS_ID "start returned no process ID; command may have started"
+#define S_EXEC_METHOD   "/kagent.api.v1.ProcessService/Exec"
+
+/* exec in one call (Exec): started, output, exit. Returns the CLI's exit code; sets *fallback
+ * (and prints nothing) when the server has no Exec, which started nothing. */
+static int s_exec_stream(kb_cli_t *cli, kb_rpc_t *rpc, const char *sandbox_id,
+                         const Ateenv__V1alpha__StartProcessRequest *req, bool *fallback)
+{
+    kb_rpc_status_t st;
+    s_wait_t w = {.cli = cli, .sandbox_id = sandbox_id};
+    ProtobufCMessage *started = NULL; /* kept: w.process_id points into it */
+    kb_rpc_call_t *call = kb_rpc_server_stream(rpc, S_EXEC_METHOD, sandbox_id, &req->base, &st);
+    ProtobufCMessage *m = NULL;
+    int rc = -EIO, code = -1;
+    while (code < 0 && call &&
+           (rc = kb_rpc_call_read(call, &kagent__api__v1__exec_response__descriptor, &m)) == 1) {
+        Kagent__Api__V1__ExecResponse *r = (Kagent__Api__V1__ExecResponse *)m;
+        if (!started) { /* nothing comes before the process but its start */
+            if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED && r->started &&
+                r->started->process_id[0]) {
+                started = m;
+                m = NULL;
+                w.process_id = r->started->process_id;
+                s_event(&w, "started", NULL, NULL, NULL);
+            }
+        } else if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT ||
+                   r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR) {
+            bool err = r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR;
+            s_output(&w, err, err ? &r->stderr : &r->stdout);
+        } else if (r->msg_case == KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT &&
+                   s_finished(&w, r->exit, &code)) {
+            kb_rpc_call_destroy(&call);
+        }
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+    }
+    if (code < 0 && started) {
+        code = s_stream_ended(&w, &call, rc);
+    } else if (code < 0) {
+        int frc = call ? kb_rpc_call_finish(call, NULL, NULL, &st) : -EIO;
+        kb_rpc_call_destroy(&call);
+        *fallback = frc != 0 && st.code == KB_RPC_UNIMPLEMENTED;
+        code = frc == 0    ? kb_cli_fail(cli, S_NO_PROCESS_ID)
+               : *fallback ? KB_EXIT_OK
+                           : s_start_failed(cli, sandbox_id, &st);
+    }
+    if (started)
+        protobuf_c_message_free_unpacked(started, NULL);
+    return code;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -218,22 +301,23 @@ static int s_run_exec(kb_cli_t *cli, const kb_args_t *a)
         rc = KB_EXIT_ERROR;
         goto out;
     }
+    bool fallback = false;
+    if (wait) {
+        rc = s_exec_stream(cli, rpc, sandbox_id, &req, &fallback);
+        if (!fallback)
+            goto out;
+    }
     ProtobufCMessage *resp = NULL;
     kb_rpc_status_t st;
     if (kb_rpc_unary(rpc, "/ateenv.v1alpha.ProcessService/StartProcess", sandbox_id, &req.base,
                      &ateenv__v1alpha__start_process_response__descriptor, &resp, &st) != 0) {
-        char cause[KB_RPC_MSG_CAP + 64];
-        kb_cli_cause(&st, cause, sizeof cause);
-        rc = kb_cli_fail(
-            cli, "start process in sandbox %s: %s%s", sandbox_id,
-            kb_rpc_outcome_unknown(&st) ? "command may have started; do not blindly retry: " : "",
-            cause);
+        rc = s_start_failed(cli, sandbox_id, &st);
         goto out;
     }
     Ateenv__V1alpha__StartProcessResponse *r = (Ateenv__V1alpha__StartProcessResponse *)resp;
     if (!r->process || !r->process->process_id[0]) {
         protobuf_c_message_free_unpacked(resp, NULL);
-        rc = kb_cli_fail(cli, "start returned no process ID; command may have started");
+        rc = kb_cli_fail(cli, S_NO_PROCESS_ID);
         goto out;
     }
     s_wait_t w = {.cli = cli, .sandbox_id = sandbox_id, .process_id = r->process->process_id};

@@ -37,6 +37,9 @@ typedef struct kb_rpc_opts {
     FILE *trace;             /* non-NULL: one line per finished call (method, status, ms) */
 } kb_rpc_opts_t;
 
+/* The status of a call to a method the server does not have (it reached no handler). */
+#define KB_RPC_UNIMPLEMENTED 12
+
 /* The outcome of a call: a gRPC status code (0 = OK) and its message. */
 typedef struct kb_rpc_status {
     int code;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The kagent CLI binary against a gRPC server written with Debian's python3-grpcio
-# (interop_server.py): unary, server streaming (exec follow, download), client streaming
+# (interop_server.py): unary, server streaming (exec's fallback follow, download), client streaming
 # (upload), metadata, status codes and exit codes. Needs protoc, grpc_python_plugin and
 # /usr/bin/python3 with grpc (deploy/install-deps.sh); a missing one fails the test.
 set -euo pipefail
@@ -41,7 +41,8 @@ set -e
 [ $rc -eq 1 ] && [ "$err" = "Error: get sandbox nope: rpc error: code = NotFound desc = sandbox nope not found" ] \
   || fail "get: rc=$rc $err"
 
-# exec follows the stream; remote exit code 7 becomes ours
+# exec: this server has only the reference's ProcessService (Exec is UNIMPLEMENTED, nothing
+# started), so the CLI starts and follows the stream; remote exit code 7 becomes ours
 set +e
 "$kagent" "${api[@]}" sandbox exec "$sid" -- python --version >"$tmp/out" 2>"$tmp/err"; rc=$?
 set -e

@@ -25,6 +25,7 @@
 #include "ateenv/v1alpha/guest.pb-c.h"
 #include "cli.h"
 #include "cli_int.h"
+#include "kagent/api/v1/process.pb-c.h"
 #include "kagent/api/v1/sandbox_templates.pb-c.h"
 #include "kagent/api/v1/sandboxes.pb-c.h"
 #include "kagent/runtime/v1/runtime.pb-c.h"
@@ -59,8 +60,10 @@ static struct {
     bool stopping;
     /* behaviour, set by tests before running a command */
     int exit_code;       /* the exit message's code */
-    bool stream_hang;    /* StreamProcessOutput never sends anything */
-    bool stream_no_exit; /* StreamProcessOutput ends OK without an exit message */
+    bool stream_hang;    /* StreamProcessOutput never sends anything (Exec: after Started) */
+    bool stream_no_exit; /* StreamProcessOutput and Exec end OK without an exit message */
+    bool no_exec;        /* Exec is UNIMPLEMENTED: a server with the reference's API only */
+    bool start_hang;     /* Exec sends nothing, not even Started */
     int fail_code;       /* non-zero: lifecycle and process unary calls fail with it */
     const char *fail_msg;
     bool read_fail_midway;
@@ -182,14 +185,64 @@ static void s_fake_process(Ateenv__V1alpha__Process *p, int state, int code)
     p->exit_code = code;
 }
 
-/* StreamProcessOutput: the bytes past each offset, then the exit message (or a hang). */
-static void s_fake_stream_output(grpc_call *c, const uint8_t *req, size_t len)
+/* One message of an output stream: ProcessOutput, or ExecResponse for Exec. i is 0 (stdout),
+ * 1 (stderr) or 2 (p: the exit; for Exec 3 is p as Started). */
+static void s_fake_send_output(grpc_call *c, bool exec, int i, ProtobufCBinaryData d,
+                               Ateenv__V1alpha__Process *p)
 {
-    Ateenv__V1alpha__StreamProcessOutputRequest *r =
-        ateenv__v1alpha__stream_process_output_request__unpack(NULL, len, req);
-    int64_t so = r ? r->stdout_offset : 0, eo = r ? r->stderr_offset : 0;
-    ateenv__v1alpha__stream_process_output_request__free_unpacked(r, NULL);
-    if (s_fake.stream_hang) {
+    if (exec) {
+        Kagent__Api__V1__ExecResponse r;
+        kagent__api__v1__exec_response__init(&r);
+        static const Kagent__Api__V1__ExecResponse__MsgCase cases[] = {
+            KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT, KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR,
+            KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT, KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED};
+        r.msg_case = cases[i];
+        if (i == 0)
+            r.stdout = d;
+        else if (i == 1)
+            r.stderr = d;
+        else
+            r.exit = p; /* one union with started */
+        s_fake_send(c, &r.base);
+        return;
+    }
+    Ateenv__V1alpha__ProcessOutput o;
+    ateenv__v1alpha__process_output__init(&o);
+    if (i == 0) {
+        o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT;
+        o.stdout = d;
+    } else if (i == 1) {
+        o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR;
+        o.stderr = d;
+    } else {
+        o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
+        o.exit = p;
+    }
+    s_fake_send(c, &o.base);
+}
+
+/* StreamProcessOutput: the bytes past each offset, then the exit message (or a hang). Exec:
+ * the same from offset 0 after Started (or its failure before any message). */
+static void s_fake_stream_output(grpc_call *c, const uint8_t *req, size_t len, bool exec)
+{
+    int64_t so = 0, eo = 0;
+    Ateenv__V1alpha__Process p;
+    if (exec && (s_fake.fail_code || s_fake.no_exec)) {
+        s_fake_finish(c, NULL, s_fake.no_exec ? GRPC_STATUS_UNIMPLEMENTED : s_fake.fail_code,
+                      s_fake.no_exec ? "no such method" : s_fake.fail_msg);
+        return;
+    }
+    if (exec && !s_fake.start_hang) {
+        s_fake_process(&p, ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_RUNNING, 0);
+        s_fake_send_output(c, true, 3, (ProtobufCBinaryData){0}, &p);
+    } else if (!exec) {
+        Ateenv__V1alpha__StreamProcessOutputRequest *r =
+            ateenv__v1alpha__stream_process_output_request__unpack(NULL, len, req);
+        so = r ? r->stdout_offset : 0;
+        eo = r ? r->stderr_offset : 0;
+        ateenv__v1alpha__stream_process_output_request__free_unpacked(r, NULL);
+    }
+    if (s_fake.stream_hang || s_fake.start_hang) {
         int cancelled = 0;
         grpc_op op = {.op = GRPC_OP_RECV_CLOSE_ON_SERVER};
         op.data.recv_close_on_server.cancelled = &cancelled;
@@ -201,31 +254,19 @@ static void s_fake_stream_output(grpc_call *c, const uint8_t *req, size_t len)
         s_fake_op(c, &st, 1);
         return;
     }
-    Ateenv__V1alpha__ProcessOutput o;
     const char *streams[2] = {FAKE_OUT, FAKE_ERR};
     int64_t offs[2] = {so, eo};
     for (int i = 0; i < 2; i++) {
         int64_t l = (int64_t)strlen(streams[i]);
-        if (offs[i] >= l)
-            continue;
-        ateenv__v1alpha__process_output__init(&o);
-        ProtobufCBinaryData d = {(size_t)(l - offs[i]), (uint8_t *)streams[i] + offs[i]};
-        if (i == 0) {
-            o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT;
-            o.stdout = d;
-        } else {
-            o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR;
-            o.stderr = d;
-        }
-        s_fake_send(c, &o.base);
+        if (offs[i] < l)
+            s_fake_send_output(
+                c, exec, i,
+                (ProtobufCBinaryData){(size_t)(l - offs[i]), (uint8_t *)streams[i] + offs[i]},
+                NULL);
     }
     if (!s_fake.stream_no_exit) {
-        Ateenv__V1alpha__Process p;
         s_fake_process(&p, ATEENV__V1ALPHA__PROCESS_STATE__PROCESS_STATE_EXITED, s_fake.exit_code);
-        ateenv__v1alpha__process_output__init(&o);
-        o.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
-        o.exit = &p;
-        s_fake_send(c, &o.base);
+        s_fake_send_output(c, exec, 2, (ProtobufCBinaryData){0}, &p);
     }
     s_fake_finish(c, NULL, 0, NULL);
 }
@@ -426,8 +467,8 @@ static void s_fake_handle(grpc_call *c, const grpc_call_details *det, const grpc
     else
         free(rec.req);
     pthread_mutex_unlock(&s_fake.mu);
-    if (strstr(m, "/StreamProcessOutput"))
-        s_fake_stream_output(c, rec.req, rec.req_len);
+    if (strstr(m, "/StreamProcessOutput") || strcmp(m, "/kagent.api.v1.ProcessService/Exec") == 0)
+        s_fake_stream_output(c, rec.req, rec.req_len, strstr(m, "/Exec") != NULL);
     else if (strstr(m, "/WriteFile"))
         s_fake_write_file(c, slot);
     else if (strstr(m, "/ReadFile"))
@@ -479,7 +520,7 @@ static void s_fake_reset(void)
     memset(s_fake.log, 0, sizeof s_fake.log);
     s_fake.ncalls = 0;
     s_fake.exit_code = 0;
-    s_fake.stream_hang = s_fake.stream_no_exit = false;
+    s_fake.stream_hang = s_fake.stream_no_exit = s_fake.no_exec = s_fake.start_hang = false;
     s_fake.fail_code = 0;
     s_fake.fail_msg = "sandbox not found";
     s_fake.read_fail_midway = s_fake.write_fail = false;
@@ -930,14 +971,11 @@ static void test_exec_follows_stream_to_exit_code(void **state)
     assert_string_equal(s_last.err, "Process proc-1 in sandbox " SB_ID
                                     ": started (stdout offset 0, stderr offset 0)\n" FAKE_ERR
                                     "Process proc-1: PROCESS_STATE_EXITED, exit_code=3\n");
-    assert_int_equal(s_calls(), 2); /* start + one follow stream: no polling */
-    const fake_call_t *start = s_call(0), *follow = s_call(1);
-    assert_string_equal(start->method, "/ateenv.v1alpha.ProcessService/StartProcess");
-    assert_string_equal(follow->method, "/ateenv.v1alpha.ProcessService/StreamProcessOutput");
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(s_call(i)->n_sandbox_id, 1);
-        assert_string_equal(s_call(i)->sandbox_id, SB_ID);
-    }
+    assert_int_equal(s_calls(), 1); /* one Exec stream: started, output, exit; no polling */
+    const fake_call_t *start = s_call(0);
+    assert_string_equal(start->method, "/kagent.api.v1.ProcessService/Exec");
+    assert_int_equal(start->n_sandbox_id, 1);
+    assert_string_equal(start->sandbox_id, SB_ID);
     Ateenv__V1alpha__StartProcessRequest *sr =
         ateenv__v1alpha__start_process_request__unpack(NULL, start->req_len, start->req);
     assert_int_equal(sr->n_command, 3);
@@ -948,12 +986,42 @@ static void test_exec_follows_stream_to_exit_code(void **state)
     assert_string_equal(sr->env[1]->value, "x");
     assert_string_equal(sr->env[2]->value, "3");
     ateenv__v1alpha__start_process_request__free_unpacked(sr, NULL);
+    char *exec_out = strdup(s_last.out), *exec_err = strdup(s_last.err);
+
+    /* a server without Exec (UNIMPLEMENTED: nothing started): StartProcess, then the follow
+     * stream, and the very same output */
+    s_fake_reset();
+    s_fake.exit_code = 3;
+    s_fake.no_exec = true;
+    s_expect(s_run("sandbox", "exec", SB_ID, "--env", "A=1,B=x", "--env=C=3", "--", "sh", "-c",
+                   "echo hello; exit 3", NULL),
+             3, exec_out, exec_err);
+    assert_string_equal(s_last.out, exec_out);
+    assert_string_equal(s_last.err, exec_err);
+    free(exec_out);
+    free(exec_err);
+    assert_int_equal(s_calls(), 3);
+    assert_string_equal(s_call(1)->method, "/ateenv.v1alpha.ProcessService/StartProcess");
+    const fake_call_t *follow = s_call(2);
+    assert_string_equal(follow->method, "/ateenv.v1alpha.ProcessService/StreamProcessOutput");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(s_call(i)->n_sandbox_id, 1);
+        assert_string_equal(s_call(i)->sandbox_id, SB_ID);
+    }
+    assert_int_equal(s_call(1)->req_len, start->req_len); /* the same request, sent again */
     Ateenv__V1alpha__StreamProcessOutputRequest *fr =
         ateenv__v1alpha__stream_process_output_request__unpack(NULL, follow->req_len, follow->req);
     assert_true(fr->follow);
     assert_string_equal(fr->process_id, "proc-1");
     assert_int_equal(fr->stdout_offset, 0);
     ateenv__v1alpha__stream_process_output_request__free_unpacked(fr, NULL);
+
+    /* a stream that ends OK after Started without the exit: resumable, as a wait's */
+    s_fake_reset();
+    s_fake.stream_no_exit = true;
+    s_expect(s_run("sandbox", "exec", SB_ID, "--", "x", NULL), 1, FAKE_OUT,
+             "(stdout offset 6, stderr offset 5); use sandbox wait to continue: output stream "
+             "ended before the process exited\n");
 
     /* JSON events */
     s_fake_reset();
@@ -1027,6 +1095,13 @@ static void test_exec_follows_stream_to_exit_code(void **state)
         s_expect(s_run("sandbox", "exec", SB_ID, "--", "x", NULL), 1, NULL, want);
         assert_int_equal(s_calls(), 1);
     }
+    /* the deadline before the process was reported: unknown too */
+    s_fake_reset();
+    s_fake.start_hang = true;
+    s_expect(s_run("sandbox", "exec", SB_ID, "--timeout", "300ms", "--", "x", NULL), 1, NULL,
+             "Error: start process in sandbox " SB_ID ": command may have started; do not "
+             "blindly retry: rpc error: code = DeadlineExceeded");
+    assert_int_equal(s_calls(), 1);
 }
 
 static void test_wait_interrupted_by_timeout(void **state)
@@ -1080,7 +1155,7 @@ static void test_exec_interrupted_by_ctrl_c(void **state)
              "interrupted\n");
     pthread_join(t, NULL);
     assert_true(s_last.secs < 5.0);
-    assert_int_equal(s_calls(), 2); /* start + stream; no kill */
+    assert_int_equal(s_calls(), 1); /* the Exec stream only; no kill */
 }
 
 /* Client-observed exec round trip (start + follow to exit) against the fake, in-process:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# kagent.api.v1.ProcessService/Exec (one call, one guest round trip: started, output, exit)
+# through Debian's python3-grpcio against a real kagentd: output order, stderr apart, exit
+# codes and signals, refusals as StartProcess's, routing and ownership, cancellation, deadlines,
+# several MiB under flow control (kagentd's RSS bounded while the streams are not read).
+set -euo pipefail
+. "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
+/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
+# an ASan build's quarantine keeps 256 MB of freed blocks resident, which the RSS bound would
+# count; 16 MB still catches a use after free of what passed recently (no effect otherwise)
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16
+node_start
+node_apply_template exectest
+. "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
+stubs=$(api_stubs)
+/usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_exec.py" "127.0.0.1:$PORT" \
+  "$stubs" exectest "$NODE_PID"
+node_stop
