@@ -168,11 +168,31 @@ echo "$out" | grep -qi 'unreachable' || fail "unclear resume error: $out"
 echo "resume without storage: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a failed resume the sandbox is $(state "$id")"
 s3_start
-k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after storage came back"
-[ "$(sum "$id")" = "$before" ] || fail "/data differs after the late resume"
 
-# --- storage killed mid-transfer (24 MiB into a ~64 MiB archive) during a suspend: a clear
-# error, READY with its /data, the snapshot saved before (suspend 3) still the one named
+# --- storage killed mid-transfer (24 MiB into a ~64 MiB archive) during a resume: a clear
+# error, SUSPENDED
+s3_cut_start $((24 << 20))
+creds S3RVER "$CUTPORT"
+out=$(k sandbox resume "$id" 2>&1) && fail "resume through a killed storage succeeded: $out"
+s3_cut_wait
+creds S3RVER "$S3PORT"
+echo "$out" | grep -qi 'unreachable' || fail "unclear error of a resume cut off: $out"
+echo "storage killed during resume: $out"
+[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a resume cut off the sandbox is $(state "$id")"
+
+# --- wrong credentials (the node's credentials file, read per operation): a clear error, it
+# stays SUSPENDED; with the right ones (and storage back) the resume restores /data
+creds WRONGKEY "$S3PORT"
+out=$(k sandbox resume "$id" 2>&1) && fail "resume with wrong credentials succeeded: $out"
+echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error on resume: $out"
+echo "wrong credentials on resume: $out"
+[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after refused credentials on resume the sandbox is $(state "$id")"
+creds S3RVER "$S3PORT"
+k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after the failed ones"
+[ "$(sum "$id")" = "$before" ] || fail "/data differs after the resume that followed the failed ones"
+
+# --- storage killed mid-transfer during a suspend: a clear error, READY with its /data, the
+# snapshot saved before (suspend 3) still the one the manifest names
 s3_aws s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.before" >/dev/null || fail "aws s3 cp"
 s3_cut_start $((24 << 20))
 creds S3RVER "$CUTPORT"
@@ -188,27 +208,7 @@ cmp -s "$WORK/manifest.before" "$WORK/manifest.after" || fail "the manifest chan
 named=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["object"])' "$WORK/manifest.after")
 awsls "$id" | grep -qx "kagent/$named" || fail "the archive the manifest names is gone: $(awsls "$id")"
 
-# --- during a resume: a clear error, SUSPENDED; then a resume restores /data
-k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend before the resume's cut"
-s3_cut_start $((24 << 20))
-creds S3RVER "$CUTPORT"
-out=$(k sandbox resume "$id" 2>&1) && fail "resume through a killed storage succeeded: $out"
-s3_cut_wait
-creds S3RVER "$S3PORT"
-echo "$out" | grep -qi 'unreachable' || fail "unclear error of a resume cut off: $out"
-echo "storage killed during resume: $out"
-[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a resume cut off the sandbox is $(state "$id")"
-
-# --- wrong credentials (the node's credentials file, read per operation): a clear error; on
-# resume it stays SUSPENDED, on suspend READY
-creds WRONGKEY "$S3PORT"
-out=$(k sandbox resume "$id" 2>&1) && fail "resume with wrong credentials succeeded: $out"
-echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error on resume: $out"
-echo "wrong credentials on resume: $out"
-[ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after refused credentials on resume the sandbox is $(state "$id")"
-creds S3RVER "$S3PORT"
-k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after the cut and the wrong credentials"
-[ "$(sum "$id")" = "$before" ] || fail "/data differs after the resume that followed a cut"
+# --- wrong credentials on a suspend: a clear error, READY
 creds WRONGKEY "$S3PORT"
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend with wrong credentials succeeded: $out"
 echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error: $out"
