@@ -84,7 +84,7 @@ struct ka_sbx_job {
     bool fork;       /* boot: on the /data and root changes a fork copy kept for id */
     uint32_t n_fork; /* fork: the forks' ids */
     char forks[KA_FORK_MAX][KA_STORE_ID_LEN];
-    uint64_t bytes; /* fork: bytes copied */
+    uint64_t bytes; /* suspend, resume, fork: file bytes copied */
     double began;   /* ka_metric_now() when submitted */
     atomic_int owner;
 };
@@ -338,11 +338,17 @@ static ka_tree_opts_t s_tree_opts(int64_t owner)
 
 static int s_job_start(ka_sbx_job_t *j, bool reuse_data);
 
-/* A file:// snapshot copy, its bytes counted for the metrics. */
-static int s_job_copy(ka_sbx_job_t *j, const char *from, const char *to, const ka_tree_opts_t *o)
+/* A snapshot copy from `from` to `to`, its file bytes counted for the metrics: a plain tree
+ * copy (file://), or a save to (`to` a location) or a restore from (`from` one) object storage,
+ * whose reason for a failure goes to why. */
+static int s_job_copy(ka_sbx_job_t *j, const char *from, const char *to, const ka_tree_opts_t *o,
+                      char *why, size_t cap)
 {
-    ka_tree_stats_t st;
-    int rc = ka_tree_copy(from, to, o, &st);
+    ka_tree_stats_t st = {0};
+    int rc = ka_objstore_is_location(to)
+                 ? ka_snapobj_save(to, j->id, j->revision, from, o, &st, why, cap)
+             : ka_objstore_is_location(from) ? ka_snapobj_restore(from, j->id, to, o, &st, why, cap)
+                                             : ka_tree_copy(from, to, o, &st);
     j->bytes += st.bytes;
     return rc;
 }
@@ -377,11 +383,10 @@ static int s_job_suspend(ka_sbx_job_t *j)
     bool object = ka_objstore_is_location(j->snapshot);
     ka_phase_next(j->id, KA_PHASE_SUSPEND_UPLOAD);
     int rc = ka_driver_halt(j->driver, j->sb);
-    if (!rc && object)
-        rc = ka_snapobj_save(j->snapshot, j->id, j->revision, ka_driver_data_dir(j->driver, j->sb),
-                             &o, why, sizeof why);
-    else if (!rc && !(rc = ka_tree_remove(j->snapshot, &o)))
-        rc = s_job_copy(j, ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o);
+    if (!rc && !object)
+        rc = ka_tree_remove(j->snapshot, &o);
+    if (!rc)
+        rc = s_job_copy(j, ka_driver_data_dir(j->driver, j->sb), j->snapshot, &o, why, sizeof why);
     ka_phase_end(j->id);
     if (rc) {
         snprintf(j->err, sizeof j->err, "saving /data to the snapshot location failed: %s",
@@ -401,8 +406,7 @@ static int s_job_restore(ka_sbx_job_t *j)
     const char *data = ka_driver_data_dir(j->driver, j->sb);
     bool object = ka_objstore_is_location(j->snapshot);
     ka_phase_next(j->id, KA_PHASE_RESUME_DOWNLOAD);
-    int rc = object ? ka_snapobj_restore(j->snapshot, j->id, data, &o, why, sizeof why)
-                    : s_job_copy(j, j->snapshot, data, &o);
+    int rc = s_job_copy(j, j->snapshot, data, &o, why, sizeof why);
     ka_phase_end(j->id);
     if (rc == -ENOENT && object && j->lost)
         return 0; /* lost before anything was saved: a fresh /data */

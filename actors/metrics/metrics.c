@@ -266,7 +266,8 @@ static void s_put_family(FILE *o, s_family_t *f)
 static void s_put_job_bytes(FILE *o)
 {
     fputs("# HELP kagent_snapshot_bytes_total File bytes snapshot copies moved (suspend saves, "
-          "resume restores).\n# TYPE kagent_snapshot_bytes_total counter\n",
+          "resume restores; file:// and object storage).\n"
+          "# TYPE kagent_snapshot_bytes_total counter\n",
           o);
     for (size_t i = 0; i < 2; i++)
         fprintf(o, "kagent_snapshot_bytes_total{op=\"%s\"} %llu\n", s_job_ops[i],

@@ -107,8 +107,10 @@ static int s_upload_sink(void *user, const void *buf, size_t n)
 }
 
 int ka_snapobj_save(const char *location, const char *id, const char *revision, const char *dir,
-                    const ka_tree_opts_t *o, char *err, size_t cap)
+                    const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap)
 {
+    if (st)
+        *st = (ka_tree_stats_t){0};
     ka_objstore_t *os = s_open(location, o, err, cap);
     if (!os)
         return -EINVAL;
@@ -122,7 +124,7 @@ int ka_snapobj_save(const char *location, const char *id, const char *revision, 
     char object[S_KEY_CAP];
     snprintf(object, sizeof object, "%s/%lld-%08x.tar.zst", id, (long long)krt_wall_ms(), rnd);
     s_up_t up = {rc ? NULL : ka_os_upload_new(os, object), 0};
-    ka_snapshot_info_t info;
+    ka_snapshot_info_t info = {0};
     char why[KA_SNAPSHOT_ERR_CAP] = "";
     if (!rc && !up.u)
         rc = -ENOMEM;
@@ -146,6 +148,8 @@ int ka_snapobj_save(const char *location, const char *id, const char *revision, 
         krt_log(KRT_LOG_INFO, "snapshots", "snapshot_saved",
                 "sandbox=%s object=%s bytes=%llu archive_bytes=%llu", id, object,
                 (unsigned long long)info.tree.bytes, (unsigned long long)info.archive_bytes);
+    if (st)
+        *st = info.tree;
     ka_objstore_destroy(&os);
     return rc;
 }
@@ -184,7 +188,7 @@ static void *s_fetch_run(void *arg)
 }
 
 static int s_stream_restore(ka_objstore_t *os, const s_manifest_t *m, const char *dir,
-                            const ka_tree_opts_t *o, char *err, size_t cap)
+                            const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -200,6 +204,8 @@ static int s_stream_restore(ka_objstore_t *os, const s_manifest_t *m, const char
     ka_snapshot_info_t info;
     char why[KA_SNAPSHOT_ERR_CAP] = "";
     rc = ka_snapshot_read(dir, sv[0], o, &info, why, sizeof why);
+    if (st)
+        *st = info.tree;
     close(sv[0]); /* a download still running ends on EPIPE */
     pthread_join(t, NULL);
     close(sv[1]);
@@ -220,8 +226,10 @@ static int s_stream_restore(ka_objstore_t *os, const s_manifest_t *m, const char
 }
 
 int ka_snapobj_restore(const char *location, const char *id, const char *dir,
-                       const ka_tree_opts_t *o, char *err, size_t cap)
+                       const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap)
 {
+    if (st)
+        *st = (ka_tree_stats_t){0};
     ka_objstore_t *os = s_open(location, o, err, cap);
     if (!os)
         return -EINVAL;
@@ -230,7 +238,7 @@ int ka_snapobj_restore(const char *location, const char *id, const char *dir,
     if (rc == -ENOENT)
         s_msg(err, cap, "no snapshot of this sandbox in object storage", location);
     if (!rc)
-        rc = s_stream_restore(os, &m, dir, o, err, cap);
+        rc = s_stream_restore(os, &m, dir, o, st, err, cap);
     ka_objstore_destroy(&os);
     return rc;
 }

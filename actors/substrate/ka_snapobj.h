@@ -22,13 +22,15 @@
 
 #define KA_SNAPOBJ_FORMAT "kagent-snapshot/1"
 
-/* Archives dir as sandbox id's snapshot (revision recorded) under location. */
+/* Archives dir as sandbox id's snapshot (revision recorded) under location. st (may be NULL)
+ * receives what was archived (entries and file bytes), as far as it went on a failure. */
 int ka_snapobj_save(const char *location, const char *id, const char *revision, const char *dir,
-                    const ka_tree_opts_t *o, char *err, size_t cap);
+                    const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap);
 
-/* Restores sandbox id's snapshot under location into dir (empty). -ENOENT: none saved. */
+/* Restores sandbox id's snapshot under location into dir (empty). -ENOENT: none saved. st (may
+ * be NULL) receives what was restored (entries and file bytes), as far as it went on a failure. */
 int ka_snapobj_restore(const char *location, const char *id, const char *dir,
-                       const ka_tree_opts_t *o, char *err, size_t cap);
+                       const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap);
 
 /* Deletes every object of sandbox id's snapshots under location (none: 0). */
 int ka_snapobj_remove(const char *location, const char *id, const ka_tree_opts_t *o, char *err,

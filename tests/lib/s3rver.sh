@@ -3,6 +3,9 @@
 #   s3_install            npm ci once; sets S3RVER
 #   s3_start / s3_stop    starts (bucket `snaps`, data in $WORK/s3) / stops it on $S3PORT
 #   s3_aws ARGS...        Debian's awscli against it with s3rver's keys
+#   s3_cut_start LIMIT    a proxy in front of it (tests/lib/s3cut.py) on $CUTPORT that dies
+#                         once LIMIT bytes went through it: the storage killed mid-transfer
+#   s3_cut_wait           waits for that proxy; fails unless it died of its cut
 # Needs KAGENT_BUILD_DIR and KAGENT_SOURCE_DIR. Everything fails loudly (node_fail).
 # shellcheck source=npm.sh
 . "$(dirname "${BASH_SOURCE[0]}")/npm.sh"
@@ -41,4 +44,31 @@ s3_stop() {
 s3_aws() {
   AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 \
     "$S3_AWS" --endpoint-url "http://127.0.0.1:$S3PORT" "$@"
+}
+
+s3_cut_start() {
+  local lim=$1
+  rm -f "$WORK/s3cut.port"
+  python3 "${KAGENT_SOURCE_DIR:?}/tests/lib/s3cut.py" "$S3PORT" "$lim" >"$WORK/s3cut.port" \
+    2>>"$WORK/s3cut.log" &
+  CUTPID=$!
+  for _ in $(seq 100); do
+    CUTPORT=$(head -1 "$WORK/s3cut.port" 2>/dev/null || true)
+    [ -n "$CUTPORT" ] && return 0
+    kill -0 "$CUTPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  node_fail "the cutting proxy did not start: $(cat "$WORK/s3cut.log" 2>/dev/null)"
+}
+
+s3_cut_wait() { # (the call through it has ended: a cut proxy is gone or a zombie by now)
+  local rc=0 st
+  st=$(awk '{print $3}' "/proc/$CUTPID/stat" 2>/dev/null || true)
+  if [ -n "$st" ] && [ "$st" != Z ]; then
+    kill "$CUTPID"; wait "$CUTPID" 2>/dev/null || true; CUTPID=
+    node_fail "the cutting proxy is still running: the transfer never reached its cut"
+  fi
+  wait "$CUTPID" || rc=$?
+  CUTPID=
+  [ $rc = 0 ] || node_fail "the cutting proxy ended with $rc before its cut: $(cat "$WORK/s3cut.log")"
 }
