@@ -100,6 +100,7 @@ typedef struct ka_config {
     size_t n_allowed_hosts;
     /* mesh */
     char mesh_bind[KA_CFG_URL_MAX];
+    char mesh_advertise[KA_CFG_URL_MAX]; /* the endpoint peers connect to ("" = the bound one) */
     /* snapshots: object storage credentials overriding kagentd's AWS_* environment */
     char snapshot_credentials_file[KA_CFG_PATH_MAX];
     ka_peer_cfg_t peers[KA_CFG_MAX_PEERS];
