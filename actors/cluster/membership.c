@@ -112,6 +112,12 @@ static void s_sync_peers(s_member_t *m)
 
 /* ---- lease ---------------------------------------------------------------------------------- */
 
+static void s_lease_until(s_member_t *m, int64_t deadline)
+{
+    m->lease_deadline = deadline;
+    atomic_store(&m->a.status->lease_deadline, deadline);
+}
+
 static void s_fence(s_member_t *m, const char *why)
 {
     if (!m->registered)
@@ -175,7 +181,7 @@ static void s_on_register(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     }
     m->registered = true;
-    m->lease_deadline = m->sent_at + m->a.lease_ms;
+    s_lease_until(m, m->sent_at + m->a.lease_ms);
     atomic_store(&m->a.status->incarnation, row->incarnation);
     atomic_store(&m->a.status->member, true);
     krt_log(KRT_LOG_INFO, m->path, "node_registered",
@@ -191,7 +197,7 @@ static void s_on_renew(krt_ctx_t *ctx, void *state, void *user, int err, const k
     int status;
     const ka_store_node_t *row = s_row_reply(err, reply, &status);
     if (row && m->registered) {
-        m->lease_deadline = m->sent_at + m->a.lease_ms;
+        s_lease_until(m, m->sent_at + m->a.lease_ms);
     } else if (status == KA_STORE_ENOTFOUND) {
         s_fence(m, "renewal_refused");
     } else {

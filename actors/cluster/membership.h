@@ -64,7 +64,8 @@ typedef struct ka_cluster_nodes {
 
 /* Shared with the node's other threads (readiness, metrics); written by the actor only. */
 typedef struct ka_membership_status {
-    atomic_bool member;          /* holds its lease (false before the first registration) */
+    atomic_bool member;          /* registered (false before the first registration) */
+    atomic_llong lease_deadline; /* krt_mono_ms before which the lease surely holds */
     atomic_llong incarnation;    /* of the current (or last) registration */
     atomic_ullong fenced_total;  /* times this node found itself fenced */
     atomic_uint peers_connected; /* mesh peers */
@@ -82,10 +83,12 @@ typedef struct ka_membership_args {
 
 extern const krt_behaviour_t ka_membership_behaviour;
 
-/* True while the node holds its lease: the flag to check before acting as a member. */
+/* True while the node holds its lease: the flag to check before acting as a member. Exact
+ * from any thread: a node that was stopped (SIGSTOP, a long pause) past its lease is not a
+ * member from the moment it runs again, before its actor has noticed. */
 static inline bool ka_membership_member(const ka_membership_status_t *st)
 {
-    return st && atomic_load(&st->member);
+    return st && atomic_load(&st->member) && krt_mono_ms() < atomic_load(&st->lease_deadline);
 }
 
 #endif
