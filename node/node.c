@@ -719,8 +719,10 @@ void ka_node_stop(ka_node_t **node_p)
     kb_mcp_destroy(&n->mcp); /* after the HTTP server: a route cannot be removed */
     kb_ui_destroy(&n->ui);
     kb_grpc_reflection_destroy(&n->reflection);
-    krt_system_stop(n->sys); /* actors stop: sandboxes release their compute, peers dropped */
-    krt_mesh_stop(n->mesh);  /* goodbye: peers see this node down at once */
+    if (n->sys)
+        krt_system_stop(n->sys); /* actors stop: sandboxes release their compute, peers dropped */
+    if (n->mesh)
+        krt_mesh_stop(n->mesh); /* goodbye: peers see this node down at once */
     krt_system_destroy(&n->sys);
     krt_mesh_destroy(&n->mesh);
     kb_api_destroy(&n->api);
