@@ -124,8 +124,8 @@ static void s_fence(s_member_t *m, const char *why)
         return;
     m->registered = false;
     m->fenced_at = krt_mono_ms();
+    atomic_fetch_add(&m->a.status->fenced_total, 1); /* first: whoever sees the flag, counts it */
     atomic_store(&m->a.status->member, false);
-    atomic_fetch_add(&m->a.status->fenced_total, 1);
     krt_log(KRT_LOG_WARN, m->path, "node_fenced",
             "incarnation=%lld reason=%s: not a member until it registers again",
             (long long)atomic_load(&m->a.status->incarnation), why);
@@ -161,13 +161,14 @@ static void s_list(krt_ctx_t *ctx, s_member_t *m)
 static const ka_store_node_t *s_row_reply(int err, const krt_msg_t *reply, int *status)
 {
     const ka_store_node_list_t *l = reply ? reply->body : NULL;
-    *status = err;
-    if (err || !l || reply->len < sizeof *l)
+    *status = err ? err : KA_STORE_EINVAL;
+    if (err || !l || reply->len < sizeof l->status)
         return NULL;
-    *status = l->status.err;
-    return !l->status.err && l->count == 1 && reply->len >= sizeof *l + sizeof l->items[0]
-               ? &l->items[0]
-               : NULL;
+    *status = l->status.err ? l->status.err : KA_STORE_EINVAL; /* errors may be just a status */
+    if (l->status.err || reply->len < sizeof *l + sizeof l->items[0] || l->count != 1)
+        return NULL;
+    *status = 0;
+    return &l->items[0];
 }
 
 static void s_on_register(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
