@@ -2,7 +2,8 @@
 # A local cluster: N kagentd nodes on this machine sharing one PostgreSQL.
 #   deploy/cluster.sh up N [BUILD_DIR]   starts nodes 1..N, prints `node-<i> <api-url> <pid>`
 #   deploy/cluster.sh down               stops them (SIGTERM, then SIGKILL after 60 s) and
-#                                        removes everything: processes, mounts, state
+#                                        removes everything: processes, mounts, state; fails if
+#                                        a running node did not stop cleanly
 # Node 1 runs the embedded PostgreSQL (or every node uses KAGENT_DATABASE_URL when set); each
 # node has its own state dir, API port, mesh port (CURVE, peers found in the node table) and
 # host-uid range. Environment (defaults):
@@ -77,15 +78,22 @@ s_up() {
   for i in $(seq 2 "$n"); do s_start "$i" "$url"; done
 }
 
-# Stops one node: SIGTERM, SIGKILL after 60 s. Its pid file goes either way.
+# Stops one node: SIGTERM, SIGKILL after 60 s; a node that did not log its clean stop is
+# reported (unclean=1, with its log's tail). Its pid file goes either way.
+unclean=0
 s_stop() {
-  local pidfile=$1 pid
-  pid=$(cat "$pidfile")
+  local pidfile=$1 pid node
+  pid=$(cat "$pidfile") node=$(basename "$(dirname "$pidfile")")
   if kill -0 "$pid" 2>/dev/null && grep -q kagentd "/proc/$pid/cmdline" 2>/dev/null; then
     kill -TERM "$pid"
     for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && { say "$pidfile: no exit 60 s after SIGTERM, killing"; kill -KILL "$pid"; }
+    kill -0 "$pid" 2>/dev/null && { say "$node: no exit 60 s after SIGTERM, killing"; kill -KILL "$pid"; }
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    if ! grep -q "path=$node event=stopped" "$(dirname "$pidfile")/node.log"; then
+      say "$node did not stop cleanly; the end of its log:"
+      tail -20 "$(dirname "$pidfile")/node.log" >&2
+      unclean=1
+    fi
   fi
   rm -f "$pidfile"
 }
@@ -105,6 +113,7 @@ s_down() {
   grep " $dir/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l
   rm -rf "$dir"
   ! grep -q " $dir/" /proc/mounts || die "mounts left under $dir"
+  [ $unclean = 0 ] || die "a node did not stop cleanly (above)"
 }
 
 case "${1:-}" in
