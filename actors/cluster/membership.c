@@ -197,8 +197,9 @@ static void s_on_renew(krt_ctx_t *ctx, void *state, void *user, int err, const k
     s_member_t *m = state;
     int status;
     const ka_store_node_t *row = s_row_reply(err, reply, &status);
-    if (row && m->registered) {
-        s_lease_until(m, m->sent_at + m->a.lease_ms);
+    if (row) {
+        if (m->registered) /* else it fenced itself meanwhile: it registers anew */
+            s_lease_until(m, m->sent_at + m->a.lease_ms);
     } else if (status == KA_STORE_ENOTFOUND) {
         s_fence(m, "renewal_refused");
     } else {
