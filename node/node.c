@@ -47,6 +47,7 @@
 #define MESH_HEARTBEAT_MS    500
 #define MESH_PEER_TIMEOUT_MS 2000
 #define MEMBER_READY_MS      30000 /* the first registration, at start */
+#define LEAVE_MS             3000  /* ending the lease at a clean stop */
 
 struct ka_node {
     ka_config_t cfg;
@@ -719,6 +720,10 @@ void ka_node_stop(ka_node_t **node_p)
     kb_mcp_destroy(&n->mcp); /* after the HTTP server: a route cannot be removed */
     kb_ui_destroy(&n->ui);
     kb_grpc_reflection_destroy(&n->reflection);
+    krt_reply_t r; /* leave the cluster: the lease ends now, peers see this node gone */
+    if (n->sys && krt_call(n->sys, krt_whereis(n->sys, KA_CLUSTER_NAME), KA_CLUSTER_LEAVE, NULL, 0,
+                           LEAVE_MS, &r) == 0)
+        krt_reply_free(&r);
     if (n->sys)
         krt_system_stop(n->sys); /* actors stop: sandboxes release their compute, peers dropped */
     if (n->mesh)

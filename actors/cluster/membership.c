@@ -16,15 +16,17 @@ typedef struct s_member {
     ka_membership_args_t a;
     char path[160];
     krt_timer_t tick;
-    bool registered;        /* holds a lease (mirrors status->member) */
-    bool busy;              /* a renewal round (register or renew, then list) in flight */
+    bool registered;       /* holds a lease (mirrors status->member) */
+    bool busy;             /* a renewal round (register or renew, then list) in flight */
+    bool leaving;          /* KA_CLUSTER_LEAVE received: no more rounds */
+    krt_addr_t leave_from; /* ... and whom to answer */
+    uint64_t leave_ref;
     int64_t lease_deadline; /* monotonic ms: the lease ends no earlier than this */
     int64_t fenced_at;      /* monotonic ms of the last fencing; 0 = never */
     int64_t sent_at;        /* monotonic ms the round's register/renew was sent */
     s_peer_t peers[KA_CLUSTER_MAX];
     size_t n_peers;
     ka_store_node_list_t *table; /* the node table as last read (NULL before) */
-    size_t table_len;
 } s_member_t;
 
 static krt_addr_t s_store(krt_ctx_t *ctx, const s_member_t *m)
@@ -132,6 +134,17 @@ static void s_fence(s_member_t *m, const char *why)
     s_drop_all(m, "fenced");
 }
 
+/* Keeps a copy of a node list as the table (on allocation failure the old one stays). */
+static void s_keep_table(s_member_t *m, const ka_store_node_list_t *l, size_t len)
+{
+    ka_store_node_list_t *copy = malloc(len);
+    if (!copy)
+        return;
+    memcpy(copy, l, len);
+    free(m->table);
+    m->table = copy;
+}
+
 static void s_on_list(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
     s_member_t *m = state;
@@ -140,13 +153,7 @@ static void s_on_list(krt_ctx_t *ctx, void *state, void *user, int err, const kr
     if (err || !l || reply->len < sizeof *l || l->status.err ||
         reply->len != sizeof *l + l->count * sizeof l->items[0])
         return;
-    ka_store_node_list_t *copy = malloc(reply->len);
-    if (!copy)
-        return;
-    memcpy(copy, l, reply->len);
-    free(m->table);
-    m->table = copy;
-    m->table_len = reply->len;
+    s_keep_table(m, l, reply->len);
     if (m->registered)
         s_sync_peers(m);
 }
@@ -181,6 +188,9 @@ static void s_on_register(krt_ctx_t *ctx, void *state, void *user, int err, cons
         krt_log(KRT_LOG_WARN, m->path, "register_failed", "error=%s", krt_strerror(status));
         return;
     }
+    if (!m->table) /* until the first read of the table: this node's own row */
+        s_keep_table(m, (const ka_store_node_list_t *)reply->body,
+                     sizeof(ka_store_node_list_t) + sizeof *row);
     m->registered = true;
     s_lease_until(m, m->sent_at + m->a.lease_ms);
     atomic_store(&m->a.status->incarnation, row->incarnation);
@@ -235,6 +245,36 @@ static void s_round(krt_ctx_t *ctx, s_member_t *m)
 }
 
 /* ---- requests ------------------------------------------------------------------------------- */
+
+static void s_on_left(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    s_member_t *m = state;
+    int status;
+    const ka_store_node_t *row = s_row_reply(err, reply, &status);
+    krt_log(row ? KRT_LOG_INFO : KRT_LOG_WARN, m->path, "node_left", "incarnation=%lld lease=%s",
+            (long long)atomic_load(&m->a.status->incarnation),
+            row ? "ended" : krt_strerror(status));
+    krt_reply_to(ctx, m->leave_from, m->leave_ref, KA_CLUSTER_LEAVE, NULL, 0);
+}
+
+/* A clean stop: the lease ends now (lease_ms 0) instead of lapsing a lease later. */
+static void s_leave(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
+{
+    bool held = m->registered;
+    m->leaving = true;
+    m->registered = false;
+    atomic_store(&m->a.status->member, false);
+    krt_timer_cancel(ctx, &m->tick);
+    s_drop_all(m, "leaving");
+    m->leave_from = msg->from;
+    m->leave_ref = msg->ref;
+    ka_store_node_heartbeat_t hb = {.lease_ms = 0,
+                                    .incarnation = atomic_load(&m->a.status->incarnation)};
+    snprintf(hb.id, sizeof hb.id, "%s", m->a.self.id);
+    if (!held || krt_request(ctx, s_store(ctx, m), KA_STORE_NODE_HEARTBEAT, &hb, sizeof hb,
+                             S_CALL_MS, s_on_left, NULL))
+        krt_reply(ctx, msg, KA_CLUSTER_LEAVE, NULL, 0);
+}
 
 static void s_nodes(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
 {
@@ -307,6 +347,8 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     s_member_t *m = state;
     switch (msg->type) {
     case KA_CLUSTER_TICK:
+        if (m->leaving)
+            break;
         krt_timer_arm(ctx, &m->tick, (uint64_t)m->a.renew_ms, KA_CLUSTER_TICK, 0);
         s_round(ctx, m);
         break;
@@ -315,6 +357,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_CLUSTER_TREE:
         s_tree(ctx, msg);
+        break;
+    case KA_CLUSTER_LEAVE:
+        s_leave(ctx, m, msg);
         break;
     default:
         if (msg->kind == KRT_KIND_REQUEST)

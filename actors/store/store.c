@@ -957,7 +957,7 @@ static void s_node(s_store_t *self, const krt_msg_t *msg)
     char lease[32], inc[32];
     if (msg->type == KA_STORE_NODE_HEARTBEAT) {
         S_BODY(ka_store_node_heartbeat_t, b);
-        if (!S_STR(b->id, true) || b->lease_ms <= 0)
+        if (!S_STR(b->id, true) || b->lease_ms < 0)
             S_INVALID("heartbeat: id and lease required");
         snprintf(lease, sizeof(lease), "%lld", (long long)b->lease_ms);
         snprintf(inc, sizeof(inc), "%lld", (long long)b->incarnation);

@@ -384,10 +384,11 @@ typedef struct ka_store_node {
 } ka_store_node_t;
 
 /* Renew a lease: only the incarnation that holds it and only before it lapsed; otherwise
- * KA_STORE_ENOTFOUND (the node must register again, under a new incarnation). */
+ * KA_STORE_ENOTFOUND (the node must register again, under a new incarnation). lease_ms 0 ends
+ * the lease now: the node leaves. */
 typedef struct ka_store_node_heartbeat {
     char id[KA_STORE_NODE_LEN];
-    int64_t lease_ms;    /* extend the lease to now + lease_ms */
+    int64_t lease_ms;    /* the lease ends at now + lease_ms */
     int64_t incarnation; /* the one the registration returned */
 } ka_store_node_heartbeat_t;
 

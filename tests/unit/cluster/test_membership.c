@@ -30,6 +30,7 @@ static atomic_int s_registrations; /* NODE_PUT received */
 static atomic_int s_renewals;      /* NODE_HEARTBEAT received */
 static atomic_llong s_refused_at;  /* krt_mono_ms of the last renewal refused */
 static atomic_llong s_put_at;      /* krt_mono_ms of the last registration */
+static atomic_int s_left;          /* a heartbeat with lease_ms 0 (the node leaves) */
 
 static void s_reply_row(krt_ctx_t *ctx, const krt_msg_t *msg, const ka_store_node_t *self,
                         uint32_t count)
@@ -81,6 +82,8 @@ static void s_fake(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         const ka_store_node_heartbeat_t *hb = msg->body;
         assert_int_equal(msg->len, sizeof *hb);
         assert_string_equal(hb->id, "7");
+        if (hb->lease_ms == 0)
+            atomic_store(&s_left, 1);
         if (mode == FAKE_AWAY)
             return s_reply_err(ctx, msg, KA_STORE_EUNAVAIL);
         if (mode == FAKE_REFUSE || hb->incarnation != atomic_load(&s_incarnation)) {
@@ -113,6 +116,7 @@ static int s_setup(void **state)
     atomic_store(&s_renewals, 0);
     atomic_store(&s_refused_at, 0);
     atomic_store(&s_put_at, 0);
+    atomic_store(&s_left, 0);
     memset(&s_status, 0, sizeof s_status);
     memset(&s_args, 0, sizeof s_args);
     s_args.store = "store";
@@ -179,6 +183,8 @@ static void test_nodes_and_tree(void **unused)
     WAIT_FOR(ka_membership_member(&s_status));
     krt_addr_t c = krt_whereis(s_sys, KA_CLUSTER_NAME);
     krt_reply_t r;
+    assert_true(s_nodes(c, &r) >= 1); /* from its registration on: at least itself */
+    krt_reply_free(&r);
     WAIT_FOR(s_nodes(c, &r) == 2);
     const ka_cluster_nodes_t *l = r.body;
     assert_int_equal(r.len, sizeof *l + 2 * sizeof l->items[0]);
@@ -226,6 +232,25 @@ static void test_unrenewable_lease_fences(void **unused)
     assert_int_equal(atomic_load(&s_status.incarnation), 2);
 }
 
+/* A clean stop: the lease ends in the table now, the node is no member, renews nothing more. */
+static void test_leave_ends_lease(void **unused)
+{
+    WAIT_FOR(ka_membership_member(&s_status));
+    krt_reply_t r;
+    assert_int_equal(
+        krt_call(s_sys, krt_whereis(s_sys, KA_CLUSTER_NAME), KA_CLUSTER_LEAVE, NULL, 0, 2000, &r),
+        0);
+    assert_int_equal(r.status, 0);
+    krt_reply_free(&r);
+    assert_int_equal(atomic_load(&s_left), 1);
+    assert_false(ka_membership_member(&s_status));
+    int renewals = atomic_load(&s_renewals), registrations = atomic_load(&s_registrations);
+    usleep(10 * RENEW_MS * 1000); /* an absence: ten renewal periods pass without a request */
+    assert_int_equal(atomic_load(&s_renewals), renewals);
+    assert_int_equal(atomic_load(&s_registrations), registrations);
+    assert_int_equal(atomic_load(&s_status.fenced_total), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +258,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nodes_and_tree, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_refused_renewal_fences, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_unrenewable_lease_fences, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_leave_ends_lease, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
