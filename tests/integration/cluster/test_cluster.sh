@@ -8,7 +8,8 @@
 #      down (node-down to monitors); once its lease lapsed they drop it as a peer;
 #   4. SIGSTOP of node 2 past its lease, then SIGCONT: it is fenced (/readyz 503, node_fenced,
 #      not a member) until it registers again under a new incarnation, and rejoins the mesh;
-#   5. `down` stops the rest and leaves no process, mount or state behind.
+#   5. SIGTERM of node 2: it leaves (its lease ends at once), node 1 drops it well before a lease;
+#   6. `down` stops the rest and leaves no process, mount or state behind.
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
@@ -177,7 +178,29 @@ done
 "$KAGENT" --api-url "${API[1]}" runtime tree --node "$id2" -o json | grep -q '"node-2/supervisor"' ||
   fail "node 1 cannot reach node 2's tree after it rejoined"
 
-# ---- 5. down leaves nothing behind ---------------------------------------------------------------
+# ---- 5. a clean stop (SIGTERM) of node 2 ends its lease at once, not a lease later ------------
+term_ms=$(date +%s%3N)
+kill -TERM "${PID[2]}"
+t0=$(date +%s%N)
+log=$CLUSTER_DIR/node-1/node.log
+pat="path=node-1/cluster event=peer_disconnected node=$id2 incarnation=$new reason=lease_lapsed"
+until grep -q "$pat" "$log"; do
+  [ "$(ms_since "$t0")" -lt 15000 ] || fail "node-1 did not drop node-2 after its SIGTERM"
+  sleep 0.1
+done
+left=$(( $(log_ms "$log" "$pat") - term_ms ))
+# without the leave its lease would hold 5 s after its last renewal (at most 1 s before SIGTERM)
+[ "$left" -lt 4000 ] || fail "node-2's lease ended $left ms after its SIGTERM (it did not leave)"
+grep -q "path=node-2/cluster event=node_left incarnation=$new lease=ended" \
+  "$CLUSTER_DIR/node-2/node.log" || fail "node-2 logged no node_left"
+echo "CLUSTER clean_stop_dropped_ms=$left"
+while kill -0 "${PID[2]}" 2>/dev/null; do
+  [ "$(ms_since "$t0")" -lt 60000 ] || fail "node-2 still runs 60 s after SIGTERM"
+  sleep 0.1
+done
+grep -q "path=node-2 event=stopped" "$CLUSTER_DIR/node-2/node.log" || fail "node-2 did not stop cleanly"
+
+# ---- 6. down leaves nothing behind ---------------------------------------------------------------
 "$src/deploy/cluster.sh" down || fail "cluster.sh down"
 for i in 1 2 3; do ! kill -0 "${PID[$i]}" 2>/dev/null || fail "node-$i (pid ${PID[$i]}) still runs"; done
 ! pgrep -f "$CLUSTER_DIR" >/dev/null || fail "processes left: $(pgrep -af "$CLUSTER_DIR")"
