@@ -3,7 +3,8 @@
  * registered as "store", whose answers the test sets: registration (a new incarnation each
  * time), renewal refused (the lease was taken or lapsed), the database away (no lease can be
  * renewed: the node fences itself when its own lease ends), and the node table it serves.
- * Periods are short (renew 20 ms, lease 150 ms); every wait is on a condition with a deadline.
+ * Renewals every 20 ms; leases of 1 s where fencing is tested, else 60 s; every wait is on a
+ * condition with a deadline.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,18 +20,20 @@
 #include "membership.h"
 
 #define RENEW_MS    20
-#define LEASE_MS    150
-#define DEADLINE_MS 5000
+#define LEASE_MS    1000  /* the fencing tests: renewals take far less even under valgrind */
+#define LONG_MS     60000 /* the others: a lease that cannot lapse during the test */
+#define DEADLINE_MS 10000
 
 enum { FAKE_OK = 0, FAKE_REFUSE, FAKE_AWAY };
 
-static atomic_int s_mode;          /* how the fake answers renewals (FAKE_*) */
-static atomic_llong s_incarnation; /* the fake's current incarnation of node 7 */
-static atomic_int s_registrations; /* NODE_PUT received */
-static atomic_int s_renewals;      /* NODE_HEARTBEAT received */
-static atomic_llong s_refused_at;  /* krt_mono_ms of the last renewal refused */
-static atomic_llong s_put_at;      /* krt_mono_ms of the last registration */
-static atomic_int s_left;          /* a heartbeat with lease_ms 0 (the node leaves) */
+static atomic_int s_mode;           /* how the fake answers renewals (FAKE_*) */
+static atomic_llong s_incarnation;  /* the fake's current incarnation of node 7 */
+static atomic_int s_registrations;  /* NODE_PUT received */
+static atomic_int s_renewals;       /* NODE_HEARTBEAT received */
+static atomic_llong s_refused_at;   /* krt_mono_ms of the last renewal refused */
+static atomic_llong s_put_at;       /* krt_mono_ms of the last registration */
+static atomic_int s_left;           /* a heartbeat with lease_ms 0 (the node leaves) */
+static ka_membership_args_t s_args; /* the membership actor's */
 
 static void s_reply_row(krt_ctx_t *ctx, const krt_msg_t *msg, const ka_store_node_t *self,
                         uint32_t count)
@@ -74,7 +77,7 @@ static void s_fake(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             return s_reply_err(ctx, msg, KA_STORE_EUNAVAIL);
         assert_int_equal(msg->len, sizeof f->self);
         memcpy(&f->self, msg->body, sizeof f->self);
-        assert_int_equal(f->self.lease_ms, LEASE_MS);
+        assert_int_equal(f->self.lease_ms, s_args.lease_ms);
         atomic_fetch_add(&s_incarnation, 1);
         return s_reply_row(ctx, msg, &f->self, 1);
     case KA_STORE_NODE_HEARTBEAT: {
@@ -106,9 +109,8 @@ static const krt_behaviour_t s_fake_store = {
 
 static krt_system_t *s_sys;
 static ka_membership_status_t s_status;
-static ka_membership_args_t s_args;
 
-static int s_setup(void **state)
+static int s_setup_lease(int lease_ms)
 {
     atomic_store(&s_mode, FAKE_OK);
     atomic_store(&s_incarnation, 0);
@@ -122,7 +124,7 @@ static int s_setup(void **state)
     s_args.store = "store";
     s_args.status = &s_status;
     s_args.renew_ms = RENEW_MS;
-    s_args.lease_ms = LEASE_MS;
+    s_args.lease_ms = lease_ms;
     snprintf(s_args.self.id, sizeof s_args.self.id, "7");
     snprintf(s_args.self.name, sizeof s_args.self.name, "node-7");
     s_sys = krt_system_new(&(krt_config_t){.node_id = 7, .schedulers = 2, .name = "node-7"});
@@ -135,6 +137,16 @@ static int s_setup(void **state)
     return krt_system_spawn(s_sys, &ka_membership_behaviour, &s_args,
                             &(krt_spawn_opts_t){.name = KA_CLUSTER_NAME, .register_name = true},
                             &a);
+}
+
+static int s_setup(void **state)
+{
+    return s_setup_lease(LONG_MS);
+}
+
+static int s_setup_fencing(void **state)
+{
+    return s_setup_lease(LEASE_MS);
 }
 
 static int s_teardown(void **state)
@@ -256,8 +268,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_registers_and_renews, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_nodes_and_tree, s_setup, s_teardown),
-        cmocka_unit_test_setup_teardown(test_refused_renewal_fences, s_setup, s_teardown),
-        cmocka_unit_test_setup_teardown(test_unrenewable_lease_fences, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_renewal_fences, s_setup_fencing, s_teardown),
+        cmocka_unit_test_setup_teardown(test_unrenewable_lease_fences, s_setup_fencing, s_teardown),
         cmocka_unit_test_setup_teardown(test_leave_ends_lease, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
