@@ -106,12 +106,6 @@ static const s_field_t s_registry_fields[] = {
 };
 static const s_section_t s_registry = SECTION(s_registry_fields);
 
-static const s_field_t s_peer_fields[] = {
-    EINT("nodeId", ka_peer_cfg_t, node_id, 1, 65535),
-    ESTR("endpoint", ka_peer_cfg_t, endpoint),
-};
-static const s_section_t s_peer = SECTION(s_peer_fields);
-
 static const s_field_t s_node_fields[] = {
     STR("name", node_name),
     INT("id", node_id, 0, 65535), /* 0: allocated from the database (ka_identity) */
@@ -185,7 +179,6 @@ static const s_field_t s_snapshots_fields[] = {
 static const s_field_t s_mesh_fields[] = {
     STR("bind", mesh_bind),
     STR("advertise", mesh_advertise),
-    LIST("peers", peers, ka_peer_cfg_t, s_peer, n_peers, KA_CFG_MAX_PEERS, NULL),
 };
 
 static const s_section_t s_node = SECTION(s_node_fields), s_listen = SECTION(s_listen_fields),
