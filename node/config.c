@@ -106,15 +106,9 @@ static const s_field_t s_registry_fields[] = {
 };
 static const s_section_t s_registry = SECTION(s_registry_fields);
 
-static const s_field_t s_peer_fields[] = {
-    EINT("nodeId", ka_peer_cfg_t, node_id, 1, 65535),
-    ESTR("endpoint", ka_peer_cfg_t, endpoint),
-};
-static const s_section_t s_peer = SECTION(s_peer_fields);
-
 static const s_field_t s_node_fields[] = {
     STR("name", node_name),
-    INT("id", node_id, 1, 65535),
+    INT("id", node_id, 0, 65535), /* 0: allocated from the database (ka_identity) */
     STR("stateDir", state_dir),
 };
 static const s_field_t s_tls_fields[] = {
@@ -184,7 +178,7 @@ static const s_field_t s_snapshots_fields[] = {
 };
 static const s_field_t s_mesh_fields[] = {
     STR("bind", mesh_bind),
-    LIST("peers", peers, ka_peer_cfg_t, s_peer, n_peers, KA_CFG_MAX_PEERS, NULL),
+    STR("advertise", mesh_advertise),
 };
 
 static const s_section_t s_node = SECTION(s_node_fields), s_listen = SECTION(s_listen_fields),
@@ -441,7 +435,6 @@ void ka_config_defaults(ka_config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     strcpy(cfg->node_name, "node-1");
-    cfg->node_id = 1;
     strcpy(cfg->state_dir, "/var/lib/kagent");
     strcpy(cfg->listen_address, "127.0.0.1");
     cfg->listen_port = KA_DEFAULT_PORT;

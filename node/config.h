@@ -22,7 +22,6 @@
 #define KA_CFG_MAX_HOSTS     16
 #define KA_CFG_MAX_OPERATORS 32
 #define KA_CFG_ID_MAX        256 /* an identity and its NUL (kb_auth: 255) */
-#define KA_CFG_MAX_PEERS     32
 #define KA_DEFAULT_POOL      "kagent-default"
 #define KA_DEFAULT_PORT      8083
 #define KA_DEFAULT_WARM      2 /* pools[].warm */
@@ -41,11 +40,6 @@ typedef struct ka_registry_cfg {
     char endpoint[KA_CFG_URL_MAX];  /* where to fetch it from (mirror), http(s)://host:port */
     bool insecure;                  /* allow plain http / unverified TLS */
 } ka_registry_cfg_t;
-
-typedef struct ka_peer_cfg {
-    int64_t node_id;
-    char endpoint[KA_CFG_URL_MAX];
-} ka_peer_cfg_t;
 
 typedef struct ka_config {
     /* node */
@@ -100,10 +94,9 @@ typedef struct ka_config {
     size_t n_allowed_hosts;
     /* mesh */
     char mesh_bind[KA_CFG_URL_MAX];
+    char mesh_advertise[KA_CFG_URL_MAX]; /* the endpoint peers connect to ("" = the bound one) */
     /* snapshots: object storage credentials overriding kagentd's AWS_* environment */
     char snapshot_credentials_file[KA_CFG_PATH_MAX];
-    ka_peer_cfg_t peers[KA_CFG_MAX_PEERS];
-    size_t n_peers;
 } ka_config_t;
 
 /* Fills cfg with the defaults every key documents. */

@@ -134,9 +134,10 @@ static int s_run(const ka_config_t *cfg)
         return 1;
     }
     krt_log(KRT_LOG_INFO, cfg->node_name, "started",
-            "version=%s pid=%d listen=%s:%d state_dir=%s database=%s tls=%s", KAGENT_VERSION,
-            (int)getpid(), cfg->listen_address, ka_node_port(node), cfg->state_dir,
-            cfg->database_url[0] ? "external" : "embedded", ka_config_tls(cfg) ? "on" : "off");
+            "version=%s pid=%d listen=%s:%d state_dir=%s database=%s tls=%s node_id=%d",
+            KAGENT_VERSION, (int)getpid(), cfg->listen_address, ka_node_port(node), cfg->state_dir,
+            cfg->database_url[0] ? "external" : "embedded", ka_config_tls(cfg) ? "on" : "off",
+            ka_node_id(node));
     int sig = 0;
     while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
         s_reload(node, cfg);

@@ -17,6 +17,7 @@
 #include "grpc_reflection.h"
 #include "grpc_server.h"
 #include "http.h"
+#include "identity.h"
 #include "images_actor.h"
 #include "ka_guestcalls.h"
 #include "ka_namespaces.h"
@@ -24,8 +25,10 @@
 #include "ka_objstore.h"
 #include "ka_tree.h"
 #include "krt.h"
+#include "krt_mesh.h"
 #include "listener.h"
 #include "mcp.h"
+#include "membership.h"
 #include "metrics.h"
 #include "sandboxes.h"
 #include "service.h"
@@ -39,6 +42,12 @@
  * SUP_INTENSITY restarts within SUP_PERIOD_MS: a crash loop, not a one-off crash. */
 #define SUP_INTENSITY 5
 #define SUP_PERIOD_MS 30000
+/* The mesh: a heartbeat every MESH_HEARTBEAT_MS, a peer silent for MESH_PEER_TIMEOUT_MS is down
+ * (node-down to monitors) well within the 5 s failure detection the cluster promises. */
+#define MESH_HEARTBEAT_MS    500
+#define MESH_PEER_TIMEOUT_MS 2000
+#define MEMBER_READY_MS      30000 /* the first registration, at start */
+#define LEAVE_MS             3000  /* ending the lease at a clean stop */
 
 struct ka_node {
     ka_config_t cfg;
@@ -46,6 +55,10 @@ struct ka_node {
     char *conninfo;
     bool embedded_db;
     krt_system_t *sys;
+    ka_identity_t ident; /* node id and mesh keys (stateDir/cluster) */
+    krt_mesh_t *mesh;    /* NULL without mesh.bind */
+    ka_membership_args_t member_args;
+    ka_membership_status_t member; /* lease held, incarnation, fencings */
     ka_store_args_t store_args;
     ka_images_actor_args_t images_args;
     char *mirrors[KA_CFG_MAX_REGS];
@@ -123,6 +136,16 @@ static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char
 static krt_addr_t s_actor(ka_node_t *n, const char *name)
 {
     return krt_whereis(n->sys, name);
+}
+
+/* The node id (configured, kept, or allocated from the database) and the mesh keys. */
+static int s_identity(ka_node_t *n, char *err, size_t cap)
+{
+    if (ka_identity_load(n->cfg.state_dir, (int)n->cfg.node_id, n->conninfo, n->cfg.node_name,
+                         &n->ident, err, cap))
+        return -1;
+    n->cfg.node_id = n->ident.node_id;
+    return 0;
 }
 
 /* Waits until the store serves requests (migrations applied), or fails clearly. */
@@ -271,12 +294,74 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
     return n->svc ? 0 : s_fail(err, cap, "out of memory");
 }
 
+/* ---- cluster ------------------------------------------------------------------------------ */
+
+/* The mesh (mesh.bind): CURVE with this node's keys; peers come from the node table. */
+static int s_mesh(ka_node_t *n, char *err, size_t cap)
+{
+    if (!n->cfg.mesh_bind[0])
+        return 0;
+    krt_mesh_config_t mc = {.bind = n->cfg.mesh_bind,
+                            .curve_public = n->ident.public_key,
+                            .curve_secret = n->ident.secret_key,
+                            .heartbeat_ms = MESH_HEARTBEAT_MS,
+                            .peer_timeout_ms = MESH_PEER_TIMEOUT_MS};
+    n->mesh = krt_mesh_new(n->sys, &mc);
+    if (!n->mesh)
+        return s_fail(err, cap, "mesh.bind %s: the mesh cannot be set up", n->cfg.mesh_bind);
+    int rc = krt_mesh_start(n->mesh);
+    if (rc)
+        return s_fail(err, cap, "mesh.bind %s: %s", n->cfg.mesh_bind,
+                      rc == -EADDRINUSE ? "the address is in use" : krt_strerror(rc));
+    const char *ep = n->cfg.mesh_advertise[0] ? n->cfg.mesh_advertise : krt_mesh_endpoint(n->mesh);
+    if (strstr(ep, "://0.0.0.0:") || strstr(ep, "://*:") || strstr(ep, "://[::]:"))
+        return s_fail(err, cap,
+                      "mesh.bind %s is a wildcard address: set mesh.advertise to the endpoint "
+                      "other nodes reach this one at",
+                      n->cfg.mesh_bind);
+    if (strlen(ep) >= sizeof n->member_args.self.mesh_endpoint)
+        return s_fail(err, cap, "mesh endpoint %.64s...: too long", ep);
+    memcpy(n->member_args.self.mesh_endpoint, ep, strlen(ep) + 1);
+    snprintf(n->member_args.self.public_key, sizeof n->member_args.self.public_key, "%s",
+             n->ident.public_key);
+    n->member_args.mesh = n->mesh;
+    return 0;
+}
+
+/* Membership: registers this node (its first lease) before the node says it started. */
+static int s_cluster(ka_node_t *n, char *err, size_t cap)
+{
+    ka_store_node_t *self = &n->member_args.self;
+    snprintf(self->id, sizeof self->id, "%u", (unsigned)n->ident.node_id);
+    snprintf(self->name, sizeof self->name, "%s", n->cfg.node_name);
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", n->endpoint);
+    int64_t capacity = 0;
+    for (size_t i = 0; i < n->cfg.n_pools; i++) {
+        size_t l = strlen(self->pools);
+        snprintf(self->pools + l, sizeof self->pools - l, "%s%s", i ? "," : "",
+                 n->cfg.pools[i].name);
+        capacity += n->cfg.pools[i].capacity;
+    }
+    self->capacity = (int32_t)(capacity < INT32_MAX ? capacity : INT32_MAX);
+    n->member_args.store = KA_STORE_NAME;
+    n->member_args.status = &n->member;
+    if (s_spawn(n, &ka_membership_behaviour, &n->member_args, KA_CLUSTER_NAME, err, cap))
+        return -1;
+    for (int waited = 0; waited < MEMBER_READY_MS; waited += 20) {
+        if (ka_membership_member(&n->member))
+            return 0;
+        usleep(20 * 1000);
+    }
+    return s_fail(err, cap, "the node did not register in the node table within %d s",
+                  MEMBER_READY_MS / 1000);
+}
+
 /* ---- bridges ------------------------------------------------------------------------------ */
 
 static bool s_ready(void *arg)
 {
     const ka_node_t *n = arg;
-    return n->ready && ka_db_watch_ok(n->db_watch);
+    return n->ready && ka_db_watch_ok(n->db_watch) && ka_membership_member(&n->member);
 }
 
 /* What hostile or broken guests sent (ka_guestcalls). */
@@ -328,6 +413,24 @@ static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, uint64_t live)
             n->cfg.node_name, (long long)n->cfg.node_id, KAGENT_VERSION, n->cfg.node_name,
             (unsigned long long)live);
     return rc;
+}
+
+/* Membership: the lease, its incarnation, fencings and mesh peers. */
+static int s_cluster_metrics(ka_node_t *n, kb_http_buf_t *b)
+{
+    const ka_membership_status_t *m = &n->member;
+    return kb_http_buf_printf(
+        b,
+        "# HELP kagent_cluster_member 1 while this node holds its lease in the node table.\n"
+        "# TYPE kagent_cluster_member gauge\nkagent_cluster_member %d\n"
+        "# HELP kagent_cluster_incarnation This node's incarnation (the fencing counter).\n"
+        "# TYPE kagent_cluster_incarnation gauge\nkagent_cluster_incarnation %lld\n"
+        "# HELP kagent_cluster_fenced_total Times this node lost its lease (fenced).\n"
+        "# TYPE kagent_cluster_fenced_total counter\nkagent_cluster_fenced_total %llu\n"
+        "# HELP kagent_cluster_peers Mesh peers connected (nodes whose lease holds).\n"
+        "# TYPE kagent_cluster_peers gauge\nkagent_cluster_peers %u\n",
+        ka_membership_member(m) ? 1 : 0, (long long)atomic_load(&m->incarnation),
+        (unsigned long long)atomic_load(&m->fenced_total), atomic_load(&m->peers_connected));
 }
 
 /* The warm pools: depth per template revision, hits, misses, their ratio and refills. */
@@ -409,6 +512,8 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
         rc = s_guest_metrics(b);
     if (!rc)
         rc = s_pool_metrics(n, b, live);
+    if (!rc)
+        rc = s_cluster_metrics(n, b);
     if (!rc && count)
         rc = s_warm_metrics(b, count);
     krt_reply_free(&r);
@@ -470,9 +575,6 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                            .auth = n->auth,
                            .images = KA_IMAGES_NAME,
                            .state_dir = n->cfg.state_dir,
-                           .node_name = n->cfg.node_name,
-                           .node_id = (int)n->cfg.node_id,
-                           .endpoint = n->endpoint,
                            .pools = n->pools,
                            .n_pools = n->cfg.n_pools};
     n->api = kb_api_new(&ao);
@@ -543,8 +645,10 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
         rc = s_uids(n, err, cap);
     if (!rc)
         rc = s_database(n, err, cap);
+    if (!rc)
+        rc = s_identity(n, err, cap);
     if (!rc) {
-        krt_config_t rcfg = {.node_id = (uint16_t)cfg->node_id,
+        krt_config_t rcfg = {.node_id = (uint16_t)n->cfg.node_id,
                              .schedulers = (int)cfg->schedulers,
                              .job_threads = (int)cfg->job_threads,
                              .name = cfg->node_name};
@@ -568,6 +672,10 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
         rc = s_control(n, err, cap);
     if (!rc)
         rc = s_bridges(n, err, cap);
+    if (!rc)
+        rc = s_mesh(n, err, cap);
+    if (!rc)
+        rc = s_cluster(n, err, cap);
     if (!rc && !(n->db_watch = ka_db_watch_start(
                      n->sys, KA_STORE_NAME, n->embedded_db ? n->cfg.state_dir : NULL, n->path)))
         rc = s_fail(err, cap, "cannot start the database watch: out of memory");
@@ -594,6 +702,11 @@ int ka_node_port(const ka_node_t *node)
     return node->listener ? kb_listener_port(node->listener) : 0;
 }
 
+int ka_node_id(const ka_node_t *node)
+{
+    return (int)node->cfg.node_id;
+}
+
 void ka_node_stop(ka_node_t **node_p)
 {
     ka_node_t *n = node_p ? *node_p : NULL;
@@ -607,7 +720,16 @@ void ka_node_stop(ka_node_t **node_p)
     kb_mcp_destroy(&n->mcp); /* after the HTTP server: a route cannot be removed */
     kb_ui_destroy(&n->ui);
     kb_grpc_reflection_destroy(&n->reflection);
-    krt_system_destroy(&n->sys); /* actors stop: sandboxes release their compute */
+    krt_reply_t r; /* leave the cluster: the lease ends now, peers see this node gone */
+    if (n->sys && krt_call(n->sys, krt_whereis(n->sys, KA_CLUSTER_NAME), KA_CLUSTER_LEAVE, NULL, 0,
+                           LEAVE_MS, &r) == 0)
+        krt_reply_free(&r);
+    if (n->sys)
+        krt_system_stop(n->sys); /* actors stop: sandboxes release their compute, peers dropped */
+    if (n->mesh)
+        krt_mesh_stop(n->mesh); /* goodbye: peers see this node down at once */
+    krt_system_destroy(&n->sys);
+    krt_mesh_destroy(&n->mesh);
     kb_api_destroy(&n->api);
     ka_service_destroy(&n->svc);
     kb_auth_destroy(&n->auth);

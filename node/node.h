@@ -24,6 +24,8 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t errcap);
 int ka_node_reload_tls(ka_node_t *node, char *err, size_t errcap);
 /* The port the node serves (useful with listen.port 0). */
 int ka_node_port(const ka_node_t *node);
+/* The node id (node.id, or the one allocated from the database). */
+int ka_node_id(const ka_node_t *node);
 /* Stops everything in reverse order: no sandbox, mount or database process is left behind.
  * Idempotent; NULLs *node_p. */
 void ka_node_stop(ka_node_t **node_p);

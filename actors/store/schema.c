@@ -105,6 +105,16 @@ static const char s_v2[] =
     "  FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid $$;"
     "ALTER TABLE ka_sandboxes ALTER COLUMN id SET DEFAULT ka_uuidv7();";
 
+/* The cluster (issue 14): node ids for actor addresses come from a sequence (1..65535, never
+ * reused); a node's row carries its mesh endpoint, its CURVE public key and its incarnation
+ * (bumped at every registration: the fencing counter). Sandboxes by node, for the node list. */
+static const char s_v3[] =
+    "CREATE SEQUENCE ka_node_ids MINVALUE 1 MAXVALUE 65535;"
+    "ALTER TABLE ka_nodes ADD COLUMN mesh_endpoint text NOT NULL DEFAULT '',"
+    "  ADD COLUMN public_key text NOT NULL DEFAULT '',"
+    "  ADD COLUMN incarnation bigint NOT NULL DEFAULT 0;"
+    "CREATE INDEX ka_sandboxes_node ON ka_sandboxes (node) WHERE deleted_at IS NULL;";
+
 typedef struct s_migration {
     int version;
     const char *sql;
@@ -113,6 +123,7 @@ typedef struct s_migration {
 static const s_migration_t s_migrations[] = {
     {1, s_v1},
     {2, s_v2},
+    {3, s_v3},
 };
 
 _Static_assert(sizeof(s_migrations) / sizeof(s_migrations[0]) == KA_SCHEMA_VERSION,

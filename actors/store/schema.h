@@ -15,7 +15,8 @@
  *   ka_sandboxes           sandboxes; UNIQUE (creator, request_id) is the creation receipt
  *   ka_tombstones          one row per deleted sandbox (the sandbox row stays, in state
  *                          RUNTIME_STATE_DELETED, so a replayed create returns it)
- *   ka_pools, ka_nodes     worker pools; nodes with endpoint, pools and heartbeat lease
+ *   ka_pools, ka_nodes     worker pools; nodes (id from sequence ka_node_ids) with API and
+ *                          mesh endpoints, CURVE public key, pools, lease and incarnation
  * Change events: triggers NOTIFY channel ka_sandbox ("<id> <state> <operation>") and
  * ka_template ("<namespace>/<name> <generation>").
  *
@@ -34,7 +35,7 @@ extern "C" {
 #endif
 
 /* The newest schema this binary knows. */
-#define KA_SCHEMA_VERSION 2
+#define KA_SCHEMA_VERSION 3
 
 /* The database's schema is newer than KA_SCHEMA_VERSION: refuse to run. */
 #define KA_SCHEMA_ENEWER (-EPROTO)

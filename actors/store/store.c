@@ -288,6 +288,11 @@ static void s_row_node(const PGresult *r, int row, ka_store_node_t *n)
     n->started_ms = s_i64(r, row, 5);
     n->heartbeat_ms = s_i64(r, row, 6);
     n->lease_expires_ms = s_i64(r, row, 7);
+    s_cpy(n->mesh_endpoint, sizeof(n->mesh_endpoint), r, row, 8);
+    s_cpy(n->public_key, sizeof(n->public_key), r, row, 9);
+    n->incarnation = s_i64(r, row, 10);
+    n->alive = PQgetvalue(r, row, 11)[0] == 't';
+    n->sandboxes = (int32_t)s_i64(r, row, 12);
 }
 
 const void *ka_store_blob_next(const ka_store_blob_t *b, size_t len, const void *prev)
@@ -574,7 +579,7 @@ static void s_done_nodes(void *user, const ka_pg_outcome_t *out)
     const PGresult *r = out->results[0];
     int n = PQntuples(r);
     if (n == 0 && call->type == KA_STORE_NODE_HEARTBEAT) {
-        s_call_err(call, KA_STORE_ENOTFOUND, "node not registered");
+        s_call_err(call, KA_STORE_ENOTFOUND, "no lease to renew (lapsed, or another incarnation)");
         free(call);
         return;
     }
@@ -912,26 +917,29 @@ static void s_node(s_store_t *self, const krt_msg_t *msg)
         s_submit(self, msg, &st, 1, s_done_nodes, 0);
         return;
     }
-    char lease[32];
+    char lease[32], inc[32];
     if (msg->type == KA_STORE_NODE_HEARTBEAT) {
         S_BODY(ka_store_node_heartbeat_t, b);
-        if (!S_STR(b->id, true) || b->lease_ms <= 0)
+        if (!S_STR(b->id, true) || b->lease_ms < 0)
             S_INVALID("heartbeat: id and lease required");
         snprintf(lease, sizeof(lease), "%lld", (long long)b->lease_ms);
-        const char *p[2] = {b->id, lease};
-        ka_pg_stmt_t st = {"node_hb", 2, p};
+        snprintf(inc, sizeof(inc), "%lld", (long long)b->incarnation);
+        const char *p[3] = {b->id, lease, inc};
+        ka_pg_stmt_t st = {"node_hb", 3, p};
         s_submit(self, msg, &st, 1, s_done_nodes, 0);
         return;
     }
     S_BODY(ka_store_node_t, b);
     if (!S_STR(b->id, true) || !S_STR(b->name, true) || !S_STR(b->endpoint, false) ||
+        !S_STR(b->mesh_endpoint, false) || !S_STR(b->public_key, false) ||
         !S_STR(b->pools, false) || b->lease_ms <= 0 || b->capacity < 0)
         S_INVALID("node: id, name and lease required");
     char cap[16];
     snprintf(cap, sizeof(cap), "%d", b->capacity);
     snprintf(lease, sizeof(lease), "%lld", (long long)b->lease_ms);
-    const char *p[6] = {b->id, b->name, b->endpoint, b->pools, cap, lease};
-    ka_pg_stmt_t st = {"node_put", 6, p};
+    const char *p[8] = {b->id,         b->name,  b->endpoint, b->mesh_endpoint,
+                        b->public_key, b->pools, cap,         lease};
+    ka_pg_stmt_t st = {"node_put", 8, p};
     s_submit(self, msg, &st, 1, s_done_nodes, 0);
 }
 

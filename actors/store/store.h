@@ -61,6 +61,7 @@ extern "C" {
 #define KA_STORE_NODE_LEN     128
 #define KA_STORE_ENDPOINT_LEN 256
 #define KA_STORE_POOLS_LEN    512 /* comma-separated pool names */
+#define KA_STORE_KEY_LEN      41  /* z85 CURVE key */
 #define KA_STORE_LIST_MAX     100 /* items per list page */
 
 /* Registered name of the node's store actor (by convention of its spawner). */
@@ -372,21 +373,32 @@ typedef struct ka_store_pool_list {
     ka_store_pool_t items[];
 } ka_store_pool_list_t;
 
+/* A node of the cluster. Put registers it (inserted, or updated with a new incarnation: the
+ * fencing counter, bumped at every registration); the reply is the row. */
 typedef struct ka_store_node {
-    char id[KA_STORE_NODE_LEN];
+    char id[KA_STORE_NODE_LEN]; /* the node id (decimal, 1..65535: its actor addresses') */
     char name[KA_STORE_NODE_LEN];
-    char endpoint[KA_STORE_ENDPOINT_LEN];
+    char endpoint[KA_STORE_ENDPOINT_LEN];      /* the API (host:port) */
+    char mesh_endpoint[KA_STORE_ENDPOINT_LEN]; /* the mesh (tcp://host:port), "" if none */
+    char public_key[KA_STORE_KEY_LEN];         /* CURVE public key (z85), "" if none */
     char pools[KA_STORE_POOLS_LEN];
     int32_t capacity;
     int64_t lease_ms;         /* put: lease length granted from now */
     int64_t started_ms;       /* reply only */
     int64_t heartbeat_ms;     /* reply only */
     int64_t lease_expires_ms; /* reply only */
+    int64_t incarnation;      /* reply only */
+    int32_t alive;            /* reply only: 1 while the lease holds (the database's clock) */
+    int32_t sandboxes;        /* reply only: its sandboxes neither FAILED nor deleted */
 } ka_store_node_t;
 
+/* Renew a lease: only the incarnation that holds it and only before it lapsed; otherwise
+ * KA_STORE_ENOTFOUND (the node must register again, under a new incarnation). lease_ms 0 ends
+ * the lease now: the node leaves. */
 typedef struct ka_store_node_heartbeat {
     char id[KA_STORE_NODE_LEN];
-    int64_t lease_ms; /* extend the lease to now + lease_ms */
+    int64_t lease_ms;    /* the lease ends at now + lease_ms */
+    int64_t incarnation; /* the one the registration returned */
 } ka_store_node_heartbeat_t;
 
 typedef struct ka_store_node_list {

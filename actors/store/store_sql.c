@@ -17,9 +17,16 @@
     "hash, namespace, name, generation, state, reason, message, " S_MS("created_at") ", " S_MS(    \
         "updated_at") ", spec::text"
 
+/* Node columns in s_row_node order; alive and sandboxes are judged by the database's clock. */
 #define S_NODE_COLS                                                                                \
     "id, name, endpoint, pools, capacity, " S_MS("started_at") ", " S_MS(                          \
-        "heartbeat_at") ", " S_MS("lease_expires_at")
+        "heartbeat_at") ", " S_MS("lease_expires_at") ", mesh_endpoint, public_key, incarnation,"  \
+                                                      " lease_expires_at > now(), (SELECT "        \
+                                                      "count(*) FROM ka_sandboxes s"               \
+                                                      " WHERE s.node = n.name AND s.deleted_at "   \
+                                                      "IS NULL AND s.state NOT IN"                 \
+                                                      " ('RUNTIME_STATE_FAILED', "                 \
+                                                      "'RUNTIME_STATE_DELETED'))"
 
 static const ka_store_sql_t s_statements[] = {
     {"sb_ins", 8,
@@ -109,18 +116,23 @@ static const ka_store_sql_t s_statements[] = {
      " RETURNING name, sandbox_class, capacity, " S_MS("updated_at")},
     {"pool_list", 0,
      "SELECT name, sandbox_class, capacity, " S_MS("updated_at") " FROM ka_pools ORDER BY name"},
-    {"node_put", 6,
-     "INSERT INTO ka_nodes AS n (id, name, endpoint, pools, capacity, lease_expires_at)"
-     " VALUES ($1, $2, $3, $4, $5::int, now() + $6::int8 * interval '1 millisecond')"
+    /* register: every registration is a new incarnation (the fencing counter) */
+    {"node_put", 8,
+     "INSERT INTO ka_nodes AS n (id, name, endpoint, mesh_endpoint, public_key, pools, capacity,"
+     " incarnation, lease_expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7::int, 1,"
+     " now() + $8::int8 * interval '1 millisecond')"
      " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, endpoint = EXCLUDED.endpoint,"
-     " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, started_at = now(),"
-     " heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at"
+     " mesh_endpoint = EXCLUDED.mesh_endpoint, public_key = EXCLUDED.public_key,"
+     " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, incarnation = n.incarnation + 1,"
+     " started_at = now(), heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at"
      " RETURNING " S_NODE_COLS},
-    {"node_hb", 2,
-     "UPDATE ka_nodes SET heartbeat_at = now(),"
+    /* renew: only the incarnation that holds the lease, and only before it lapsed */
+    {"node_hb", 3,
+     "UPDATE ka_nodes AS n SET heartbeat_at = now(),"
      " lease_expires_at = now() + $2::int8 * interval '1 millisecond'"
-     " WHERE id = $1 RETURNING " S_NODE_COLS},
-    {"node_list", 0, "SELECT " S_NODE_COLS " FROM ka_nodes ORDER BY id"},
+     " WHERE id = $1 AND incarnation = $3::int8 AND lease_expires_at > now()"
+     " RETURNING " S_NODE_COLS},
+    {"node_list", 0, "SELECT " S_NODE_COLS " FROM ka_nodes n ORDER BY length(id), id"},
 };
 
 const ka_store_sql_t *ka_store_sql(size_t *n)

@@ -470,13 +470,8 @@ static int s_grpc_start(s_grpc_t *g)
     int e = 0;
     char why[256] = "", url[64], err[256] = "";
     g->auth = kb_auth_new(KB_AUTH_USER_HEADER, NULL, &e, why, sizeof why);
-    kb_api_options_t ao = {.svc = B.svc,
-                           .auth = g->auth,
-                           .images = KA_IMAGES_NAME,
-                           .state_dir = B.dir,
-                           .node_name = "node-bench",
-                           .node_id = 1,
-                           .endpoint = "127.0.0.1:0"};
+    kb_api_options_t ao = {
+        .svc = B.svc, .auth = g->auth, .images = KA_IMAGES_NAME, .state_dir = B.dir};
     g->api = g->auth ? kb_api_new(&ao) : NULL;
     kb_grpc_options_t go = {.listen_addr = "127.0.0.1:0"};
     g->srv = kb_grpc_server_new(&go);

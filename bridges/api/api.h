@@ -31,9 +31,6 @@ typedef struct kb_api_options {
     const kb_auth_t *auth; /* required */
     const char *images;    /* the images actor's registered name (import, rm) */
     const char *state_dir; /* the node's state dir (image listing, import spool) */
-    const char *node_name;
-    int node_id;
-    const char *endpoint; /* host:port this node serves */
     const kb_api_pool_t *pools;
     size_t n_pools;
 } kb_api_options_t;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "images_actor.h"
+#include "membership.h"
 #include "phases.h"
 
 #define IMPORT_MAX (16ull << 30) /* an image import may be large, but not unbounded */
@@ -39,14 +40,49 @@ static void s_prune(json_t *tree, const char *caller)
     }
 }
 
+/* A tree dump's text as caller may see it (a new reference), or NULL. */
+static json_t *s_visible(const char *text, const kb_auth_t *auth, const char *caller)
+{
+    json_t *tree = text ? json_loads(text, 0, NULL) : NULL;
+    if (tree && !kb_auth_is_operator(auth, caller))
+        s_prune(tree, caller);
+    return tree;
+}
+
 json_t *kb_api_visible_tree(krt_system_t *sys, krt_addr_t root, const kb_auth_t *auth,
                             const char *caller)
 {
     char *text = krt_tree_json(sys, root);
-    json_t *tree = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *tree = s_visible(text, auth, caller);
     free(text);
-    if (tree && !kb_auth_is_operator(auth, caller))
-        s_prune(tree, caller);
+    return tree;
+}
+
+#define S_REMOTE_MS 5000
+
+/* Another node's tree, from its cluster actor over the mesh (`cluster@N`). */
+static json_t *s_remote_tree(kb_grpc_call_t *call, krt_system_t *sys, int node, const char *root,
+                             const kb_auth_t *auth, const char *caller)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s@%d", KA_CLUSTER_NAME, node);
+    krt_reply_t r;
+    int rc = krt_call_name(sys, name, KA_CLUSTER_TREE, root, strlen(root) + 1, S_REMOTE_MS, &r);
+    if (rc || r.status) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "node %d did not answer: %s", node,
+                 rc ? krt_strerror(rc) : (const char *)r.body);
+        kb_grpc_fail(
+            call, !rc && r.status == KRT_ENOACTOR ? KB_GRPC_NOT_FOUND : KB_GRPC_UNAVAILABLE, msg);
+        if (!rc)
+            krt_reply_free(&r);
+        return NULL;
+    }
+    json_t *tree =
+        r.len && ((const char *)r.body)[r.len - 1] == '\0' ? s_visible(r.body, auth, caller) : NULL;
+    krt_reply_free(&r);
+    if (!tree)
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "cannot read the node's actor tree");
     return tree;
 }
 
@@ -58,12 +94,18 @@ static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
         return;
     const Kagent__Runtime__V1__GetActorTreeRequest *req = (const void *)m;
     krt_system_t *sys = ka_service_system(api->o.svc);
-    krt_addr_t root = KRT_ADDR_NONE;
-    if (req->root[0] && !(root = krt_whereis(sys, req->root))) {
-        kb_grpc_fail(call, KB_GRPC_NOT_FOUND, "no actor is registered under that name");
-        return;
+    json_t *tree;
+    if (req->node_id && req->node_id != (int32_t)krt_system_node_id(sys)) {
+        if (!(tree = s_remote_tree(call, sys, req->node_id, req->root, api->o.auth, caller)))
+            return;
+    } else {
+        krt_addr_t root = KRT_ADDR_NONE;
+        if (req->root[0] && !(root = krt_whereis(sys, req->root))) {
+            kb_grpc_fail(call, KB_GRPC_NOT_FOUND, "no actor is registered under that name");
+            return;
+        }
+        tree = kb_api_visible_tree(sys, root, api->o.auth, caller);
     }
-    json_t *tree = kb_api_visible_tree(sys, root, api->o.auth, caller);
     char *json = tree ? json_dumps(tree, JSON_COMPACT) : NULL;
     json_decref(tree);
     if (!json) {
@@ -179,27 +221,80 @@ static void s_pools(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     free(ptrs);
 }
 
+/* One node of ka_cluster_nodes_t into its message; pools point into pools_buf (split in place). */
+static void s_node_msg(const ka_cluster_node_t *c, bool member, Kagent__Runtime__V1__Node *out,
+                       Google__Protobuf__Timestamp ts[2], char *pools_buf, char **pools,
+                       size_t max_pools)
+{
+    const ka_store_node_t *row = &c->row;
+    kagent__runtime__v1__node__init(out);
+    out->id = (int32_t)strtol(row->id, NULL, 10);
+    out->name = (char *)row->name;
+    out->endpoint = (char *)row->endpoint;
+    out->mesh_endpoint = (char *)row->mesh_endpoint;
+    out->incarnation = row->incarnation;
+    out->capacity = row->capacity;
+    out->sandboxes = row->sandboxes;
+    out->self = c->self;
+    out->connected = c->connected;
+    out->lease_held = row->alive;
+    out->alive = row->alive && (c->self ? member : !row->mesh_endpoint[0] || c->mesh_up);
+    kb_api_ts(&ts[0], row->heartbeat_ms);
+    kb_api_ts(&ts[1], row->lease_expires_ms);
+    out->last_heartbeat = &ts[0];
+    out->lease_expires = &ts[1];
+    snprintf(pools_buf, KA_STORE_POOLS_LEN, "%s", row->pools);
+    out->pools = pools;
+    for (char *save = NULL, *p = strtok_r(pools_buf, ",", &save); p && out->n_pools < max_pools;
+         p = strtok_r(NULL, ",", &save))
+        pools[out->n_pools++] = p;
+}
+
+/* Every node of the cluster, from the node table as this node's membership last read it. */
 static void s_nodes(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     kb_api_t *api = user;
     if (!s_ok(call, user))
         return;
-    Kagent__Runtime__V1__Node node = KAGENT__RUNTIME__V1__NODE__INIT;
-    Kagent__Runtime__V1__Node *ptr = &node;
-    char **pools = calloc(api->o.n_pools ? api->o.n_pools : 1, sizeof *pools);
-    for (size_t i = 0; pools && i < api->o.n_pools; i++)
-        pools[i] = (char *)api->o.pools[i].name;
-    node.id = api->o.node_id;
-    node.name = (char *)(api->o.node_name ? api->o.node_name : "");
-    node.endpoint = (char *)(api->o.endpoint ? api->o.endpoint : "");
-    node.alive = true;
-    node.n_pools = pools ? api->o.n_pools : 0;
-    node.pools = pools;
-    Kagent__Runtime__V1__ListNodesResponse r = KAGENT__RUNTIME__V1__LIST_NODES_RESPONSE__INIT;
-    r.n_nodes = 1;
-    r.nodes = &ptr;
-    kb_grpc_reply(call, &r.base);
+    krt_system_t *sys = ka_service_system(api->o.svc);
+    krt_reply_t r;
+    if (krt_call(sys, krt_whereis(sys, KA_CLUSTER_NAME), KA_CLUSTER_NODES, NULL, 0, S_REMOTE_MS,
+                 &r)) {
+        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the cluster membership is not running");
+        return;
+    }
+    const ka_cluster_nodes_t *l = r.body;
+    if (r.status || r.len < sizeof *l || r.len != sizeof *l + l->count * sizeof l->items[0]) {
+        krt_reply_free(&r);
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "bad answer from the cluster membership");
+        return;
+    }
+    enum { MAX_POOLS = 16 };
+    size_t n = l->count ? l->count : 1;
+    Kagent__Runtime__V1__Node *nodes = calloc(n, sizeof *nodes);
+    Kagent__Runtime__V1__Node **ptrs = calloc(n, sizeof *ptrs);
+    Google__Protobuf__Timestamp(*ts)[2] = calloc(n, sizeof *ts);
+    char(*bufs)[KA_STORE_POOLS_LEN] = calloc(n, sizeof *bufs);
+    char *(*pools)[MAX_POOLS] = calloc(n, sizeof *pools);
+    if (nodes && ptrs && ts && bufs && pools) {
+        for (uint32_t i = 0; i < l->count; i++) {
+            s_node_msg(&l->items[i], l->member, &nodes[i], ts[i], bufs[i], pools[i], MAX_POOLS);
+            ptrs[i] = &nodes[i];
+        }
+        Kagent__Runtime__V1__ListNodesResponse resp =
+            KAGENT__RUNTIME__V1__LIST_NODES_RESPONSE__INIT;
+        resp.n_nodes = l->count;
+        resp.nodes = ptrs;
+        kb_grpc_reply(call, &resp.base);
+    } else {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
+    }
+    free(nodes);
+    free(ptrs);
+    free(ts);
+    free(bufs);
     free(pools);
+    krt_reply_free(&r);
 }
 
 static void s_images(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)

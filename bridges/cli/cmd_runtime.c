@@ -328,6 +328,41 @@ static int s_run_tree(kb_cli_t *cli, const kb_args_t *a)
     return !code || (watch && code == S_CANCELLED) ? KB_EXIT_OK : KB_EXIT_ERROR;
 }
 
+/* "held 4.2s" / "lapsed 12.0s ago", from the lease's end and the local clock. */
+static void s_lease(const Kagent__Runtime__V1__Node *nd, char *out, size_t cap)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double end =
+        nd->lease_expires ? (double)nd->lease_expires->seconds + nd->lease_expires->nanos / 1e9 : 0;
+    double left = end - ((double)now.tv_sec + now.tv_nsec / 1e9);
+    if (nd->lease_held)
+        snprintf(out, cap, "held %.1fs", left > 0 ? left : 0);
+    else
+        snprintf(out, cap, "lapsed %.1fs ago", left < 0 ? -left : 0);
+}
+
+static void s_node_row(kb_table_t *t, const Kagent__Runtime__V1__Node *nd)
+{
+    char id[16], lease[48], inc[24], cap[16], sbx[16], pools[512] = "", mesh[300];
+    snprintf(id, sizeof id, "%d%s", (int)nd->id, nd->self ? "*" : "");
+    s_lease(nd, lease, sizeof lease);
+    snprintf(inc, sizeof inc, "%lld", (long long)nd->incarnation);
+    snprintf(cap, sizeof cap, "%d", (int)nd->capacity);
+    snprintf(sbx, sizeof sbx, "%d", (int)nd->sandboxes);
+    for (size_t k = 0; k < nd->n_pools; k++) {
+        size_t l = strlen(pools);
+        snprintf(pools + l, sizeof pools - l, "%s%s", k ? "," : "", nd->pools[k]);
+    }
+    snprintf(mesh, sizeof mesh, "%s%s", nd->mesh_endpoint[0] ? nd->mesh_endpoint : "-",
+             nd->self || !nd->mesh_endpoint[0] ? ""
+             : nd->connected                   ? " (peer)"
+                                               : " (not peer)");
+    const char *row[] = {id,    nd->name, nd->endpoint, mesh, nd->alive ? "true" : "false",
+                         lease, inc,      pools,        cap,  sbx};
+    kb_table_add(t, row);
+}
+
 static int s_run_nodes(kb_cli_t *cli, const kb_args_t *a)
 {
     Kagent__Runtime__V1__ListNodesRequest req = KAGENT__RUNTIME__V1__LIST_NODES_REQUEST__INIT;
@@ -341,23 +376,13 @@ static int s_run_nodes(kb_cli_t *cli, const kb_args_t *a)
         rc = kb_cli_print(cli, resp);
     } else {
         Kagent__Runtime__V1__ListNodesResponse *r = (Kagent__Runtime__V1__ListNodesResponse *)resp;
-        kb_table_t *t = kb_table_new(6);
-        const char *hdr[] = {"ID", "NAME", "ENDPOINT", "ALIVE", "LAST HEARTBEAT", "POOLS"};
+        kb_table_t *t = kb_table_new(10);
+        const char *hdr[] = {"ID",    "NAME",        "ENDPOINT", "MESH",     "ALIVE",
+                             "LEASE", "INCARNATION", "POOLS",    "CAPACITY", "SANDBOXES"};
         if (t)
             kb_table_add(t, hdr);
-        for (size_t i = 0; t && i < r->n_nodes; i++) {
-            const Kagent__Runtime__V1__Node *nd = r->nodes[i];
-            char id[16], hb[48], pools[512] = "";
-            snprintf(id, sizeof id, "%d", (int)nd->id);
-            kb_fmt_time((const ProtobufCMessage *)nd->last_heartbeat, hb, sizeof hb);
-            for (size_t k = 0; k < nd->n_pools; k++) {
-                size_t l = strlen(pools);
-                snprintf(pools + l, sizeof pools - l, "%s%s", k ? "," : "", nd->pools[k]);
-            }
-            const char *row[] = {id, nd->name, nd->endpoint, nd->alive ? "true" : "false",
-                                 hb, pools};
-            kb_table_add(t, row);
-        }
+        for (size_t i = 0; t && i < r->n_nodes; i++)
+            s_node_row(t, r->nodes[i]);
         if (t)
             kb_table_print(t, cli->out);
         kb_table_destroy(&t);
@@ -450,7 +475,7 @@ static const kb_cmd_t s_cmd_tree = {
 static const kb_cmd_t s_cmd_nodes = {
     .name = "nodes",
     .use = "nodes",
-    .short_help = "List the nodes",
+    .short_help = "List the nodes of the cluster (* marks the node answering)",
     .min_args = 0,
     .max_args = 0,
     .run = s_run_nodes,

@@ -78,7 +78,7 @@ configs = [
     "  maxTtl: 24h\n" % DIGEST,
     "pools:\n- name: p\n  class: namespaces\n  capacity: 4\nimages:\n  registries:\n"
     "  - host: r.example\n    endpoint: http://127.0.0.1:5000\n    insecure: true\n",
-    "mesh:\n  bind: tcp://0.0.0.0:7000\n  peers:\n  - nodeId: 3\n    endpoint: tcp://h:7000\n",
+    "mesh:\n  bind: tcp://0.0.0.0:7000\n  advertise: tcp://h:7000\n",
     "auth:\n  mode: tokens\n  tokensFile: /etc/kagent/tokens\nlog:\n  level: debug\n  json: true\n",
     "listen:\n  prot: 1\n",
 ]

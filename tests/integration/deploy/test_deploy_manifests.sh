@@ -56,11 +56,11 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=kagent -keyout "$tmp
   -out "$tmp/tls.crt" >/dev/null 2>&1 || fail "openssl could not make a test certificate"
 sed -i -e "s|/etc/kagent/secret/tokens|$tmp/secret/tokens|" -e "s|/var/lib/kagent|$tmp/state|" \
   -e "s|/etc/kagent/tls/|$tmp/|" "$tmp/kagentd.yaml.in"
-HOSTNAME=kagent-0 KAGENT_REPLICAS=3 KAGENT_GUEST_DIGEST="sha256:$(printf '%064d' 0)" \
+HOSTNAME=kagent-0 KAGENT_GUEST_DIGEST="sha256:$(printf '%064d' 0)" \
   KAGENT_CONFIG_DIR=$tmp KAGENT_RUN_DIR=$tmp/run KAGENTD=$build/node/kagentd \
   sh "$tmp/start.sh" --check-config || fail "the rendered node configuration is refused"
-grep -q "nodeId: 2" "$tmp/run/kagentd.yaml" && grep -q "nodeId: 3" "$tmp/run/kagentd.yaml" &&
-  ! grep -q "nodeId: 1$" "$tmp/run/kagentd.yaml" || fail "node 1's peers are not nodes 2 and 3"
+grep -q "^  advertise: tcp://kagent-0.kagent.kagent.svc.cluster.local:8084$" "$tmp/run/kagentd.yaml" &&
+  grep -q "^  id: 1$" "$tmp/run/kagentd.yaml" || fail "node 1's id or mesh endpoint is not rendered"
 echo "ok: rendered configuration of node 1 accepted by kagentd --check-config"
 
 # 4. the systemd unit (with this build's kagentd in place of the installed path)

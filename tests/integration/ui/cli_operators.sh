@@ -14,8 +14,10 @@ id=$(k sandbox create scratch --request-id cli-ops -o json | $PY -c 'import json
 # runtime tree: drawn by default
 k runtime tree > "$WORK/tree.txt"
 [ "$(head -1 "$WORK/tree.txt")" = node-1 ] || fail "tree root: $(head -3 "$WORK/tree.txt")"
-grep -q '^└── supervisor \[supervisor\] .* strategy=one_for_one children=4' "$WORK/tree.txt" ||
+grep -q '^└── supervisor \[supervisor\] .* strategy=one_for_one children=5' "$WORK/tree.txt" ||
   fail "no root supervisor line: $(cat "$WORK/tree.txt")"
+grep -q '^    └── cluster \[cluster\] .*  member=true incarnation=1 peers=0' "$WORK/tree.txt" ||
+  fail "no cluster line under the supervisor: $(cat "$WORK/tree.txt")"
 grep -q '^    ├── store \[store\] mailbox=[0-9]* handled=[0-9]* restarts=0 bytes=[0-9]*  db=ready' "$WORK/tree.txt" ||
   fail "no store line under the supervisor: $(cat "$WORK/tree.txt")"
 grep -q "^[│ ]   [│ ]   └── $id \[sandbox\] .* creator=admin@kagent.dev state=RUNTIME_STATE_READY" "$WORK/tree.txt" ||
