@@ -467,6 +467,15 @@ static void s_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Whether the sandbox actor's own state machine is READY (its tree description says so). */
+static bool s_actor_ready(krt_system_t *sys, krt_addr_t sbx)
+{
+    char *json = krt_tree_json(sys, sbx);
+    bool ready = json && strstr(json, "\"fsm\":\"READY\"");
+    free(json);
+    return ready;
+}
+
 static void at_up(at_t *a)
 {
     memset(&s_rec, 0, sizeof s_rec);
@@ -488,8 +497,11 @@ static void at_up(at_t *a)
     sa->driver = &s_fake_driver;
     krt_spawn_opts_t xo = {.name = "sbx-under-test", .register_name = true};
     assert_int_equal(krt_system_spawn(a->sys, &ka_sandbox_behaviour, sa, &xo, &a->sbx), 0);
-    for (int i = 0; i < 500 && s_rec_state() != KA_STATE_READY; i++)
+    /* READY as the actor has it: the store's record is READY a moment before the actor takes
+     * the store's answer, and a guest call in between is refused (not ready) */
+    for (int i = 0; i < 500 && !s_actor_ready(a->sys, a->sbx); i++)
         s_sleep_ms(10);
+    assert_true(s_actor_ready(a->sys, a->sbx));
     assert_int_equal(s_rec_state(), KA_STATE_READY);
     /* the service sends guest calls straight to the sandbox actor (no manager here) */
     a->svc = ka_service_new(a->sys, NULL, "sbx-under-test");
