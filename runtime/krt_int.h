@@ -555,7 +555,9 @@ void krt__call_fail(krt_system_t *sys, uint64_t ref, int err);
 /* Registry (krt_reg.c). */
 krt_reg_t *krt__reg_new(void);
 void krt__reg_destroy(krt_reg_t **reg_p);
-void krt__reg_release(krt_system_t *sys, krt_addr_t who);
+/* Removes every name of who, in O(its names + one address bucket's chain); returns the entries
+ * looked at (the unit test checks that it stays small with many other names registered). */
+size_t krt__reg_release(krt_system_t *sys, krt_addr_t who);
 
 /* Remote relations (krt_remote.c). */
 struct krt_remote *krt__remote_new(void);

@@ -1,7 +1,9 @@
 /*
- * Registry: names -> addresses, one mutex, chained hash table. A local actor's names are
- * released when it stops (the actor carries KRT_AAF_REGISTERED so only those actors pay for the
- * scan). Remote addresses may be registered too; they are never released automatically.
+ * Registry: names -> addresses, one mutex, two chained hash tables over the same entries: by
+ * name (lookups) and by address (an actor's names). A local actor's names are released when it
+ * stops (the actor carries KRT_AAF_REGISTERED so only those actors touch the registry), in
+ * O(names of that actor): the address table's bucket holds them. Remote addresses may be
+ * registered too; they are never released automatically.
  */
 #include "krt_int.h"
 
@@ -9,15 +11,17 @@
 #include <string.h>
 
 typedef struct krt_reg_ent {
-    struct krt_reg_ent *next;
+    struct krt_reg_ent *next;  /* chain of its name's bucket */
+    struct krt_reg_ent *anext; /* chain of its address's bucket */
     krt_addr_t who;
     char name[];
 } krt_reg_ent_t;
 
 struct krt_reg {
     pthread_mutex_t lock;
-    krt_reg_ent_t **tab;
-    size_t cap, n;
+    krt_reg_ent_t **tab;  /* by name */
+    krt_reg_ent_t **atab; /* by address */
+    size_t cap, n;        /* both tables have cap buckets (a power of two) */
 };
 
 static size_t s_hash(const char *s)
@@ -28,6 +32,13 @@ static size_t s_hash(const char *s)
     return h;
 }
 
+/* Addresses differ mostly in their low (slot) and middle (generation) bits: mix them all. */
+static size_t s_ahash(krt_addr_t who)
+{
+    uint64_t h = who * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
 krt_reg_t *krt__reg_new(void)
 {
     krt_reg_t *r = calloc(1, sizeof *r);
@@ -35,7 +46,10 @@ krt_reg_t *krt__reg_new(void)
         return NULL;
     r->cap = 64;
     r->tab = calloc(r->cap, sizeof *r->tab);
-    if (!r->tab) {
+    r->atab = calloc(r->cap, sizeof *r->atab);
+    if (!r->tab || !r->atab) {
+        free(r->tab);
+        free(r->atab);
         free(r);
         return NULL;
     }
@@ -57,6 +71,7 @@ void krt__reg_destroy(krt_reg_t **reg_p)
         }
     }
     free(r->tab);
+    free(r->atab);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }
@@ -69,24 +84,52 @@ static krt_reg_ent_t **s_find(krt_reg_t *r, const char *name)
     return pp;
 }
 
+/* The link to e in its address's chain (e must be registered). */
+static krt_reg_ent_t **s_find_addr(krt_reg_t *r, const krt_reg_ent_t *e)
+{
+    krt_reg_ent_t **pp = &r->atab[s_ahash(e->who) & (r->cap - 1)];
+    while (*pp != e)
+        pp = &(*pp)->anext;
+    return pp;
+}
+
+/* Doubles both tables; on allocation failure they stay as they are (longer chains). */
 static void s_grow(krt_reg_t *r)
 {
     size_t cap = r->cap * 2;
-    krt_reg_ent_t **tab = calloc(cap, sizeof *tab);
-    if (!tab)
+    krt_reg_ent_t **tab = calloc(cap, sizeof *tab), **atab = calloc(cap, sizeof *atab);
+    if (!tab || !atab) {
+        free(tab);
+        free(atab);
         return;
+    }
     for (size_t i = 0; i < r->cap; i++) {
         while (r->tab[i]) {
             krt_reg_ent_t *e = r->tab[i];
             r->tab[i] = e->next;
-            size_t h = s_hash(e->name) & (cap - 1);
+            size_t h = s_hash(e->name) & (cap - 1), a = s_ahash(e->who) & (cap - 1);
             e->next = tab[h];
             tab[h] = e;
+            e->anext = atab[a];
+            atab[a] = e;
         }
     }
     free(r->tab);
+    free(r->atab);
     r->tab = tab;
+    r->atab = atab;
     r->cap = cap;
+}
+
+/* Unlinks e from both tables (pp: its link in its name's chain) and frees it. */
+static void s_remove(krt_reg_t *r, krt_reg_ent_t **pp)
+{
+    krt_reg_ent_t *e = *pp;
+    *pp = e->next;
+    krt_reg_ent_t **ap = s_find_addr(r, e);
+    *ap = e->anext;
+    r->n--;
+    free(e);
 }
 
 /* Inserts with the lock held; a (may be NULL) is marked as having names. */
@@ -103,6 +146,9 @@ static int s_insert(krt_reg_t *r, const char *name, krt_addr_t who, krt_actor_t 
     e->who = who;
     e->next = NULL;
     *pp = e;
+    krt_reg_ent_t **ap = &r->atab[s_ahash(who) & (r->cap - 1)];
+    e->anext = *ap;
+    *ap = e;
     if (a)
         atomic_fetch_or(&a->aflags, KRT_AAF_REGISTERED);
     if (++r->n > r->cap)
@@ -146,14 +192,12 @@ int krt_unregister(krt_system_t *sys, const char *name)
         return KRT_EINVAL;
     krt_reg_t *r = sys->reg;
     pthread_mutex_lock(&r->lock);
-    krt_reg_ent_t **pp = s_find(r, name), *e = *pp;
-    if (e) {
-        *pp = e->next;
-        r->n--;
-    }
+    krt_reg_ent_t **pp = s_find(r, name);
+    bool found = *pp != NULL;
+    if (found)
+        s_remove(r, pp);
     pthread_mutex_unlock(&r->lock);
-    free(e);
-    return e ? 0 : KRT_ENOACTOR;
+    return found ? 0 : KRT_ENOACTOR;
 }
 
 krt_addr_t krt_whereis(krt_system_t *sys, const char *name)
@@ -168,22 +212,25 @@ krt_addr_t krt_whereis(krt_system_t *sys, const char *name)
     return who;
 }
 
-void krt__reg_release(krt_system_t *sys, krt_addr_t who)
+size_t krt__reg_release(krt_system_t *sys, krt_addr_t who)
 {
     krt_reg_t *r = sys->reg;
+    size_t seen = 0;
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->cap; i++) {
-        krt_reg_ent_t **pp = &r->tab[i];
-        while (*pp) {
-            krt_reg_ent_t *e = *pp;
-            if (e->who == who) {
-                *pp = e->next;
-                r->n--;
-                free(e);
-            } else {
-                pp = &e->next;
-            }
+    krt_reg_ent_t **ap = &r->atab[s_ahash(who) & (r->cap - 1)];
+    while (*ap) {
+        krt_reg_ent_t *e = *ap;
+        seen++;
+        if (e->who != who) {
+            ap = &e->anext;
+            continue;
         }
+        *ap = e->anext;
+        krt_reg_ent_t **pp = s_find(r, e->name);
+        *pp = e->next;
+        r->n--;
+        free(e);
     }
     pthread_mutex_unlock(&r->lock);
+    return seen;
 }

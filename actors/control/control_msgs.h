@@ -10,6 +10,7 @@
 #define KA_CONTROL_MSGS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ka_errors.h"
 #include "krt.h"
@@ -46,6 +47,17 @@ typedef struct ka_status {
 /* Registered names. */
 #define KA_TEMPLATES_NAME "templates"
 #define KA_SANDBOXES_NAME "sandboxes"
+/* Each sandbox's actor is registered as KA_SANDBOX_NAME_PREFIX + its id ("sandbox/<uuid>"):
+ * the service layer sends a sandbox's calls there, and to the manager only when no actor holds
+ * the name. */
+#define KA_SANDBOX_NAME_PREFIX "sandbox/"
+#define KA_SANDBOX_NAME_LEN    (sizeof KA_SANDBOX_NAME_PREFIX + KA_STORE_ID_LEN)
+
+/* The registered name of sandbox id's actor into out (KA_SANDBOX_NAME_LEN bytes). */
+static inline void ka_sandbox_name(char out[KA_SANDBOX_NAME_LEN], const char *id)
+{
+    snprintf(out, KA_SANDBOX_NAME_LEN, KA_SANDBOX_NAME_PREFIX "%.*s", KA_STORE_ID_LEN - 1, id);
+}
 
 /* Messages the reference names verbatim (reference section 3.6). */
 #define KA_MSG_NOT_READY      "Sandbox is not ready or has expired"
@@ -63,7 +75,9 @@ enum {
     KA_TPL_DELETE,  /* ka_tpl_key_t -> ka_tpl_reply_t */
     KA_TPL_RESOLVE, /* ka_tpl_key_t -> ka_tpl_resolved_t: what a new sandbox pins */
     KA_TPL_RUNTIME, /* ka_tpl_runtime_req_t -> ka_tpl_resolved_t: a pinned revision's rootfs */
-    /* sandboxes manager, then forwarded to the sandbox's own actor */
+    /* sandboxes manager: creates and lists; the calls for one sandbox go to its actor
+     * (KA_SANDBOX_NAME_PREFIX), or to the manager, which forwards them to an actor it knows or
+     * answers from the store, when none is registered */
     KA_SBX_CREATE,       /* ka_sbx_create_t -> ka_sbx_reply_t */
     KA_SBX_GET,          /* ka_sbx_key_t -> ka_sbx_reply_t */
     KA_SBX_LIST,         /* ka_sbx_list_req_t -> ka_sbx_list_t */
@@ -76,15 +90,15 @@ enum {
     KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
     KA_SBX_GUEST_BOUND,  /* sandbox actor -> stream sink, empty: the call is open (monitor me) */
     KA_SBX_GUEST_CREDIT, /* stream sink -> sandbox actor: ka_sbx_credit_t, data consumed */
-    /* sandboxes manager, then forwarded to the sandbox's own actor (beyond the reference) */
+    /* the sandbox's actor, as above (beyond the reference) */
     KA_SBX_PAUSE,   /* ka_sbx_key_t -> ka_sbx_reply_t (paused true): processes frozen */
     KA_SBX_UNPAUSE, /* ka_sbx_key_t -> ka_sbx_reply_t (paused false): thawed */
     /* internal */
     KA_SBX_FORWARD_, /* manager -> sandbox actor: ka_sbx_forward_t (+ original body) */
     KA_SBX_RECOVER_, /* manager -> itself: ka_sbx_recover_t, retry a recovery page */
     KA_SBX_RETIRE_,  /* sandbox actor -> manager: empty; deleted, route nothing more to me */
-    KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; all routed calls are queued */
-    KA_SBX_PAUSED_,  /* sandbox actor -> manager: ka_sbx_paused_t, it paused or unpaused */
+    KA_SBX_STOP_,    /* manager -> retired sandbox actor: empty; calls still queued behind it
+                      * end KRT_ENOACTOR and their senders ask the manager (the tombstone) */
     /* sandboxes manager (beyond the reference) */
     KA_SBX_FORK,       /* ka_sbx_fork_t -> ka_sbx_list_t: the forks' records, in order */
     KA_SBX_FORK_COPY_, /* manager -> the source's actor: ka_sbx_fork_copy_t -> ka_sbx_reply_t */
@@ -164,11 +178,6 @@ typedef struct ka_sbx_fork_copy {
     uint32_t count;
     char ids[KA_FORK_MAX][KA_STORE_ID_LEN];
 } ka_sbx_fork_copy_t;
-
-typedef struct ka_sbx_paused {
-    char id[KA_STORE_ID_LEN];
-    uint8_t paused;
-} ka_sbx_paused_t;
 
 typedef struct ka_sbx_list_req {
     char caller[KA_STORE_CREATOR_LEN];

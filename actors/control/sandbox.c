@@ -918,17 +918,12 @@ static int s_freeze(krt_ctx_t *ctx, ka_sbx_t *self, bool frozen, const ka_sbx_ca
     return rc;
 }
 
-/* Enters PAUSED or leaves it for READY, and tells the manager (a get shows it). */
+/* Enters PAUSED or leaves it for READY (a get, answered here, shows it). */
 static void s_set_paused(krt_ctx_t *ctx, ka_sbx_t *self, bool paused)
 {
     s_enter(ctx, self, paused ? KA_SBX_PAUSED : KA_SBX_READY);
     if (!paused)
         ka_sbx_guest_touch(self);
-    ka_sbx_paused_t p;
-    memset(&p, 0, sizeof p);
-    s_copy(p.id, sizeof p.id, self->a.record.id);
-    p.paused = paused;
-    krt_send(ctx, krt_parent(ctx), KA_SBX_PAUSED_, &p, sizeof p);
 }
 
 static void a_pause(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
@@ -1152,6 +1147,50 @@ static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr
     s_fire(ctx, self, &ev);
 }
 
+/* The store's record for a get (s_get): answered with paused from this actor's state. */
+static void s_on_got(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    ka_sbx_t *self = state;
+    ka_sbx_joiner_t *w = user, **pp = &self->reads;
+    while (*pp != w)
+        pp = &(*pp)->next;
+    *pp = w->next;
+    ka_sbx_reply_t out;
+    ka_sbx_read_reply(err, msg, &out);
+    out.paused = self->state == KA_SBX_PAUSED && out.sandbox.state == KA_STATE_READY;
+    krt_reply_to(ctx, w->c.to, w->c.ref, w->c.type, &out, sizeof out);
+    free(w);
+}
+
+/* A get, in any state and outside the table (it changes nothing): the owner gets the record as
+ * the store has it, as the manager answers for a sandbox with no actor; anyone else NOT_FOUND. */
+static void s_get(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
+{
+    const ka_sbx_key_t *k = msg->body;
+    ka_sbx_caller_t c = {msg->from, msg->ref, KA_SBX_GET};
+    if (msg->len != sizeof *k || !memchr(k->caller, 0, sizeof k->caller)) {
+        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_INVALID_ARGUMENT, "malformed request");
+        return;
+    }
+    if (strcmp(k->caller, self->a.record.creator) != 0) {
+        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+        return;
+    }
+    ka_sbx_joiner_t *w = malloc(sizeof *w);
+    ka_store_sandbox_key_t sk;
+    memset(&sk, 0, sizeof sk);
+    s_copy(sk.id, sizeof sk.id, self->a.record.id);
+    s_copy(sk.creator, sizeof sk.creator, k->caller);
+    if (!w || krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk, sizeof sk,
+                          STORE_TIMEOUT_MS, s_on_got, w)) {
+        free(w);
+        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_UNAVAILABLE, "out of memory; retry");
+        return;
+    }
+    *w = (ka_sbx_joiner_t){self->reads, c};
+    self->reads = w;
+}
+
 /* The answer to s_ask (err: it timed out, its target is gone, or it was refused). */
 static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
@@ -1280,7 +1319,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         ka_sbx_guest_credit(ctx, self, msg->from, msg->body, msg->len);
         break;
     case KA_SBX_GET:
-        s_reply_record(ctx, self, &(ka_sbx_caller_t){msg->from, msg->ref, msg->type});
+        s_get(ctx, self, msg);
         break;
     default:
         break;
@@ -1370,6 +1409,12 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     if (op->delete_queued && op->delete_answer)
         ka_sbx_reply_status(ctx, op->deleter.to, op->deleter.ref, KA_SBX_DELETE, KA_UNAVAILABLE,
                             "%s", why);
+    while (self->reads) { /* their store requests are dropped with this actor */
+        ka_sbx_joiner_t *w = self->reads;
+        self->reads = w->next;
+        ka_sbx_reply_status(ctx, w->c.to, w->c.ref, w->c.type, KA_UNAVAILABLE, "%s", why);
+        free(w);
+    }
     ka_sbx_guest_detach(ctx, self);
     if (self->compute)
         ka_driver_park(self->a.driver, &self->compute);

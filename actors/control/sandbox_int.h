@@ -78,6 +78,7 @@ typedef struct ka_sbx {
     ka_sandbox_args_t a; /* a.record is the live record */
     ka_sbx_state_t state;
     ka_sbx_op_t op;
+    ka_sbx_joiner_t *reads; /* gets waiting for the store's record (answered if it stops) */
     ka_sandbox_t *compute;
     krt_timer_t ttl;
     krt_timer_t retry; /* a result write sent again */

@@ -1,7 +1,8 @@
 /*
- * ka_sandboxes: the sandboxes manager. Creates (idempotent through the store), routes calls
- * for live sandboxes to their actors, answers reads from the store, and recovers this node's
- * live records at start.
+ * ka_sandboxes: the sandboxes manager. Creates (idempotent through the store) and registers
+ * each sandbox's actor under its name, lists from the store, answers the calls for one sandbox
+ * that found no registered actor (forwarded to an actor it knows, else from the store), and
+ * recovers this node's live records at start.
  */
 #include "sandboxes.h"
 #include "checks.h"
@@ -20,13 +21,12 @@
 #define RESOLVE_TIMEOUT_MS (15 * 60 * 1000)
 #define RECOVER_PAGE       100
 
-/* A caller's request in flight: each step is a krt_request whose callback is the next step. */
-/* A live sandbox: its actor, and whether it says it is paused (a get shows it). */
+/* A live sandbox: its actor. */
 typedef struct {
     krt_addr_t addr;
-    bool paused;
 } s_slot_t;
 
+/* A caller's request in flight: each step is a krt_request whose callback is the next step. */
 typedef struct s_op s_op_t;
 struct s_op {
     s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
@@ -156,15 +156,20 @@ static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, 
         s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
 }
 
+/* Why a request to a control-plane service failed (err != 0): the caller gets UNAVAILABLE. */
+static const char *s_unavailable_why(int err)
+{
+    return err == KRT_ETIMEDOUT ? "a control-plane service did not answer in time; retry"
+                                : "a control-plane service is not running; retry";
+}
+
 /* Common head of a step: the op if its service answered, else NULL after failing the op. */
 static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
 {
     s_op_t *op = user;
     if (!err)
         return op;
-    s_fail_op(ctx, self, op, KA_UNAVAILABLE,
-              err == KRT_ETIMEDOUT ? "a control-plane service did not answer in time; retry"
-                                   : "a control-plane service is not running; retry");
+    s_fail_op(ctx, self, op, KA_UNAVAILABLE, s_unavailable_why(err));
     return NULL;
 }
 
@@ -186,6 +191,24 @@ static krt_addr_t s_live(s_mgr_t *self, const char *id)
 {
     s_slot_t *a = zhashx_lookup(self->live, id);
     return a ? a->addr : KRT_ADDR_NONE;
+}
+
+/* Registers a new sandbox actor under its name. A holder still there is an actor of the same
+ * id that is stopping (the previous manager's, parking its compute): the name moves to the new
+ * one, and the old one's exit releases only its own names. Without a name (out of memory) the
+ * actor is still reached, through this manager. */
+static void s_register(krt_ctx_t *ctx, const char *id, krt_addr_t addr)
+{
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    krt_system_t *sys = krt_ctx_system(ctx);
+    int rc = krt_register(sys, name, addr);
+    if (rc == KRT_EEXIST) {
+        krt_unregister(sys, name);
+        rc = krt_register(sys, name, addr);
+    }
+    if (rc && rc != KRT_ENOACTOR) /* ENOACTOR: its init failed, DOWN follows */
+        krt_log_actor(ctx, KRT_LOG_WARN, "sandbox_register_failed", "sandbox=%s err=%d", id, rc);
 }
 
 static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
@@ -210,6 +233,7 @@ static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
         return KRT_ENOMEM;
     *slot = (s_slot_t){.addr = addr};
     zhashx_update(self->live, args->record.id, slot);
+    s_register(ctx, args->record.id, addr);
     return 0;
 }
 
@@ -386,33 +410,6 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
 
 /* ---- reads -------------------------------------------------------------------------------- */
 
-static void s_get(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
-{
-    s_op_t *op = s_op_new(self, msg);
-    const ka_sbx_key_t *k = msg->body;
-    if (!op)
-        return;
-    if (msg->len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
-        !memchr(k->caller, 0, sizeof k->caller)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed request");
-        return;
-    }
-    if (!k->caller[0]) { /* the store reads "" as any creator: never let that through */
-        s_fail_op(ctx, self, op, KA_UNAUTHENTICATED, "authentication required");
-        return;
-    }
-    if (ka_check_uuid(k->id)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
-        return;
-    }
-    ka_store_sandbox_key_t sk;
-    memset(&sk, 0, sizeof sk);
-    s_copy(sk.id, sizeof sk.id, k->id);
-    s_copy(sk.creator, sizeof sk.creator, k->caller);
-    s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
-          sizeof sk, STORE_TIMEOUT_MS);
-}
-
 static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
     s_op_t *op = s_op_new(self, msg);
@@ -440,64 +437,71 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
           sizeof sq, STORE_TIMEOUT_MS);
 }
 
-/* Store replies start with ka_store_status_t {err, message}; ours with ka_status_t {code,
- * message}: same layout, so the body is copied and only the code translated. */
+/* A store success reply starts with ka_store_status_t {0, ""}; ours with ka_status_t {code,
+ * message}: same layout, so a list is passed on as the store sent it. */
+_Static_assert(sizeof(ka_store_status_t) == sizeof(ka_status_t) &&
+                   offsetof(ka_store_status_t, message) == offsetof(ka_status_t, message),
+               "a store status reads as a ka_status_t");
+
+void ka_sbx_read_reply(int err, const krt_msg_t *msg, ka_sbx_reply_t *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *why;
+    int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
+    if (serr) {
+        out->status.code = ka_code_of_store(serr);
+        s_copy(out->status.message, sizeof out->status.message,
+               serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+        return;
+    }
+    out->sandbox = ((const ka_store_sandbox_reply_t *)msg->body)->sandbox;
+}
+
+/* A store read answered: a list as the store returned it, a record as a ka_sbx_reply_t. */
 static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
+    if (op->type != KA_SBX_LIST) {
+        ka_sbx_reply_t out;
+        ka_sbx_read_reply(err, msg, &out);
+        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+        s_op_free(self, op);
+        return;
+    }
     if (!s_store_reply(ctx, self, op, err, msg, sizeof(ka_store_status_t)))
         return;
-    void *copy = malloc(msg->len);
-    if (!copy) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
-        return;
-    }
-    memcpy(copy, msg->body, msg->len);
-    ka_status_t *st = copy; /* a success: code 0, message "" */
-    size_t len = msg->len;
-    if (op->type == KA_SBX_GET) { /* ka_store_sandbox_reply_t has `created` before the record */
-        const ka_store_sandbox_reply_t *r = msg->body;
-        ka_sbx_reply_t out;
-        memset(&out, 0, sizeof out);
-        out.status = *st;
-        if (msg->len == sizeof *r)
-            out.sandbox = r->sandbox;
-        const s_slot_t *a = zhashx_lookup(self->live, out.sandbox.id);
-        out.paused = a && a->paused && out.sandbox.state == KA_STATE_READY;
-        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-    } else {
-        krt_reply_to(ctx, op->from, op->from_ref, op->type, copy, len);
-    }
-    free(copy);
+    krt_reply_to(ctx, op->from, op->from_ref, op->type, msg->body, msg->len); /* status 0 */
     s_op_free(self, op);
 }
 
 /* ---- calls for one sandbox ---------------------------------------------------------------- */
 
-/* The id and caller of a lifecycle or guest request, checked; NULL if malformed. */
-static const char *s_target(const krt_msg_t *msg, const char **caller)
+const char *ka_sbx_target(uint32_t type, const void *body, size_t len, const char **caller)
 {
-    if (msg->type == KA_SBX_GUEST) {
-        const ka_guest_req_t *q = msg->body;
-        if (msg->len < sizeof *q || !memchr(q->sandbox_id, 0, sizeof q->sandbox_id) ||
+    if (type == KA_SBX_GUEST) {
+        const ka_guest_req_t *q = body;
+        if (len < sizeof *q || !memchr(q->sandbox_id, 0, sizeof q->sandbox_id) ||
             !memchr(q->caller, 0, sizeof q->caller))
             return NULL;
         *caller = q->caller;
         return q->sandbox_id;
     }
-    const ka_sbx_key_t *k = msg->body;
-    if (msg->len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
+    const ka_sbx_key_t *k = body;
+    if (len != sizeof *k || !memchr(k->id, 0, sizeof k->id) ||
         !memchr(k->caller, 0, sizeof k->caller))
         return NULL;
     *caller = k->caller;
     return k->id;
 }
 
+/* A call for one sandbox that found no actor by name: the checks every such call gets (the
+ * service sends only calls that pass them to a sandbox's actor), then the actor this manager
+ * knows (it may have spawned it after the caller looked), else the record. */
 static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
     const char *caller = NULL;
-    const char *id = s_target(msg, &caller);
+    const char *id = ka_sbx_target(msg->type, msg->body, msg->len, &caller);
     if (!id) {
         s_fail(ctx, msg->from, msg->ref, msg->type, KA_INVALID_ARGUMENT, "malformed request");
         return;
@@ -529,8 +533,8 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     memset(&sk, 0, sizeof sk);
     s_copy(sk.id, sizeof sk.id, id);
     s_copy(sk.creator, sizeof sk.creator, caller);
-    s_ask(ctx, self, op, s_on_not_live, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
-          sizeof sk, STORE_TIMEOUT_MS);
+    s_ask(ctx, self, op, msg->type == KA_SBX_GET ? s_on_read : s_on_not_live,
+          ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk, sizeof sk, STORE_TIMEOUT_MS);
 }
 
 /* No actor holds this sandbox: it is deleted, failed elsewhere, or unknown. */
@@ -931,10 +935,11 @@ static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
         }
 }
 
-/* A sandbox actor whose record is a tombstone: route nothing more to it (later calls read the
- * record), then stop it. Everything routed to it before is already in its mailbox, ahead of
- * the stop, and it answers those first. Unlinked first: its normal exit must not reach us as
- * the exit of an actor that is not our child. */
+/* A sandbox actor whose record is a tombstone: forward nothing more to it (later calls read the
+ * record), then stop it. Everything forwarded to it before is already in its mailbox, ahead of
+ * the stop, and it answers those first; calls the service sent it by name after the stop end
+ * KRT_ENOACTOR and come here. Its name goes with it. Unlinked first: its normal exit must not
+ * reach us as the exit of an actor that is not our child. */
 static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
     for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
@@ -944,17 +949,6 @@ static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
             krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
             return;
         }
-}
-
-/* A sandbox actor paused or unpaused (only the actor holding that id is believed). */
-static void s_on_paused(s_mgr_t *self, const krt_msg_t *msg)
-{
-    const ka_sbx_paused_t *p = msg->body;
-    if (msg->len != sizeof *p || !memchr(p->id, 0, sizeof p->id))
-        return;
-    s_slot_t *a = zhashx_lookup(self->live, p->id);
-    if (a && a->addr == msg->from)
-        a->paused = p->paused != 0;
 }
 
 static size_t s_live_count(void *arg)
@@ -971,12 +965,10 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_CREATE:
         s_create(ctx, self, msg);
         break;
-    case KA_SBX_GET:
-        s_get(ctx, self, msg);
-        break;
     case KA_SBX_LIST:
         s_list(ctx, self, msg);
         break;
+    case KA_SBX_GET:
     case KA_SBX_SUSPEND:
     case KA_SBX_RESUME:
     case KA_SBX_PAUSE:
@@ -999,9 +991,6 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     }
     case KRT_MSG_DOWN:
         s_on_down(self, msg);
-        break;
-    case KA_SBX_PAUSED_:
-        s_on_paused(self, msg);
         break;
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);

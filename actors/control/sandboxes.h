@@ -4,12 +4,14 @@
  *
  * The manager validates creates, resolves the template's prepared revision, persists the
  * record idempotently on (creator, request_id), and spawns the sandbox's actor, which boots its
- * compute and answers. Lifecycle calls and guest calls for a live sandbox go to its actor (the
- * manager forwards them with the original requester, so the actor answers directly); reads go
- * to the store. At start the manager recovers every live record of this node: expired ones are
- * deleted, suspended ones get their TTL re-armed, and live ones, whose compute is gone, come
- * back SUSPENDED with reason ComputeLost and their /data kept where it was (a resume boots them
- * on it; one still being created is FAILED): a node crash loses no /data.
+ * compute and answers. Each sandbox actor is registered under its name (ka_sandbox_name:
+ * "sandbox/<id>"), and the service layer sends the calls for one sandbox (get, lifecycle, guest)
+ * straight there. The manager gets them only when no actor holds the name: it forwards them to
+ * an actor it knows (one just spawned), or answers from the store (deleted, unknown, another
+ * node's); lists read the store. At start the manager recovers every live record of this node:
+ * expired ones are deleted, suspended ones get their TTL re-armed, and live ones, whose compute is
+ * gone, come back SUSPENDED with reason ComputeLost and their /data kept where it was (a resume
+ * boots them on it; one still being created is FAILED): a node crash loses no /data.
  *
  * A sandbox actor owns: the record, one TTL timer (expiry deletes through the normal path,
  * suspended sandboxes too), the compute (a ka_driver sandbox) and the guest connection. Its
@@ -26,6 +28,7 @@
 #define KA_SANDBOXES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "control_msgs.h"
@@ -85,5 +88,15 @@ extern const krt_behaviour_t ka_sandbox_behaviour;
 
 /* 0 if s is a canonical lowercase/uppercase hex UUID (8-4-4-4-12). */
 int ka_check_uuid(const char *s);
+
+/* The sandbox id of a call for one sandbox (KA_SBX_GUEST: a ka_guest_req_t; KA_SBX_GET,
+ * _SUSPEND, _RESUME, _PAUSE, _UNPAUSE, _DELETE, _GUEST_CANCEL: a ka_sbx_key_t) and *caller, both
+ * borrowed from body; NULL if the body is malformed. Neither is checked further. */
+const char *ka_sbx_target(uint32_t type, const void *body, size_t len, const char **caller);
+
+/* The answer to a get, from the store's reply to KA_STORE_SANDBOX_GET or _DELETE (err: the
+ * request failed; then msg may be NULL): the store's status as a ka_status_t (NOT_FOUND with
+ * KA_MSG_NOT_FOUND), the record, paused 0. The manager and a sandbox's actor answer alike. */
+void ka_sbx_read_reply(int err, const krt_msg_t *msg, ka_sbx_reply_t *out);
 
 #endif

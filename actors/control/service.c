@@ -1,4 +1,12 @@
-/* ka_service: requests to control-plane actors, replies to callbacks; streams via a sink actor. */
+/* ka_service: requests to control-plane actors, replies to callbacks; streams via a sink actor.
+ *
+ * The calls for one sandbox go straight to its actor, found by its registered name
+ * (ka_sandbox_name), when they pass the checks that need no record (well-formed, an
+ * authenticated caller, a UUID). The manager gets them when no actor holds the name, or when the
+ * actor stopped before it took the call (KRT_ENOACTOR: a retired tombstone, a crash): once, so
+ * a call never hangs and is never taken twice (an actor that took a call answers it, even when
+ * it stops). The manager answers the checks' refusals and, for a sandbox without an actor, from
+ * the store. */
 #include "service.h"
 
 #include <stdlib.h>
@@ -6,6 +14,7 @@
 
 #include "metrics.h"
 #include "phases.h"
+#include "sandboxes.h"
 #include "svc_frames.h"
 
 #define MSG_STREAM_CANCEL (KA_CTL_MSG_LAST_ + 16)
@@ -51,6 +60,32 @@ static krt_addr_t s_route(const ka_service_t *svc, uint32_t type)
     return KRT_ADDR_NONE;
 }
 
+/* The actor registered for the sandbox a call is for, when the call may skip the manager (see
+ * the top); else KRT_ADDR_NONE. */
+static krt_addr_t s_sandbox_actor(krt_system_t *sys, uint32_t type, const void *body, size_t len)
+{
+    bool one = type == KA_SBX_GET || type == KA_SBX_SUSPEND || type == KA_SBX_RESUME ||
+               type == KA_SBX_PAUSE || type == KA_SBX_UNPAUSE || type == KA_SBX_DELETE ||
+               type == KA_SBX_GUEST;
+    const char *caller = NULL;
+    const char *id = one ? ka_sbx_target(type, body, len, &caller) : NULL;
+    if (!id || !caller[0] || ka_check_uuid(id))
+        return KRT_ADDR_NONE;
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    return krt_whereis(sys, name);
+}
+
+/* What is left of timeout_ms (> 0; else no deadline: as it is) since began (ka_metric_now()),
+ * at least 1 ms. */
+static int s_left(int timeout_ms, double began)
+{
+    if (timeout_ms <= 0)
+        return timeout_ms;
+    double left = timeout_ms - (ka_metric_now() - began) * 1000.0;
+    return left < 1 ? 1 : (int)left;
+}
+
 static void s_status_of_err(int err, ka_status_t *st)
 {
     memset(st, 0, sizeof *st);
@@ -65,7 +100,29 @@ typedef struct {
     void *user;
     uint32_t type;
     double began; /* ka_metric_now() when sent */
+    int timeout_ms;
+    krt_system_t *sys;
+    const char *sandboxes; /* the manager's name, for a call its sandbox's actor did not take */
+    bool direct;           /* sent to the sandbox's actor: body (len bytes) kept for the manager */
+    size_t len;
+    char body[];
 } s_call_t;
+
+static void s_on_reply(void *user, int err, const krt_msg_t *reply);
+
+/* Sends c to `to`; a call for the sandbox's actor goes to the manager instead when that actor
+ * is gone (to is KRT_ADDR_NONE, or the send finds it stopped). */
+static int s_call_send(s_call_t *c, krt_addr_t to, const void *body)
+{
+    int rc = to ? krt_call_async(c->sys, to, c->type, body, c->len, s_left(c->timeout_ms, c->began),
+                                 s_on_reply, c)
+                : KRT_ENOACTOR;
+    if (rc == KRT_ENOACTOR && c->direct) {
+        c->direct = false;
+        return s_call_send(c, krt_whereis(c->sys, c->sandboxes), body);
+    }
+    return rc;
+}
 
 /* A create answered READY: its sandbox's create_seconds (once per sandbox). */
 static void s_observe(uint32_t type, double began, const void *body, size_t len)
@@ -80,6 +137,9 @@ static void s_on_reply(void *user, int err, const krt_msg_t *reply)
 {
     s_call_t *c = user;
     ka_status_t st;
+    /* the sandbox's actor stopped before it took the call: the manager answers */
+    if (err == KRT_ENOACTOR && c->direct && s_call_send(c, KRT_ADDR_NONE, c->body) == 0)
+        return;
     if (err || !reply || reply->len < sizeof st) {
         s_status_of_err(err ? err : KRT_EINVAL, &st);
         c->cb(c->user, &st, NULL, 0);
@@ -93,18 +153,25 @@ static void s_on_reply(void *user, int err, const krt_msg_t *reply)
 int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
                 ka_svc_cb cb, void *user)
 {
-    krt_addr_t to = s_route(svc, type);
+    krt_addr_t actor = s_sandbox_actor(svc->sys, type, body, len);
+    krt_addr_t to = actor ? actor : s_route(svc, type);
     if (!to || type == KA_SBX_GUEST_CANCEL)
         return KRT_EINVAL;
-    s_call_t *c = malloc(sizeof *c);
+    s_call_t *c = malloc(sizeof *c + (actor ? len : 0));
     if (!c)
         return KRT_ENOMEM;
-    c->cb = cb;
-    c->user = user;
-    c->type = type;
-    c->began = ka_metric_now();
-    int rc = krt_call_async(svc->sys, to, type, body, len,
-                            timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, s_on_reply, c);
+    *c = (s_call_t){.cb = cb,
+                    .user = user,
+                    .type = type,
+                    .began = ka_metric_now(),
+                    .timeout_ms = timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS,
+                    .sys = svc->sys,
+                    .sandboxes = svc->sandboxes,
+                    .direct = actor != KRT_ADDR_NONE,
+                    .len = len};
+    if (actor)
+        memcpy(c->body, body, len);
+    int rc = s_call_send(c, to, body);
     if (rc)
         free(c);
     return rc;
@@ -114,12 +181,16 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
                      krt_reply_t *reply)
 {
     memset(reply, 0, sizeof *reply);
-    krt_addr_t to = s_route(svc, type);
-    if (!to)
-        return KA_INVALID_ARGUMENT;
     double began = ka_metric_now();
-    int rc =
-        krt_call(svc->sys, to, type, body, len, timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS, reply);
+    timeout_ms = timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS;
+    krt_addr_t actor = s_sandbox_actor(svc->sys, type, body, len);
+    int rc = actor ? krt_call(svc->sys, actor, type, body, len, timeout_ms, reply) : KRT_ENOACTOR;
+    if (rc == KRT_ENOACTOR) { /* no actor, or it stopped before taking the call */
+        krt_addr_t to = s_route(svc, type);
+        if (!to)
+            return actor ? KA_UNAVAILABLE : KA_INVALID_ARGUMENT;
+        rc = krt_call(svc->sys, to, type, body, len, s_left(timeout_ms, began), reply);
+    }
     if (rc)
         return rc == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
     if (reply->len < sizeof(ka_status_t)) {
@@ -132,27 +203,31 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
 
 /* ---- streams: one sink actor per stream -----------------------------------------------------
  *
- * The sink sends the request to the sandboxes manager, which forwards it to the sandbox's
- * actor; that actor answers KA_SBX_GUEST_BOUND when it takes the call (or a final frame if it
- * refuses it). From then on the sink monitors it (its end ends the call with UNAVAILABLE) and
- * returns the reader's credit to it directly. A call that no actor takes within
- * KA_SVC_BIND_MS (the actor was stopping, the message was dropped) ends UNAVAILABLE too: no
- * caller waits forever. */
+ * The sink sends the request to the sandbox's actor, monitored from then on (or to the
+ * manager, which forwards it to the actor it knows or refuses it from the record); the actor
+ * answers KA_SBX_GUEST_BOUND when it takes the call (or a final frame if it refuses it). An
+ * actor that ends before either (its DOWN comes first) never took the call: the sink sends it
+ * to the manager, once. Once bound, the sink monitors the actor that took it (its end ends the
+ * call with UNAVAILABLE) and returns the reader's credit to it directly. A call that no actor
+ * takes within KA_SVC_BIND_MS (the message was dropped on the manager's way) ends UNAVAILABLE
+ * too: no caller waits forever. */
 
 typedef struct {
     ka_svc_frame_cb cb;
     void *user;
-    krt_addr_t sandboxes;
-    ka_sbx_key_t key; /* for the cancel message */
-    ka_guest_req_t *req;
+    const char *sandboxes; /* the manager's registered name */
+    ka_sbx_key_t key;      /* for the cancel message */
+    ka_guest_req_t *req;   /* kept until an actor takes the call: the manager may get it then */
     size_t len;
 } s_sink_args_t;
 
 typedef struct {
     s_sink_args_t a;
     bool done;
+    krt_addr_t to;      /* where the call went: the sandbox's actor, or the manager */
+    bool direct;        /* to is the sandbox's actor, monitored, and it has not taken the call */
     krt_addr_t sandbox; /* the sandbox actor that took the call (0 until then) */
-    uint64_t monitor;
+    uint64_t monitor;   /* of `to` while direct, then of sandbox */
     krt_timer_t bind;
     int op;       /* KA_GUEST_* */
     double began; /* ka_metric_now() when sent */
@@ -182,13 +257,54 @@ static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int code, const char *me
     s_sink_final(ctx, self, &f, sizeof f);
 }
 
+/* Sends the call to its sandbox's actor (direct, when one is registered) or to the manager;
+ * a direct send that finds the actor gone goes to the manager. 0, or the manager's send error. */
+static int s_sink_send(krt_ctx_t *ctx, s_sink_t *self, bool direct)
+{
+    krt_system_t *sys = krt_ctx_system(ctx);
+    self->to = direct ? s_sandbox_actor(sys, KA_SBX_GUEST, self->a.req, self->a.len) : 0;
+    self->direct = self->to != KRT_ADDR_NONE;
+    if (self->direct) {
+        self->monitor = krt_monitor(ctx, self->to);
+        if (krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req, self->a.len) == 0)
+            return 0;
+        krt_demonitor(ctx, self->monitor); /* a DOWN already queued no longer matches */
+        self->monitor = 0;
+        self->direct = false;
+    }
+    self->to = krt_whereis(sys, self->a.sandboxes);
+    return krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req, self->a.len);
+}
+
 static void s_sink_bound(krt_ctx_t *ctx, s_sink_t *self, krt_addr_t sandbox)
 {
     if (self->sandbox)
         return;
     krt_timer_cancel(ctx, &self->bind);
     self->sandbox = sandbox;
-    self->monitor = krt_monitor(ctx, sandbox);
+    if (!self->direct || sandbox != self->to) {
+        if (self->monitor)
+            krt_demonitor(ctx, self->monitor);
+        self->monitor = krt_monitor(ctx, sandbox);
+    }
+    self->direct = false;
+    free(self->a.req);
+    self->a.req = NULL;
+}
+
+/* The monitored actor ended: before it took the call (the call goes to the manager), or while
+ * it was open. */
+static void s_sink_down(krt_ctx_t *ctx, s_sink_t *self)
+{
+    self->monitor = 0;
+    if (self->direct && !self->sandbox) {
+        if (s_sink_send(ctx, self, false))
+            s_sink_fail(ctx, self, KA_UNAVAILABLE, "the sandbox service is not running; retry");
+        return;
+    }
+    s_sink_fail(ctx, self, KA_UNAVAILABLE,
+                "the sandbox went away while the call was open (deleted, stopped or "
+                "restarting); the call may have had effects");
 }
 
 static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
@@ -209,14 +325,12 @@ static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         krt_send(ctx, self->sandbox, KA_SBX_GUEST_CREDIT, &cr, sizeof cr);
     } else if (msg->type == KRT_MSG_DOWN && self->monitor &&
                ((const krt_down_t *)msg->body)->ref == self->monitor) {
-        s_sink_fail(ctx, self, KA_UNAVAILABLE,
-                    "the sandbox went away while the call was open (deleted, stopped or "
-                    "restarting); the call may have had effects");
+        s_sink_down(ctx, self);
     } else if (msg->type == MSG_BIND_TIMEOUT) {
         s_sink_fail(ctx, self, KA_UNAVAILABLE, "the sandbox did not take the call; retry");
     } else if (msg->type == MSG_STREAM_CANCEL) {
-        krt_send(ctx, self->sandbox ? self->sandbox : self->a.sandboxes, KA_SBX_GUEST_CANCEL,
-                 &self->a.key, sizeof self->a.key);
+        krt_send(ctx, self->sandbox ? self->sandbox : self->to, KA_SBX_GUEST_CANCEL, &self->a.key,
+                 sizeof self->a.key);
         s_sink_fail(ctx, self, KA_CANCELLED, "the call was cancelled");
     }
 }
@@ -228,12 +342,12 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     free(arg);
     self->op = self->a.req->op;
     self->began = ka_metric_now();
-    int rc = krt_send(ctx, self->a.sandboxes, KA_SBX_GUEST, self->a.req, self->a.len);
-    free(self->a.req);
-    self->a.req = NULL;
+    int rc = s_sink_send(ctx, self, true);
     if (!rc)
         rc = krt_timer_arm(ctx, &self->bind, KA_SVC_BIND_MS, MSG_BIND_TIMEOUT, 0);
     if (rc) { /* terminate does not run after a failed init: the caller learns it here */
+        free(self->a.req);
+        self->a.req = NULL;
         ka_guest_reply_t f;
         ka_frame_final(&f, KA_UNAVAILABLE, "the sandbox service is not running; retry");
         self->done = true;
@@ -276,7 +390,7 @@ int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_s
     a->len = len;
     a->cb = cb;
     a->user = user;
-    a->sandboxes = krt_whereis(svc->sys, svc->sandboxes);
+    a->sandboxes = svc->sandboxes;
     snprintf(a->key.caller, sizeof a->key.caller, "%s", req->caller);
     snprintf(a->key.id, sizeof a->key.id, "%s", req->sandbox_id);
     krt_addr_t addr = KRT_ADDR_NONE;

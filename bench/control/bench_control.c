@@ -9,6 +9,9 @@
  *            the same busybox rootfs (fork+exec+wait, no shell), same run.
  *   exec     START of `true` with follow until the final frame via ka_svc_stream (one round trip)
  *            (p50 ms); the same via gRPC with the CLI's C-core client (kb_rpc).
+ *   route    a lifecycle call the sandbox's actor answers at once (unpause of a READY sandbox,
+ *            refused, nothing changes) through ka_svc_call_sync: the service layer's way to the
+ *            actor and back (p50 us), 10 per exec run.
  *   rate     N concurrent creator threads, M creates in total: READY creates per second.
  *   idle     K idle sandboxes: host memory per sandbox, from the drop in MemAvailable, the
  *            node cgroup's memory usage and this process's RSS growth.
@@ -386,6 +389,26 @@ static int s_delete(const char *id)
     return 0;
 }
 
+/* Unpause of the READY sandbox id, n times: the actor refuses each at once. The time of each
+ * (ms) into out; 0, or -1 when one is answered otherwise. */
+static int s_route_rtt(const char *id, int n, double *out)
+{
+    ka_sbx_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.caller, sizeof k.caller, CALLER);
+    snprintf(k.id, sizeof k.id, "%s", id);
+    for (int i = 0; i < n; i++) {
+        double t0 = s_ms();
+        int code = s_call(KA_SBX_UNPAUSE, &k, sizeof k, NULL, 0);
+        out[i] = s_ms() - t0;
+        if (code != KA_FAILED_PRECONDITION) {
+            fprintf(stderr, "unpause of a READY sandbox: code %d\n", code);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* A guest stream waited on to its final frame. */
 typedef struct {
     pthread_mutex_t lock;
@@ -633,8 +656,11 @@ int main(int argc, char **argv)
     /* 2. exec round trip of `true` in one sandbox: service layer, then gRPC */
     double *rtt = calloc((size_t)n_exec, sizeof(double));
     double *grtt = calloc((size_t)(n_gexec > 0 ? n_gexec : 1), sizeof(double));
-    int n_rtt = 0, n_grtt = 0;
+    int n_rtt = 0, n_grtt = 0, n_route = 10 * n_exec;
+    double *route = calloc((size_t)n_route, sizeof(double));
     if (status == 0 && s_create(id) == 0) {
+        if (s_route_rtt(id, n_route, route))
+            status = 1;
         for (int i = 0; i < 5; i++)
             (void)s_exec_true(id);
         for (; n_rtt < n_exec; n_rtt++) {
@@ -744,6 +770,8 @@ int main(int argc, char **argv)
     double p50 = s_pct(peer, (size_t)n_peer, 0.5), p99 = s_pct(peer, (size_t)n_peer, 0.99);
     double r50 = s_pct(rtt, (size_t)n_rtt, 0.5), r99 = s_pct(rtt, (size_t)n_rtt, 0.99);
     double g50 = s_pct(grtt, (size_t)n_grtt, 0.5), g99 = s_pct(grtt, (size_t)n_grtt, 0.99);
+    double u50 = s_pct(route, (size_t)n_route, 0.5) * 1000.0;
+    double u99 = s_pct(route, (size_t)n_route, 0.99) * 1000.0;
     double cps = rate_s > 0 ? rate_ok / rate_s : 0;
     printf("| figure | value | peer |\n|---|---|---|\n");
     printf("| create -> READY p50 (service layer, %d creates) | %.2f ms | bwrap %.2f ms |\n",
@@ -751,6 +779,9 @@ int main(int argc, char **argv)
     printf("| create -> READY p99 | %.2f ms | bwrap %.2f ms |\n", c99, p99);
     printf("| exec `true` round trip p50 / p99 (service layer, %d runs) | %.3f / %.3f ms | |\n",
            n_rtt, r50, r99);
+    printf("| lifecycle call to a sandbox's actor p50 / p99 (unpause refused, %d calls) | %.1f / "
+           "%.1f us | |\n",
+           n_route, u50, u99);
     if (n_gexec > 0)
         printf("| exec `true` round trip p50 / p99 (gRPC loopback, C core client, %d runs) | %.3f "
                "/ %.3f ms | |\n",
@@ -773,6 +804,7 @@ int main(int argc, char **argv)
         printf("BENCH name=sandbox_create_ready_p99 value=%.2f unit=ms\n", c99);
     }
     printf("BENCH name=exec_roundtrip_p50 value=%.3f unit=ms\n", r50);
+    printf("BENCH name=sandbox_call_p50 value=%.1f unit=us\n", u50);
     if (n_gexec > 0 && n_grtt == n_gexec)
         printf("BENCH name=exec_roundtrip_grpc_p50 value=%.3f unit=ms\n", g50);
     printf("BENCH name=sandbox_creates_per_s value=%.1f unit=1/s\n", cps);
@@ -785,6 +817,7 @@ int main(int argc, char **argv)
     free(peer);
     free(rtt);
     free(grtt);
+    free(route);
     free(rids);
     free(cr);
     free(th);

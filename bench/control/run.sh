@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Control-plane benchmarks: create -> READY p50/p99 (peer: bwrap on the same rootfs), exec round
-# trip of `true` through the service layer and through gRPC on loopback, concurrent creates per
-# second, idle sandbox host memory. Starts its own private PostgreSQL (fsync on) and stops it.
+# trip of `true` through the service layer and through gRPC on loopback, a lifecycle call's round
+# trip to a sandbox's actor (sandbox_call_p50), concurrent creates per second, idle sandbox host
+# memory. Starts its own private PostgreSQL (fsync on) and stops it.
 # Usage: bench/control/run.sh BUILD_DIR   (needs root; bubblewrap for the peer figure)
 # Sizes: CTL_BENCH_CREATES (200) CTL_BENCH_EXECS (500) CTL_BENCH_RATE (300)
 #        CTL_BENCH_THREADS (8) CTL_BENCH_IDLE (200)

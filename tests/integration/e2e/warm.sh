@@ -104,8 +104,9 @@ again=$(k sandbox create scratch --request-id warm-1 --ttl 10m -o json | field i
 wait_depth 2
 [ "$(metric kagent_warm_pool_refills_total)" -ge 3 ] || fail "refills $(metric kagent_warm_pool_refills_total)"
 [ "$(warm_ids | wc -l)" = 2 ] || fail "after the refill: $(warm_ids)"
-metrics | grep -q '^kagent_warm_pool_refill_seconds_count{pool="kagent-default"} ' || fail "no refill latency"
-metrics | grep -q '^kagent_warm_pool_hit_ratio ' || fail "no hit ratio"
+metrics > "$WORK/metrics" || fail "metrics" # (grep -q on a pipe: curl's SIGPIPE under pipefail)
+grep -q '^kagent_warm_pool_refill_seconds_count{pool="kagent-default"} ' "$WORK/metrics" || fail "no refill latency"
+grep -q '^kagent_warm_pool_hit_ratio ' "$WORK/metrics" || fail "no hit ratio"
 
 # a template update rebuilds the pool for the new revision
 rev=$(depth); rev=${rev#* }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fakes.h"
@@ -1326,6 +1327,261 @@ static void test_delete_during_fork(void **unused)
                      KA_OK);
 }
 
+/* ---- how calls reach a sandbox --------------------------------------------------------------- */
+
+#define T_HOLD (KA_CTL_MSG_LAST_ + 100) /* the dying stand-in waits, then stops */
+
+static int s_standin_got; /* messages the stand-ins received (under F.lock) */
+static struct {
+    bool in, release; /* the dying stand-in is holding; it may stop (under F.lock) */
+} s_hold;
+
+static void s_standin_count(void)
+{
+    pthread_mutex_lock(&F.lock);
+    s_standin_got++;
+    pthread_cond_broadcast(&F.cond);
+    pthread_mutex_unlock(&F.lock);
+}
+
+/* Holds the manager's name: counts what reaches it and refuses every call. */
+static void s_standin_mgr_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    s_standin_count();
+    if (msg->type == KA_SBX_GUEST && !msg->ref) {
+        ka_guest_reply_t f;
+        memset(&f, 0, sizeof f);
+        f.status.code = KA_UNAVAILABLE;
+        f.final = 1;
+        krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, sizeof f);
+    } else if (msg->ref) {
+        ka_sbx_reply_t r;
+        memset(&r, 0, sizeof r);
+        r.status.code = KA_UNAVAILABLE;
+        snprintf(r.status.message, sizeof r.status.message, "stand-in");
+        krt_reply(ctx, msg, msg->type, &r, sizeof r);
+    }
+}
+
+static const krt_behaviour_t s_standin_mgr = {.kind = "standin-mgr",
+                                              .handle = s_standin_mgr_handle};
+
+/* Holds a sandbox's name and stops with the calls sent to it still queued: an actor that ends
+ * between the service's lookup and taking the call. Its first message (T_HOLD) keeps its turn
+ * until the test lets it stop (at most WAIT_MS: a test that fails never hangs). */
+static void s_standin_dying_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type != T_HOLD) {
+        s_standin_count(); /* a call taken: the test fails on the count */
+        return;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    pthread_mutex_lock(&F.lock);
+    s_hold.in = true;
+    pthread_cond_broadcast(&F.cond);
+    while (!s_hold.release && pthread_cond_timedwait(&F.cond, &F.lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&F.lock);
+    krt_exit(ctx, KRT_EXIT_NORMAL);
+}
+
+static bool s_holding(void *arg)
+{
+    return s_hold.in;
+}
+
+/* Messages queued for who (its tree entry's mailbox depth). */
+static int s_mailbox(krt_addr_t who)
+{
+    char *json = krt_tree_json(T.sys, who);
+    const char *m = json ? strstr(json, "\"mailbox\":") : NULL;
+    int n = m ? atoi(m + strlen("\"mailbox\":")) : -1;
+    free(json);
+    return n;
+}
+
+static const krt_behaviour_t s_standin_dying = {.kind = "standin-dying",
+                                                .handle = s_standin_dying_handle};
+
+/* Points name at who instead of its holder. */
+static void s_repoint(const char *name, krt_addr_t who)
+{
+    krt_unregister(T.sys, name);
+    assert_int_equal(krt_register(T.sys, name, who), 0);
+}
+
+/* The calls for a live sandbox (exec, files, get, pause, unpause, suspend, resume, delete) go to
+ * its actor by name: they all complete while the manager's name points at a stand-in that
+ * refuses everything, and the stand-in sees none of them. Calls that need the manager (an
+ * unknown id, an empty caller, a malformed id) reach the stand-in. */
+static void test_calls_skip_the_manager(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("direct", 0, &r);
+    const char *id = r.sandbox.id;
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    assert_string_equal(name + strlen(KA_SANDBOX_NAME_PREFIX), id);
+    krt_addr_t actor = krt_whereis(T.sys, name);
+    assert_int_not_equal(actor, KRT_ADDR_NONE);
+    krt_addr_t standin;
+    s_standin_got = 0;
+    assert_int_equal(krt_system_spawn(T.sys, &s_standin_mgr, NULL, NULL, &standin), 0);
+    s_repoint(KA_SANDBOXES_NAME, standin);
+    s_stream_t s;
+    const char *echo[] = {"echo", "direct", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_OK);
+    assert_memory_equal(s.out, "direct\n", 7);
+    assert_int_equal(s_file(id, KA_GUEST_WRITE, "d.txt", "d", &s), KA_OK);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
+    assert_true(o.paused);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_true(o.paused);
+    assert_int_equal(s_life(KA_SBX_GET, BOB, id, &o), KA_NOT_FOUND); /* the owner check */
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    assert_int_equal(s_life(KA_SBX_UNPAUSE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_counter(&s_standin_got), 0);
+    /* what only the manager answers */
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, "0198f000-0000-7000-8000-0000000000ff", &o),
+                     KA_UNAVAILABLE);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, "", id, &o), KA_UNAVAILABLE);
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, "not-a-uuid", &o), KA_UNAVAILABLE);
+    assert_string_equal(o.status.message, "stand-in");
+    assert_int_equal(s_counter(&s_standin_got), 3);
+    /* the real manager again: the same calls get its answers, as before */
+    s_repoint(KA_SANDBOXES_NAME, T.sandboxes);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, "0198f000-0000-7000-8000-0000000000ff", &o),
+                     KA_NOT_FOUND);
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, "", id, &o), KA_UNAUTHENTICATED);
+    assert_string_equal(o.status.message, "authentication required");
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, "not-a-uuid", &o), KA_INVALID_ARGUMENT);
+    assert_string_equal(o.status.message, KA_MSG_NOT_UUID);
+    s_answer_t a;
+    s_send(KA_SBX_GET, "short", 5, &a);
+    assert_int_equal(s_wait_answer(&a), KA_INVALID_ARGUMENT);
+    assert_string_equal(a.r.status.message, "malformed request");
+    ka_guest_req_t *q = s_exec_req(id, echo);
+    q->caller[0] = '\0';
+    s_stream_start(q, &s);
+    assert_int_equal(s_stream_wait(&s, WAIT_MS), KA_UNAUTHENTICATED);
+    /* the delete: the actor answers, retires, and its name goes with it */
+    s_repoint(KA_SANDBOXES_NAME, standin);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_counter(&s_standin_got), 3);
+    s_repoint(KA_SANDBOXES_NAME, T.sandboxes);
+    assert_int_not_equal(krt_system_wait(T.sys, actor, WAIT_MS), KRT_ETIMEDOUT);
+    assert_int_equal(krt_whereis(T.sys, name), KRT_ADDR_NONE);
+    s_assert_history(id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
+                         "SUSPENDED/RESUME READY/NONE DELETING/DELETE DELETED/NONE");
+}
+
+/* A sandbox with no actor is answered by the manager from its record: the tombstone of a
+ * deleted one (get, delete again, a guest call refused), a suspended record of another node
+ * (get as it is, delete writes the tombstone), an unknown id NOT_FOUND. */
+static void test_not_live_answered_by_the_manager(void **unused)
+{
+    ka_store_sandbox_t far;
+    memset(&far, 0, sizeof far);
+    snprintf(far.id, sizeof far.id, "0198f000-0000-7000-8000-00000000f00d");
+    snprintf(far.creator, sizeof far.creator, ALICE);
+    snprintf(far.request_id, sizeof far.request_id, "elsewhere");
+    snprintf(far.node, sizeof far.node, "node-other"); /* not recovered here: no actor */
+    far.state = KA_STATE_SUSPENDED;
+    far.expires_ms = krt_wall_ms() + 3600000;
+    f_put_record(&far);
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("gone", 0, &r);
+    const char *id = r.sandbox.id;
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    krt_addr_t actor = krt_whereis(T.sys, name);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_not_equal(krt_system_wait(T.sys, actor, WAIT_MS), KRT_ETIMEDOUT);
+    assert_int_equal(krt_whereis(T.sys, name), KRT_ADDR_NONE);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_false(o.paused);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK); /* the tombstone again */
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_life(KA_SBX_GET, BOB, id, &o), KA_NOT_FOUND);
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    s_stream_t s;
+    const char *echo[] = {"echo", "x", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
+    assert_string_equal(s.final.status.message, KA_MSG_NOT_READY);
+    ka_sandbox_name(name, far.id);
+    assert_int_equal(krt_whereis(T.sys, name), KRT_ADDR_NONE);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, far.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, far.id, &o), KA_FAILED_PRECONDITION);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, far.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_DELETED); /* a record, as every delete answers */
+    assert_string_equal(o.sandbox.id, far.id);
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, "0198f000-0000-7000-8000-0000000000ff", &o),
+                     KA_NOT_FOUND);
+    assert_string_equal(o.status.message, KA_MSG_NOT_FOUND);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, "0198f000-0000-7000-8000-0000000000ff", &o),
+                     KA_NOT_FOUND);
+}
+
+/* The actor found by name ends before it takes the calls (between the service's lookup and its
+ * turn): the unary calls (ENOACTOR) and the stream (its DOWN before BOUND) go to the manager,
+ * once, which forwards them to the sandbox's actor it knows; each is answered exactly once, by
+ * the real actor. */
+static void test_actor_gone_after_lookup(void **unused)
+{
+    s_spawn_manager();
+    ka_sbx_reply_t r, o;
+    s_create("gone-after-lookup", 0, &r);
+    const char *id = r.sandbox.id;
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    krt_addr_t dying;
+    s_standin_got = 0;
+    memset(&s_hold, 0, sizeof s_hold);
+    assert_int_equal(krt_system_spawn(T.sys, &s_standin_dying, NULL, NULL, &dying), 0);
+    assert_int_equal(krt_system_send(T.sys, dying, T_HOLD, NULL, 0), 0);
+    assert_true(f_wait(s_holding, NULL, WAIT_MS));
+    s_repoint(name, dying);
+    s_stream_t s;
+    const char *echo[] = {"echo", "once", NULL};
+    s_stream_start(s_exec_req(id, echo), &s);
+    int64_t until = krt_mono_ms() + WAIT_MS; /* the sink's monitor and call are queued */
+    while (s_mailbox(dying) < 2 && krt_mono_ms() < until)
+        usleep(1000);
+    assert_int_equal(s_mailbox(dying), 2);
+    ka_sbx_key_t k = s_key(ALICE, id);
+    s_answer_t unpause, get; /* answers that do not depend on the order the three arrive in */
+    s_send(KA_SBX_UNPAUSE, &k, sizeof k, &unpause); /* queued when the send returns */
+    s_send(KA_SBX_GET, &k, sizeof k, &get);
+    assert_int_equal(s_mailbox(dying), 4);
+    assert_int_equal(s_counter(&unpause.n) + s_counter(&get.n) + s_counter(&s.finals), 0);
+    pthread_mutex_lock(&F.lock);
+    s_hold.release = true;
+    pthread_cond_broadcast(&F.cond);
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(s_stream_wait(&s, WAIT_MS), KA_OK);
+    assert_memory_equal(s.out, "once\n", 5);
+    assert_int_equal(s_wait_answer(&unpause), KA_FAILED_PRECONDITION); /* the actor's answer */
+    assert_string_equal(unpause.r.status.message, "the sandbox is not paused");
+    assert_int_equal(s_wait_answer(&get), KA_OK);
+    assert_int_equal(get.r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(krt_whereis(T.sys, name), KRT_ADDR_NONE);    /* released with the stand-in */
+    assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK); /* by the manager's way */
+    assert_int_equal(s_life(KA_SBX_GET, ALICE, id, &o), KA_OK);
+    assert_true(o.paused);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_equal(s_counter(&s_standin_got), 0); /* it took none of them */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1363,6 +1619,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fork_fails, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_delete_during_fork, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_calls_skip_the_manager, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_not_live_answered_by_the_manager, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_actor_gone_after_lookup, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,9 @@
 #include "rt_test.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+
+#include "krt_int.h" /* krt__reg_release: what a release looks at */
 #include <unistd.h>
 
 enum {
@@ -445,6 +448,55 @@ static void test_registry(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* Releasing an actor's names looks at its names only (plus one address bucket's chain), not at
+ * every name registered: 20,000 other names change nothing. A name taken over by another actor
+ * after unregister stays with it when the old holder stops. */
+static void test_registry_release_is_per_actor(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    char name[48];
+    for (uint64_t i = 0; i < 20000; i++) { /* remote holders: never released on their own */
+        snprintf(name, sizeof name, "other/%llu", (unsigned long long)i);
+        assert_int_equal(krt_register(sys, name, ((krt_addr_t)7 << 48) | (i + 1)), 0);
+    }
+    krt_addr_t a, b;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &a), 0);
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &b), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "a/%d", i);
+        assert_int_equal(krt_register(sys, name, a), 0);
+    }
+    assert_int_equal(krt_register(sys, "taken-over", a), 0);
+    assert_int_equal(krt_unregister(sys, "taken-over"), 0);
+    assert_int_equal(krt_register(sys, "taken-over", b), 0);
+    /* the same release the runtime runs when a registered actor stops, on a copy of a's
+     * address held by nobody: it looks at a's three names and a short chain */
+    krt_addr_t far = ((krt_addr_t)9 << 48) | 5;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "far/%d", i);
+        assert_int_equal(krt_register(sys, name, far), 0);
+    }
+    size_t seen = krt__reg_release(sys, far);
+    print_message("release of 3 names among 20,006: %zu entries looked at\n", seen);
+    assert_true(seen >= 3 && seen <= 3 + 8);
+    assert_int_equal(krt_whereis(sys, "far/0"), KRT_ADDR_NONE);
+    assert_int_equal(krt_whereis(sys, "far/2"), KRT_ADDR_NONE);
+    /* a stops: its names go, b's and the others stay */
+    int r = 0;
+    krt_system_send(sys, a, T_EXIT_WITH, &r, sizeof r);
+    assert_int_not_equal(krt_system_wait(sys, a, 5000), KRT_ETIMEDOUT);
+    for (int i = 0; i < 500 && krt_whereis(sys, "a/0") != KRT_ADDR_NONE; i++)
+        rt_sleep_ms(2);
+    assert_int_equal(krt_whereis(sys, "a/0"), KRT_ADDR_NONE);
+    assert_int_equal(krt_whereis(sys, "a/2"), KRT_ADDR_NONE);
+    assert_int_equal(krt_whereis(sys, "taken-over"), b);
+    assert_int_equal(krt_whereis(sys, "other/0"), ((krt_addr_t)7 << 48) | 1);
+    assert_int_equal(krt_whereis(sys, "other/19999"), ((krt_addr_t)7 << 48) | 20000);
+    assert_int_equal(krt_unregister(sys, "other/77"), 0);
+    assert_int_equal(krt_whereis(sys, "other/77"), KRT_ADDR_NONE);
+    krt_system_destroy(&sys);
+}
+
 /* Pointer messages: taken bodies are not freed, others are freed once. */
 static _Atomic int freed_count;
 static void counting_free(void *p)
@@ -814,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_actor_cache_bounded),
         cmocka_unit_test(test_call_async),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry_release_is_per_actor),
         cmocka_unit_test(test_send_ptr),
         cmocka_unit_test(test_jobs_and_fds),
         cmocka_unit_test(test_tree_json),
