@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#define S_MOVE_PAIR_MS 50 /* how long a MOVED_FROM last in the queue waits for its MOVED_TO */
 #define S_MASK                                                                                     \
     (IN_CREATE | IN_DELETE | IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |            \
      IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
@@ -275,12 +277,23 @@ static void s_event(ka_gw_t *w, const struct inotify_event *ev)
     free(path);
 }
 
+/* Whether fd becomes readable within ms. */
+static bool s_readable_within(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
 void ka_gw_read(ka_gw_t *w)
 {
     _Alignas(struct inotify_event) char buf[65536];
     for (;;) {
         ssize_t n = read(w->ifd, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
+            continue;
+        /* A rename queues MOVED_FROM, then MOVED_TO: a read can come between the two. A
+         * MOVED_FROM last in the queue waits a moment for its pair before it is a delete. */
+        if (n <= 0 && w->from && s_readable_within(w->ifd, S_MOVE_PAIR_MS))
             continue;
         if (n <= 0)
             break;

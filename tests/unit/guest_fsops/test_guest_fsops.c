@@ -297,6 +297,54 @@ static void test_watch(void **state)
     ka_gw_destroy(&w); /* idempotent */
 }
 
+/* A rename inside the tree is one MOVE even when the reader comes between the kernel's
+ * MOVED_FROM and MOVED_TO (a thread renames back and forth while the watch reads). */
+#define RENAMES 3000
+static void *s_renamer(void *arg)
+{
+    (void)arg;
+    char a[400], b[400];
+    snprintf(a, sizeof a, "%s/m/a", s_ws);
+    snprintf(b, sizeof b, "%s/m/b", s_ws);
+    for (int i = 0; i < RENAMES; i++)
+        if (rename(i % 2 ? b : a, i % 2 ? a : b) != 0)
+            return (void *)1;
+    return NULL;
+}
+
+static void test_watch_rename_pairs(void **state)
+{
+    (void)state;
+    s_sh("mkdir -p %s/m && echo x > %s/m/a", s_ws, s_ws);
+    int err = 0;
+    ka_gw_t *w = ka_gw_new(s_wsfd, P("m"), &err);
+    assert_non_null(w);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, s_renamer, NULL), 0);
+    int moves = 0, others = 0;
+    for (int idle = 0; moves + others < RENAMES && idle < 500;) {
+        struct pollfd p = {.fd = ka_gw_fd(w), .events = POLLIN};
+        idle = poll(&p, 1, 10) == 1 ? 0 : idle + 1;
+        ka_gw_read(w);
+        const uint8_t *ev;
+        size_t n;
+        while ((ev = ka_gw_peek(w, &n)) != NULL) {
+            int k = ev[0] & ~KA_GP_EV_ISDIR;
+            if (k == KA_GP_EV_MOVE)
+                moves++;
+            else
+                others++;
+            ka_gw_pop(w);
+        }
+    }
+    void *rc;
+    pthread_join(t, &rc);
+    assert_null(rc);
+    ka_gw_destroy(&w);
+    assert_int_equal(others, 0);
+    assert_int_equal(moves, RENAMES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_swap_race),
         cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_watch_rename_pairs),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
