@@ -17,19 +17,9 @@
 
 #include "ka_tree.h"
 #include "schema.h"
+#include "node_err.h"
 
 #define S_ALLOC_TRIES 64 /* sequence values skipped because a configured id took them */
-
-static int s_fail(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int s_fail(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* Writes text to path atomically (a temporary file renamed over it), with mode. 0 or -errno. */
 static int s_write(const char *path, const char *text, mode_t mode)
@@ -68,10 +58,10 @@ static int s_allocate(const char *conninfo, const char *name, uint16_t *id, char
 {
     char why[512] = "";
     if (ka_schema_migrate_url(conninfo, NULL, NULL, why, sizeof why))
-        return s_fail(err, cap, "cannot allocate a node id: %s", why);
+        return ka_node_fail(err, cap, "cannot allocate a node id: %s", why);
     PGconn *c = PQconnectdb(conninfo);
     if (PQstatus(c) != CONNECTION_OK) {
-        s_fail(err, cap, "cannot allocate a node id: %s", PQerrorMessage(c));
+        ka_node_fail(err, cap, "cannot allocate a node id: %s", PQerrorMessage(c));
         PQfinish(c);
         return -1;
     }
@@ -84,7 +74,7 @@ static int s_allocate(const char *conninfo, const char *name, uint16_t *id, char
                                    " ON CONFLICT (id) DO NOTHING RETURNING id",
                                    1, NULL, params, NULL, NULL, 0);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            s_fail(err, cap, "cannot allocate a node id: %s", PQresultErrorMessage(r));
+            ka_node_fail(err, cap, "cannot allocate a node id: %s", PQresultErrorMessage(r));
             PQclear(r);
             PQfinish(c);
             return -1;
@@ -95,7 +85,7 @@ static int s_allocate(const char *conninfo, const char *name, uint16_t *id, char
     }
     PQfinish(c);
     if (got < 1 || got > 65535)
-        return s_fail(err, cap, "cannot allocate a node id: none free");
+        return ka_node_fail(err, cap, "cannot allocate a node id: none free");
     *id = (uint16_t)got;
     return 0;
 }
@@ -114,17 +104,17 @@ static int s_node_id(const char *dir, int configured, const char *conninfo, cons
         char *end;
         long v = strtol(text, &end, 10);
         if (v < 1 || v > 65535 || (*end && *end != '\n'))
-            return s_fail(err, cap, "%s: not a node id (1..65535)", path);
+            return ka_node_fail(err, cap, "%s: not a node id (1..65535)", path);
         *id = (uint16_t)v;
         return 0;
     }
     if (e != -ENOENT)
-        return s_fail(err, cap, "cannot read %s: %s", path, strerror(-e));
+        return ka_node_fail(err, cap, "cannot read %s: %s", path, strerror(-e));
     if (s_allocate(conninfo, name, id, err, cap))
         return -1;
     snprintf(text, sizeof text, "%u\n", (unsigned)*id);
     if ((e = s_write(path, text, 0644)))
-        return s_fail(err, cap, "cannot write %s: %s", path, strerror(-e));
+        return ka_node_fail(err, cap, "cannot write %s: %s", path, strerror(-e));
     return 0;
 }
 
@@ -140,20 +130,20 @@ static int s_keys(const char *dir, ka_identity_t *out, char *err, size_t cap)
     int e = s_read(path, text, sizeof text);
     if (e == -ENOENT) {
         if (zmq_curve_keypair(out->public_key, out->secret_key))
-            return s_fail(err, cap, "cannot generate the mesh keys: %s", zmq_strerror(errno));
+            return ka_node_fail(err, cap, "cannot generate the mesh keys: %s", zmq_strerror(errno));
         snprintf(text, sizeof text, "%s\n%s\n", out->public_key, out->secret_key);
         if ((e = s_write(path, text, 0600)))
-            return s_fail(err, cap, "cannot write %s: %s", path, strerror(-e));
+            return ka_node_fail(err, cap, "cannot write %s: %s", path, strerror(-e));
         return 0;
     }
     if (e)
-        return s_fail(err, cap, "cannot read %s: %s", path, strerror(-e));
+        return ka_node_fail(err, cap, "cannot read %s: %s", path, strerror(-e));
     struct stat st;
     if (stat(path, &st) || (st.st_mode & 077))
-        return s_fail(err, cap, "%s: must be readable by its owner only (mode 0600)", path);
+        return ka_node_fail(err, cap, "%s: must be readable by its owner only (mode 0600)", path);
     if (sscanf(text, "%40s %40s", out->public_key, out->secret_key) != 2 ||
         !s_z85_key(out->public_key) || !s_z85_key(out->secret_key))
-        return s_fail(err, cap, "%s: not a z85 public and secret key", path);
+        return ka_node_fail(err, cap, "%s: not a z85 public and secret key", path);
     return 0;
 }
 
@@ -165,7 +155,7 @@ int ka_identity_load(const char *state_dir, int configured_id, const char *conni
     snprintf(dir, sizeof dir, "%.4000s/cluster", state_dir);
     int e = ka_mkdirs(dir, 0700);
     if (e)
-        return s_fail(err, cap, "cannot create %s: %s", dir, strerror(-e));
+        return ka_node_fail(err, cap, "cannot create %s: %s", dir, strerror(-e));
     if (s_keys(dir, out, err, cap))
         return -1;
     return s_node_id(dir, configured_id, conninfo, name, &out->node_id, err, cap);

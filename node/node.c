@@ -35,6 +35,7 @@
 #include "store.h"
 #include "templates_actor.h"
 #include "ui.h"
+#include "node_err.h"
 
 #define STORE_READY_MS 60000
 #define IMAGE_CALL_MS  (15 * 60 * 1000)
@@ -86,29 +87,18 @@ struct ka_node {
     bool ready;
 };
 
-static int s_fail(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int s_fail(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---- database and store ------------------------------------------------------------------- */
 
 static int s_database(ka_node_t *n, char *err, size_t cap)
 {
     if (n->cfg.database_url[0]) {
         n->conninfo = strdup(n->cfg.database_url);
-        return n->conninfo ? 0 : s_fail(err, cap, "out of memory");
+        return n->conninfo ? 0 : ka_node_fail(err, cap, "out of memory");
     }
     krt_log(KRT_LOG_INFO, n->path, "database_starting", "embedded=%s/postgres", n->cfg.state_dir);
     if (ka_pg_embedded_start(n->cfg.state_dir, &n->conninfo))
-        return s_fail(err, cap, "the embedded PostgreSQL did not start: %s",
-                      ka_pg_embedded_error());
+        return ka_node_fail(err, cap, "the embedded PostgreSQL did not start: %s",
+                            ka_pg_embedded_error());
     n->embedded_db = true;
     return 0;
 }
@@ -121,7 +111,7 @@ static int s_supervisor(ka_node_t *n, char *err, size_t cap)
     krt_sup_spec_t spec = {KRT_ONE_FOR_ONE, SUP_INTENSITY, SUP_PERIOD_MS, NULL, 0};
     krt_spawn_opts_t o = {.name = "supervisor"};
     int rc = krt_supervisor_spawn(n->sys, NULL, &spec, &o, &n->sup);
-    return rc ? s_fail(err, cap, "cannot start the supervisor: %s", krt_strerror(rc)) : 0;
+    return rc ? ka_node_fail(err, cap, "cannot start the supervisor: %s", krt_strerror(rc)) : 0;
 }
 
 static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char *name, char *err,
@@ -130,7 +120,7 @@ static int s_spawn(ka_node_t *n, const krt_behaviour_t *b, void *arg, const char
     krt_child_spec_t c = {
         .name = name, .behaviour = b, .arg = arg, .restart = KRT_PERMANENT, .register_name = true};
     int rc = krt_supervisor_start_child(n->sys, n->sup, &c, NULL);
-    return rc ? s_fail(err, cap, "cannot start the %s actor: %s", name, krt_strerror(rc)) : 0;
+    return rc ? ka_node_fail(err, cap, "cannot start the %s actor: %s", name, krt_strerror(rc)) : 0;
 }
 
 static krt_addr_t s_actor(ka_node_t *n, const char *name)
@@ -161,14 +151,15 @@ static int s_wait_store(ka_node_t *n, char *err, size_t cap)
             if (ready)
                 return 0;
         } else if (krt_system_wait(n->sys, n->sup, 0) != KRT_ETIMEDOUT) { /* restarts failed */
-            return s_fail(err, cap,
-                          "the store stopped at start (is the database schema newer "
-                          "than this kagentd? see the log above)");
+            return ka_node_fail(err, cap,
+                                "the store stopped at start (is the database schema newer "
+                                "than this kagentd? see the log above)");
         }
         usleep(100 * 1000);
     }
-    return s_fail(err, cap, "the database did not become ready within %d s (%s)",
-                  STORE_READY_MS / 1000, n->cfg.database_url[0] ? "database.url" : "embedded");
+    return ka_node_fail(err, cap, "the database did not become ready within %d s (%s)",
+                        STORE_READY_MS / 1000,
+                        n->cfg.database_url[0] ? "database.url" : "embedded");
 }
 
 /* ---- images and the driver ---------------------------------------------------------------- */
@@ -181,13 +172,13 @@ static int s_uids(ka_node_t *n, char *err, size_t cap)
     uint32_t base = (uint32_t)n->cfg.uid_base, count = (uint32_t)n->cfg.uid_count;
     int e = ka_uidrange_claim(&n->uids, NULL, base, count, n->cfg.state_dir, why, sizeof why);
     if (e == -EADDRINUSE)
-        return s_fail(err, cap,
-                      "sandbox.uidBase %u + uidCount %u: %s; give each node on a machine a "
-                      "range of its own",
-                      base, count, why);
+        return ka_node_fail(err, cap,
+                            "sandbox.uidBase %u + uidCount %u: %s; give each node on a machine a "
+                            "range of its own",
+                            base, count, why);
     if (e < 0)
-        return s_fail(err, cap, "cannot claim host uids under %s: %s", KA_UIDRANGE_DIR,
-                      strerror(-e));
+        return ka_node_fail(err, cap, "cannot claim host uids under %s: %s", KA_UIDRANGE_DIR,
+                            strerror(-e));
     return 0;
 }
 
@@ -196,7 +187,7 @@ static int s_images(ka_node_t *n, char *err, size_t cap)
     for (size_t i = 0; i < n->cfg.n_registries; i++) {
         if (asprintf(&n->mirrors[i], "%s=%s", n->cfg.registries[i].host,
                      n->cfg.registries[i].endpoint) < 0)
-            return s_fail(err, cap, "out of memory");
+            return ka_node_fail(err, cap, "out of memory");
     }
     n->images_args.state_dir = n->cfg.state_dir;
     n->images_args.mirrors = (const char *const *)n->mirrors;
@@ -214,23 +205,23 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
     int rc = krt_call(n->sys, s_actor(n, KA_IMAGES_NAME), KA_IMAGES_PREPARE, &req, sizeof req,
                       IMAGE_CALL_MS, &r);
     if (rc)
-        return s_fail(err, cap, "the image service did not answer: %s", krt_strerror(rc));
+        return ka_node_fail(err, cap, "the image service did not answer: %s", krt_strerror(rc));
     ka_images_reply_t rep;
     bool sized = r.len == sizeof rep;
     memcpy(&rep, r.body, sized ? sizeof rep : 0);
     krt_reply_free(&r);
     if (!sized || rep.err)
-        return s_fail(err, cap,
-                      "guest image %s is not usable: %s (build it with deploy/build-guest-image.sh "
-                      "BUILD_DIR %s and put the digest in sandbox.guestImage.digest)",
-                      n->cfg.guest_image_digest, sized ? rep.message : "bad reply",
-                      n->cfg.state_dir);
+        return ka_node_fail(
+            err, cap,
+            "guest image %s is not usable: %s (build it with deploy/build-guest-image.sh "
+            "BUILD_DIR %s and put the digest in sandbox.guestImage.digest)",
+            n->cfg.guest_image_digest, sized ? rep.message : "bad reply", n->cfg.state_dir);
     char guest[PATH_MAX], state[PATH_MAX];
     snprintf(guest, sizeof guest, "%.3900s/run/kagent/guest", rep.path);
     snprintf(state, sizeof state, "%.3900s/sandboxes", n->cfg.state_dir);
     if (access(guest, X_OK))
-        return s_fail(err, cap, "guest image %s holds no executable /run/kagent/guest",
-                      n->cfg.guest_image_digest);
+        return ka_node_fail(err, cap, "guest image %s holds no executable /run/kagent/guest",
+                            n->cfg.guest_image_digest);
     ka_ns_opts_t o = {.state_dir = state,
                       .guest_path = guest,
                       .cpu_millis = (uint32_t)n->cfg.cpu_millis,
@@ -244,10 +235,10 @@ static int s_driver(ka_node_t *n, char *err, size_t cap)
     int e = 0;
     n->driver = ka_namespaces_new(&o, &e);
     if (!n->driver)
-        return s_fail(err, cap,
-                      "the namespaces sandbox driver cannot start: %s (kagentd must "
-                      "run as root on Linux with user namespaces and overlayfs)",
-                      strerror(e < 0 ? -e : EINVAL));
+        return ka_node_fail(err, cap,
+                            "the namespaces sandbox driver cannot start: %s (kagentd must "
+                            "run as root on Linux with user namespaces and overlayfs)",
+                            strerror(e < 0 ? -e : EINVAL));
     return 0;
 }
 
@@ -257,7 +248,7 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
 {
     ka_templates_args_t *t = &n->templates_args;
     if (ka_objstore_set_credentials_file(n->cfg.snapshot_credentials_file))
-        return s_fail(err, cap, "snapshots.credentialsFile: path too long");
+        return ka_node_fail(err, cap, "snapshots.credentialsFile: path too long");
     t->store = KA_STORE_NAME;
     t->images = KA_IMAGES_NAME;
     snprintf(t->policy.guest_image_digest, sizeof t->policy.guest_image_digest, "%.79s",
@@ -291,7 +282,7 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
     if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, err, cap))
         return -1;
     n->svc = ka_service_new(n->sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
-    return n->svc ? 0 : s_fail(err, cap, "out of memory");
+    return n->svc ? 0 : ka_node_fail(err, cap, "out of memory");
 }
 
 /* ---- cluster ------------------------------------------------------------------------------ */
@@ -308,19 +299,20 @@ static int s_mesh(ka_node_t *n, char *err, size_t cap)
                             .peer_timeout_ms = MESH_PEER_TIMEOUT_MS};
     n->mesh = krt_mesh_new(n->sys, &mc);
     if (!n->mesh)
-        return s_fail(err, cap, "mesh.bind %s: the mesh cannot be set up", n->cfg.mesh_bind);
+        return ka_node_fail(err, cap, "mesh.bind %s: the mesh cannot be set up", n->cfg.mesh_bind);
     int rc = krt_mesh_start(n->mesh);
     if (rc)
-        return s_fail(err, cap, "mesh.bind %s: %s", n->cfg.mesh_bind,
-                      rc == -EADDRINUSE ? "the address is in use" : krt_strerror(rc));
+        return ka_node_fail(err, cap, "mesh.bind %s: %s", n->cfg.mesh_bind,
+                            rc == -EADDRINUSE ? "the address is in use" : krt_strerror(rc));
     const char *ep = n->cfg.mesh_advertise[0] ? n->cfg.mesh_advertise : krt_mesh_endpoint(n->mesh);
     if (strstr(ep, "://0.0.0.0:") || strstr(ep, "://*:") || strstr(ep, "://[::]:"))
-        return s_fail(err, cap,
-                      "mesh.bind %s is a wildcard address: set mesh.advertise to the endpoint "
-                      "other nodes reach this one at",
-                      n->cfg.mesh_bind);
+        return ka_node_fail(
+            err, cap,
+            "mesh.bind %s is a wildcard address: set mesh.advertise to the endpoint "
+            "other nodes reach this one at",
+            n->cfg.mesh_bind);
     if (strlen(ep) >= sizeof n->member_args.self.mesh_endpoint)
-        return s_fail(err, cap, "mesh endpoint %.64s...: too long", ep);
+        return ka_node_fail(err, cap, "mesh endpoint %.64s...: too long", ep);
     memcpy(n->member_args.self.mesh_endpoint, ep, strlen(ep) + 1);
     snprintf(n->member_args.self.public_key, sizeof n->member_args.self.public_key, "%s",
              n->ident.public_key);
@@ -352,8 +344,8 @@ static int s_cluster(ka_node_t *n, char *err, size_t cap)
             return 0;
         usleep(20 * 1000);
     }
-    return s_fail(err, cap, "the node did not register in the node table within %d s",
-                  MEMBER_READY_MS / 1000);
+    return ka_node_fail(err, cap, "the node did not register in the node table within %d s",
+                        MEMBER_READY_MS / 1000);
 }
 
 /* ---- bridges ------------------------------------------------------------------------------ */
@@ -547,9 +539,9 @@ static int s_tls(ka_node_t *n, char *err, size_t cap)
     char why[KB_TLS_ERR_CAP];
     n->tls = kb_tls_new(&f, why, sizeof why);
     if (!n->tls)
-        return s_fail(err, cap, "listen.tls: %s", why);
+        return ka_node_fail(err, cap, "listen.tls: %s", why);
     n->conn_ids = kb_conn_ids_new();
-    return n->conn_ids ? 0 : s_fail(err, cap, "out of memory");
+    return n->conn_ids ? 0 : ka_node_fail(err, cap, "out of memory");
 }
 
 static int s_bridges(ka_node_t *n, char *err, size_t cap)
@@ -559,13 +551,13 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
     n->auth = kb_auth_new(n->cfg.auth_mode == KA_AUTH_TOKENS ? KB_AUTH_TOKENS : KB_AUTH_USER_HEADER,
                           n->cfg.tokens_file, &e, why, sizeof why);
     if (!n->auth)
-        return s_fail(err, cap, "auth: %s", why[0] ? why : strerror(-e));
+        return ka_node_fail(err, cap, "auth: %s", why[0] ? why : strerror(-e));
     if (n->conn_ids)
         kb_auth_set_conn_lookup(n->auth, s_conn_identity, n->conn_ids);
     for (size_t i = 0; i < n->cfg.n_operators; i++)
         n->operators[i] = n->cfg.operators[i];
     if (kb_auth_set_operators(n->auth, n->operators, n->cfg.n_operators))
-        return s_fail(err, cap, "out of memory");
+        return ka_node_fail(err, cap, "out of memory");
     for (size_t i = 0; i < n->cfg.n_pools; i++)
         n->pools[i] =
             (kb_api_pool_t){n->cfg.pools[i].name, n->cfg.pools[i].klass, n->cfg.pools[i].capacity};
@@ -583,18 +575,18 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
     if (!n->api || !n->grpc || !n->reflection || kb_api_register(n->api, n->grpc) ||
         kb_grpc_reflection_add_set(n->reflection, kb_grpc_protoset, kb_grpc_protoset_len) ||
         kb_grpc_reflection_register(n->reflection, n->grpc) || kb_grpc_server_start(n->grpc))
-        return s_fail(err, cap, "the gRPC server cannot start");
+        return ka_node_fail(err, cap, "the gRPC server cannot start");
     kb_http_options_t ho = {.ready = s_ready, .metrics = s_metrics, .arg = n};
     n->http = kb_http_new(&ho);
     if (!n->http)
-        return s_fail(err, cap, "the HTTP server cannot start");
+        return ka_node_fail(err, cap, "the HTTP server cannot start");
     for (size_t i = 0; i < n->cfg.n_allowed_hosts; i++)
         n->mcp_hosts[i] = n->cfg.allowed_hosts[i];
     kb_mcp_options_t mo = {.allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL,
                            .server_version = KAGENT_VERSION};
     n->mcp = kb_mcp_new(n->http, n->svc, n->auth, &mo);
     if (!n->mcp)
-        return s_fail(err, cap, "the MCP bridge cannot start");
+        return ka_node_fail(err, cap, "the MCP bridge cannot start");
     kb_ui_options_t uo = {.svc = n->svc,
                           .auth = n->auth,
                           .driver = n->driver,
@@ -607,7 +599,7 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                           .allowed_hosts = n->cfg.n_allowed_hosts ? n->mcp_hosts : NULL,
                           .tls = n->tls != NULL};
     if (!(n->ui = kb_ui_new(n->http, &uo)))
-        return s_fail(err, cap, "the /ui page cannot start");
+        return ka_node_fail(err, cap, "the /ui page cannot start");
     kb_listener_options_t lo = {.host = n->cfg.listen_address,
                                 .port = (int)n->cfg.listen_port,
                                 .on_grpc = s_on_grpc,
@@ -617,9 +609,10 @@ static int s_bridges(ka_node_t *n, char *err, size_t cap)
                                 .ids = n->conn_ids};
     n->listener = kb_listener_new(&lo, &e);
     if (!n->listener)
-        return s_fail(err, cap, "cannot listen on %s:%lld: %s", n->cfg.listen_address,
-                      (long long)n->cfg.listen_port,
-                      e == -EADDRINUSE ? "the port is in use (another kagentd?)" : strerror(-e));
+        return ka_node_fail(err, cap, "cannot listen on %s:%lld: %s", n->cfg.listen_address,
+                            (long long)n->cfg.listen_port,
+                            e == -EADDRINUSE ? "the port is in use (another kagentd?)"
+                                             : strerror(-e));
     if (!n->cfg.listen_port) /* an ephemeral port: its number, before anyone can know it */
         snprintf(n->endpoint, sizeof n->endpoint, "%s:%d", n->cfg.listen_address,
                  kb_listener_port(n->listener));
@@ -632,7 +625,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
 {
     ka_node_t *n = calloc(1, sizeof *n);
     if (!n) {
-        s_fail(err, cap, "out of memory");
+        ka_node_fail(err, cap, "out of memory");
         return NULL;
     }
     n->cfg = *cfg;
@@ -640,7 +633,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
     snprintf(n->path, sizeof n->path, "%s", cfg->node_name);
     int rc = s_tls(n, err, cap); /* first: a bad certificate fails before anything starts */
     if (!rc && (rc = ka_mkdirs(cfg->state_dir, 0755)) != 0)
-        s_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
+        ka_node_fail(err, cap, "cannot create node.stateDir %s: %s", cfg->state_dir, strerror(-rc));
     if (!rc)
         rc = s_uids(n, err, cap);
     if (!rc)
@@ -654,7 +647,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
                              .name = cfg->node_name};
         n->sys = krt_system_new(&rcfg);
         rc = !n->sys || krt_system_start(n->sys)
-                 ? s_fail(err, cap, "the actor runtime cannot start")
+                 ? ka_node_fail(err, cap, "the actor runtime cannot start")
                  : 0;
     }
     n->store_args.conninfo = n->conninfo;
@@ -678,7 +671,7 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
         rc = s_cluster(n, err, cap);
     if (!rc && !(n->db_watch = ka_db_watch_start(
                      n->sys, KA_STORE_NAME, n->embedded_db ? n->cfg.state_dir : NULL, n->path)))
-        rc = s_fail(err, cap, "cannot start the database watch: out of memory");
+        rc = ka_node_fail(err, cap, "cannot start the database watch: out of memory");
     if (rc) {
         ka_node_stop(&n);
         return NULL;
@@ -690,10 +683,11 @@ ka_node_t *ka_node_start(const ka_config_t *cfg, char *err, size_t cap)
 int ka_node_reload_tls(ka_node_t *n, char *err, size_t cap)
 {
     if (!n->tls)
-        return s_fail(err, cap, "listen.tls is not configured: nothing to reload");
+        return ka_node_fail(err, cap, "listen.tls is not configured: nothing to reload");
     char why[KB_TLS_ERR_CAP];
     if (kb_tls_reload(n->tls, why, sizeof why))
-        return s_fail(err, cap, "listen.tls: %s (the previous certificate stays in use)", why);
+        return ka_node_fail(err, cap, "listen.tls: %s (the previous certificate stays in use)",
+                            why);
     return 0;
 }
 
