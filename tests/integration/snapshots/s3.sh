@@ -49,7 +49,18 @@ node_apply_template s3tpl
 k() { "$KAGENT" --api-url "$API" "$@"; }
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
 state() { k sandbox get "$1" -o json | field state; }
-awsls() { s3_aws s3 ls "s3://snaps/kagent/$1/" --recursive 2>/dev/null | awk '{print $4}' || true; }
+# The keys under a sandbox's prefix. `aws s3 ls` exits 1 when nothing matched; any other failure
+# prints a line no check can take for "no objects" (this runs inside $(...), where fail cannot stop
+# the test).
+awsls() {
+  local out rc=0
+  out=$(s3_aws s3 ls "s3://snaps/kagent/$1/" --recursive 2>"$WORK/awsls.err") || rc=$?
+  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && [ -z "$out" ]; }; then
+    printf '%s\n' "$out" | awk 'NF {print $4}'
+  else
+    echo "aws-s3-ls-failed rc=$rc: $out $(cat "$WORK/awsls.err")"
+  fi
+}
 ms() { date +%s%3N; }
 # /data/workspace as the host sees it: every entry's path, type, mode, size and link target,
 # and every file's bytes (the listing's sizes delimit them)
