@@ -6,9 +6,7 @@
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
 /usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
-# an ASan build's quarantine keeps 256 MB of freed blocks resident, which the RSS bound would
-# count; 16 MB still catches a use after free of what passed recently (no effect otherwise)
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16
+node_lean_asan_quarantine # its RSS bound
 node_start
 node_apply_template exectest
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"

@@ -10,10 +10,7 @@ set -euo pipefail
 NODE_EXTRA_YAML="pools:
   - name: kagent-default
     warm: 0"
-# an ASan build's quarantine keeps 256 MB of freed blocks resident, which the RSS bound would
-# count (the 64 MiB transfers before it free that much); 16 MB still catches a use after free
-# of what passed recently (no effect otherwise)
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16
+node_lean_asan_quarantine # its RSS bound
 node_start
 node_apply_template streams
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
