@@ -95,6 +95,8 @@ typedef struct ka_config {
     /* mesh */
     char mesh_bind[KA_CFG_URL_MAX];
     char mesh_advertise[KA_CFG_URL_MAX]; /* the endpoint peers connect to ("" = the bound one) */
+    int64_t lease_ms;                    /* the node's lease in the node table */
+    int64_t renew_ms;                    /* ... renewed this often */
     /* snapshots: object storage credentials overriding kagentd's AWS_* environment */
     char snapshot_credentials_file[KA_CFG_PATH_MAX];
 } ka_config_t;

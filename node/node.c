@@ -279,6 +279,7 @@ static int s_control(ka_node_t *n, char *err, size_t cap)
     for (size_t i = 0; i < s->n_warm; i++)
         snprintf(s->warm[i].name, sizeof s->warm[i].name, "%s", n->cfg.pools[i].name);
     snprintf(s->warm_dir, sizeof s->warm_dir, "%.480s/sandboxes/.warm", n->cfg.state_dir);
+    s->member = n->cfg.mesh_bind[0] ? &n->member : NULL; /* no mesh: a node alone */
     if (s_spawn(n, &ka_sandboxes_behaviour, s, KA_SANDBOXES_NAME, err, cap))
         return -1;
     n->svc = ka_service_new(n->sys, KA_TEMPLATES_NAME, KA_SANDBOXES_NAME);
@@ -337,6 +338,8 @@ static int s_cluster(ka_node_t *n, char *err, size_t cap)
     self->capacity = (int32_t)(capacity < INT32_MAX ? capacity : INT32_MAX);
     n->member_args.store = KA_STORE_NAME;
     n->member_args.status = &n->member;
+    n->member_args.lease_ms = (int)n->cfg.lease_ms;
+    n->member_args.renew_ms = (int)n->cfg.renew_ms;
     if (s_spawn(n, &ka_membership_behaviour, &n->member_args, KA_CLUSTER_NAME, err, cap))
         return -1;
     for (int waited = 0; waited < MEMBER_READY_MS; waited += 20) {

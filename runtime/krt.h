@@ -80,6 +80,8 @@ enum {
     KRT_MSG_WHEREIS,         /* request to a node's service address (krt_node_addr): body a name;
                                 the reply (same type) is the 8-byte little-endian address, or an
                                 error reply KRT_ENOACTOR if nothing is registered under it */
+    KRT_MSG_RELAY,           /* to a node's service address: a message for a name there, its
+                                sender, ref and kind kept (krt_relay); never seen by actors */
     KRT_MSG_USER = 256
 };
 
@@ -430,6 +432,18 @@ static inline krt_addr_t krt_node_addr(uint16_t node)
  * KRT_EINVAL (bad form, or on a scheduler thread), or the call's error (KRT_ENOCONN,
  * KRT_EREMOTE, KRT_ETIMEDOUT). */
 int krt_whereis_at(krt_system_t *sys, const char *name, int timeout_ms, krt_addr_t *out);
+/* Forwards a message to the actor registered as `name` on node `node` (this one or another),
+ * its sender, ref and kind kept from msg (Erlang's {Name, Node} ! Msg, sender unchanged): a
+ * request relayed this way is answered by that actor straight to the original caller, and the
+ * caller's timeout and node-down rules are as for any request. body/len is what is sent (msg's
+ * own, or a rewritten copy); the type is msg's. A relay of a krt_call (from none) to another
+ * node carries this node's service address, so the reply comes back through the transport.
+ * Only this node's callers can be relayed to another node (a node speaks only for its own
+ * actors). 0; KRT_ENOACTOR when nothing is registered under name here (the caller is not
+ * answered: the relayer decides); on another node an unknown name answers a request with an
+ * error reply KRT_ENOACTOR; KRT_EINVAL for a name too long or a reply; or the send's error. */
+int krt_relay(krt_ctx_t *ctx, uint16_t node, const char *name, const krt_msg_t *msg,
+              const void *body, size_t len);
 /* krt_call to a name as krt_whereis_at resolves it (timeout_ms covers both steps). */
 int krt_call_name(krt_system_t *sys, const char *name, uint32_t type, const void *body, size_t len,
                   int timeout_ms, krt_reply_t *reply);

@@ -575,6 +575,8 @@ const krt_msg_t *krt__remote_wire(const krt_node_t *n, krt_msg_t *tmp, unsigned 
 /* Inbound messages the runtime handles itself (signals, the node service, call replies):
  * true if handled, *rc its result. */
 bool krt__remote_deliver(krt_system_t *sys, krt_addr_t to, const krt_msg_t *msg, int *rc);
+/* A KRT_MSG_RELAY that arrived at this node's service address (krt_relay.c). */
+int krt__relay_in(krt_system_t *sys, const krt_msg_t *msg);
 /* krt_kill's core: from may be KRT_ADDR_NONE; who local or remote. */
 int krt__kill(krt_system_t *sys, krt_addr_t from, krt_addr_t who, int reason);
 /* Pending requests of the running actor to node fail with KRT_ENOCONN (queued replies). */

@@ -1,7 +1,7 @@
 /*
  * Location transparency: runtime signals (link, monitor, exit, down) on the wire, the set of
  * actors with remote relations and what a node going down does to them, the node service
- * (requests to krt_node_addr: WHEREIS) and replies to krt_call from other nodes.
+ * (requests to krt_node_addr: WHEREIS, relays) and replies to krt_call from other nodes.
  *
  * Wire signals: a PLAIN envelope of type KRT_WIRE_BASE + node kind, body 12 bytes
  * (reason u32 LE, who u64 LE: the stopped actor of a DOWN), ref in the envelope.
@@ -268,6 +268,8 @@ static int s_service_in(krt_system_t *sys, const krt_msg_t *msg)
                                msg->len);
         return 0;
     }
+    if (msg->type == KRT_MSG_RELAY)
+        return krt__relay_in(sys, msg);
     if (msg->kind != KRT_KIND_REQUEST || msg->from == KRT_ADDR_NONE)
         return KRT_EINVAL;
     if (msg->type == KRT_MSG_WHEREIS)

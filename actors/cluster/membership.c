@@ -141,8 +141,8 @@ static void s_keep_table(s_member_t *m, const ka_store_node_list_t *l, size_t le
     if (!copy)
         return;
     memcpy(copy, l, len);
-    free(m->table);
     m->table = copy;
+    free(ka_membership_publish(m->a.status, copy));
 }
 
 static void s_on_list(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
@@ -336,6 +336,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         m->a.lease_ms = KA_CLUSTER_LEASE_MS;
     m->a.self.lease_ms = m->a.lease_ms;
     snprintf(m->path, sizeof m->path, "%s/%s", a->self.name, KA_CLUSTER_NAME);
+    snprintf(m->a.status->self_id, sizeof m->a.status->self_id, "%s", a->self.id);
     atomic_store(&m->a.status->member, false);
     s_round(ctx, m);
     return krt_timer_arm(ctx, &m->tick, (uint64_t)m->a.renew_ms, KA_CLUSTER_TICK, 0);
@@ -373,7 +374,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     s_member_t *m = state;
     atomic_store(&m->a.status->member, false);
     s_drop_all(m, "stopping");
-    free(m->table);
+    free(ka_membership_publish(m->a.status, NULL));
     m->table = NULL;
 }
 

@@ -68,11 +68,14 @@ typedef struct ka_cluster_nodes {
 
 /* Shared with the node's other threads (readiness, metrics); written by the actor only. */
 typedef struct ka_membership_status {
-    atomic_bool member;          /* registered (false before the first registration) */
-    atomic_llong lease_deadline; /* krt_mono_ms before which the lease surely holds */
-    atomic_llong incarnation;    /* of the current (or last) registration */
-    atomic_ullong fenced_total;  /* times this node found itself fenced */
-    atomic_uint peers_connected; /* mesh peers */
+    atomic_bool member;              /* registered (false before the first registration) */
+    atomic_llong lease_deadline;     /* krt_mono_ms before which the lease surely holds */
+    atomic_llong incarnation;        /* of the current (or last) registration */
+    atomic_ullong fenced_total;      /* times this node found itself fenced */
+    atomic_uint peers_connected;     /* mesh peers */
+    char self_id[KA_STORE_NODE_LEN]; /* this node's id (set by the actor's init) */
+    atomic_flag dir_lock;            /* guards dir (zeroed: clear) */
+    ka_store_node_list_t *dir;       /* the node table as last read, for ka_membership_* readers */
 } ka_membership_status_t;
 
 /* Spawn argument; must outlive the actor (supervisor restarts reuse it). */
@@ -94,5 +97,29 @@ static inline bool ka_membership_member(const ka_membership_status_t *st)
 {
     return st && atomic_load(&st->member) && krt_mono_ms() < atomic_load(&st->lease_deadline);
 }
+
+/* Publishes the table the membership actor read (taken), returning the previous one for it to
+ * free (the actor's alone). */
+ka_store_node_list_t *ka_membership_publish(ka_membership_status_t *st, ka_store_node_list_t *l);
+
+/* Node `name`'s row in the table as this node last read it: 0, or -ENOENT (no such row, or
+ * no table yet). Any thread. */
+int ka_membership_find(ka_membership_status_t *st, const char *name, ka_store_node_t *out);
+
+/* Placement (power of two choices): of the nodes whose lease holds, that serve `pool` (their
+ * pools list names it) and have room (capacity 0: no limit; else fewer live sandboxes than
+ * that), not draining, two are drawn with seed; the one with the lower load (live sandboxes
+ * over capacity) wins, this node on a tie. 0 and *out, or -ENOENT when no node qualifies.
+ * Any thread. */
+int ka_membership_place(ka_membership_status_t *st, const char *pool, uint64_t seed,
+                        ka_store_node_t *out);
+
+/* Copies up to cap rows of other nodes whose lease lapsed (their sandboxes are for a live node
+ * to take over); returns how many. Any thread. */
+size_t ka_membership_lapsed(ka_membership_status_t *st, ka_store_node_t *out, size_t cap);
+
+/* Whether another node's lease holds in the table as last read (placement and routing have
+ * nothing to do on a node alone). */
+bool ka_membership_others(ka_membership_status_t *st);
 
 #endif

@@ -102,6 +102,7 @@ enum {
     /* sandboxes manager (beyond the reference) */
     KA_SBX_FORK,       /* ka_sbx_fork_t -> ka_sbx_list_t: the forks' records, in order */
     KA_SBX_FORK_COPY_, /* manager -> the source's actor: ka_sbx_fork_copy_t -> ka_sbx_reply_t */
+    KA_SBX_CLUSTER_,   /* manager -> itself, every second in a cluster: fencing and takeover */
     KA_CTL_MSG_LAST_
 };
 
@@ -148,6 +149,7 @@ typedef struct ka_sbx_create {
     char template_namespace[KA_STORE_NS_LEN];
     char template_name[KA_STORE_TNAME_LEN];
     int64_t ttl_ms; /* 0 = policy default */
+    int32_t placed; /* set by the manager that placed it on another node: create it here */
 } ka_sbx_create_t;
 
 typedef struct ka_sbx_key {

@@ -578,15 +578,21 @@ static int s_ask(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t to, uint32_t type, c
     return rc;
 }
 
+/* Every write is fenced: only while this node holds its lease (a node past its lease, e.g.
+ * stopped and continued, writes nothing before its membership notices) and, in the store, only
+ * while the record still names this node (another node took it over: KA_STORE_ESTALE). */
 static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     const ka_store_sandbox_update_t *u = &self->op.write;
+    if (self->a.member && !ka_membership_member(self->a.member))
+        return KRT_ENOCONN;
     if (self->op.phase == KA_PH_INTENT)
         ka_phase_next(u->id, KA_PHASE_STORE_INTENT);
     if (self->op.phase == KA_PH_RESULT && self->op.target == KA_SBX_DELETED) {
         ka_store_sandbox_key_t k;
         memset(&k, 0, sizeof k);
         s_copy(k.id, sizeof k.id, u->id);
+        s_copy(k.node, sizeof k.node, u->expect_node);
         return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &k, sizeof k);
     }
     return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_UPDATE, u, sizeof *u);
@@ -600,6 +606,7 @@ static int s_write(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_phase_t phase, int sta
     ka_store_sandbox_update_t *u = &self->op.write;
     memset(u, 0, sizeof *u);
     s_copy(u->id, sizeof u->id, self->a.record.id);
+    s_copy(u->expect_node, sizeof u->expect_node, self->a.record.node);
     u->set =
         KA_SB_SET_STATE | KA_SB_SET_OPERATION | (phase == KA_PH_RESULT ? KA_SB_SET_FAILURE : 0);
     u->expect_state = -1;

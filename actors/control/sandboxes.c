@@ -15,45 +15,15 @@
 #include <string.h>
 
 #include "peer.h"
+#include "sandboxes_int.h"
 #include "template_doc.h"
 
-#define STORE_TIMEOUT_MS   30000
 #define RESOLVE_TIMEOUT_MS (15 * 60 * 1000)
 #define RECOVER_PAGE       100
 
-/* A live sandbox: its actor. */
-typedef struct {
-    krt_addr_t addr;
-} s_slot_t;
-
-/* A caller's request in flight: each step is a krt_request whose callback is the next step. */
-typedef struct s_op s_op_t;
-struct s_op {
-    s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
-    krt_addr_t from;
-    uint64_t from_ref;
-    uint32_t type;      /* the caller's request type */
-    ka_sbx_create_t cr; /* creates */
-    ka_tpl_resolved_t res;
-    void *body; /* a copy of the caller's body (not-live calls) */
-    size_t len;
-    int32_t expired; /* recovery: which list */
-    int32_t offset;
-    int warm;              /* creates: ka_pool_take's answer */
-    ka_pool_claim_t claim; /* ... its warm sandbox (warm 1) until bound or released */
-    struct s_fork *fork;   /* forks */
-};
-
-typedef struct {
-    ka_sandboxes_args_t a;
-    zhashx_t *live;  /* id -> s_slot_t* of the sandbox's actor */
-    s_op_t *ops;     /* in flight, owned */
-    ka_pool_t *pool; /* the warm pools */
-} s_mgr_t;
-
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static void s_copy(char *dst, size_t cap, const char *src)
+void ka_mgr_copy(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
 }
@@ -77,7 +47,7 @@ int ka_check_uuid(const char *s)
 
 static void s_fork_free(struct s_fork *f);
 
-static void s_op_free(s_mgr_t *self, s_op_t *op)
+void ka_mgr_op_free(s_mgr_t *self, s_op_t *op)
 {
     if (!op)
         return;
@@ -93,7 +63,7 @@ static void s_op_free(s_mgr_t *self, s_op_t *op)
 }
 
 /* A new op answering msg (NULL: nobody to answer) later, owned by self. */
-static s_op_t *s_op_new(s_mgr_t *self, const krt_msg_t *msg)
+s_op_t *ka_mgr_op_new(s_mgr_t *self, const krt_msg_t *msg)
 {
     s_op_t *op = calloc(1, sizeof *op);
     if (!op)
@@ -102,6 +72,7 @@ static s_op_t *s_op_new(s_mgr_t *self, const krt_msg_t *msg)
         op->from = msg->from;
         op->from_ref = msg->ref;
         op->type = msg->type;
+        op->kind = msg->kind;
     }
     op->next = self->ops;
     if (self->ops)
@@ -142,18 +113,18 @@ static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, i
     krt_reply_to(ctx, to, ref, type, &r, len);
 }
 
-static void s_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message)
+void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message)
 {
     s_fail(ctx, op->from, op->from_ref, op->type, code, "%s", message);
-    s_op_free(self, op);
+    ka_mgr_op_free(self, op);
 }
 
 /* Sends a request for op; its reply (or failure) runs `next` with op as user. */
-static void s_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
-                  uint32_t type, const void *body, size_t len, int timeout_ms)
+void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
+                uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     if (krt_request(ctx, to, type, body, len, timeout_ms, next, op))
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
 }
 
 /* Why a request to a control-plane service failed (err != 0): the caller gets UNAVAILABLE. */
@@ -169,7 +140,7 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
     s_op_t *op = user;
     if (!err)
         return op;
-    s_fail_op(ctx, self, op, KA_UNAVAILABLE, s_unavailable_why(err));
+    ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, s_unavailable_why(err));
     return NULL;
 }
 
@@ -182,8 +153,8 @@ static const void *s_store_reply(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int 
     int serr = ka_store_outcome(err, msg, size, &why);
     if (!serr)
         return msg->body;
-    s_fail_op(ctx, self, op, ka_code_of_store(serr),
-              serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+    ka_mgr_fail_op(ctx, self, op, ka_code_of_store(serr),
+                   serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
     return NULL;
 }
 
@@ -211,7 +182,7 @@ static void s_register(krt_ctx_t *ctx, const char *id, krt_addr_t addr)
         krt_log_actor(ctx, KRT_LOG_WARN, "sandbox_register_failed", "sandbox=%s err=%d", id, rc);
 }
 
-static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
+int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
 {
     krt_addr_t addr;
     uint64_t mref;
@@ -223,6 +194,7 @@ static int s_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
     if (!copy)
         return KRT_ENOMEM;
     *copy = *args;
+    copy->member = self->a.member;
     int rc = krt_spawn(ctx, &ka_sandbox_behaviour, copy, &opts, &addr);
     if (rc) {
         free(copy);
@@ -263,6 +235,7 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_on_routed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 
 static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *why, size_t cap)
 {
@@ -296,26 +269,40 @@ static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *w
 
 static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(self, msg);
+    s_op_t *op = ka_mgr_op_new(self, msg);
     if (!op)
         return;
     char why[KA_MSG_LEN];
     if (msg->len != sizeof op->cr) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed create request");
+        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed create request");
         return;
     }
     memcpy(&op->cr, msg->body, sizeof op->cr);
     int code = s_check_create(self, &op->cr, why, sizeof why);
     if (code) {
-        s_fail_op(ctx, self, op, code, why);
+        ka_mgr_fail_op(ctx, self, op, code, why);
         return;
     }
+    if (self->a.member && !ka_membership_member(self->a.member)) {
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE,
+                       "this node is not a member of the cluster right now (its lease lapsed); "
+                       "retry, or use another node");
+        return;
+    }
+    if (self->a.member && !op->cr.placed && ka_membership_others(self->a.member))
+        ka_mgr_place(ctx, self, op);
+    else
+        ka_mgr_create_here(ctx, self, op);
+}
+
+void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
     ka_tpl_key_t k;
     memset(&k, 0, sizeof k);
-    s_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
-    s_copy(k.name, sizeof k.name, op->cr.template_name);
-    s_ask(ctx, self, op, s_on_resolved, ka_peer(ctx, self->a.templates), KA_TPL_RESOLVE, &k,
-          sizeof k, RESOLVE_TIMEOUT_MS);
+    ka_mgr_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
+    ka_mgr_copy(k.name, sizeof k.name, op->cr.template_name);
+    ka_mgr_ask(ctx, self, op, s_on_resolved, ka_peer(ctx, self->a.templates), KA_TPL_RESOLVE, &k,
+               sizeof k, RESOLVE_TIMEOUT_MS);
 }
 
 static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -326,32 +313,32 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     const ka_tpl_resolved_t *res = msg->body;
     if (msg->len != sizeof *res) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
         return;
     }
     if (res->status.code) {
-        s_fail_op(ctx, self, op, res->status.code, res->status.message);
+        ka_mgr_fail_op(ctx, self, op, res->status.code, res->status.message);
         return;
     }
     op->res = *res;
     ka_store_sandbox_create_t c;
     memset(&c, 0, sizeof c);
-    s_copy(c.creator, sizeof c.creator, op->cr.caller);
-    s_copy(c.request_id, sizeof c.request_id, op->cr.request_id);
-    s_copy(c.name, sizeof c.name, op->cr.name);
-    s_copy(c.template_namespace, sizeof c.template_namespace, op->cr.template_namespace);
-    s_copy(c.template_name, sizeof c.template_name, op->cr.template_name);
-    s_copy(c.revision, sizeof c.revision, res->revision);
-    s_copy(c.node, sizeof c.node, self->a.node);
+    ka_mgr_copy(c.creator, sizeof c.creator, op->cr.caller);
+    ka_mgr_copy(c.request_id, sizeof c.request_id, op->cr.request_id);
+    ka_mgr_copy(c.name, sizeof c.name, op->cr.name);
+    ka_mgr_copy(c.template_namespace, sizeof c.template_namespace, op->cr.template_namespace);
+    ka_mgr_copy(c.template_name, sizeof c.template_name, op->cr.template_name);
+    ka_mgr_copy(c.revision, sizeof c.revision, res->revision);
+    ka_mgr_copy(c.node, sizeof c.node, self->a.node);
     c.ttl_ms = op->cr.ttl_ms ? op->cr.ttl_ms : self->a.default_ttl_ms;
     op->warm = ka_pool_take(ctx, self->pool, op->cr.template_namespace, op->cr.template_name, res,
                             &op->claim);
     if (op->warm == 1) { /* one commit writes it READY under the warm sandbox's id */
-        s_copy(c.id, sizeof c.id, op->claim.id);
+        ka_mgr_copy(c.id, sizeof c.id, op->claim.id);
         c.ready = 1;
     }
-    s_ask(ctx, self, op, s_on_inserted, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE, &c,
-          sizeof c, STORE_TIMEOUT_MS);
+    ka_mgr_ask(ctx, self, op, s_on_inserted, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE,
+               &c, sizeof c, STORE_TIMEOUT_MS);
 }
 
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -364,13 +351,13 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
     if (op->warm == 1 && (!r || !r->created))
         ka_pool_release(ctx, self->pool, &op->claim, r && !r->created);
     if (serr) {
-        s_fail_op(ctx, self, op, ka_code_of_store(serr), why);
+        ka_mgr_fail_op(ctx, self, op, ka_code_of_store(serr), why);
         return;
     }
     krt_addr_t actor = r->created ? KRT_ADDR_NONE : s_live(self, r->sandbox.id);
     if (actor) { /* idempotent replay of a live sandbox: its actor knows more than the row */
         s_forward(ctx, actor, op->from, op->from_ref, op->type, &op->cr, sizeof op->cr);
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
         return;
     }
     if (!r->created) { /* idempotent replay: the winning insert, even after delete */
@@ -378,7 +365,7 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
         memset(&out, 0, sizeof out);
         out.sandbox = r->sandbox;
         krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
         return;
     }
     bool warm = op->warm == 1;
@@ -396,45 +383,45 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
                            .reply_ref = op->from_ref,
                            .guest_idle_ms = self->a.guest_idle_ms,
                            .compute = warm ? op->claim.sb : NULL};
-    if (s_spawn(ctx, self, &a)) {
+    if (ka_mgr_spawn(ctx, self, &a)) {
         ka_pool_release(ctx, self->pool, &op->claim, false);
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
         return;
     }
     op->claim.sb = NULL; /* the sandbox actor's now */
     krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_created",
                   "sandbox=%s creator=%s template=%s/%s warm=%d", r->sandbox.id, r->sandbox.creator,
                   r->sandbox.template_namespace, r->sandbox.template_name, warm);
-    s_op_free(self, op); /* the sandbox actor answers the creator */
+    ka_mgr_op_free(self, op); /* the sandbox actor answers the creator */
 }
 
 /* ---- reads -------------------------------------------------------------------------------- */
 
 static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(self, msg);
+    s_op_t *op = ka_mgr_op_new(self, msg);
     const ka_sbx_list_req_t *q = msg->body;
     if (!op)
         return;
     if (msg->len != sizeof *q || !memchr(q->caller, 0, sizeof q->caller) || !q->caller[0] ||
         !memchr(q->template_namespace, 0, sizeof q->template_namespace) ||
         !memchr(q->template_name, 0, sizeof q->template_name)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed list request");
+        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed list request");
         return;
     }
     if (q->limit < 0 || q->limit > KA_STORE_LIST_MAX || q->offset < 0) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
+        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
         return;
     }
     ka_store_sandbox_query_t sq;
     memset(&sq, 0, sizeof sq);
-    s_copy(sq.creator, sizeof sq.creator, q->caller);
-    s_copy(sq.template_namespace, sizeof sq.template_namespace, q->template_namespace);
-    s_copy(sq.template_name, sizeof sq.template_name, q->template_name);
+    ka_mgr_copy(sq.creator, sizeof sq.creator, q->caller);
+    ka_mgr_copy(sq.template_namespace, sizeof sq.template_namespace, q->template_namespace);
+    ka_mgr_copy(sq.template_name, sizeof sq.template_name, q->template_name);
     sq.limit = q->limit;
     sq.offset = q->offset;
-    s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_LIST, &sq,
-          sizeof sq, STORE_TIMEOUT_MS);
+    ka_mgr_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_LIST, &sq,
+               sizeof sq, STORE_TIMEOUT_MS);
 }
 
 /* A store success reply starts with ka_store_status_t {0, ""}; ours with ka_status_t {code,
@@ -450,8 +437,8 @@ void ka_sbx_read_reply(int err, const krt_msg_t *msg, ka_sbx_reply_t *out)
     int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
     if (serr) {
         out->status.code = ka_code_of_store(serr);
-        s_copy(out->status.message, sizeof out->status.message,
-               serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+        ka_mgr_copy(out->status.message, sizeof out->status.message,
+                    serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
         return;
     }
     out->sandbox = ((const ka_store_sandbox_reply_t *)msg->body)->sandbox;
@@ -466,13 +453,13 @@ static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const kr
         ka_sbx_reply_t out;
         ka_sbx_read_reply(err, msg, &out);
         krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
         return;
     }
     if (!s_store_reply(ctx, self, op, err, msg, sizeof(ka_store_status_t)))
         return;
     krt_reply_to(ctx, op->from, op->from_ref, op->type, msg->body, msg->len); /* status 0 */
-    s_op_free(self, op);
+    ka_mgr_op_free(self, op);
 }
 
 /* ---- calls for one sandbox ---------------------------------------------------------------- */
@@ -521,9 +508,9 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     }
     if (msg->type == KA_SBX_GUEST_CANCEL)
         return;
-    s_op_t *op = s_op_new(self, msg);
+    s_op_t *op = ka_mgr_op_new(self, msg);
     if (!op || !(op->body = malloc(msg->len))) {
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
         s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE, "out of memory; retry");
         return;
     }
@@ -531,10 +518,22 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     op->len = msg->len;
     ka_store_sandbox_key_t sk;
     memset(&sk, 0, sizeof sk);
-    s_copy(sk.id, sizeof sk.id, id);
-    s_copy(sk.creator, sizeof sk.creator, caller);
-    s_ask(ctx, self, op, msg->type == KA_SBX_GET ? s_on_read : s_on_not_live,
-          ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk, sizeof sk, STORE_TIMEOUT_MS);
+    ka_mgr_copy(sk.id, sizeof sk.id, id);
+    ka_mgr_copy(sk.creator, sizeof sk.creator, caller);
+    ka_mgr_ask(ctx, self, op, s_on_routed, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
+               sizeof sk, STORE_TIMEOUT_MS);
+}
+
+/* The record of a call no actor here holds: another node's sandbox goes there; else a get is
+ * answered from the record and the rest as the record allows. */
+static void s_on_routed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    const ka_store_sandbox_reply_t *r =
+        ka_store_outcome(err, msg, sizeof *r, NULL) ? NULL : msg->body;
+    if (r && ka_mgr_relay_owner(ctx, self, user, &r->sandbox))
+        return;
+    (((s_op_t *)user)->type == KA_SBX_GET ? s_on_read : s_on_not_live)(ctx, state, user, err, msg);
 }
 
 /* No actor holds this sandbox: it is deleted, failed elsewhere, or unknown. */
@@ -547,7 +546,7 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     const ka_store_sandbox_t *sb = &r->sandbox;
     if (op->type == KA_SBX_GUEST) {
-        s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        ka_mgr_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
         return;
     }
     if (op->type == KA_SBX_DELETE) {
@@ -556,14 +555,14 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
             memset(&out, 0, sizeof out);
             out.sandbox = *sb;
             krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
-            s_op_free(self, op);
+            ka_mgr_op_free(self, op);
             return;
         }
         ka_store_sandbox_key_t sk;
         memset(&sk, 0, sizeof sk);
-        s_copy(sk.id, sizeof sk.id, sb->id);
-        s_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &sk,
-              sizeof sk, STORE_TIMEOUT_MS);
+        ka_mgr_copy(sk.id, sizeof sk.id, sb->id);
+        ka_mgr_ask(ctx, self, op, s_on_read, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE,
+                   &sk, sizeof sk, STORE_TIMEOUT_MS);
         return;
     }
     char why[KA_MSG_LEN];
@@ -573,7 +572,7 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
              : op->type == KA_SBX_PAUSE  ? "pause"
                                          : "unpause",
              ka_state_name(sb->state));
-    s_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
+    ka_mgr_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
 }
 
 /* ---- fork --------------------------------------------------------------------------------- */
@@ -647,7 +646,7 @@ static const char *s_check_fork(const s_mgr_t *self, const ka_sbx_fork_t *q, int
 
 static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
-    s_op_t *op = s_op_new(self, msg);
+    s_op_t *op = ka_mgr_op_new(self, msg);
     if (!op)
         return;
     int code = KA_INVALID_ARGUMENT;
@@ -655,21 +654,21 @@ static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     if (msg->len == sizeof(ka_sbx_fork_t))
         why = s_check_fork(self, msg->body, &code);
     if (why) {
-        s_fail_op(ctx, self, op, code, why);
+        ka_mgr_fail_op(ctx, self, op, code, why);
         return;
     }
     s_fork_t *f = op->fork = calloc(1, sizeof *f);
     if (!f || !(f->out = calloc(1, sizeof *f->out + KA_FORK_MAX * sizeof f->out->items[0]))) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
         return;
     }
     memcpy(&f->q, msg->body, sizeof f->q);
     ka_store_sandbox_key_t sk; /* the owner check: another caller's source is not found */
     memset(&sk, 0, sizeof sk);
-    s_copy(sk.id, sizeof sk.id, f->q.id);
-    s_copy(sk.creator, sizeof sk.creator, f->q.caller);
-    s_ask(ctx, self, op, s_on_fork_source, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk,
-          sizeof sk, STORE_TIMEOUT_MS);
+    ka_mgr_copy(sk.id, sizeof sk.id, f->q.id);
+    ka_mgr_copy(sk.creator, sizeof sk.creator, f->q.caller);
+    ka_mgr_ask(ctx, self, op, s_on_fork_source, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET,
+               &sk, sizeof sk, STORE_TIMEOUT_MS);
 }
 
 static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -682,9 +681,9 @@ static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, c
     op->fork->source = r->sandbox; /* deleted: a replay still finds its forks */
     ka_tpl_runtime_req_t rr;
     memset(&rr, 0, sizeof rr);
-    s_copy(rr.revision, sizeof rr.revision, r->sandbox.revision);
-    s_ask(ctx, self, op, s_on_fork_runtime, ka_peer(ctx, self->a.templates), KA_TPL_RUNTIME, &rr,
-          sizeof rr, RESOLVE_TIMEOUT_MS);
+    ka_mgr_copy(rr.revision, sizeof rr.revision, r->sandbox.revision);
+    ka_mgr_ask(ctx, self, op, s_on_fork_runtime, ka_peer(ctx, self->a.templates), KA_TPL_RUNTIME,
+               &rr, sizeof rr, RESOLVE_TIMEOUT_MS);
 }
 
 /* Records fork f->i (idempotent on its derived request id). */
@@ -694,15 +693,15 @@ static void s_fork_record(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
     const ka_store_sandbox_t *src = &f->source;
     ka_store_sandbox_create_t c;
     memset(&c, 0, sizeof c);
-    s_copy(c.creator, sizeof c.creator, f->q.caller);
+    ka_mgr_copy(c.creator, sizeof c.creator, f->q.caller);
     s_fork_reqid(f->q.request_id, f->i, c.request_id, sizeof c.request_id);
-    s_copy(c.template_namespace, sizeof c.template_namespace, src->template_namespace);
-    s_copy(c.template_name, sizeof c.template_name, src->template_name);
-    s_copy(c.revision, sizeof c.revision, src->revision);
-    s_copy(c.node, sizeof c.node, self->a.node);
+    ka_mgr_copy(c.template_namespace, sizeof c.template_namespace, src->template_namespace);
+    ka_mgr_copy(c.template_name, sizeof c.template_name, src->template_name);
+    ka_mgr_copy(c.revision, sizeof c.revision, src->revision);
+    ka_mgr_copy(c.node, sizeof c.node, self->a.node);
     c.ttl_ms = f->q.ttl_ms ? f->q.ttl_ms : self->a.default_ttl_ms;
-    s_ask(ctx, self, op, s_on_fork_recorded, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_CREATE,
-          &c, sizeof c, STORE_TIMEOUT_MS);
+    ka_mgr_ask(ctx, self, op, s_on_fork_recorded, ka_peer(ctx, self->a.store),
+               KA_STORE_SANDBOX_CREATE, &c, sizeof c, STORE_TIMEOUT_MS);
 }
 
 static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
@@ -714,7 +713,7 @@ static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
         return;
     const ka_tpl_resolved_t *res = msg->body;
     if (msg->len != sizeof *res || res->status.code) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
         return;
     }
     op->res = *res;
@@ -737,11 +736,11 @@ static void s_fork_fail(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, con
             continue;
         ka_store_sandbox_key_t sk;
         memset(&sk, 0, sizeof sk);
-        s_copy(sk.id, sizeof sk.id, f->out->items[i].id);
+        ka_mgr_copy(sk.id, sizeof sk.id, f->out->items[i].id);
         krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &sk, sizeof sk,
                     STORE_TIMEOUT_MS, s_forget_done, NULL);
     }
-    s_fail_op(ctx, self, op, code, why);
+    ka_mgr_fail_op(ctx, self, op, code, why);
 }
 
 /* Every fork is recorded: the source's actor copies itself for the new ones. */
@@ -750,10 +749,10 @@ static void s_fork_copy(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
     s_fork_t *f = op->fork;
     ka_sbx_fork_copy_t c;
     memset(&c, 0, sizeof c);
-    s_copy(c.caller, sizeof c.caller, f->q.caller);
+    ka_mgr_copy(c.caller, sizeof c.caller, f->q.caller);
     for (uint32_t i = 0; i < (uint32_t)f->q.count; i++)
         if (f->created[i])
-            s_copy(c.ids[c.count++], sizeof c.ids[0], f->out->items[i].id);
+            ka_mgr_copy(c.ids[c.count++], sizeof c.ids[0], f->out->items[i].id);
     krt_addr_t src = s_live(self, f->q.id);
     if (!src && f->source.deleted_ms) {
         s_fork_fail(ctx, self, op, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
@@ -778,16 +777,16 @@ static void s_fork_join(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
         if (!actor)
             continue;
         memset(&f->join, 0, sizeof f->join);
-        s_copy(f->join.caller, sizeof f->join.caller, f->q.caller);
-        s_copy(f->join.request_id, sizeof f->join.request_id, f->out->items[f->i].request_id);
-        s_ask(ctx, self, op, s_on_fork_joined, actor, KA_SBX_CREATE, &f->join, sizeof f->join,
-              FORK_JOIN_TIMEOUT_MS);
+        ka_mgr_copy(f->join.caller, sizeof f->join.caller, f->q.caller);
+        ka_mgr_copy(f->join.request_id, sizeof f->join.request_id, f->out->items[f->i].request_id);
+        ka_mgr_ask(ctx, self, op, s_on_fork_joined, actor, KA_SBX_CREATE, &f->join, sizeof f->join,
+                   FORK_JOIN_TIMEOUT_MS);
         return;
     }
     f->out->count = (uint32_t)f->q.count;
     krt_reply_to(ctx, op->from, op->from_ref, op->type, f->out,
                  sizeof *f->out + f->out->count * sizeof f->out->items[0]);
-    s_op_free(self, op);
+    ka_mgr_op_free(self, op);
 }
 
 static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
@@ -842,7 +841,7 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, c
                                .driver = self->a.driver,
                                .guest_idle_ms = self->a.guest_idle_ms,
                                .fork = true};
-        if (s_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
+        if (ka_mgr_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
             krt_log_actor(ctx, KRT_LOG_WARN, "fork_spawn_failed", "sandbox=%s", a.record.id);
         else
             krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forked", "sandbox=%s source=%s", a.record.id,
@@ -869,9 +868,9 @@ static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err, c
 
 static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 
-static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
+void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
 {
-    s_op_t *op = s_op_new(self, NULL); /* nobody to answer */
+    s_op_t *op = ka_mgr_op_new(self, NULL); /* nobody to answer */
     if (!op)
         return;
     op->expired = expired;
@@ -879,7 +878,7 @@ static void s_recover_page(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32
     ka_store_expiry_query_t q = {.expired = expired, .limit = RECOVER_PAGE, .offset = offset};
     if (krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_EXPIRY, &q, sizeof q,
                     STORE_TIMEOUT_MS, s_on_recover, op))
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
 }
 
 static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -893,7 +892,7 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
                       op->offset);
         ka_sbx_recover_t again = {op->expired, op->offset};
         krt_send_after(ctx, krt_self(ctx), 1000, KA_SBX_RECOVER_, &again, sizeof again);
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
         return;
     }
     for (uint32_t i = 0; i < l->count; i++) {
@@ -906,13 +905,13 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
                                .templates = self->a.templates,
                                .driver = self->a.driver,
                                .guest_idle_ms = self->a.guest_idle_ms};
-        if (s_spawn(ctx, self, &a) == 0)
+        if (ka_mgr_spawn(ctx, self, &a) == 0)
             krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_recovered", "sandbox=%s state=%s", sb->id,
                           ka_state_name(sb->state));
     }
     if (l->more)
-        s_recover_page(ctx, self, op->expired, op->offset + (int32_t)l->count);
-    s_op_free(self, op);
+        ka_mgr_recover(ctx, self, op->expired, op->offset + (int32_t)l->count);
+    ka_mgr_op_free(self, op);
 }
 
 /* ---- the actor ---------------------------------------------------------------------------- */
@@ -1001,10 +1000,13 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
             krt_exit(ctx, e->reason);
         break;
     }
+    case KA_SBX_CLUSTER_:
+        ka_mgr_cluster_tick(ctx, self);
+        break;
     case KA_SBX_RECOVER_:
         if (msg->len == sizeof(ka_sbx_recover_t)) {
             const ka_sbx_recover_t *r = msg->body;
-            s_recover_page(ctx, self, r->expired, r->offset);
+            ka_mgr_recover(ctx, self, r->expired, r->offset);
         }
         break;
     default:
@@ -1034,9 +1036,9 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
                          .live_arg = self};
     if (!(self->pool = ka_pool_new(ctx, &po)))
         return KRT_ENOMEM;
-    s_recover_page(ctx, self, 1, 0);
-    s_recover_page(ctx, self, 0, 0);
-    return 0;
+    ka_mgr_recover(ctx, self, 1, 0);
+    ka_mgr_recover(ctx, self, 0, 0);
+    return self->a.member ? ka_mgr_cluster_start(ctx, self) : 0;
 }
 
 static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
@@ -1048,7 +1050,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
             s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
                    "the node is shutting down; retry");
         ka_pool_drop(self->pool, &op->claim);
-        s_op_free(self, op);
+        ka_mgr_op_free(self, op);
     }
     ka_pool_destroy(ctx, &self->pool);
     zhashx_destroy(&self->live);

@@ -34,6 +34,7 @@
 #include "control_msgs.h"
 #include "ka_driver.h"
 #include "krt.h"
+#include "membership.h"
 #include "pool.h"
 
 /* Spawn argument of the manager: must stay valid until its init ran (init runs after the spawn
@@ -50,6 +51,9 @@ typedef struct ka_sandboxes_args {
     size_t n_warm;
     char warm_dir[KA_POOL_DIR_MAX]; /* markers of warm sandbox ids; "" none */
     uint32_t warm_quiet_ms;         /* 0: KA_POOL_QUIET_MS */
+    ka_membership_status_t *member; /* the node's membership (NULL: a node alone, no cluster):
+                                       placement, calls for other nodes' sandboxes, takeover of
+                                       lapsed nodes' sandboxes, fencing */
 } ka_sandboxes_args_t;
 
 extern const krt_behaviour_t ka_sandboxes_behaviour;
@@ -74,6 +78,7 @@ typedef struct ka_sandbox_args {
     uint32_t guest_idle_ms; /* see ka_sandboxes_args_t */
     ka_sandbox_t *compute;  /* WARM: its running compute, taken by the actor */
     bool fork; /* BOOT on the /data and root changes its source's fork copy kept for it */
+    ka_membership_status_t *member; /* as in ka_sandboxes_args_t: no write unless a member */
 } ka_sandbox_args_t;
 
 extern const krt_behaviour_t ka_sandbox_behaviour;
@@ -85,6 +90,7 @@ extern const krt_behaviour_t ka_sandbox_behaviour;
 #define KA_FAIL_GUEST_PROTO  "GuestProtocolViolation"
 #define KA_FAIL_RESUME       "ResumeFailed"
 #define KA_FAIL_SUSPEND      "SuspendFailed"
+#define KA_FAIL_NODE_LOST    "NodeLost"
 
 /* 0 if s is a canonical lowercase/uppercase hex UUID (8-4-4-4-12). */
 int ka_check_uuid(const char *s);

@@ -115,6 +115,10 @@ static const char s_v3[] =
     "  ADD COLUMN incarnation bigint NOT NULL DEFAULT 0;"
     "CREATE INDEX ka_sandboxes_node ON ka_sandboxes (node) WHERE deleted_at IS NULL;";
 
+/* Drain (issue 14): a draining node takes no new placements. */
+static const char s_v4[] =
+    "ALTER TABLE ka_nodes ADD COLUMN draining boolean NOT NULL DEFAULT false;";
+
 typedef struct s_migration {
     int version;
     const char *sql;
@@ -124,6 +128,7 @@ static const s_migration_t s_migrations[] = {
     {1, s_v1},
     {2, s_v2},
     {3, s_v3},
+    {4, s_v4},
 };
 
 _Static_assert(sizeof(s_migrations) / sizeof(s_migrations[0]) == KA_SCHEMA_VERSION,

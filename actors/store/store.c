@@ -293,6 +293,7 @@ static void s_row_node(const PGresult *r, int row, ka_store_node_t *n)
     n->incarnation = s_i64(r, row, 10);
     n->alive = PQgetvalue(r, row, 11)[0] == 't';
     n->sandboxes = (int32_t)s_i64(r, row, 12);
+    n->draining = PQgetvalue(r, row, 13)[0] == 't';
 }
 
 const void *ka_store_blob_next(const ka_store_blob_t *b, size_t len, const void *prev)
@@ -578,8 +579,11 @@ static void s_done_nodes(void *user, const ka_pg_outcome_t *out)
     }
     const PGresult *r = out->results[0];
     int n = PQntuples(r);
-    if (n == 0 && call->type == KA_STORE_NODE_HEARTBEAT) {
-        s_call_err(call, KA_STORE_ENOTFOUND, "no lease to renew (lapsed, or another incarnation)");
+    if (n == 0 && (call->type == KA_STORE_NODE_HEARTBEAT || call->type == KA_STORE_NODE_DRAIN)) {
+        s_call_err(call, KA_STORE_ENOTFOUND,
+                   call->type == KA_STORE_NODE_DRAIN
+                       ? "no such node"
+                       : "no lease to renew (lapsed, or another incarnation)");
         free(call);
         return;
     }
@@ -720,12 +724,14 @@ static void s_sandbox_get_delete(s_store_t *self, const krt_msg_t *msg)
                     "sandbox not found (id is not a UUID)");
         return;
     }
-    const char *p[2] = {b->id, b->creator};
+    if (!S_STR(b->node, false))
+        S_INVALID("bad node");
+    const char *p[3] = {b->id, b->creator, b->node};
     if (msg->type == KA_STORE_SANDBOX_GET) {
         ka_pg_stmt_t st = {"sb_get", 2, p};
         s_submit(self, msg, &st, 1, s_done_sandbox, 0);
     } else {
-        ka_pg_stmt_t st[2] = {{"sb_delete", 2, p}, {"sb_tombstone", 1, p}};
+        ka_pg_stmt_t st[2] = {{"sb_delete", 3, p}, {"sb_tombstone", 1, p}};
         s_submit(self, msg, st, 2, s_done_sandbox, 0);
     }
 }
@@ -769,7 +775,8 @@ static void s_sandbox_update(s_store_t *self, const krt_msg_t *msg)
 {
     S_BODY(ka_store_sandbox_update_t, b);
     if (!S_STR(b->id, true) || !S_STR(b->failure_reason, false) ||
-        !S_STR(b->failure_message, false) || !S_STR(b->node, false))
+        !S_STR(b->failure_message, false) || !S_STR(b->node, false) ||
+        !S_STR(b->expect_node, false))
         S_INVALID("bad update");
     const char *state = (b->set & KA_SB_SET_STATE) ? ka_state_name(b->state) : NULL;
     const char *op = (b->set & KA_SB_SET_OPERATION) ? ka_op_name(b->operation) : NULL;
@@ -783,15 +790,16 @@ static void s_sandbox_update(s_store_t *self, const krt_msg_t *msg)
         return;
     }
     bool fail = b->set & KA_SB_SET_FAILURE;
-    const char *p[7] = {b->id,
+    const char *p[8] = {b->id,
                         state,
                         op,
                         fail ? b->failure_reason : NULL,
                         fail ? b->failure_message : NULL,
                         (b->set & KA_SB_SET_NODE) ? b->node : NULL,
-                        expect};
+                        expect,
+                        b->expect_node};
     const char *g[2] = {b->id, ""};
-    ka_pg_stmt_t st[2] = {{"sb_update", 7, p}, {"sb_get", 2, g}};
+    ka_pg_stmt_t st[2] = {{"sb_update", 8, p}, {"sb_get", 2, g}};
     s_submit(self, msg, st, 2, s_done_sandbox, 0);
 }
 
@@ -918,6 +926,15 @@ static void s_node(s_store_t *self, const krt_msg_t *msg)
         return;
     }
     char lease[32], inc[32];
+    if (msg->type == KA_STORE_NODE_DRAIN) {
+        S_BODY(ka_store_node_heartbeat_t, b);
+        if (!S_STR(b->id, true))
+            S_INVALID("drain: the node id is required");
+        const char *p[1] = {b->id};
+        ka_pg_stmt_t st = {"node_drain", 1, p};
+        s_submit(self, msg, &st, 1, s_done_nodes, 0);
+        return;
+    }
     if (msg->type == KA_STORE_NODE_HEARTBEAT) {
         S_BODY(ka_store_node_heartbeat_t, b);
         if (!S_STR(b->id, true) || b->lease_ms < 0)
@@ -941,6 +958,22 @@ static void s_node(s_store_t *self, const krt_msg_t *msg)
                         b->public_key, b->pools, cap,         lease};
     ka_pg_stmt_t st = {"node_put", 8, p};
     s_submit(self, msg, &st, 1, s_done_nodes, 0);
+}
+
+static void s_node_takeover(s_store_t *self, const krt_msg_t *msg)
+{
+    S_BODY(ka_store_takeover_t, b);
+    if (!S_STR(b->node_id, true) || !S_STR(b->taker_id, true) || !S_STR(b->taker, true) ||
+        !S_STR(b->reason, true) || !S_STR(b->message, false))
+        S_INVALID("takeover: the node, the taker and a reason are required");
+    int limit = s_limit(b->limit);
+    char inc[32], tinc[32], lim[16];
+    snprintf(inc, sizeof inc, "%lld", (long long)b->incarnation);
+    snprintf(tinc, sizeof tinc, "%lld", (long long)b->taker_incarnation);
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *p[8] = {b->node_id, inc, b->taker, b->taker_id, tinc, b->reason, b->message, lim};
+    ka_pg_stmt_t st = {"node_takeover", 8, p};
+    s_submit(self, msg, &st, 1, s_done_sandbox_list, limit);
 }
 
 static void s_subscribe(s_store_t *self, const krt_msg_t *msg)
@@ -1018,6 +1051,10 @@ static void s_dispatch(s_store_t *self, const krt_msg_t *msg)
     case KA_STORE_POOL_LIST:
         s_pool(self, msg);
         break;
+    case KA_STORE_NODE_TAKEOVER:
+        s_node_takeover(self, msg);
+        break;
+    case KA_STORE_NODE_DRAIN:
     case KA_STORE_NODE_PUT:
     case KA_STORE_NODE_HEARTBEAT:
     case KA_STORE_NODE_LIST:

@@ -92,6 +92,8 @@ enum {
     KA_STORE_SUBSCRIBE,       /* ka_store_subscribe_t -> ka_store_status_t */
     KA_STORE_EVENT,           /* sent to subscribers: ka_store_event_t (no reply) */
     KA_STORE_INFO,            /* empty -> ka_store_info_t */
+    KA_STORE_NODE_TAKEOVER,   /* ka_store_takeover_t -> ka_store_sandbox_list_t (moved) */
+    KA_STORE_NODE_DRAIN,      /* ka_store_node_heartbeat_t (id) -> ka_store_node_list_t */
     KA_STORE_MSG_LAST_
 };
 
@@ -191,6 +193,8 @@ typedef struct ka_store_sandbox_reply {
 typedef struct ka_store_sandbox_key {
     char id[KA_STORE_ID_LEN];
     char creator[KA_STORE_CREATOR_LEN];
+    char node[KA_STORE_NODE_LEN]; /* delete: "" any; else only while this node serves it (the
+                                     fence: a node another one took over from deletes nothing) */
 } ka_store_sandbox_key_t;
 
 /* List, oldest first. Filters "" match anything (node: the sandboxes a node serves, for
@@ -234,6 +238,8 @@ typedef struct ka_store_sandbox_update {
     char failure_reason[KA_STORE_REASON_LEN];
     char failure_message[KA_STORE_MESSAGE_LEN];
     char node[KA_STORE_NODE_LEN];
+    char expect_node[KA_STORE_NODE_LEN]; /* "" any; else applies only while this node serves
+                                            it, else KA_STORE_ESTALE (the fence) */
 } ka_store_sandbox_update_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -390,6 +396,7 @@ typedef struct ka_store_node {
     int64_t incarnation;      /* reply only */
     int32_t alive;            /* reply only: 1 while the lease holds (the database's clock) */
     int32_t sandboxes;        /* reply only: its sandboxes neither FAILED nor deleted */
+    int32_t draining;         /* reply only: 1 once drained (no placements) until it registers */
 } ka_store_node_t;
 
 /* Renew a lease: only the incarnation that holds it and only before it lapsed; otherwise
@@ -406,6 +413,22 @@ typedef struct ka_store_node_list {
     uint32_t count;
     ka_store_node_t items[];
 } ka_store_node_list_t;
+
+/* Take over a lapsed node's sandboxes (see node_takeover in store_sql.c): up to limit live
+ * sandboxes of node_id, if its lease lapsed under `incarnation`, move to the taker (its name
+ * recorded on them; its lease must hold under taker_incarnation), FAILED with reason and message
+ * unless FAILED or DELETING already. The reply lists the moved records; fewer than limit: none
+ * is left. */
+typedef struct ka_store_takeover {
+    char node_id[KA_STORE_NODE_LEN];
+    int64_t incarnation;
+    char taker_id[KA_STORE_NODE_LEN];
+    char taker[KA_STORE_NODE_LEN]; /* the taker's name */
+    int64_t taker_incarnation;
+    char reason[KA_STORE_REASON_LEN];
+    char message[KA_STORE_MESSAGE_LEN];
+    int32_t limit; /* 1..KA_STORE_LIST_MAX; 0 = KA_STORE_LIST_MAX */
+} ka_store_takeover_t;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Events and introspection                                                                 */

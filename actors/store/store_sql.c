@@ -26,7 +26,7 @@
                                                       " WHERE s.node = n.name AND s.deleted_at "   \
                                                       "IS NULL AND s.state NOT IN"                 \
                                                       " ('RUNTIME_STATE_FAILED', "                 \
-                                                      "'RUNTIME_STATE_DELETED'))"
+                                                      "'RUNTIME_STATE_DELETED')), draining"
 
 static const ka_store_sql_t s_statements[] = {
     {"sb_ins", 8,
@@ -58,17 +58,18 @@ static const ka_store_sql_t s_statements[] = {
      " AND ($2 = '' OR template_namespace = $2) AND ($3 = '' OR template_name = $3)"
      " AND ($7 = '' OR node = $7)"
      " AND ($4::bool OR deleted_at IS NULL) ORDER BY created_at, id LIMIT $5::int OFFSET $6::int"},
-    {"sb_update", 7,
+    {"sb_update", 8,
      "UPDATE ka_sandboxes SET state = coalesce($2, state), operation = coalesce($3, operation),"
      " failure_reason = coalesce($4, failure_reason),"
      " failure_message = coalesce($5, failure_message), node = coalesce($6, node),"
      " updated_at = now() WHERE id = $1::uuid AND deleted_at IS NULL"
-     " AND ($7::text IS NULL OR state = $7) RETURNING " S_SB_COLS},
-    {"sb_delete", 2,
+     " AND ($7::text IS NULL OR state = $7) AND ($8 = '' OR node = $8) RETURNING " S_SB_COLS},
+    {"sb_delete", 3,
      "UPDATE ka_sandboxes SET state = 'RUNTIME_STATE_DELETED', operation = "
      "'RUNTIME_OPERATION_NONE',"
      " deleted_at = coalesce(deleted_at, now()), updated_at = now()"
-     " WHERE id = $1::uuid AND ($2 = '' OR creator = $2) RETURNING " S_SB_COLS},
+     " WHERE id = $1::uuid AND ($2 = '' OR creator = $2) AND ($3 = '' OR node = $3)"
+     " RETURNING " S_SB_COLS},
     {"sb_tombstone", 1,
      "INSERT INTO ka_tombstones (sandbox_id, creator, request_id, deleted_at)"
      " SELECT id, creator, request_id, deleted_at FROM ka_sandboxes"
@@ -124,7 +125,8 @@ static const ka_store_sql_t s_statements[] = {
      " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, endpoint = EXCLUDED.endpoint,"
      " mesh_endpoint = EXCLUDED.mesh_endpoint, public_key = EXCLUDED.public_key,"
      " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, incarnation = n.incarnation + 1,"
-     " started_at = now(), heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at"
+     " started_at = now(), heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,"
+     " draining = false"
      " RETURNING " S_NODE_COLS},
     /* renew: only the incarnation that holds the lease, and only before it lapsed */
     {"node_hb", 3,
@@ -133,6 +135,32 @@ static const ka_store_sql_t s_statements[] = {
      " WHERE id = $1 AND incarnation = $3::int8 AND lease_expires_at > now()"
      " RETURNING " S_NODE_COLS},
     {"node_list", 0, "SELECT " S_NODE_COLS " FROM ka_nodes n ORDER BY length(id), id"},
+    /* drain: no placement on the node from now on (until it registers again) */
+    {"node_drain", 1,
+     "UPDATE ka_nodes AS n SET draining = true WHERE id = $1 RETURNING " S_NODE_COLS},
+    /* takeover: a live node (the taker, its lease held by that incarnation) moves up to $8
+     * live sandboxes of a node whose lease lapsed under the incarnation the taker saw (the
+     * compare-and-set: a node that registered again since is not taken over), locking that
+     * node's row so it cannot register meanwhile. Their compute was lost with the node: FAILED
+     * with the reason, unless FAILED already or being deleted (the taker finishes the delete). */
+    {"node_takeover", 8,
+     "WITH dead AS (SELECT name FROM ka_nodes WHERE id = $1 AND incarnation = $2::int8"
+     " AND lease_expires_at <= now() FOR UPDATE),"
+     " taker AS (SELECT FROM ka_nodes WHERE id = $4 AND incarnation = $5::int8"
+     " AND lease_expires_at > now()),"
+     " moved AS (SELECT s.id AS mid FROM ka_sandboxes s JOIN dead ON s.node = dead.name"
+     " WHERE s.deleted_at IS NULL AND EXISTS (SELECT FROM taker) ORDER BY s.id"
+     " LIMIT $8::int FOR UPDATE OF s)"
+     " UPDATE ka_sandboxes s SET node = $3, updated_at = now(),"
+     " state = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
+     " THEN s.state ELSE 'RUNTIME_STATE_FAILED' END,"
+     " operation = CASE WHEN s.state = 'RUNTIME_STATE_DELETING' THEN s.operation"
+     " ELSE 'RUNTIME_OPERATION_NONE' END,"
+     " failure_reason = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
+     " THEN s.failure_reason ELSE $6 END,"
+     " failure_message = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
+     " THEN s.failure_message ELSE $7 END"
+     " FROM moved WHERE s.id = moved.mid RETURNING " S_SB_COLS},
 };
 
 const ka_store_sql_t *ka_store_sql(size_t *n)

@@ -4,6 +4,7 @@
  * nodes, and node down in every form (goodbye on stop, krt_mesh_disconnect, a peer process
  * SIGSTOPped past the heartbeat timeout, a peer process restarted under a new incarnation):
  * DOWN/EXIT with KRT_EXIT_NOCONN and pending requests failing at once with KRT_ENOCONN.
+ * Relays (krt_relay) to a name on this node and on another, the sender kept.
  * Hostile frames (truncated, forged, stale) are dropped and counted.
  *
  * Peer processes are this binary re-executed with --peer (a node of its own).
@@ -391,6 +392,54 @@ static void test_remote_names_and_call(void **unused)
     node_stop(&b);
 }
 
+/* Relays every message to the name its body's first byte picks: 'l' "svc" on this node, 'r'
+ * "svc" on node 2, 'n' "none" on node 2, 'c' "counter" on node 2; the body is relayed as is. */
+static void relay_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->len < 1)
+        return;
+    char k = *(const char *)msg->body;
+    const char *name = k == 'n' ? "none" : k == 'c' ? "counter" : "svc";
+    int rc = krt_relay(ctx, k == 'l' ? 1 : 2, name, msg, msg->body, msg->len);
+    if (rc && msg->kind == KRT_KIND_REQUEST)
+        krt_reply_error(ctx, msg, rc, "not relayed");
+}
+
+static const krt_behaviour_t s_relay = {.kind = "relay", .handle = relay_handle};
+
+static void test_relay(void **unused)
+{
+    node_t a, b;
+    node_up(&a, 1, "tcp://127.0.0.1:*", 0, 0);
+    node_up(&b, 2, "tcp://127.0.0.1:*", 0, 0);
+    node_join(&a, 1, &b, 2);
+    spawn(b.sys, &s_echo, NULL, "svc");
+    spawn(a.sys, &s_echo, NULL, "svc");
+    _Atomic uint64_t count = 0;
+    spawn(b.sys, &s_echo, &count, "counter");
+    krt_addr_t relay = spawn(a.sys, &s_relay, NULL, NULL);
+
+    krt_reply_t r;
+    /* a call relayed to the other node is answered there, straight back to the caller */
+    assert_int_equal(krt_call(a.sys, relay, T_PING, "r-hello", 7, WAIT_MS, &r), 0);
+    assert_int_equal(r.type, T_PONG);
+    assert_int_equal(r.len, 7);
+    assert_memory_equal(r.body, "r-hello", 7);
+    krt_reply_free(&r);
+    /* ... and to this node's registry */
+    assert_int_equal(krt_call(a.sys, relay, T_PING, "l-x", 3, WAIT_MS, &r), 0);
+    assert_int_equal(r.type, T_PONG);
+    krt_reply_free(&r);
+    /* a name the other node does not know: that node answers the request ENOACTOR */
+    assert_int_equal(krt_call(a.sys, relay, T_PING, "n", 1, WAIT_MS, &r), KRT_ENOACTOR);
+    /* a plain message keeps its kind: counted there, no answer expected */
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(krt_system_send(a.sys, relay, T_COUNT, "c", 1), 0);
+    WAIT_FOR(atomic_load(&count) == 10);
+    node_stop(&a);
+    node_stop(&b);
+}
+
 /* A watcher on node 1 of `target` on node 2 (monitor, trapping link, held request), and a
  * krt_call_async held there too. */
 typedef struct held {
@@ -616,6 +665,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_link_monitor_kill),
         cmocka_unit_test(test_remote_names_and_call),
+        cmocka_unit_test(test_relay),
         cmocka_unit_test(test_node_down_bye),
         cmocka_unit_test(test_node_down_disconnect),
         cmocka_unit_test(test_node_down_sigstop),

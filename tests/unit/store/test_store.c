@@ -502,6 +502,164 @@ static void test_pools_and_nodes(void **unused)
     krt_reply_free(&rep);
 }
 
+/* Registers node id/name with a lease of lease_ms; returns its incarnation. */
+static int64_t s_register(const char *id, const char *name, int64_t lease_ms)
+{
+    ka_store_node_t n;
+    memset(&n, 0, sizeof(n));
+    snprintf(n.id, sizeof(n.id), "%s", id);
+    snprintf(n.name, sizeof(n.name), "%s", name);
+    snprintf(n.pools, sizeof(n.pools), "kagent-default");
+    n.lease_ms = lease_ms;
+    krt_reply_t rep;
+    s_call(KA_STORE_NODE_PUT, &n, sizeof(n), &rep);
+    assert_int_equal(rep.status, 0);
+    int64_t inc = ((ka_store_node_list_t *)rep.body)->items[0].incarnation;
+    krt_reply_free(&rep);
+    return inc;
+}
+
+static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *out)
+{
+    ka_store_sandbox_create_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.creator, sizeof(c.creator), "tk");
+    snprintf(c.request_id, sizeof(c.request_id), "%s", req);
+    snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
+    snprintf(c.template_name, sizeof(c.template_name), "python");
+    snprintf(c.node, sizeof(c.node), "%s", node);
+    c.ttl_ms = 3600000;
+    krt_reply_t rep;
+    s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
+    assert_int_equal(rep.status, 0);
+    *out = ((ka_store_sandbox_reply_t *)rep.body)->sandbox;
+    krt_reply_free(&rep);
+}
+
+static int s_takeover_call(const ka_store_takeover_t *t, uint32_t *count)
+{
+    krt_reply_t rep;
+    s_call(KA_STORE_NODE_TAKEOVER, t, sizeof(*t), &rep);
+    int err = rep.status;
+    *count = err ? 0 : ((ka_store_sandbox_list_t *)rep.body)->count;
+    if (!err)
+        for (uint32_t i = 0; i < *count; i++) {
+            const ka_store_sandbox_t *sb = &((ka_store_sandbox_list_t *)rep.body)->items[i];
+            assert_string_equal(sb->node, t->taker);
+            assert_int_equal(sb->state, KA_STATE_FAILED);
+        }
+    krt_reply_free(&rep);
+    return err;
+}
+
+/* Takeover: only a lapsed node under the incarnation seen, only by a live taker, all of its live
+ * sandboxes (a page at a time), FAILED with the reason; the lapsed node's fenced writes
+ * (update, delete) change nothing afterwards; drain marks the node and registration clears it. */
+static void test_takeover_fencing_and_drain(void **unused)
+{
+    int64_t dead_inc = s_register("21", "node-21", 60000);
+    int64_t taker_inc = s_register("22", "node-22", 60000);
+    ka_store_sandbox_t a, b, c;
+    s_create_on("tk-a", "node-21", &a);
+    s_create_on("tk-b", "node-21", &b);
+    s_create_on("tk-c", "node-22", &c);
+    ka_store_takeover_t t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.node_id, sizeof(t.node_id), "21");
+    t.incarnation = dead_inc;
+    snprintf(t.taker_id, sizeof(t.taker_id), "22");
+    snprintf(t.taker, sizeof(t.taker), "node-22");
+    t.taker_incarnation = taker_inc;
+    snprintf(t.reason, sizeof(t.reason), "NodeLost");
+    snprintf(t.message, sizeof(t.message), "node-21 stopped renewing its lease");
+    t.limit = 1;
+    uint32_t n = 9;
+    /* its lease holds: nothing moves */
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 0);
+    /* lapsed: a taker that is not the live incarnation moves nothing */
+    s_register("21", "node-21", 1);
+    dead_inc++;
+    usleep(20000);
+    t.incarnation = dead_inc;
+    t.taker_incarnation = taker_inc + 5;
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 0);
+    /* nor one that saw another incarnation of the lapsed node */
+    t.taker_incarnation = taker_inc;
+    t.incarnation = dead_inc - 1;
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 0);
+    t.incarnation = dead_inc;
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 1); /* a page of one */
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 0); /* all moved; node-22's own untouched */
+    krt_reply_t rep;
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof(k));
+    snprintf(k.id, sizeof(k.id), "%s", a.id);
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    const ka_store_sandbox_t *got = &((ka_store_sandbox_reply_t *)rep.body)->sandbox;
+    assert_string_equal(got->node, "node-22");
+    assert_string_equal(got->failure_reason, "NodeLost");
+    assert_string_equal(got->failure_message, "node-21 stopped renewing its lease");
+    krt_reply_free(&rep);
+    snprintf(k.id, sizeof(k.id), "%s", c.id);
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    assert_int_equal(((ka_store_sandbox_reply_t *)rep.body)->sandbox.state, KA_STATE_CREATING);
+    krt_reply_free(&rep);
+    /* the lapsed node's writes are fenced: update and delete change nothing */
+    ka_store_sandbox_update_t u;
+    memset(&u, 0, sizeof(u));
+    snprintf(u.id, sizeof(u.id), "%s", b.id);
+    snprintf(u.expect_node, sizeof(u.expect_node), "node-21");
+    u.set = KA_SB_SET_STATE;
+    u.state = KA_STATE_READY;
+    u.expect_state = -1;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(rep.status, KA_STORE_ESTALE);
+    krt_reply_free(&rep);
+    snprintf(k.id, sizeof(k.id), "%s", b.id);
+    snprintf(k.node, sizeof(k.node), "node-21");
+    s_call(KA_STORE_SANDBOX_DELETE, &k, sizeof(k), &rep);
+    assert_int_not_equal(rep.status, 0);
+    krt_reply_free(&rep);
+    memset(k.node, 0, sizeof(k.node));
+    s_call(KA_STORE_SANDBOX_GET, &k, sizeof(k), &rep);
+    got = &((ka_store_sandbox_reply_t *)rep.body)->sandbox;
+    assert_int_equal(got->state, KA_STATE_FAILED);
+    assert_int_equal(got->deleted_ms, 0);
+    krt_reply_free(&rep);
+    /* the taker's own fenced update goes through */
+    snprintf(u.expect_node, sizeof(u.expect_node), "node-22");
+    u.state = KA_STATE_DELETING;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(rep.status, 0);
+    krt_reply_free(&rep);
+    /* drain */
+    ka_store_node_heartbeat_t d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.id, sizeof(d.id), "22");
+    s_call(KA_STORE_NODE_DRAIN, &d, sizeof(d), &rep);
+    assert_int_equal(rep.status, 0);
+    assert_true(((ka_store_node_list_t *)rep.body)->items[0].draining);
+    krt_reply_free(&rep);
+    snprintf(d.id, sizeof(d.id), "404");
+    s_call(KA_STORE_NODE_DRAIN, &d, sizeof(d), &rep);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+    s_register("22", "node-22", 60000);
+    s_call(KA_STORE_NODE_LIST, NULL, 0, &rep);
+    const ka_store_node_list_t *nl = rep.body;
+    for (uint32_t i = 0; i < nl->count; i++)
+        if (strcmp(nl->items[i].id, "22") == 0)
+            assert_false(nl->items[i].draining);
+    krt_reply_free(&rep);
+}
+
 /* A subscriber actor counting change events. */
 static _Atomic int s_events;
 static char s_last_event[512];
@@ -750,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_idempotent_create_100_concurrent),
         cmocka_unit_test(test_templates_and_revisions),
         cmocka_unit_test(test_pools_and_nodes),
+        cmocka_unit_test(test_takeover_fencing_and_drain),
         cmocka_unit_test(test_change_events),
         cmocka_unit_test(test_db_restart_under_load),
         cmocka_unit_test(test_refuses_newer_schema),

@@ -1,0 +1,273 @@
+/*
+ * The sandboxes manager in a cluster (sandboxes_int.h): placement of creates, calls for
+ * sandboxes another node serves, takeover of a lapsed node's sandboxes, and fencing.
+ *
+ * Placement: a create on any node reads its template's pool and picks a node of that pool with
+ * room (power of two choices on the node table, ka_membership_place); another node's manager
+ * gets the create relayed (krt_relay: its sandbox actor answers the caller), marked placed so
+ * it records the sandbox there, its node in the same insert as the record.
+ *
+ * Takeover: every second a member looks for nodes whose lease lapsed; for each (node,
+ * incarnation) it asks the store to move that node's live sandboxes to itself (a
+ * compare-and-set on the incarnation: FAILED with reason NodeLost), and adopts them: their TTLs
+ * run here, so expiry still happens. A node that registers again recovers only what still
+ * names it.
+ *
+ * Fencing: when this node stops holding its lease (ka_membership_member), every sandbox actor
+ * here stops at once (parking its compute, writing nothing); once the node registers again
+ * under a new incarnation, it recovers its records as after a restart.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer.h"
+#include "sandboxes_int.h"
+
+#define TICK_MS       1000
+#define TAKEOVER_PAGE 100
+#define LAPSED_MAX    8 /* lapsed nodes looked at per tick */
+
+static uint16_t s_node_id(const ka_store_node_t *n)
+{
+    long v = strtol(n->id, NULL, 10);
+    return v > 0 && v <= 65535 ? (uint16_t)v : 0;
+}
+
+/* ---- relays -----------------------------------------------------------------------------------
+ */
+
+/* Hands op's call (body) to node n's manager, which answers op's caller. Only this node's
+ * callers travel on (a node speaks only for its own actors). Consumes op. */
+static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
+                    const void *body, size_t len)
+{
+    krt_msg_t m = {.type = op->type, .from = op->from, .ref = op->from_ref, .kind = op->kind};
+    bool ours = !op->from || krt_addr_node(op->from) == krt_addr_node(krt_self(ctx));
+    int rc = ours && s_node_id(n) ? krt_relay(ctx, s_node_id(n), KA_SANDBOXES_NAME, &m, body, len)
+                                  : KRT_EREMOTE;
+    if (rc) {
+        char why[KA_MSG_LEN];
+        snprintf(why, sizeof why, "cannot reach node %s (%s); retry", n->name, krt_strerror(rc));
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+        return;
+    }
+    ka_mgr_op_free(self, op);
+}
+
+bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_sandbox_t *sb)
+{
+    if (!self->a.member || sb->deleted_ms || !sb->node[0] || strcmp(sb->node, self->a.node) == 0)
+        return false;
+    ka_store_node_t n;
+    if (ka_membership_find(self->a.member, sb->node, &n) == 0 && n.alive) {
+        s_relay(ctx, self, op, &n, op->body, op->len);
+        return true;
+    }
+    if (op->type == KA_SBX_GET)
+        return false; /* the record is the answer */
+    char why[KA_MSG_LEN];
+    snprintf(why, sizeof why,
+             "the sandbox's node %s is not reachable; a live node takes its sandboxes over once "
+             "its lease lapses; retry",
+             sb->node);
+    ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+    return true;
+}
+
+/* ---- placement --------------------------------------------------------------------------------
+ */
+
+/* spec.substrate.workerPoolRef.name of a template's spec JSON into pool ("" if absent). */
+static void s_pool_of(const char *spec_json, char *pool, size_t cap)
+{
+    json_t *spec = json_loads(spec_json, 0, NULL);
+    json_t *name = json_object_get(
+        json_object_get(json_object_get(spec, "substrate"), "workerPoolRef"), "name");
+    snprintf(pool, cap, "%s", json_is_string(name) ? json_string_value(name) : "");
+    json_decref(spec);
+}
+
+static uint64_t s_random(void)
+{
+    static _Thread_local uint64_t x;
+    if (!x)
+        x = (uint64_t)krt_mono_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&x;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+static void s_on_template(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    const ka_store_template_t *t = NULL;
+    if (!ka_store_outcome(err, msg, sizeof(ka_store_blob_t), NULL))
+        t = ka_store_blob_next(msg->body, msg->len, NULL);
+    char pool[KA_STORE_TNAME_LEN] = "";
+    if (t)
+        s_pool_of(ka_store_template_spec(t), pool, sizeof pool);
+    if (!pool[0]) { /* no such template (or unreadable): the create path says what is wrong */
+        ka_mgr_create_here(ctx, self, op);
+        return;
+    }
+    ka_store_node_t n;
+    if (ka_membership_place(self->a.member, pool, s_random(), &n)) {
+        char why[KA_MSG_LEN];
+        snprintf(why, sizeof why,
+                 "no live node of pool %s has room for another sandbox (all full, draining or "
+                 "down); retry later",
+                 pool);
+        ka_mgr_fail_op(ctx, self, op, KA_RESOURCE_EXHAUSTED, why);
+        return;
+    }
+    if (strcmp(n.name, self->a.node) == 0) {
+        ka_mgr_create_here(ctx, self, op);
+        return;
+    }
+    op->cr.placed = 1;
+    s_relay(ctx, self, op, &n, &op->cr, sizeof op->cr);
+}
+
+void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    ka_store_template_key_t k;
+    memset(&k, 0, sizeof k);
+    ka_mgr_copy(k.namespace_, sizeof k.namespace_, op->cr.template_namespace);
+    ka_mgr_copy(k.name, sizeof k.name, op->cr.template_name);
+    ka_mgr_ask(ctx, self, op, s_on_template, ka_peer(ctx, self->a.store), KA_STORE_TEMPLATE_GET, &k,
+               sizeof k, STORE_TIMEOUT_MS);
+}
+
+/* ---- takeover ---------------------------------------------------------------------------------
+ */
+
+static bool s_taken(const s_mgr_t *self, const ka_store_node_t *n)
+{
+    uint32_t kept = self->n_taken < 64 ? self->n_taken : 64;
+    for (uint32_t i = 0; i < kept; i++)
+        if (self->taken[i].incarnation == n->incarnation && strcmp(self->taken[i].id, n->id) == 0)
+            return true;
+    return false;
+}
+
+static void s_mark_taken(s_mgr_t *self, const ka_store_takeover_t *t)
+{
+    uint32_t i = self->n_taken++ % 64;
+    ka_mgr_copy(self->taken[i].id, sizeof self->taken[i].id, t->node_id);
+    self->taken[i].incarnation = t->incarnation;
+}
+
+static void s_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb)
+{
+    ka_sandbox_args_t a = {.mode = KA_SBX_ADOPT,
+                           .record = *sb,
+                           .store = self->a.store,
+                           .templates = self->a.templates,
+                           .driver = self->a.driver,
+                           .guest_idle_ms = self->a.guest_idle_ms};
+    if (ka_mgr_spawn(ctx, self, &a) == 0)
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_taken_over", "sandbox=%s state=%s", sb->id,
+                      ka_state_name(sb->state));
+}
+
+static void s_on_takeover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    self->taking = false;
+    const char *why;
+    const ka_store_sandbox_list_t *l = msg ? msg->body : NULL;
+    int serr = ka_store_outcome(err, msg, sizeof *l, &why);
+    if (!serr && msg->len < sizeof *l + l->count * sizeof l->items[0])
+        serr = KA_STORE_EINVAL, why = "short reply";
+    if (serr) { /* tried again at the next tick */
+        krt_log_actor(ctx, KRT_LOG_WARN, "takeover_failed", "node=%s error=%s",
+                      op->takeover.node_id, why);
+        ka_mgr_op_free(self, op);
+        return;
+    }
+    for (uint32_t i = 0; i < l->count; i++)
+        s_adopt(ctx, self, &l->items[i]);
+    krt_log_actor(ctx, KRT_LOG_INFO, "node_taken_over", "node=%s incarnation=%lld sandboxes=%u",
+                  op->takeover.node_id, (long long)op->takeover.incarnation, l->count);
+    if (l->count < TAKEOVER_PAGE)
+        s_mark_taken(self, &op->takeover);
+    ka_mgr_op_free(self, op);
+}
+
+static void s_takeover(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_node_t *n)
+{
+    s_op_t *op = ka_mgr_op_new(self, NULL);
+    if (!op)
+        return;
+    ka_store_takeover_t *t = &op->takeover;
+    ka_mgr_copy(t->node_id, sizeof t->node_id, n->id);
+    t->incarnation = n->incarnation;
+    ka_mgr_copy(t->taker_id, sizeof t->taker_id, self->a.member->self_id);
+    ka_mgr_copy(t->taker, sizeof t->taker, self->a.node);
+    t->taker_incarnation = atomic_load(&self->a.member->incarnation);
+    ka_mgr_copy(t->reason, sizeof t->reason, KA_FAIL_NODE_LOST);
+    snprintf(t->message, sizeof t->message,
+             "node %s (%s) stopped renewing its lease: the sandbox's compute and local data "
+             "went with it; delete it and create a new one",
+             n->name, n->id);
+    t->limit = TAKEOVER_PAGE;
+    self->taking = true;
+    if (krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_NODE_TAKEOVER, t, sizeof *t,
+                    STORE_TIMEOUT_MS, s_on_takeover, op)) {
+        self->taking = false;
+        ka_mgr_op_free(self, op);
+    }
+}
+
+/* ---- fencing and the tick ---------------------------------------------------------------------
+ */
+
+/* This node lost its lease: nothing here may act for its sandboxes any more. */
+static void s_fence(krt_ctx_t *ctx, s_mgr_t *self)
+{
+    size_t n = zhashx_size(self->live);
+    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live)) {
+        krt_unlink(ctx, a->addr);
+        krt_send(ctx, a->addr, KA_SBX_STOP_, NULL, 0);
+    }
+    zhashx_purge(self->live);
+    krt_log_actor(ctx, KRT_LOG_WARN, "sandboxes_fenced",
+                  "stopped=%zu: this node lost its lease; its sandboxes are recovered once it "
+                  "registers again (those another node took over stay there)",
+                  n);
+}
+
+void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self)
+{
+    krt_timer_arm(ctx, &self->tick, TICK_MS, KA_SBX_CLUSTER_, 0);
+    bool member = ka_membership_member(self->a.member);
+    int64_t inc = atomic_load(&self->a.member->incarnation);
+    if (self->member && !member)
+        s_fence(ctx, self);
+    if (member && !self->member && self->incarnation && inc != self->incarnation) {
+        ka_mgr_recover(ctx, self, 1, 0); /* registered again: what still names this node */
+        ka_mgr_recover(ctx, self, 0, 0);
+    }
+    self->member = member;
+    if (member)
+        self->incarnation = inc;
+    if (!member || self->taking)
+        return;
+    ka_store_node_t lapsed[LAPSED_MAX];
+    size_t n = ka_membership_lapsed(self->a.member, lapsed, LAPSED_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (!s_taken(self, &lapsed[i])) {
+            s_takeover(ctx, self, &lapsed[i]);
+            return;
+        }
+}
+
+int ka_mgr_cluster_start(krt_ctx_t *ctx, s_mgr_t *self)
+{
+    return krt_timer_arm(ctx, &self->tick, TICK_MS, KA_SBX_CLUSTER_, 0);
+}

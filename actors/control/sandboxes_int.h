@@ -1,0 +1,85 @@
+/*
+ * The sandboxes manager's insides, shared by sandboxes.c (creates, reads, forks, recovery) and
+ * sandboxes_cluster.c (placement, calls for other nodes' sandboxes, takeover, fencing).
+ */
+#ifndef KA_SANDBOXES_INT_H
+#define KA_SANDBOXES_INT_H
+
+#include <czmq.h>
+
+#include "sandboxes.h"
+
+#define STORE_TIMEOUT_MS 30000
+
+/* A live sandbox: its actor. */
+typedef struct {
+    krt_addr_t addr;
+} s_slot_t;
+
+/* A caller's request in flight: each step is a krt_request whose callback is the next step. */
+typedef struct s_op s_op_t;
+struct s_op {
+    s_op_t *prev, *next; /* the manager's ops in flight, answered if it stops first */
+    krt_addr_t from;
+    uint64_t from_ref;
+    uint32_t type;      /* the caller's request type */
+    ka_sbx_create_t cr; /* creates */
+    ka_tpl_resolved_t res;
+    void *body; /* a copy of the caller's body (not-live calls) */
+    size_t len;
+    int32_t expired; /* recovery: which list */
+    int32_t offset;
+    int warm;                     /* creates: ka_pool_take's answer */
+    ka_pool_claim_t claim;        /* ... its warm sandbox (warm 1) until bound or released */
+    struct s_fork *fork;          /* forks */
+    uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
+    ka_store_takeover_t takeover; /* takeovers */
+};
+
+typedef struct {
+    ka_sandboxes_args_t a;
+    zhashx_t *live;  /* id -> s_slot_t* of the sandbox's actor */
+    s_op_t *ops;     /* in flight, owned */
+    ka_pool_t *pool; /* the warm pools */
+    /* the cluster (sandboxes_cluster.c) */
+    krt_timer_t tick;
+    bool member;         /* a member at the last tick */
+    int64_t incarnation; /* of this node at the last tick */
+    bool taking;         /* a takeover in flight */
+    struct {
+        char id[KA_STORE_NODE_LEN];
+        int64_t incarnation;
+    } taken[64]; /* lapsed nodes' incarnations whose sandboxes were all taken over (a ring) */
+    uint32_t n_taken;
+} s_mgr_t;
+
+void ka_mgr_copy(char *dst, size_t cap, const char *src);
+/* A new op answering msg (NULL: nobody to answer) later, owned by self. */
+s_op_t *ka_mgr_op_new(s_mgr_t *self, const krt_msg_t *msg);
+void ka_mgr_op_free(s_mgr_t *self, s_op_t *op);
+/* Answers op's caller with an error status in the shape its request expects; frees op. */
+void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message);
+/* Sends a request for op; its reply (or failure) runs `next` with op as user. */
+void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
+                uint32_t type, const void *body, size_t len, int timeout_ms);
+/* Spawns, maps and registers a sandbox's actor. */
+int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args);
+/* Recovers this node's live records (expired ones first), a page at a time from offset. */
+void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset);
+/* Resolves a create's template and records it here (the create path after placement). */
+void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
+
+/* sandboxes_cluster.c */
+/* Starts the cluster's tick (a node with a membership). */
+int ka_mgr_cluster_start(krt_ctx_t *ctx, s_mgr_t *self);
+/* The tick: fencing (stop every sandbox actor when this node lost its lease; recover again once
+ * it registers anew) and takeover of lapsed nodes' sandboxes. */
+void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self);
+/* A create checked: placed on a node of its template's pool (here, or relayed to that node's
+ * manager). */
+void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
+/* A call for sb (read from the store) that no actor here holds: relayed to the node serving it
+ * when that is another node; true if op was handled (relayed or failed). */
+bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_sandbox_t *sb);
+
+#endif
