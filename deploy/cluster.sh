@@ -12,6 +12,9 @@
 #   CLUSTER_MESH_PORT  8283              ... and the mesh on 127.0.0.1:CLUSTER_MESH_PORT + i - 1
 #                                        (0 for either: ephemeral ports, read from the log)
 #   CLUSTER_UID_BASES  "4000000 4065536 ..."  node i's sandbox uid range (65536 uids each)
+#   CLUSTER_LEASE      5s                the nodes' lease (mesh.lease; a lapsed node's sandboxes
+#   CLUSTER_RENEW      1s                are taken over) and how often it is renewed (mesh.renew)
+#   CLUSTER_NODE<i>_YAML  ""             more configuration for node i, appended (e.g. pools:)
 #   KAGENT_DATABASE_URL  ""              a shared PostgreSQL instead of node 1's embedded one
 # Needs root (the sandboxes and the embedded database do).
 set -euo pipefail
@@ -46,7 +49,11 @@ sandbox:
   uidBase: $uid
 mesh:
   bind: tcp://127.0.0.1:$mesh
+  lease: ${CLUSTER_LEASE:-5s}
+  renew: ${CLUSTER_RENEW:-1s}
 YAML
+  local extra="CLUSTER_NODE${i}_YAML"
+  [ -z "${!extra:-}" ] || printf '%s\n' "${!extra}"
 }
 
 s_start() { # i database_url

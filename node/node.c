@@ -43,6 +43,9 @@
  * SUP_INTENSITY restarts within SUP_PERIOD_MS: a crash loop, not a one-off crash. */
 #define SUP_INTENSITY 5
 #define SUP_PERIOD_MS 30000
+/* The largest message between nodes: a 64 MiB file write relayed to the sandbox's node, and
+ * its request's envelope. */
+#define MESH_MAX_MSG ((64u << 20) + (64u << 10))
 /* The mesh: a heartbeat every MESH_HEARTBEAT_MS, a peer silent for MESH_PEER_TIMEOUT_MS is down
  * (node-down to monitors) well within the 5 s failure detection the cluster promises. */
 #define MESH_HEARTBEAT_MS    500
@@ -297,7 +300,8 @@ static int s_mesh(ka_node_t *n, char *err, size_t cap)
                             .curve_public = n->ident.public_key,
                             .curve_secret = n->ident.secret_key,
                             .heartbeat_ms = MESH_HEARTBEAT_MS,
-                            .peer_timeout_ms = MESH_PEER_TIMEOUT_MS};
+                            .peer_timeout_ms = MESH_PEER_TIMEOUT_MS,
+                            .max_msg = MESH_MAX_MSG};
     n->mesh = krt_mesh_new(n->sys, &mc);
     if (!n->mesh)
         return ka_node_fail(err, cap, "mesh.bind %s: the mesh cannot be set up", n->cfg.mesh_bind);

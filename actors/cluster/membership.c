@@ -1,6 +1,7 @@
 /* ka_membership: lease, fencing and mesh peers from the node table (membership.h). */
 #include "membership.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,55 @@ static void s_leave(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
         krt_reply(ctx, msg, KA_CLUSTER_LEAVE, NULL, 0);
 }
 
+static void s_on_drained(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    s_member_t *m = state;
+    krt_msg_t *req = user;
+    int status;
+    const char *why = NULL;
+    const ka_store_node_t *row = s_row_reply(err, reply, &status);
+    if (!row) {
+        ka_store_outcome(err, reply, sizeof(ka_store_node_list_t), &why);
+        krt_reply_error_to(ctx, req->from, req->ref,
+                           status == KA_STORE_ENOTFOUND ? -ENOENT : KA_STORE_EUNAVAIL, why);
+    } else {
+        ka_cluster_node_t out = {.row = *row};
+        out.self = s_row_id(row) == s_row_id(&m->a.self);
+        out.connected = !out.self && s_peer(m, s_row_id(row)) != NULL;
+        out.mesh_up = out.connected && krt_mesh_node_up(m->a.mesh, s_row_id(row));
+        krt_reply_to(ctx, req->from, req->ref, KA_CLUSTER_DRAIN, &out, sizeof out);
+        krt_log(KRT_LOG_INFO, m->path, "node_drained", "node=%s name=%s", row->id, row->name);
+        if (!m->busy) { /* placement here sees it at once */
+            m->busy = true;
+            s_list(ctx, m);
+        }
+    }
+    free(req);
+}
+
+/* Marks a node draining in the table (any node may drain any node). */
+static void s_drain(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
+{
+    ka_store_node_heartbeat_t d;
+    memset(&d, 0, sizeof d);
+    if (msg->len == 0 || msg->len > sizeof d.id || ((const char *)msg->body)[msg->len - 1]) {
+        krt_reply_error(ctx, msg, KRT_EINVAL, "the node id must be a NUL-terminated string");
+        return;
+    }
+    memcpy(d.id, msg->body, msg->len);
+    krt_msg_t *req = malloc(sizeof *req); /* who to answer */
+    if (!req) {
+        krt_reply_error(ctx, msg, KRT_ENOMEM, "out of memory");
+        return;
+    }
+    *req = (krt_msg_t){.from = msg->from, .ref = msg->ref};
+    if (krt_request(ctx, s_store(ctx, m), KA_STORE_NODE_DRAIN, &d, sizeof d, S_CALL_MS,
+                    s_on_drained, req)) {
+        free(req);
+        krt_reply_error(ctx, msg, KRT_ENOMEM, "out of memory");
+    }
+}
+
 static void s_nodes(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
 {
     uint32_t n = m->table ? m->table->count : 0;
@@ -360,6 +410,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_CLUSTER_LEAVE:
         s_leave(ctx, m, msg);
+        break;
+    case KA_CLUSTER_DRAIN:
+        s_drain(ctx, m, msg);
         break;
     default:
         if (msg->kind == KRT_KIND_REQUEST)

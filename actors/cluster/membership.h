@@ -24,6 +24,9 @@
  *                     renew_ms old), each row with this node's view of the mesh
  *   KA_CLUSTER_TREE   NUL-terminated root name ("" = the whole node) -> krt_tree_json text of
  *                     this node (NUL-terminated); an error reply if the name is unknown
+ *   KA_CLUSTER_DRAIN  NUL-terminated node id -> ka_cluster_node_t: that node's row, marked
+ *                     draining (no placements on it until it registers again); an error reply
+ *                     -ENOENT if there is no such node, KA_STORE_EUNAVAIL if the store failed
  *   KA_CLUSTER_LEAVE  empty -> empty, once the lease has ended in the table (or the store did
  *                     not answer): the node stops being a member, drops its peers and renews
  *                     nothing more (a clean stop: peers see it gone at their next read)
@@ -50,6 +53,7 @@ enum {
     KA_CLUSTER_NODES,
     KA_CLUSTER_TREE,
     KA_CLUSTER_LEAVE,
+    KA_CLUSTER_DRAIN,
 };
 
 /* One node as this node sees it. */

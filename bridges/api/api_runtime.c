@@ -2,6 +2,7 @@
 #include "api_int.h"
 
 #include <fcntl.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -239,6 +240,7 @@ static void s_node_msg(const ka_cluster_node_t *c, bool member, Kagent__Runtime_
     out->connected = c->connected;
     out->lease_held = row->alive;
     out->alive = row->alive && (c->self ? member : !row->mesh_endpoint[0] || c->mesh_up);
+    out->draining = row->draining;
     kb_api_ts(&ts[0], row->heartbeat_ms);
     kb_api_ts(&ts[1], row->lease_expires_ms);
     out->last_heartbeat = &ts[0];
@@ -295,6 +297,46 @@ static void s_nodes(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     free(bufs);
     free(pools);
     krt_reply_free(&r);
+}
+
+/* Drains a node: the membership marks it in the node table (no placements on it). */
+static void s_drain(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
+{
+    kb_api_t *api = user;
+    if (!s_ok(call, user))
+        return;
+    const Kagent__Runtime__V1__DrainNodeRequest *req = (const void *)m;
+    if (req->node_id <= 0 || req->node_id > 65535) {
+        kb_grpc_fail(call, KB_GRPC_INVALID_ARGUMENT, "node_id must be between 1 and 65535");
+        return;
+    }
+    krt_system_t *sys = ka_service_system(api->o.svc);
+    char id[16];
+    snprintf(id, sizeof id, "%d", (int)req->node_id);
+    krt_reply_t r;
+    int rc = krt_call(sys, krt_whereis(sys, KA_CLUSTER_NAME), KA_CLUSTER_DRAIN, id, strlen(id) + 1,
+                      S_REMOTE_MS, &r);
+    if (rc || r.status == KA_STORE_EUNAVAIL) {
+        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE,
+                     "the cluster membership or its store did not answer");
+    } else if (r.status == -ENOENT) {
+        kb_grpc_fail(call, KB_GRPC_NOT_FOUND, "no such node");
+    } else if (r.status || r.len != sizeof(ka_cluster_node_t)) {
+        kb_grpc_fail(call, KB_GRPC_INTERNAL, "bad answer from the cluster membership");
+    } else {
+        enum { MAX_POOLS = 16 };
+        Kagent__Runtime__V1__Node node;
+        Google__Protobuf__Timestamp ts[2];
+        char buf[KA_STORE_POOLS_LEN], *pools[MAX_POOLS];
+        const ka_cluster_node_t *c = r.body;
+        s_node_msg(c, c->self, &node, ts, buf, pools, MAX_POOLS);
+        Kagent__Runtime__V1__DrainNodeResponse resp =
+            KAGENT__RUNTIME__V1__DRAIN_NODE_RESPONSE__INIT;
+        resp.node = &node;
+        kb_grpc_reply(call, &resp.base);
+    }
+    if (!rc)
+        krt_reply_free(&r);
 }
 
 static void s_images(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -484,6 +526,8 @@ const kb_grpc_method_t kb_api_runtime_methods[] = {
     {SVC "GetActorTree", KB_GRPC_UNARY, &kagent__runtime__v1__get_actor_tree_request__descriptor,
      s_tree, NULL, NULL, NULL},
     {SVC "ListNodes", KB_GRPC_UNARY, &kagent__runtime__v1__list_nodes_request__descriptor, s_nodes,
+     NULL, NULL, NULL},
+    {SVC "DrainNode", KB_GRPC_UNARY, &kagent__runtime__v1__drain_node_request__descriptor, s_drain,
      NULL, NULL, NULL},
     {SVC "ListPools", KB_GRPC_UNARY, &kagent__runtime__v1__list_pools_request__descriptor, s_pools,
      NULL, NULL, NULL},

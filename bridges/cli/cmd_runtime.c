@@ -1,6 +1,6 @@
 /*
  * Operator commands (kagent.runtime.v1.RuntimeService): `image import|list|rm` and
- * `runtime tree|nodes|pools|stats`.
+ * `runtime tree|nodes|drain|pools|stats`.
  */
 #include "cli_int.h"
 
@@ -358,8 +358,8 @@ static void s_node_row(kb_table_t *t, const Kagent__Runtime__V1__Node *nd)
              nd->self || !nd->mesh_endpoint[0] ? ""
              : nd->connected                   ? " (peer)"
                                                : " (not peer)");
-    const char *row[] = {id,    nd->name, nd->endpoint, mesh, nd->alive ? "true" : "false",
-                         lease, inc,      pools,        cap,  sbx};
+    const char *alive = nd->alive ? (nd->draining ? "true (draining)" : "true") : "false";
+    const char *row[] = {id, nd->name, nd->endpoint, mesh, alive, lease, inc, pools, cap, sbx};
     kb_table_add(t, row);
 }
 
@@ -387,6 +387,33 @@ static int s_run_nodes(kb_cli_t *cli, const kb_args_t *a)
             kb_table_print(t, cli->out);
         kb_table_destroy(&t);
     }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int s_run_drain(kb_cli_t *cli, const kb_args_t *a)
+{
+    char *end;
+    long id = strtol(a->pos[0], &end, 10);
+    if (!a->pos[0][0] || *end || id <= 0 || id > 65535)
+        return kb_cli_usage(cli, "NODE must be a node id between 1 and 65535 (see `kagent "
+                                 "runtime nodes`)");
+    Kagent__Runtime__V1__DrainNodeRequest req = KAGENT__RUNTIME__V1__DRAIN_NODE_REQUEST__INIT;
+    req.node_id = (int32_t)id;
+    ProtobufCMessage *resp =
+        s_call(cli, S_SVC "DrainNode", &req.base,
+               &kagent__runtime__v1__drain_node_response__descriptor, "drain node");
+    if (!resp)
+        return KB_EXIT_ERROR;
+    int rc = KB_EXIT_OK;
+    const Kagent__Runtime__V1__DrainNodeResponse *r = (const void *)resp;
+    if (cli->json)
+        rc = kb_cli_print(cli, resp);
+    else if (r->node)
+        fprintf(cli->out,
+                "node %d (%s) drained: no new sandboxes are placed on it; its %d sandboxes keep "
+                "running; stop it to make it leave\n",
+                (int)r->node->id, r->node->name, (int)r->node->sandboxes);
     protobuf_c_message_free_unpacked(resp, NULL);
     return rc;
 }
@@ -480,6 +507,14 @@ static const kb_cmd_t s_cmd_nodes = {
     .max_args = 0,
     .run = s_run_nodes,
 };
+static const kb_cmd_t s_cmd_drain = {
+    .name = "drain",
+    .use = "drain NODE",
+    .short_help = "Stop placing new sandboxes on a node (its own keep running; stop it to leave)",
+    .min_args = 1,
+    .max_args = 1,
+    .run = s_run_drain,
+};
 static const kb_cmd_t s_cmd_pools = {
     .name = "pools",
     .use = "pools",
@@ -496,8 +531,8 @@ static const kb_cmd_t s_cmd_stats = {
     .max_args = 0,
     .run = s_run_stats,
 };
-static const kb_cmd_t *const s_runtime_subs[] = {&s_cmd_tree, &s_cmd_nodes, &s_cmd_pools,
-                                                 &s_cmd_stats, NULL};
+static const kb_cmd_t *const s_runtime_subs[] = {&s_cmd_tree,  &s_cmd_nodes, &s_cmd_drain,
+                                                 &s_cmd_pools, &s_cmd_stats, NULL};
 
 const kb_cmd_t kb_cmd_runtime = {
     .name = "runtime",

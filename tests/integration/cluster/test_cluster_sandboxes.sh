@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Sandboxes across a local cluster (deploy/cluster.sh up 3, a 2 s lease renewed every 500 ms):
+#   1. placement: a template of pool `solo`, which only node 3 serves, created through node 1
+#      lands on node 3 (its record and node 3's log say so);
+#   2. any node serves any sandbox: through node 2 an exec (output streamed), an upload and a
+#      download of 64 MiB (the transfer limit) byte for byte, a get; list through node 1; another identity gets
+#      NotFound through node 2 as on node 3;
+#   3. drain: node 1 drained, creates of the default pool through node 1 land on node 2;
+#   4. kill -9 of node 3: its sandboxes become FAILED (NodeLost) on a survivor within 5 s, the
+#      short-TTL one still expires, creates keep working;
+#   5. SIGSTOP of node 2 past its lease: node 1 takes its sandbox over; SIGCONT: node 2 fenced
+#      itself (sandboxes_fenced), and after it registers again it does not recover the sandbox
+#      node 1 took, and every write it might make is refused;
+#   6. node 3 restarted: it rejoins and resurrects nothing another node decided.
+set -euo pipefail
+src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
+. "$src/tests/lib/uids.sh"
+KAGENT=$build/bridges/cli/kagent
+CLUSTER_DIR=$(mktemp -d /tmp/kagent-csbx.XXXXXX)
+chmod 755 "$CLUSTER_DIR"
+export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0 CLUSTER_LEASE=2s CLUSTER_RENEW=500ms
+CLUSTER_UID_BASES="$(test_uid_base) $(test_uid_base) $(test_uid_base)" ||
+  { echo "FAIL: no uid ranges" >&2; exit 1; }
+export CLUSTER_UID_BASES
+pools() { # pool names -> a pools: section, no warm sandboxes
+  echo "pools:"
+  for p in "$@"; do printf '  - name: %s\n    class: namespaces\n    capacity: 50\n    warm: 0\n' "$p"; done
+}
+CLUSTER_NODE1_YAML=$(pools kagent-default) CLUSTER_NODE2_YAML=$(pools kagent-default)
+CLUSTER_NODE3_YAML=$(pools kagent-default solo)
+export CLUSTER_NODE1_YAML CLUSTER_NODE2_YAML CLUSTER_NODE3_YAML
+declare -A API PID
+
+cleanup() {
+  local status=$? l
+  if [ $status != 0 ]; then
+    for l in "$CLUSTER_DIR"/node-*/node.log; do
+      [ -f "$l" ] && { echo "--- $l (last 40 lines)" >&2; tail -40 "$l" >&2; }
+    done
+  fi
+  for p in "${PID[@]:-}"; do [ -z "$p" ] || kill -CONT "$p" 2>/dev/null || true; done
+  "$src/deploy/cluster.sh" down >/dev/null 2>&1 || true
+  rm -rf "$CLUSTER_DIR"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+k() { local i=$1; shift; "$KAGENT" --api-url "${API[$i]}" "$@"; }
+field() { python3 -c 'import json,sys
+d = json.load(sys.stdin)
+for k in sys.argv[1].split("."): d = d.get(k, "") if isinstance(d, dict) else ""
+print(d)' "$1"; }
+get() { k "$1" sandbox get "$2" -o json | field "$3"; }
+
+# The busybox tools image in every node's image store (same content, same digest).
+rootfs=$CLUSTER_DIR/tools-rootfs
+mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/tmp"
+cp /bin/busybox "$rootfs/bin/busybox"
+"$rootfs/bin/busybox" --install -s "$rootfs/bin"
+for i in 1 2 3; do
+  mkdir -p "$CLUSTER_DIR/node-$i/state"
+  ref[i]=$("$build/actors/images/kagent-image" --state-dir "$CLUSTER_DIR/node-$i/state" build \
+           --rootfs "$rootfs" --name test/tools) || fail "tools image for node $i"
+done
+[ "${ref[1]}" = "${ref[3]}" ] || fail "the tools image differs between nodes: ${ref[1]} ${ref[3]}"
+
+out=$("$src/deploy/cluster.sh" up 3 "$build") || fail "cluster.sh up 3"
+while read -r name url pid; do
+  i=${name#node-}
+  API[$i]=$url
+  PID[$i]=$pid
+done <<< "$out"
+alive_count() { k "$1" runtime nodes -o json | python3 -c '
+import json, sys
+print(sum(1 for n in json.load(sys.stdin)["nodes"] if n.get("alive")))'; }
+t0=$(date +%s%N)
+for i in 1 2 3; do
+  until [ "$(alive_count "$i")" = 3 ]; do
+    [ "$(ms_since "$t0")" -lt 30000 ] || fail "node-$i does not see three live nodes"
+    sleep 0.2
+  done
+done
+node_id() { k 1 runtime nodes -o json | python3 -c '
+import json, sys
+print(next(n["id"] for n in json.load(sys.stdin)["nodes"] if n["name"] == sys.argv[1]))' "$1"; }
+id1=$(node_id node-1) id2=$(node_id node-2)
+
+template() { # i name pool: applied through node i, Prepared
+  cat > "$CLUSTER_DIR/$2.yaml" <<YAML
+apiVersion: api.kagent.dev/v1alpha3
+kind: SandboxTemplate
+metadata:
+  name: $2
+  namespace: kagent
+spec:
+  workload:
+    image: ${ref[1]}
+  substrate:
+    workerPoolRef:
+      name: $3
+    snapshotPolicy:
+      location: file://$CLUSTER_DIR/snapshots/
+YAML
+  k "$1" apply -f "$CLUSTER_DIR/$2.yaml" >/dev/null || fail "apply $2"
+  for _ in $(seq 300); do
+    k "$1" get template "$2" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
+    sleep 0.1
+  done
+  fail "template $2 never became Ready"
+}
+create() { # i template request-id [ttl] -> id
+  k "$1" sandbox create "$2" --request-id "$3" --ttl "${4:-10m}" -o json | field id
+}
+template 3 solo solo
+template 1 anywhere kagent-default
+
+# ---- 1. placement ------------------------------------------------------------------------------
+sbx=$(create 1 solo placed-1) || fail "create through node 1"
+[ "$(get 1 "$sbx" state)" = RUNTIME_STATE_READY ] || fail "placed sandbox not READY"
+grep -q "event=sandbox_created sandbox=$sbx " "$CLUSTER_DIR/node-3/node.log" ||
+  fail "the solo sandbox was not created on node 3"
+[ "$(get 2 "$sbx" node)" = node-3 ] || fail "Sandbox.node: $(get 2 "$sbx" node)"
+same=$(create 2 solo placed-1) || fail "replay through node 2"
+[ "$same" = "$sbx" ] || fail "a replay through another node made another sandbox: $same"
+
+# ---- 2. any node serves any sandbox ------------------------------------------------------------
+[ "$(k 2 sandbox exec "$sbx" -- sh -c 'for i in 1 2 3; do echo line$i; sleep 0.1; done')" = \
+  "$(printf 'line1\nline2\nline3')" ] || fail "exec through node 2"
+head -c 67108864 /dev/urandom > "$CLUSTER_DIR/blob"
+k 2 sandbox upload "$sbx" "$CLUSTER_DIR/blob" data/blob >/dev/null || fail "upload through node 2"
+[ "$(k 1 sandbox exec "$sbx" -- sh -c 'wc -c < data/blob')" = 67108864 ] || fail "uploaded size"
+k 2 sandbox download "$sbx" data/blob "$CLUSTER_DIR/back" >/dev/null || fail "download via node 2"
+cmp -s "$CLUSTER_DIR/blob" "$CLUSTER_DIR/back" || fail "the download through node 2 differs"
+k 1 sandbox list -o json | grep -q "$sbx" || fail "list through node 1"
+err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox get "$sbx" 2>&1) &&
+  fail "another identity read the sandbox through node 2"
+[[ $err == *NotFound* ]] || fail "another identity through node 2: $err"
+err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox exec "$sbx" -- true 2>&1) &&
+  fail "another identity ran a command through node 2"
+[[ $err == *NotFound* ]] || fail "another identity's exec through node 2: $err"
+
+# ---- 3. drain ------------------------------------------------------------------------------------
+k 3 runtime drain "$id1" | grep -q "node $id1 (node-1) drained" || fail "drain node 1"
+until k 1 runtime nodes | grep -q 'node-1 .*true (draining)'; do
+  [ "$(ms_since "$t0")" -lt 60000 ] || fail "node 1 does not show draining"; sleep 0.2
+done
+for n in 1 2 3 4; do
+  s=$(create 1 anywhere drained-$n) || fail "create with node 1 drained"
+  [ "$(get 1 "$s" node)" = node-2 ] || fail "a create landed on $(get 1 "$s" node) with node 1 drained"
+done
+on2=$s
+
+# ---- 4. kill -9 of node 3 ------------------------------------------------------------------------
+short=$(create 2 solo placed-short 5s) || fail "create a short-TTL sandbox"
+[ "$(get 3 "$short" node)" = node-3 ] || fail "the short-TTL sandbox is not on node 3"
+kill_ms=$(date +%s%3N)
+kill -KILL "${PID[3]}"
+t0=$(date +%s%N)
+until [ "$(get 1 "$sbx" state)" = RUNTIME_STATE_FAILED ]; do
+  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 3's sandbox not FAILED 10 s after kill -9"
+  sleep 0.1
+done
+failed_ms=$(( $(date +%s%3N) - kill_ms ))
+echo "CLUSTER kill9_sandbox_failed_ms=$failed_ms"
+[ "$failed_ms" -le 5000 ] || fail "FAILED $failed_ms ms after the kill (more than 5 s)"
+[ "$(get 2 "$sbx" failure.reason)" = NodeLost ] || fail "reason: $(get 2 "$sbx" failure.reason)"
+taker=$(get 1 "$sbx" node)
+[[ $taker == node-1 || $taker == node-2 ]] || fail "taken over by '$taker'"
+s=$(create 2 anywhere after-kill) || fail "a create after the kill"
+[ "$(get 2 "$s" state)" = RUNTIME_STATE_READY ] || fail "a create after the kill is not READY"
+t0=$(date +%s%N)
+until [ "$(get 1 "$short" state)" = RUNTIME_STATE_DELETED ]; do
+  [ "$(ms_since "$t0")" -lt 15000 ] || fail "the lost node's short TTL did not expire: $(get 1 "$short" state)"
+  sleep 0.2
+done
+
+# ---- 5. SIGSTOP node 2 past its lease, SIGCONT ---------------------------------------------------
+kill -STOP "${PID[2]}"
+t0=$(date +%s%N)
+until [ "$(get 1 "$on2" state)" = RUNTIME_STATE_FAILED ]; do
+  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 2's sandbox not taken over while it is stopped"
+  sleep 0.1
+done
+[ "$(get 1 "$on2" node)" = node-1 ] || fail "node 2's sandbox went to $(get 1 "$on2" node)"
+kill -CONT "${PID[2]}"
+t0=$(date +%s%N)
+until grep -q "path=node-2/sandboxes event=sandboxes_fenced" "$CLUSTER_DIR/node-2/node.log"; do
+  [ "$(ms_since "$t0")" -lt 5000 ] || fail "node 2 did not fence its sandboxes"
+  sleep 0.1
+done
+until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "${API[2]}/readyz")" = 200 ]; do
+  [ "$(ms_since "$t0")" -lt 20000 ] || fail "node 2 not ready again"
+  sleep 0.2
+done
+sleep 1.5 # its recovery after the new registration
+! grep -q "event=sandbox_recovered sandbox=$on2 " "$CLUSTER_DIR/node-2/node.log" ||
+  fail "node 2 recovered a sandbox node 1 took over"
+[ "$(get 2 "$on2" node)" = node-1 ] && [ "$(get 2 "$on2" state)" = RUNTIME_STATE_FAILED ] ||
+  fail "the taken sandbox changed: $(get 2 "$on2" node) $(get 2 "$on2" state)"
+k 2 sandbox delete "$on2" | grep -q RUNTIME_STATE_DELETED || fail "delete through node 2"
+
+# ---- 6. node 3 restarts and rejoins ----------------------------------------------------------------
+setsid "$build/node/kagentd" --config "$CLUSTER_DIR/node-3/kagentd.yaml" \
+  >> "$CLUSTER_DIR/node-3/node.log" 2>&1 < /dev/null &
+PID[3]=$!
+echo "${PID[3]}" > "$CLUSTER_DIR/node-3/pid"
+t0=$(date +%s%N)
+until [ "$(alive_count 1)" = 3 ]; do
+  [ "$(ms_since "$t0")" -lt 30000 ] || fail "node 3 did not rejoin"
+  sleep 0.2
+done
+sleep 1
+[ "$(get 1 "$sbx" node)" = "$taker" ] && [ "$(get 1 "$sbx" state)" = RUNTIME_STATE_FAILED ] ||
+  fail "node 3 resurrected its old sandbox: $(get 1 "$sbx" node) $(get 1 "$sbx" state)"
+s=$(create 1 solo placed-after-rejoin) || fail "create on node 3 after it rejoined"
+[ "$(get 3 "$s" node)" = node-3 ] || fail "solo create after rejoin on $(get 3 "$s" node)"
+
+"$src/deploy/cluster.sh" down || fail "cluster.sh down"
+echo "PASS"
