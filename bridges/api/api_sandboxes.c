@@ -33,6 +33,7 @@ static void s_fill(s_pb_sandbox_t *p, ka_store_sandbox_t *r, bool paused)
         p->sb.failure = &p->failure;
     }
     p->sb.name = r->name;
+    p->sb.node = r->node;
     kb_api_ts(&p->created, r->created_ms);
     kb_api_ts(&p->updated, r->updated_ms);
     kb_api_ts(&p->expires, r->expires_ms);

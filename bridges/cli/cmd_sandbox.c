@@ -21,10 +21,10 @@ static const char s_lifecycle_long[] =
 
 void kb_print_sandboxes(FILE *out, Kagent__Api__V1__Sandbox *const *sbs, size_t n)
 {
-    kb_table_t *t = kb_table_new(6);
+    kb_table_t *t = kb_table_new(7);
     if (!t)
         return;
-    const char *hdr[] = {"ID", "TEMPLATE", "STATE", "OPERATION", "EXPIRES", "FAILURE"};
+    const char *hdr[] = {"ID", "TEMPLATE", "STATE", "OPERATION", "NODE", "EXPIRES", "FAILURE"};
     kb_table_add(t, hdr);
     for (size_t i = 0; i < n; i++) {
         const Kagent__Api__V1__Sandbox *s = sbs[i];
@@ -44,6 +44,7 @@ void kb_print_sandboxes(FILE *out, Kagent__Api__V1__Sandbox *const *sbs, size_t 
                              tmpl,
                              st ? st->name : stn,
                              op ? op->name : opn,
+                             s->node,
                              expires,
                              s->failure ? s->failure->message : ""};
         kb_table_add(t, row);

@@ -332,6 +332,8 @@ static json_t *s_summary(const ka_store_sandbox_t *sb)
         json_object_set_new(o, "name", json_string(sb->name));
     json_object_set_new(o, "state", json_string(state ? state : "RUNTIME_STATE_UNSPECIFIED"));
     json_object_set_new(o, "operation", json_string(op ? op : "RUNTIME_OPERATION_NONE"));
+    if (sb->node[0])
+        json_object_set_new(o, "node", json_string(sb->node));
     json_object_set_new(o, "expires_at", json_string(exp));
     if (sb->failure_reason[0] || sb->failure_message[0])
         json_object_set_new(
@@ -930,10 +932,10 @@ static const s_tool_t s_tools[] = {
      t_list_templates, true, false, true},
     {"create_sandbox", "Create a sandbox",
      "Creates a sandbox from a template and returns its summary {id, sandbox_template, name, "
-     "state, operation, expires_at, failure}. Idempotent on request_id: a retry with the same "
-     "request_id returns the same sandbox (also after it was deleted), so keep the request_id "
-     "and reuse it for retries. The lifetime (ttl_seconds, 1-86400; 0 or omitted = the operator "
-     "default) is never extended.",
+     "state, operation, node, expires_at, failure}. Idempotent on request_id: a retry with the "
+     "same request_id returns the same sandbox (also after it was deleted), so keep the "
+     "request_id and reuse it for retries. The lifetime (ttl_seconds, 1-86400; 0 or omitted = "
+     "the operator default) is never extended.",
      "{\"type\":\"object\",\"properties\":{"
      "\"namespace\":{\"type\":\"string\",\"description\":\"The template's namespace.\","
      "\"minLength\":1,\"maxLength\":63},"

@@ -83,6 +83,7 @@ def main():
     test_reflection()
     sb = create("py-1")
     assert sb.state == 2 and sb.operation == 0, sb  # READY / NONE
+    assert sb.node == "node-1", sb  # the node serving it (the default node name)
     assert sb.expires_at.seconds > sb.created_at.seconds
     sid = sb.id
 

@@ -18,7 +18,12 @@ id=$(k sandbox create scratch --request-id my-first-sandbox -o json | python3 -c
 [[ $id =~ ^[0-9a-f-]{36}$ ]] || fail "create returned id '$id'"
 again=$(k sandbox create scratch --request-id my-first-sandbox -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 [ "$again" = "$id" ] || fail "create is not idempotent: $again vs $id"
-k sandbox get "$id" | grep -q "RUNTIME_STATE_READY *RUNTIME_OPERATION_NONE" || fail "get shows READY/NONE"
+k sandbox get "$id" > "$WORK/get" # (grep -q on a pipe: SIGPIPE)
+grep -q "RUNTIME_STATE_READY *RUNTIME_OPERATION_NONE" "$WORK/get" || fail "get shows READY/NONE"
+grep -q "^ID .* OPERATION  *NODE  *EXPIRES" "$WORK/get" || fail "get has no NODE column: $(cat "$WORK/get")"
+grep -q "RUNTIME_OPERATION_NONE  *node-1  " "$WORK/get" || fail "get does not show node-1: $(cat "$WORK/get")"
+k sandbox get "$id" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["node"] == "node-1", d' ||
+  fail "get -o json has no node"
 
 # 3. exec: output, cwd, uid, exit codes
 out=$(k sandbox exec "$id" -- sh -c 'echo hello; pwd; id -u' 2>/dev/null)
@@ -39,7 +44,9 @@ set +e; k sandbox download "$id" data/missing.bin "$WORK/back.bin" >/dev/null 2>
 [ $rc != 0 ] && cmp -s "$WORK/blob.bin" "$WORK/back.bin" || fail "failed download touched the file"
 
 # 5. list and ownership
-k sandbox list | grep -q "$id" || fail "list lacks the sandbox"
+k sandbox list > "$WORK/list"
+grep -q "^ID .* OPERATION  *NODE  *EXPIRES" "$WORK/list" || fail "list has no NODE column: $(cat "$WORK/list")"
+grep -q "^$id .* node-1  " "$WORK/list" || fail "list lacks the sandbox on node-1: $(cat "$WORK/list")"
 k --user-id bob@example.com sandbox list | grep -q "$id" && fail "another user lists it"
 set +e; k --user-id bob@example.com sandbox get "$id" >/dev/null 2>"$WORK/err"; rc=$?; set -e
 [ $rc != 0 ] && grep -q "NotFound" "$WORK/err" || fail "another user can get it: $(cat "$WORK/err")"

@@ -86,6 +86,7 @@ for (let i = 0; ; i++) {
 }
 assert.equal(sbx.state, 'RUNTIME_STATE_READY');
 assert.equal(sbx.operation, 'RUNTIME_OPERATION_NONE');
+assert.equal(sbx.node, 'node-1'); // the node serving it (test_mcp.sh names it)
 assert.match(sbx.expires_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
 const again = json(await call(c, 'create_sandbox', { namespace: ns, template: tmpl, request_id: 'agent-flow-1' }));
 assert.equal(again.id, sbx.id);
@@ -98,7 +99,7 @@ const got = json(await call(c, 'get_sandbox', { sandbox_id: id }, { onprogress: 
 assert.equal(got.id, id);
 assert.ok(progress.length >= 1, 'no progress notification');
 const listed = json(await call(c, 'list_sandboxes', { page_size: 100 })).sandboxes;
-assert.ok(listed.some((s) => s.id === id));
+assert.ok(listed.some((s) => s.id === id && s.node === 'node-1'), JSON.stringify(listed));
 
 const input = 'hello\nworld\n';
 const w = json(await call(c, 'write_sandbox_file', { sandbox_id: id, path: 'in/input.txt', data_base64: Buffer.from(input).toString('base64'), mode: 420 }));

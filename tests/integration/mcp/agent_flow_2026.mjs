@@ -117,8 +117,11 @@ for (let i = 0; ; i++) {
   await new Promise((res) => setTimeout(res, 200));
 }
 assert.equal(sbx.state, 'RUNTIME_STATE_READY');
+assert.equal(sbx.node, 'node-1');
 const id = sbx.id;
-assert.deepEqual((await call(c, 'get_sandbox', { sandbox_id: id })).structuredContent.id, id);
+const gotStructured = (await call(c, 'get_sandbox', { sandbox_id: id })).structuredContent;
+assert.deepEqual(gotStructured.id, id);
+assert.equal(gotStructured.node, 'node-1');
 step(`created ${id}`);
 
 const progress = [];

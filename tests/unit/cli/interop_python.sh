@@ -28,11 +28,11 @@ for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 api=(--api-url "http://127.0.0.1:$(cat "$tmp/port")")
 sid=0198c3f1-2a44-7c90-b5e1-9d8f3a7b2c04
 
-# create: -o json camelCase, identity metadata, ttl
+# create: -o json camelCase, identity metadata, ttl, node
 out=$("$kagent" "${api[@]}" --user-id bob@example.com sandbox create scratch --request-id r1 \
   --ttl 1h --name demo -o json)
-[ "$(echo "$out" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["id"], d["creator"], d["sandboxTemplate"]["name"], d["expiresAt"])')" \
-  = "$sid bob@example.com scratch 2026-10-01T17:30:00Z" ] || fail "create json: $out"
+[ "$(echo "$out" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["id"], d["creator"], d["sandboxTemplate"]["name"], d["expiresAt"], d["node"])')" \
+  = "$sid bob@example.com scratch 2026-10-01T17:30:00Z node-1" ] || fail "create json: $out"
 
 # a status error from the server
 set +e

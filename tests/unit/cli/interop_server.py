@@ -13,7 +13,8 @@ def md(ctx):
     return [(k, v) for k, v in ctx.invocation_metadata()]
 class S(sbg.SandboxServiceServicer):
     def CreateSandbox(self, req, ctx):
-        s = sb.Sandbox(id=SID, state=2, name=req.name, creator=dict(md(ctx)).get('x-user-id',''))
+        s = sb.Sandbox(id=SID, state=2, name=req.name, creator=dict(md(ctx)).get('x-user-id',''),
+                       node="node-1")
         s.sandbox_template.namespace = req.sandbox_template.namespace
         s.sandbox_template.name = req.sandbox_template.name
         s.expires_at.seconds = 1790872200 + req.ttl.seconds

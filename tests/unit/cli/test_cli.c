@@ -174,6 +174,7 @@ static Kagent__Api__V1__Sandbox *s_fake_sandbox(Kagent__Api__V1__Sandbox *sb,
     sb->state = state;
     sb->expires_at = ts;
     sb->created_at = ts;
+    sb->node = "node-1";
     return sb;
 }
 
@@ -817,6 +818,7 @@ static void test_table_rendering(void **state)
     b.id = "short";
     b.operation = KAGENT__API__V1__RUNTIME_OPERATION__RUNTIME_OPERATION_CREATE;
     b.expires_at = NULL;
+    b.node = ""; /* not placed yet */
     Kagent__Api__V1__Failure f = KAGENT__API__V1__FAILURE__INIT;
     f.message = "boom";
     b.failure = &f;
@@ -828,11 +830,11 @@ static void test_table_rendering(void **state)
     fclose(out);
     assert_string_equal(
         buf, "ID                                    TEMPLATE        STATE                   "
-             "OPERATION                 EXPIRES               FAILURE\n" SB_ID
-             "  kagent/scratch  RUNTIME_STATE_READY     RUNTIME_OPERATION_NONE    "
+             "OPERATION                 NODE    EXPIRES               FAILURE\n" SB_ID
+             "  kagent/scratch  RUNTIME_STATE_READY     RUNTIME_OPERATION_NONE    node-1  "
              "2026-10-01T16:30:00Z\n"
              "short                                 kagent/scratch  RUNTIME_STATE_CREATING  "
-             "RUNTIME_OPERATION_CREATE                        boom\n");
+             "RUNTIME_OPERATION_CREATE                                boom\n");
     free(buf);
 
     Ateenv__V1alpha__Process p;
@@ -854,7 +856,7 @@ static void test_lifecycle_rpcs(void **state)
                    "1h30m", "--name", "demo", "--user-id", "alice@example.com", "--token", "T0K",
                    NULL),
              0,
-             SB_ID "  kagent/scratch  RUNTIME_STATE_READY  RUNTIME_OPERATION_NONE  "
+             SB_ID "  kagent/scratch  RUNTIME_STATE_READY  RUNTIME_OPERATION_NONE  node-1  "
                    "2026-10-01T16:30:00Z\n",
              NULL);
     assert_int_equal(s_calls(), 1);
@@ -903,6 +905,8 @@ static void test_lifecycle_rpcs(void **state)
     const char *methods[] = {"GetSandbox", "SuspendSandbox", "ResumeSandbox", "DeleteSandbox"};
     for (int i = 0; i < 4; i++) {
         s_expect(s_run("sandbox", verbs[i], SB_ID, NULL), 0, SB_ID "  kagent/scratch", NULL);
+        s_expect(&s_last, 0, "OPERATION               NODE    EXPIRES", NULL);
+        s_expect(&s_last, 0, "RUNTIME_OPERATION_NONE  node-1  2026-10-01T16:30:00Z\n", NULL);
         c = s_call(i);
         assert_non_null(strstr(c->method, methods[i]));
         Kagent__Api__V1__GetSandboxRequest *g =
@@ -916,8 +920,9 @@ static void test_lifecycle_rpcs(void **state)
     s_fake_reset();
     s_expect(s_run("sandbox", "list", "--page-size", "5", "--page-token", "tok1", NULL), 0,
              "0198c3f1-0000-7000-8000-000000000002  kagent/scratch  RUNTIME_STATE_FAILED  "
-             "RUNTIME_OPERATION_NONE  2026-10-01T16:30:00Z  image pull failed\n",
+             "RUNTIME_OPERATION_NONE  node-1  2026-10-01T16:30:00Z  image pull failed\n",
              "Next page: --page-token tok2\n");
+    s_expect(&s_last, 0, "OPERATION               NODE    EXPIRES               FAILURE\n", NULL);
     assert_null(strstr(s_last.out, "Next page"));
     c = s_call(0);
     Kagent__Api__V1__ListSandboxesRequest *lr =
@@ -936,6 +941,7 @@ static void test_json_output_shape(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "id")), SB_ID);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "RUNTIME_STATE_READY");
     assert_string_equal(json_string_value(json_object_get(j, "expiresAt")), "2026-10-01T16:30:00Z");
+    assert_string_equal(json_string_value(json_object_get(j, "node")), "node-1");
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(j, "sandboxTemplate"), "namespace")),
         "kagent");
@@ -948,6 +954,9 @@ static void test_json_output_shape(void **state)
     j = json_loads(s_last.out, 0, &je);
     assert_non_null(j);
     assert_int_equal(json_array_size(json_object_get(j, "sandboxes")), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(j, "sandboxes"), 1), "node")),
+                        "node-1");
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(j, "page"), "nextPageToken")), "tok2");
     json_decref(j);

@@ -95,6 +95,7 @@ static void s_sandbox(const char *id, const char *caller, ka_store_sandbox_t *sb
     snprintf(sb->template_name, sizeof sb->template_name, "python");
     sb->state = KA_STATE_READY;
     sb->operation = KA_OP_NONE;
+    snprintf(sb->node, sizeof sb->node, "node-1");
     sb->expires_ms = 1767225600120; /* 2026-01-01T00:00:00.12Z */
 }
 
@@ -239,6 +240,7 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         l->more = q->offset == 0;
         s_sandbox(SBX, q->caller, &l->items[0]);
         s_sandbox(SLOW, q->caller, &l->items[1]);
+        l->items[1].node[0] = '\0'; /* not placed */
         krt_reply_to(ctx, msg->from, msg->ref, msg->type, l, len);
         free(l);
         break;
@@ -1210,6 +1212,7 @@ static void test_lifecycle_tools(void **unused)
     assert_string_equal(json_string_value(json_object_get(o, "state")), "RUNTIME_STATE_READY");
     assert_string_equal(json_string_value(json_object_get(o, "operation")),
                         "RUNTIME_OPERATION_NONE");
+    assert_string_equal(json_string_value(json_object_get(o, "node")), "node-1");
     assert_string_equal(json_string_value(json_object_get(o, "expires_at")),
                         "2026-01-01T00:00:00.12Z");
     json_t *tpl = json_object_get(o, "sandbox_template");
@@ -1238,6 +1241,10 @@ static void test_lifecycle_tools(void **unused)
     r = s_tool("list_sandboxes", "{\"page_size\":2}", &h);
     o = s_obj(r);
     assert_int_equal(json_array_size(json_object_get(o, "sandboxes")), 2);
+    json_t *items = json_object_get(o, "sandboxes");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "node")),
+                        "node-1");
+    assert_null(json_object_get(json_array_get(items, 1), "node")); /* "" is left out */
     assert_string_equal(json_string_value(json_object_get(o, "next_page_token")), "2");
     json_decref(o);
     json_decref(h);

@@ -69,19 +69,27 @@ static void test_sandbox_camel_case_and_wkt(void **state)
     sb.state = KAGENT__API__V1__RUNTIME_STATE__RUNTIME_STATE_READY;
     sb.expires_at = &exp;
     sb.guest = &g;
+    sb.node = "node-1";
     s_expect_json(&sb.base, 0,
                   "{\"expiresAt\":\"2026-10-01T16:30:00Z\",\"guest\":{\"processExecution\":true},"
-                  "\"id\":\"0198c3f1-2a44-7c90-b5e1-9d8f3a7b2c04\",\"sandboxTemplate\":{\"name\":"
-                  "\"scratch\",\"namespace\":\"kagent\"},\"state\":\"RUNTIME_STATE_READY\"}");
+                  "\"id\":\"0198c3f1-2a44-7c90-b5e1-9d8f3a7b2c04\",\"node\":\"node-1\","
+                  "\"sandboxTemplate\":{\"name\":\"scratch\",\"namespace\":\"kagent\"},"
+                  "\"state\":\"RUNTIME_STATE_READY\"}");
     /* snake_case for MCP */
     s_expect_json(&sb.base, KB_PBJSON_SNAKE_CASE,
                   "{\"expires_at\":\"2026-10-01T16:30:00Z\",\"guest\":{\"process_execution\":true},"
-                  "\"id\":\"0198c3f1-2a44-7c90-b5e1-9d8f3a7b2c04\",\"sandbox_template\":{\"name\":"
-                  "\"scratch\",\"namespace\":\"kagent\"},\"state\":\"RUNTIME_STATE_READY\"}");
+                  "\"id\":\"0198c3f1-2a44-7c90-b5e1-9d8f3a7b2c04\",\"node\":\"node-1\","
+                  "\"sandbox_template\":{\"name\":\"scratch\",\"namespace\":\"kagent\"},"
+                  "\"state\":\"RUNTIME_STATE_READY\"}");
     /* Defaults printed on request: operation NONE, empty strings, null messages. */
+    sb.node = ""; /* none (a deleted sandbox's may be kept) */
+    char *none = s_dump(&sb.base, 0);
+    assert_null(strstr(none, "\"node\""));
+    free(none);
     char *all = s_dump(&sb.base, KB_PBJSON_EMIT_DEFAULTS);
     assert_non_null(strstr(all, "\"operation\":\"RUNTIME_OPERATION_NONE\""));
     assert_non_null(strstr(all, "\"creator\":\"\""));
+    assert_non_null(strstr(all, "\"node\":\"\""));
     assert_non_null(strstr(all, "\"failure\":null"));
     assert_non_null(strstr(all, "\"fileAccess\":false"));
     free(all);

@@ -22,6 +22,7 @@ static void test_sandbox_round_trip(void **unused)
     sb.sandbox_template = &ref;
     sb.state = KAGENT__API__V1__RUNTIME_STATE__RUNTIME_STATE_READY;
     sb.expires_at = &ts;
+    sb.node = "node-1";
     size_t n = kagent__api__v1__sandbox__get_packed_size(&sb);
     uint8_t *buf = malloc(n);
     assert_int_equal(kagent__api__v1__sandbox__pack(&sb, buf), n);
@@ -30,6 +31,10 @@ static void test_sandbox_round_trip(void **unused)
     assert_string_equal(back->id, sb.id);
     assert_string_equal(back->sandbox_template->name, "scratch");
     assert_int_equal(back->expires_at->seconds, 1790000000);
+    assert_string_equal(back->node, "node-1");
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(
+        &kagent__api__v1__sandbox__descriptor, "node");
+    assert_int_equal(f->id, 13); /* field numbers are the wire contract */
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
         &kagent__api__v1__runtime_state__descriptor, back->state);
     assert_string_equal(v->name, "RUNTIME_STATE_READY");
