@@ -8,7 +8,8 @@
 #    its message (so the validator is shown to reject what it must);
 # 3. the configuration a pod renders (ConfigMap start.sh as pod kagent-1, with this build's
 #    kagent-image and guest) is accepted by `kagentd --check-config`, with the guest digest that
-#    deploy/build-guest-image.sh gives for the same binary;
+#    deploy/build-guest-image.sh gives for the same binary; a node started with it (embedded
+#    database, ephemeral ports) gets ready and the StatefulSet's probe commands pass against it;
 # 4. the systemd unit passes `systemd-analyze verify` without a warning, and copies with a
 #    misspelt key or a bad value do not.
 set -euo pipefail
@@ -17,14 +18,23 @@ build=${KAGENT_BUILD_DIR:?}
 here=$src/tests/integration/deploy
 k8s=$src/deploy/k8s
 fail() { echo "FAIL: $*" >&2; exit 1; }
-for tool in node npm systemd-analyze openssl; do
+for tool in node npm systemd-analyze openssl curl; do
   command -v $tool >/dev/null || fail "$tool is required (deploy/install-deps.sh)"
 done
 for f in node/kagentd actors/images/kagent-image actors/guest/kagent-sandbox-guest; do
   [ -x "$build/$f" ] || fail "$build/$f is missing (make build)"
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+pid=
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 # the validator's npm dependencies from the lockfile, reused while it is unchanged
 npmdir=$build/tests/integration/deploy/npm
@@ -96,6 +106,43 @@ if HOSTNAME=kagent KAGENT_CONFIG_DIR=$tmp sh "$tmp/start.sh" 2>/dev/null; then
   fail "start.sh accepted a HOSTNAME without an ordinal"
 fi
 echo "ok: pod kagent-1's rendered configuration accepted by kagentd --check-config (guest $want)"
+
+# 3b. a node started with that configuration, the embedded database and ephemeral ports in place
+# of the cluster's, gets ready, and the StatefulSet's probe commands pass against it
+sed -e 's|^  url: .*|  url: ""|' -e 's|^  port: 8083$|  port: 0|' \
+    -e 's|^  bind: .*|  bind: tcp://127.0.0.1:*|' -e 's|^  advertise: .*|  advertise: ""|' \
+    "$conf" >"$tmp/run/local.yaml"
+chmod 755 "$tmp" # the embedded PostgreSQL runs as postgres
+"$build/node/kagentd" --config "$tmp/run/local.yaml" >"$tmp/node.log" 2>&1 &
+pid=$!
+port=
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*"event":"started".*listen=[0-9.]*:\([0-9]*\).*/\1/p' "$tmp/node.log" | head -1)
+  [ -n "$port" ] && curl -fsSk --http1.1 -o /dev/null "https://127.0.0.1:$port/readyz" && break
+  kill -0 $pid 2>/dev/null || { cat "$tmp/node.log" >&2; fail "kagentd with pod kagent-1's configuration exited"; }
+  sleep 0.1
+done
+[ -n "$port" ] || { tail -20 "$tmp/node.log" >&2; fail "kagentd with pod kagent-1's configuration did not start"; }
+mkdir -p "$tmp/probes"
+(cd "$npmdir" && node --input-type=module -e '
+  import { parseAllDocuments } from "yaml";
+  import { readFileSync, writeFileSync } from "node:fs";
+  const [file, out] = process.argv.slice(1);
+  const ss = parseAllDocuments(readFileSync(file, "utf8")).map(d => d.toJS())
+    .find(o => o?.kind === "StatefulSet" && o.metadata.name === "kagent");
+  const c = ss.spec.template.spec.containers[0];
+  for (const k of ["startupProbe", "readinessProbe", "livenessProbe"])
+    writeFileSync(`${out}/${k}`, c[k].exec.command.map(a => a + "\0").join(""));
+' "$k8s/statefulset.yaml" "$tmp/probes") || fail "cannot read the probes of StatefulSet kagent"
+for probe in startupProbe readinessProbe livenessProbe; do
+  mapfile -d '' cmd <"$tmp/probes/$probe"
+  [ "${cmd[0]}" = curl ] || fail "$probe does not run curl"
+  "${cmd[@]/:8083\//:$port/}" || fail "$probe failed against the node: ${cmd[*]}"
+done
+kill -TERM $pid
+wait $pid || { tail -20 "$tmp/node.log" >&2; fail "kagentd did not stop cleanly"; }
+pid=
+echo "ok: a node with that configuration got ready; startup, readiness and liveness probes pass"
 
 # 4. the systemd unit (with this build's kagentd in place of the installed path)
 unit() { sed "s|/usr/local/bin/kagentd|$build/node/kagentd|g" "$src/deploy/systemd/kagentd.service"; }
