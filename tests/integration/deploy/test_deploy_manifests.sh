@@ -116,7 +116,7 @@ chmod 755 "$tmp" # the embedded PostgreSQL runs as postgres
 "$build/node/kagentd" --config "$tmp/run/local.yaml" >"$tmp/node.log" 2>&1 &
 pid=$!
 port=
-for _ in $(seq 600); do
+for _ in $(seq 1200); do # 2 min: an embedded database's initdb on a loaded machine
   port=$(sed -n 's/.*"event":"started".*listen=[0-9.]*:\([0-9]*\).*/\1/p' "$tmp/node.log" | head -1)
   [ -n "$port" ] && curl -fsSk --http1.1 -o /dev/null "https://127.0.0.1:$port/readyz" && break
   kill -0 $pid 2>/dev/null || { cat "$tmp/node.log" >&2; fail "kagentd with pod kagent-1's configuration exited"; }
