@@ -44,15 +44,15 @@ cp "$here/validate.mjs" "$here/mutate.mjs" "$npmdir/"
 [ -d "$npmdir/node_modules/kubernetes-models/apps/v1" ] || fail "kubernetes-models is not installed"
 
 # the Secrets an operator creates first, as deploy/k8s/README.md says
-secrets=()
-while read -r name; do secrets+=(--external-secret "$name"); done < <(
+secrets=() names=()
+while read -r name; do secrets+=(--external-secret "$name") names+=("$name"); done < <(
   sed -n 's/.*kubectl -n kagent create secret [a-z]* \([a-z0-9-]*\).*/\1/p' "$k8s/README.md")
 [ ${#secrets[@]} -ge 2 ] || fail "deploy/k8s/README.md creates no Secrets"
 validate() { node "$npmdir/validate.mjs" "${secrets[@]}" "$@"; }
 
 # 1. the manifests as shipped
 validate "$k8s"/*.yaml || fail "deploy/k8s is refused"
-echo "ok: deploy/k8s valid ($(ls "$k8s"/*.yaml | wc -l) files; Secrets created first: ${secrets[*]})"
+echo "ok: deploy/k8s valid ($(ls "$k8s"/*.yaml | wc -l) files; Secrets created first: ${names[*]})"
 
 # 2. each broken copy, in place of its original, is refused with its message
 trim() { local s=${1#"${1%%[! ]*}"}; echo "${s%"${s##*[! ]}"}"; }
