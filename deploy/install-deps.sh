@@ -32,6 +32,8 @@ PACKAGES=(
   prometheus chromium python3-websocket fonts-dejavu-core python3-yaml
   # a real terminal: e2e_terminal drives the CLI in a tmux pane, e2e_progress reads its progress line
   tmux
+  # deploy_manifests: `systemd-analyze verify` of deploy/systemd/kagentd.service
+  systemd
 )
 
 missing=()
