@@ -117,7 +117,7 @@ s_down() {
     kill -TERM "$pg" 2>/dev/null || true
     while kill -0 "$pg" 2>/dev/null; do sleep 0.1; done
   fi
-  grep " $dir/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l
+  { grep " $dir/" /proc/mounts || true; } | awk '{print $2}' | sort -r | xargs -r umount -l
   rm -rf "$dir"
   ! grep -q " $dir/" /proc/mounts || die "mounts left under $dir"
   [ $unclean = 0 ] || die "a node did not stop cleanly (above)"

@@ -444,6 +444,12 @@ int krt_whereis_at(krt_system_t *sys, const char *name, int timeout_ms, krt_addr
  * error reply KRT_ENOACTOR; KRT_EINVAL for a name too long or a reply; or the send's error. */
 int krt_relay(krt_ctx_t *ctx, uint16_t node, const char *name, const krt_msg_t *msg,
               const void *body, size_t len);
+/* krt_request to the actor registered as `name` on node `node` (this one or another), in one
+ * message (no lookup first): the pending request is with that node, so its going down fails
+ * the request at once (KRT_ENOCONN); a name it does not know answers KRT_ENOACTOR. type must be
+ * an application type (>= KRT_MSG_USER). Returns as krt_request. */
+int krt_request_name(krt_ctx_t *ctx, uint16_t node, const char *name, uint32_t type,
+                     const void *body, size_t len, int timeout_ms, krt_reply_fn fn, void *user);
 /* krt_call to a name as krt_whereis_at resolves it (timeout_ms covers both steps). */
 int krt_call_name(krt_system_t *sys, const char *name, uint32_t type, const void *body, size_t len,
                   int timeout_ms, krt_reply_t *reply);

@@ -9,6 +9,7 @@
  */
 #include "krt_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define S_HEAD 5u /* type u32 + name length u8 */
@@ -58,6 +59,29 @@ int krt_relay(krt_ctx_t *ctx, uint16_t node, const char *name, const krt_msg_t *
                          .body = n->data,
                          .kind = msg->kind};
     return krt__send_node(sys, krt_node_addr(node), n);
+}
+
+int krt_request_name(krt_ctx_t *ctx, uint16_t node, const char *name, uint32_t type,
+                     const void *body, size_t len, int timeout_ms, krt_reply_fn fn, void *user)
+{
+    size_t nl = name ? strlen(name) : 0;
+    if (!ctx || nl == 0 || nl > UINT8_MAX || type < KRT_MSG_USER || (len && !body))
+        return KRT_EINVAL;
+    if (node == ctx->sys->node_id)
+        return krt_request(ctx, krt_whereis(ctx->sys, name), type, body, len, timeout_ms, fn, user);
+    unsigned char *d = malloc(S_HEAD + nl + len);
+    if (!d)
+        return KRT_ENOMEM;
+    for (int i = 0; i < 4; i++)
+        d[i] = (unsigned char)(type >> (8 * i));
+    d[4] = (unsigned char)nl;
+    memcpy(d + S_HEAD, name, nl);
+    if (len)
+        memcpy(d + S_HEAD + nl, body, len);
+    int rc = krt_request(ctx, krt_node_addr(node), KRT_MSG_RELAY, d, S_HEAD + nl + len, timeout_ms,
+                         fn, user);
+    free(d);
+    return rc;
 }
 
 int krt__relay_in(krt_system_t *sys, const krt_msg_t *msg)

@@ -18,8 +18,7 @@
 #include "sandboxes_int.h"
 #include "template_doc.h"
 
-#define RESOLVE_TIMEOUT_MS (15 * 60 * 1000)
-#define RECOVER_PAGE       100
+#define RECOVER_PAGE 100
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 

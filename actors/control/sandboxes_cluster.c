@@ -38,15 +38,50 @@ static uint16_t s_node_id(const ka_store_node_t *n)
 /* ---- relays -----------------------------------------------------------------------------------
  */
 
-/* Hands op's call (body) to node n's manager, which answers op's caller. Only this node's
- * callers travel on (a node speaks only for its own actors). Consumes op. */
-static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
-                    const void *body, size_t len)
+/* The answer of a call relayed to another node's manager, for op's caller; when that node went
+ * down or did not answer, a get is answered from the record read before, anything else fails
+ * UNAVAILABLE. */
+static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
-    krt_msg_t m = {.type = op->type, .from = op->from, .ref = op->from_ref, .kind = op->kind};
-    bool ours = !op->from || krt_addr_node(op->from) == krt_addr_node(krt_self(ctx));
-    int rc = ours && s_node_id(n) ? krt_relay(ctx, s_node_id(n), KA_SANDBOXES_NAME, &m, body, len)
-                                  : KRT_EREMOTE;
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    if (!err) {
+        krt_reply_to(ctx, op->from, op->from_ref, reply->type, reply->body, reply->len);
+        ka_mgr_op_free(self, op);
+    } else if (op->type == KA_SBX_GET && op->rec.id[0]) {
+        ka_sbx_reply_t out;
+        memset(&out, 0, sizeof out);
+        out.sandbox = op->rec;
+        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+        ka_mgr_op_free(self, op);
+    } else {
+        char why[KA_MSG_LEN];
+        snprintf(why, sizeof why,
+                 "the sandbox's node did not answer (%s); the call may have had effects; retry",
+                 krt_strerror(err));
+        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+    }
+}
+
+/* Hands op's call (body) to node n's manager. A request is relayed as this manager's own
+ * (krt_request_name: that node going down fails it at once) and its answer passed on; a plain
+ * message (a guest stream's request: its reader has its own deadline) keeps its sender, the
+ * reader, which the sandbox's actor answers directly. Only this node's callers travel on (a
+ * node speaks only for its own actors). Consumes op. */
+static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
+                    const void *body, size_t len, int timeout_ms)
+{
+    uint16_t id = s_node_id(n);
+    int rc = KRT_EREMOTE;
+    if (id && op->kind == KRT_KIND_REQUEST) {
+        rc = krt_request_name(ctx, id, KA_SANDBOXES_NAME, op->type, body, len, timeout_ms,
+                              s_on_relayed, op);
+        if (!rc)
+            return; /* s_on_relayed answers and frees op */
+    } else if (id && (!op->from || krt_addr_node(op->from) == krt_addr_node(krt_self(ctx)))) {
+        krt_msg_t m = {.type = op->type, .from = op->from, .ref = op->from_ref, .kind = op->kind};
+        rc = krt_relay(ctx, id, KA_SANDBOXES_NAME, &m, body, len);
+    }
     if (rc) {
         char why[KA_MSG_LEN];
         snprintf(why, sizeof why, "cannot reach node %s (%s); retry", n->name, krt_strerror(rc));
@@ -62,7 +97,8 @@ bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_stor
         return false;
     ka_store_node_t n;
     if (ka_membership_find(self->a.member, sb->node, &n) == 0 && n.alive) {
-        s_relay(ctx, self, op, &n, op->body, op->len);
+        op->rec = *sb;
+        s_relay(ctx, self, op, &n, op->body, op->len, STORE_TIMEOUT_MS);
         return true;
     }
     if (op->type == KA_SBX_GET)
@@ -129,7 +165,7 @@ static void s_on_template(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     }
     op->cr.placed = 1;
-    s_relay(ctx, self, op, &n, &op->cr, sizeof op->cr);
+    s_relay(ctx, self, op, &n, &op->cr, sizeof op->cr, RESOLVE_TIMEOUT_MS);
 }
 
 void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
@@ -233,7 +269,7 @@ static void s_fence(krt_ctx_t *ctx, s_mgr_t *self)
     size_t n = zhashx_size(self->live);
     for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live)) {
         krt_unlink(ctx, a->addr);
-        krt_send(ctx, a->addr, KA_SBX_STOP_, NULL, 0);
+        krt_kill(ctx, a->addr, KRT_EXIT_SHUTDOWN); /* its terminate parks the compute */
     }
     zhashx_purge(self->live);
     krt_log_actor(ctx, KRT_LOG_WARN, "sandboxes_fenced",

@@ -9,7 +9,8 @@
 
 #include "sandboxes.h"
 
-#define STORE_TIMEOUT_MS 30000
+#define STORE_TIMEOUT_MS   30000
+#define RESOLVE_TIMEOUT_MS (15 * 60 * 1000) /* a create may prepare its template's image */
 
 /* A live sandbox: its actor. */
 typedef struct {
@@ -34,6 +35,7 @@ struct s_op {
     struct s_fork *fork;          /* forks */
     uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
     ka_store_takeover_t takeover; /* takeovers */
+    ka_store_sandbox_t rec;       /* calls relayed to another node: the record read before */
 };
 
 typedef struct {
