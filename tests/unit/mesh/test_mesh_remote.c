@@ -440,6 +440,71 @@ static void test_relay(void **unused)
     node_stop(&b);
 }
 
+/* krt_request_name from an actor: the name's answer, or the error, with its time. */
+typedef struct named {
+    const char *name;
+    uint32_t type;
+    _Atomic int err; /* -1000 until answered */
+    _Atomic int64_t ms;
+    char body[16];
+    int64_t t0;
+} named_t;
+
+static void named_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    named_t *n = *(named_t **)state;
+    if (!err && reply->len < sizeof n->body)
+        memcpy(n->body, reply->body, reply->len);
+    atomic_store(&n->ms, krt_mono_ms() - n->t0);
+    atomic_store(&n->err, err);
+}
+
+static int named_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    named_t *n = arg;
+    *(named_t **)state = n;
+    n->t0 = krt_mono_ms();
+    return krt_request_name(ctx, 2, n->name, n->type, "hi", 2, HOLD_MS, named_done, NULL);
+}
+
+static void named_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+}
+
+static const krt_behaviour_t s_named = {
+    .kind = "named", .state_size = sizeof(void *), .init = named_init, .handle = named_handle};
+
+static void named_start(named_t *n, node_t *a, const char *name, uint32_t type)
+{
+    *n = (named_t){.name = name, .type = type};
+    atomic_store(&n->err, -1000);
+    spawn(a->sys, &s_named, n, NULL);
+}
+
+/* A request to a name on another node in one message: answered by that actor; a name the node
+ * does not know fails KRT_ENOACTOR; a request held there fails KRT_ENOCONN at once when the
+ * node goes down (the request is with that node, not with a relay on this one). */
+static void test_request_name(void **unused)
+{
+    node_t a, b;
+    node_up(&a, 1, "tcp://127.0.0.1:*", 0, 0);
+    node_up(&b, 2, "tcp://127.0.0.1:*", 0, 0);
+    node_join(&a, 1, &b, 2);
+    spawn(b.sys, &s_echo, NULL, "svc");
+    named_t ok, none, held;
+    named_start(&ok, &a, "svc", T_PING);
+    named_start(&none, &a, "none", T_PING);
+    named_start(&held, &a, "svc", T_HOLD);
+    WAIT_FOR(atomic_load(&ok.err) == 0 && atomic_load(&none.err) == KRT_ENOACTOR);
+    assert_memory_equal(ok.body, "hi", 2);
+    int64_t t0 = krt_mono_ms();
+    assert_int_equal(krt_mesh_disconnect(a.mesh, 2), 0);
+    WAIT_FOR(atomic_load(&held.err) == KRT_ENOCONN);
+    assert_true(krt_mono_ms() - t0 < AT_ONCE_MS);
+    node_stop(&a);
+    node_stop(&b);
+}
+
 /* A watcher on node 1 of `target` on node 2 (monitor, trapping link, held request), and a
  * krt_call_async held there too. */
 typedef struct held {
@@ -666,6 +731,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_remote_link_monitor_kill),
         cmocka_unit_test(test_remote_names_and_call),
         cmocka_unit_test(test_relay),
+        cmocka_unit_test(test_request_name),
         cmocka_unit_test(test_node_down_bye),
         cmocka_unit_test(test_node_down_disconnect),
         cmocka_unit_test(test_node_down_sigstop),
