@@ -10,9 +10,9 @@
 # claimed a warm sandbox, and the pool's refill boot would otherwise run during the first
 # suspends and resumes.
 # Then, per tree, snap_phases (bench/snapshots/snap_phases.c) on the same s3rver: the resume's
-# phases one at a time (download alone, plain and in parts; sha256; the unpack from a local copy;
-# a syncfs after it; the restore pipeline) with wall and CPU ms, s3rver's CPU too (it shares
-# the cores). SNAP_BENCH_PHASES=0 leaves it out.
+# phases one at a time (the download alone; sha256; the unpack from a local copy; a syncfs after
+# it; the whole restore) with wall and CPU ms, s3rver's CPU too (it shares the cores).
+# SNAP_BENCH_PHASES=0 leaves it out.
 # Usage: bench/snapshots/run.sh BUILD_DIR   (needs root, node, npm, awscli)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)

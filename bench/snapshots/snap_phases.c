@@ -4,13 +4,11 @@
  *   snap_phases LOCATION SRC WORK RUNS
  *
  * Saves SRC as sandbox "phases"' snapshot under LOCATION (ka_snapobj_save), then RUNS times, the
- * phases in turn: the archive's download alone into a sink that drops it (one plain GET, and
- * ka_objstore_get_sized's parts over 2 and 4 connections); its sha256 alone (in memory); the
- * unpack alone (ka_snapshot_read from a local copy: zstd, tar, sha256 and the writes, no
- * network); a syncfs of WORK after it (what an fsync of the tree would add: the restore does
- * none); the restore pipeline (a thread streams the download into a socketpair that
- * ka_snapshot_read reads, as ka_snapobj does) with the plain GET and with the parts over 4
- * connections; and ka_snapobj_restore itself. Prints, per phase, the median wall ms, then the
+ * phases in turn: the archive's download alone into a sink that drops it; its sha256 alone (in
+ * memory); the unpack alone (ka_snapshot_read from a local copy: zstd, tar, sha256 and the
+ * writes, no network); a syncfs of WORK after it (what an fsync of the tree would add: the
+ * restore does none); and ka_snapobj_restore itself (the download streamed into the unpack,
+ * overlapped). Prints, per phase, the median wall ms, then the
  * medians of this process's CPU ms and, when S3RVER_PID names the storage's process, of its CPU
  * ms (the storage shares this host's cores), and BENCH lines. AWS_* in the environment as for
  * kagentd. WORK should be a file system like a sandbox's /data (ext4); its copies are removed.
@@ -19,13 +17,11 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,11 +100,10 @@ static void s_die(const char *what, const char *why)
     exit(1);
 }
 
-static ka_objstore_t *s_client(const char *loc, int conns)
+static ka_objstore_t *s_client(const char *loc)
 {
     char err[KA_OBJSTORE_ERR_CAP];
-    ka_objstore_opts_t o = {.connections = conns};
-    ka_objstore_t *s = ka_objstore_new(loc, &o, err, sizeof err);
+    ka_objstore_t *s = ka_objstore_new(loc, NULL, err, sizeof err);
     if (!s)
         s_die("client", err);
     return s;
@@ -131,14 +126,14 @@ static int s_drop(void *user, const void *buf, size_t n)
     return 0;
 }
 
-/* The download alone: conns 0 is one plain GET, else parts over conns connections. */
-static void s_get(const s_env_t *e, int conns)
+/* The download alone. */
+static void s_get(const s_env_t *e, int unused)
 {
-    ka_objstore_t *s = s_client(e->loc, conns ? conns : 1);
+    (void)unused;
+    ka_objstore_t *s = s_client(e->loc);
     uint64_t got = 0;
     s_start();
-    int rc = conns ? ka_objstore_get_sized(s, e->key, e->size, s_drop, &got)
-                   : ka_objstore_get(s, e->key, s_drop, &got, NULL);
+    int rc = ka_objstore_get(s, e->key, s_drop, &got, NULL);
     s_stop();
     if (rc || got != e->size)
         s_die("download", ka_objstore_error(s));
@@ -150,7 +145,7 @@ static int s_copy(const s_env_t *e, char *file, size_t cap)
 {
     snprintf(file, cap, "%s/archive", e->work);
     int fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    ka_objstore_t *s = s_client(e->loc, 1);
+    ka_objstore_t *s = s_client(e->loc);
     if (fd < 0 || ka_objstore_get(s, e->key, ka_snapshot_fd_sink, &fd, NULL))
         s_die("archive copy", ka_objstore_error(s));
     ka_objstore_destroy(&s);
@@ -197,63 +192,6 @@ static void s_unpack(const s_env_t *e, int sync)
     s_rm(dir);
 }
 
-typedef struct s_pipe {
-    const s_env_t *e;
-    ka_objstore_t *s;
-    int conns, fd, rc;
-} s_pipe_t;
-
-static int s_send(void *user, const void *buf, size_t n)
-{
-    s_pipe_t *p = user;
-    for (const char *b = buf; n;) {
-        ssize_t k = send(p->fd, b, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -errno;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static void *s_pipe_run(void *arg)
-{
-    s_pipe_t *p = arg;
-    p->rc = p->conns ? ka_objstore_get_sized(p->s, p->e->key, p->e->size, s_send, p)
-                     : ka_objstore_get(p->s, p->e->key, s_send, p, NULL);
-    shutdown(p->fd, SHUT_WR);
-    return NULL;
-}
-
-/* ka_snapobj's restore pipeline with the download of conns (0: one plain GET). */
-static void s_pipeline(const s_env_t *e, int conns)
-{
-    char dir[4096], why[KA_SNAPSHOT_ERR_CAP];
-    snprintf(dir, sizeof dir, "%s/pipeline", e->work);
-    int sv[2];
-    s_pipe_t p = {e, s_client(e->loc, conns ? conns : 1), conns, -1, 0};
-    pthread_t t;
-    ka_tree_opts_t o = {.owner = -1};
-    ka_snapshot_info_t info;
-    s_start();
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-        s_die("socketpair", strerror(errno));
-    p.fd = sv[1];
-    if (pthread_create(&t, NULL, s_pipe_run, &p))
-        s_die("thread", "pthread_create");
-    int rc = ka_snapshot_read(dir, sv[0], &o, &info, why, sizeof why);
-    close(sv[0]);
-    pthread_join(t, NULL);
-    close(sv[1]);
-    s_stop();
-    if (rc || p.rc)
-        s_die("restore pipeline", rc ? why : ka_objstore_error(p.s));
-    ka_objstore_destroy(&p.s);
-    s_rm(dir);
-}
-
 static void s_restore(const s_env_t *e, int unused)
 {
     (void)unused;
@@ -268,14 +206,10 @@ static void s_restore(const s_env_t *e, int unused)
 }
 
 static s_phase_t s_phases[] = {
-    {.name = "get_plain", .fn = s_get, .arg = 0},
-    {.name = "get_parts_2c", .fn = s_get, .arg = 2},
-    {.name = "get_parts_4c", .fn = s_get, .arg = 4},
+    {.name = "download", .fn = s_get, .arg = 0},
     {.name = "sha256", .fn = s_sha, .arg = 0},
     {.name = "unpack_local", .fn = s_unpack, .arg = 0},
     {.name = "syncfs_after_unpack", .fn = s_unpack, .arg = 1},
-    {.name = "pipeline_plain", .fn = s_pipeline, .arg = 0},
-    {.name = "pipeline_parts_4c", .fn = s_pipeline, .arg = 4},
     {.name = "snapobj_restore", .fn = s_restore, .arg = 0},
 };
 #define N_PHASES (sizeof s_phases / sizeof s_phases[0])
@@ -299,7 +233,7 @@ static double s_median(const double *v, int n)
 /* The manifest's object key and size. */
 static void s_manifest(s_env_t *e)
 {
-    ka_objstore_t *s = s_client(e->loc, 1);
+    ka_objstore_t *s = s_client(e->loc);
     char text[16384];
     if (ka_objstore_get_small(s, "phases/manifest.json", text, sizeof text))
         s_die("manifest", ka_objstore_error(s));
