@@ -99,10 +99,10 @@ for size in ${SNAP_BENCH_TREES:-1MiB 100MiB 10kfiles}; do
   echo "BENCH name=peer_aws_s3_cp_up_${size} value=$(((t2 - t1) / 1000)) unit=ms"
   echo "BENCH name=peer_aws_s3_cp_down_${size} value=$(((t3 - t2) / 1000)) unit=ms"
   if [ "${SNAP_BENCH_PHASES:-1}" = 1 ]; then
-    mkdir -p "$WORK/phases"
+    mkdir -p "$WORK/snap-phases"
     S3RVER_PID=$S3PID "$KAGENT_BUILD_DIR/bench/snapshots/snap_phases" "s3://snaps/phases-$size/" \
-      "$peer" "$WORK/phases" "$runs" | sed "s/^BENCH name=snapshot_phase_/BENCH name=snapshot_phase_${size}_/"
+      "$peer" "$WORK/snap-phases" "$runs" | sed "s/^BENCH name=snapshot_phase_/BENCH name=snapshot_phase_${size}_/"
   fi
-  rm -rf "$peer" "$WORK/peer.tar.zst" "$WORK/peer.dl" "$WORK/phases"
+  rm -rf "$peer" "$WORK/peer.tar.zst" "$WORK/peer.dl" "$WORK/snap-phases"
 done
 node_stop
