@@ -17,6 +17,7 @@
 #define S_TOKEN_CAP      4096
 #define S_BODY_CAP       (64u << 10) /* error and XML replies kept at most */
 #define S_BACKOFF_MAX_MS 2000
+#define S_SIZE_UNKNOWN   UINT64_MAX
 #define S_GCS_ENDPOINT   "https://storage.googleapis.com"
 #define S_EMPTY_SHA256   "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -47,8 +48,14 @@ typedef struct s_req {
     uint64_t offset; /* GET: bytes already delivered (Range on a retry) */
     bool ranged;     /* this attempt asked for a Range: only a 206 may continue it */
     long status;
+    uint64_t total; /* a 206's Content-Range: the whole object's size */
     char etag[256];
-    char *reply; /* the body when not streamed (malloc'd, NUL-terminated) */
+    const char *why; /* what the sink's failure means, for people (NULL: its errno) */
+    bool checked;    /* this attempt's reply was checked against the object's first one */
+    bool seen;       /* a first reply was: its ETag and size follow */
+    char obj_etag[256];
+    uint64_t obj_size; /* S_SIZE_UNKNOWN without a Content-Length or Content-Range */
+    char *reply;       /* the body when not streamed (malloc'd, NUL-terminated) */
     size_t reply_len;
     int sink_rc;
 } s_req_t;
@@ -338,6 +345,36 @@ typedef struct s_xfer {
     s_req_t *r;
 } s_xfer_t;
 
+/* The whole object's size as this reply states it (a 206's Content-Range, else its length). */
+static uint64_t s_reply_size(CURL *c, const s_req_t *r)
+{
+    curl_off_t len = -1;
+    if (r->ranged)
+        return r->total ? r->total : S_SIZE_UNKNOWN;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+    return len >= 0 ? (uint64_t)len : S_SIZE_UNKNOWN;
+}
+
+/* A GET's reply comes from the object its first reply came from: the same ETag and size, where
+ * both replies state them. A Range resume of a replaced object would splice two objects. */
+static int s_same_object(CURL *c, s_req_t *r)
+{
+    uint64_t size = s_reply_size(c, r);
+    if (!r->seen) {
+        r->seen = true;
+        snprintf(r->obj_etag, sizeof r->obj_etag, "%s", r->etag);
+        r->obj_size = size;
+        return 0;
+    }
+    bool etag_differs = r->etag[0] && r->obj_etag[0] && strcmp(r->etag, r->obj_etag) != 0;
+    bool size_differs =
+        size != S_SIZE_UNKNOWN && r->obj_size != S_SIZE_UNKNOWN && size != r->obj_size;
+    if (!etag_differs && !size_differs)
+        return 0;
+    r->why = "the object changed during the download (its size or ETag differs between replies)";
+    return -ESTALE;
+}
+
 static size_t s_write_cb(char *buf, size_t sz, size_t nm, void *arg)
 {
     s_xfer_t *x = arg;
@@ -349,6 +386,9 @@ static size_t s_write_cb(char *buf, size_t sz, size_t nm, void *arg)
             x->r->sink_rc = -EPROTO;
             return 0;
         }
+        if (!x->r->checked && (x->r->sink_rc = s_same_object(x->s->curl, x->r)))
+            return 0;
+        x->r->checked = true;
         x->r->sink_rc = x->r->sink(x->r->user, buf, n);
         if (x->r->sink_rc)
             return 0; /* stops the transfer */
@@ -363,6 +403,12 @@ static size_t s_header_cb(char *buf, size_t sz, size_t nm, void *arg)
 {
     s_req_t *r = arg;
     size_t n = sz * nm;
+    unsigned long long a, b, t;
+    char line[128];
+    snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), buf);
+    if (!strncasecmp(line, "content-range:", 14) &&
+        sscanf(line + 14, " bytes %llu-%llu/%llu", &a, &b, &t) == 3)
+        r->total = t;
     if (n > 5 && !strncasecmp(buf, "etag:", 5)) {
         const char *v = buf + 5;
         while (*v == ' ')
@@ -405,6 +451,8 @@ static int s_errno_of(CURLcode cc, long status)
         return -EACCES;
     if (status == 404)
         return -ENOENT;
+    if (status == 416) /* a Range past the end: the object is shorter than it was */
+        return -ESTALE;
     return -EIO;
 }
 
@@ -496,6 +544,8 @@ static int s_perform_once(ka_objstore_t *s, s_req_t *r, CURLcode *cc, char *curl
     r->reply = NULL;
     r->reply_len = 0;
     r->status = 0;
+    r->total = 0;
+    r->checked = false;
     r->etag[0] = '\0';
     curl_err[0] = '\0';
     *cc = rc ? CURLE_OPERATION_TIMEDOUT : curl_easy_perform(c);
@@ -531,7 +581,8 @@ static int s_request(ka_objstore_t *s, s_req_t *r)
         }
         if (r->sink_rc) { /* the receiver stopped it: not the server's failure */
             snprintf(s->err, sizeof s->err, "%s %s://%.63s/%.120s%.80s: %s", r->method, s->scheme,
-                     s->bucket, s->prefix, r->key ? r->key : "", strerror(-r->sink_rc));
+                     s->bucket, s->prefix, r->key ? r->key : "",
+                     r->why ? r->why : strerror(-r->sink_rc));
             return r->sink_rc;
         }
         if (cc == CURLE_OK && r->status >= 200 && r->status < 300)

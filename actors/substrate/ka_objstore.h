@@ -15,12 +15,15 @@
  * appear in an error text.
  *
  * Transient failures (no connection, timeouts, HTTP 408/429/5xx) are retried with exponential
- * backoff; a download that breaks off resumes with a Range request where it stopped. Large
- * uploads go as multipart uploads, one part buffered at a time: nothing holds a whole object.
+ * backoff; a download that breaks off resumes with a Range request where it stopped, and only
+ * from the object it started on (the same ETag and size, else -ESTALE: never two objects
+ * spliced). Large uploads go as multipart uploads, one part buffered at a time: nothing holds
+ * a whole object.
  *
  * One client is used from one thread at a time. Errors are negative errnos (-ECONNREFUSED
  * unreachable, -EACCES refused credentials, -ENOENT no such object or bucket, -EIO other
- * server errors, -ETIMEDOUT past the deadline); ka_objstore_error says what happened.
+ * server errors, -ETIMEDOUT past the deadline, -ESTALE the object changed during a download);
+ * ka_objstore_error says what happened.
  */
 #ifndef KA_OBJSTORE_H
 #define KA_OBJSTORE_H

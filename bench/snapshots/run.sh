@@ -9,6 +9,10 @@
 # (what any CLI call costs at that moment). Each tree is timed once the warm pools are full again: the create
 # claimed a warm sandbox, and the pool's refill boot would otherwise run during the first
 # suspends and resumes.
+# Then, per tree, snap_phases (bench/snapshots/snap_phases.c) on the same s3rver: the resume's
+# phases one at a time (the download alone; sha256; the unpack from a local copy; a syncfs after
+# it; the whole restore) with wall and CPU ms, s3rver's CPU too (it shares the cores).
+# SNAP_BENCH_PHASES=0 leaves it out.
 # Usage: bench/snapshots/run.sh BUILD_DIR   (needs root, node, npm, awscli)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -94,6 +98,11 @@ for size in ${SNAP_BENCH_TREES:-1MiB 100MiB 10kfiles}; do
   echo "BENCH name=peer_tar_zstd_${size} value=$(((t1 - t0) / 1000)) unit=ms"
   echo "BENCH name=peer_aws_s3_cp_up_${size} value=$(((t2 - t1) / 1000)) unit=ms"
   echo "BENCH name=peer_aws_s3_cp_down_${size} value=$(((t3 - t2) / 1000)) unit=ms"
-  rm -rf "$peer" "$WORK/peer.tar.zst" "$WORK/peer.dl"
+  if [ "${SNAP_BENCH_PHASES:-1}" = 1 ]; then
+    mkdir -p "$WORK/snap-phases"
+    S3RVER_PID=$S3PID "$KAGENT_BUILD_DIR/bench/snapshots/snap_phases" "s3://snaps/phases-$size/" \
+      "$peer" "$WORK/snap-phases" "$runs" | sed "s/^BENCH name=snapshot_phase_/BENCH name=snapshot_phase_${size}_/"
+  fi
+  rm -rf "$peer" "$WORK/peer.tar.zst" "$WORK/peer.dl" "$WORK/snap-phases"
 done
 node_stop

@@ -2,7 +2,9 @@
  * ka_objstore against an in-process mock S3 server (this module's test only) that checks every
  * request's AWS Signature V4 itself (canonical request, string to sign, HMAC chain, payload
  * hash = the body's sha256), keeps objects and multipart uploads in memory, and injects
- * failures: 503s, a download cut off mid-body, refused credentials, nobody listening.
+ * failures: 503s, a download cut off mid-body, the object replaced between two GETs, refused
+ * credentials, nobody listening. GETs carry an ETag (a new one at every write) and answer a
+ * Range with a 206 and its Content-Range.
  * The .c is included to reach its addressing statics (virtual-hosted AWS, GCS).
  */
 #include <setjmp.h>
@@ -32,6 +34,7 @@ typedef struct m_obj {
     char key[512];
     char *data;
     size_t len;
+    int gen; /* its ETag: "g<gen>", a new one at every write */
 } m_obj_t;
 
 static struct {
@@ -46,7 +49,10 @@ static struct {
     int n_parts, completes;
     atomic_int requests, sig_failures, fail_next, token_seen;
     atomic_long cut_after; /* GET: close after this many body bytes (once) */
-    atomic_int ranges;
+    atomic_int ranges, gets;
+    atomic_int swap_after; /* GET: after this many, the object is replaced by swap (once) */
+    char *swap;
+    size_t swap_len;
     bool ignore_range; /* answer a Range request with the whole object (200) */
     int list_page;     /* keys per list page */
     char last_query[4096];
@@ -288,6 +294,51 @@ static const char *m_param(const char *q, const char *name, char *out, size_t ca
     return NULL;
 }
 
+/* The object replaced by M.swap once M.swap_after GETs were served. */
+static void m_maybe_swap(m_obj_t *o)
+{
+    if (M.swap && M.gets == M.swap_after) {
+        free(o->data);
+        o->data = M.swap;
+        o->len = M.swap_len;
+        o->gen++;
+        M.swap = NULL;
+    }
+}
+
+/* GET with Range (bytes=a- or bytes=a-b: 206 with Content-Range), an ETag, and the cut. */
+static void m_get(int fd, const m_req_t *r, m_obj_t *o)
+{
+    m_maybe_swap(o);
+    M.gets++;
+    const char *range = M.ignore_range ? NULL : m_header(r, "range");
+    unsigned long long a = 0, b = o->len ? o->len - 1 : 0;
+    if (range && sscanf(range, "bytes=%llu-%llu", &a, &b) < 1) {
+        m_error(fd, 400, "InvalidArgument");
+        return;
+    }
+    if (o->len && b >= o->len)
+        b = o->len - 1;
+    if (range && a >= o->len) {
+        m_error(fd, 416, "InvalidRange");
+        return;
+    }
+    size_t from = (size_t)a, len = range ? (size_t)(b - a + 1) : o->len;
+    char head[512], crange[128] = "";
+    if (range) {
+        M.ranges++;
+        snprintf(crange, sizeof crange, "Content-Range: bytes %llu-%llu/%zu\r\n", a, b, o->len);
+    }
+    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nETag: \"g%d\"\r\n%s\r\n",
+             range ? 206 : 200, len, o->gen, crange);
+    (void)!write(fd, head, strlen(head));
+    long cut = atomic_exchange(&M.cut_after, 0);
+    size_t n = cut > 0 && (size_t)cut < len ? (size_t)cut : len;
+    (void)!write(fd, o->data + from, n);
+    if (n < len)
+        shutdown(fd, SHUT_RDWR); /* cut off mid-body */
+}
+
 static void m_serve(int fd, m_req_t *r)
 {
     M.requests++;
@@ -368,6 +419,7 @@ static void m_serve(int fd, m_req_t *r)
         free(o->data);
         o->data = r->body;
         o->len = r->len;
+        o->gen++;
         r->body = NULL;
         m_send(fd, 200, "ETag: \"x\"\r\n", "", 0);
     } else if (!strcmp(r->method, "DELETE")) {
@@ -379,19 +431,7 @@ static void m_serve(int fd, m_req_t *r)
     } else if (!o) {
         m_error(fd, 404, "NoSuchKey");
     } else {
-        const char *range = M.ignore_range ? NULL : m_header(r, "range");
-        size_t from = range ? strtoul(range + strlen("bytes="), NULL, 10) : 0;
-        if (range)
-            M.ranges++;
-        char head[256];
-        snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n\r\n",
-                 range ? 206 : 200, o->len - from);
-        (void)!write(fd, head, strlen(head));
-        long cut = atomic_exchange(&M.cut_after, 0);
-        size_t n = cut > 0 && (size_t)cut < o->len - from ? (size_t)cut : o->len - from;
-        (void)!write(fd, o->data + from, n);
-        if (n < o->len - from)
-            shutdown(fd, SHUT_RDWR); /* cut off mid-body */
+        m_get(fd, r, o);
     }
 }
 
@@ -578,6 +618,14 @@ static void test_retries_with_backoff(void **unused)
     ka_objstore_destroy(&s);
 }
 
+static char *s_pattern(size_t n, unsigned seed)
+{
+    char *d = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        d[i] = (char)((i * 2654435761u + seed) >> 13);
+    return d;
+}
+
 static void test_get_resumes_with_range(void **unused)
 {
     (void)unused;
@@ -595,6 +643,21 @@ static void test_get_resumes_with_range(void **unused)
     assert_int_equal(bytes, n);
     assert_int_equal(m.n, n);
     assert_memory_equal(got, data, n);
+    /* the object replaced between the cut and the resume (another size, then the same size with
+     * other bytes): the resume is refused, not spliced onto the old object's first bytes */
+    for (int same_size = 0; same_size < 2; same_size++) {
+        M.gets = 0;
+        M.swap_len = same_size ? n : n + 5000;
+        M.swap = s_pattern(M.swap_len, 9);
+        M.swap_after = 1;
+        M.cut_after = 70000;
+        m.n = 0;
+        assert_int_equal(ka_objstore_get(s, "obj", s_small_sink, &m, NULL), -ESTALE);
+        assert_null(M.swap);
+        assert_int_equal(m.n, 70000);
+        assert_non_null(strstr(ka_objstore_error(s), "changed during the download"));
+        assert_int_equal(ka_objstore_put(s, "obj", data, n), 0);
+    }
     /* a server that answers the Range with the whole object again is not appended */
     M.ignore_range = true;
     M.cut_after = 70000;
