@@ -867,6 +867,19 @@ static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err, c
 
 static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 
+void ka_mgr_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb, const char *event)
+{
+    ka_sandbox_args_t a = {.mode = KA_SBX_ADOPT,
+                           .record = *sb,
+                           .store = self->a.store,
+                           .templates = self->a.templates,
+                           .driver = self->a.driver,
+                           .guest_idle_ms = self->a.guest_idle_ms};
+    if (ka_mgr_spawn(ctx, self, &a) == 0)
+        krt_log_actor(ctx, KRT_LOG_INFO, event, "sandbox=%s state=%s", sb->id,
+                      ka_state_name(sb->state));
+}
+
 void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
 {
     s_op_t *op = ka_mgr_op_new(self, NULL); /* nobody to answer */
@@ -898,15 +911,7 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
         const ka_store_sandbox_t *sb = &l->items[i];
         if ((sb->node[0] && strcmp(sb->node, self->a.node) != 0) || s_live(self, sb->id))
             continue;
-        ka_sandbox_args_t a = {.mode = KA_SBX_ADOPT,
-                               .record = *sb,
-                               .store = self->a.store,
-                               .templates = self->a.templates,
-                               .driver = self->a.driver,
-                               .guest_idle_ms = self->a.guest_idle_ms};
-        if (ka_mgr_spawn(ctx, self, &a) == 0)
-            krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_recovered", "sandbox=%s state=%s", sb->id,
-                          ka_state_name(sb->state));
+        ka_mgr_adopt(ctx, self, sb, "sandbox_recovered");
     }
     if (l->more)
         ka_mgr_recover(ctx, self, op->expired, op->offset + (int32_t)l->count);

@@ -197,19 +197,6 @@ static void s_mark_taken(s_mgr_t *self, const ka_store_takeover_t *t)
     self->taken[i].incarnation = t->incarnation;
 }
 
-static void s_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb)
-{
-    ka_sandbox_args_t a = {.mode = KA_SBX_ADOPT,
-                           .record = *sb,
-                           .store = self->a.store,
-                           .templates = self->a.templates,
-                           .driver = self->a.driver,
-                           .guest_idle_ms = self->a.guest_idle_ms};
-    if (ka_mgr_spawn(ctx, self, &a) == 0)
-        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_taken_over", "sandbox=%s state=%s", sb->id,
-                      ka_state_name(sb->state));
-}
-
 static void s_on_takeover(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
@@ -227,7 +214,7 @@ static void s_on_takeover(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     }
     for (uint32_t i = 0; i < l->count; i++)
-        s_adopt(ctx, self, &l->items[i]);
+        ka_mgr_adopt(ctx, self, &l->items[i], "sandbox_taken_over");
     krt_log_actor(ctx, KRT_LOG_INFO, "node_taken_over", "node=%s incarnation=%lld sandboxes=%u",
                   op->takeover.node_id, (long long)op->takeover.incarnation, l->count);
     if (l->count < TAKEOVER_PAGE)

@@ -66,6 +66,8 @@ void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, kr
                 uint32_t type, const void *body, size_t len, int timeout_ms);
 /* Spawns, maps and registers a sandbox's actor. */
 int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args);
+/* Spawns the actor of a record with no compute here (recovered, taken over), logging event. */
+void ka_mgr_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb, const char *event);
 /* Recovers this node's live records (expired ones first), a page at a time from offset. */
 void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset);
 /* Resolves a create's template and records it here (the create path after placement). */

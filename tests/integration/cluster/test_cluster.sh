@@ -13,6 +13,7 @@
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
+. "$src/tests/lib/cluster.sh"
 KAGENT=$build/bridges/cli/kagent
 CLUSTER_DIR=$(mktemp -d /tmp/kagent-cluster.XXXXXX)
 export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0
@@ -22,11 +23,9 @@ export CLUSTER_UID_BASES
 declare -A API PID
 
 cleanup() {
-  local status=$? l
+  local status=$?
   if [ $status != 0 ]; then
-    for l in "$CLUSTER_DIR"/node-*/node.log; do
-      [ -f "$l" ] && { echo "--- $l (last 40 lines)" >&2; tail -40 "$l" >&2; }
-    done
+    cluster_logs
   fi
   [ -z "${PID[2]:-}" ] || kill -CONT "${PID[2]}" 2>/dev/null || true
   "$src/deploy/cluster.sh" down >/dev/null 2>&1 || true

@@ -15,6 +15,7 @@
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
+. "$src/tests/lib/cluster.sh"
 KAGENT=$build/bridges/cli/kagent
 CLUSTER_DIR=$(mktemp -d /tmp/kagent-csbx.XXXXXX)
 chmod 755 "$CLUSTER_DIR"
@@ -32,11 +33,9 @@ export CLUSTER_NODE1_YAML CLUSTER_NODE2_YAML CLUSTER_NODE3_YAML
 declare -A API PID
 
 cleanup() {
-  local status=$? l
+  local status=$?
   if [ $status != 0 ]; then
-    for l in "$CLUSTER_DIR"/node-*/node.log; do
-      [ -f "$l" ] && { echo "--- $l (last 40 lines)" >&2; tail -40 "$l" >&2; }
-    done
+    cluster_logs
     rm -rf /tmp/kagent-csbx-failed && mkdir -p /tmp/kagent-csbx-failed &&
       for i in 1 2 3; do cp "$CLUSTER_DIR/node-$i/node.log" "/tmp/kagent-csbx-failed/node-$i.log" 2>/dev/null || true; done
   fi
@@ -53,6 +52,14 @@ d = json.load(sys.stdin)
 for k in sys.argv[1].split("."): d = d.get(k, "") if isinstance(d, dict) else ""
 print(d)' "$1"; }
 get() { k "$1" sandbox get "$2" -o json | field "$3"; }
+until_state() { # i id state ms why: waits until node i reads that state, else fails with why
+  local t0
+  t0=$(date +%s%N)
+  until [ "$(get "$1" "$2" state)" = "$3" ]; do
+    [ "$(ms_since "$t0")" -lt "$4" ] || fail "$5 (state $(get "$1" "$2" state))"
+    sleep 0.1
+  done
+}
 
 # The busybox tools image in every node's image store (same content, same digest).
 rootfs=$CLUSTER_DIR/tools-rootfs
@@ -161,11 +168,7 @@ short=$(create 2 solo placed-short 5s) || fail "create a short-TTL sandbox"
 [ "$(get 3 "$short" node)" = node-3 ] || fail "the short-TTL sandbox is not on node 3"
 kill_ms=$(date +%s%3N)
 kill -KILL "${PID[3]}"
-t0=$(date +%s%N)
-until [ "$(get 1 "$sbx" state)" = RUNTIME_STATE_FAILED ]; do
-  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 3's sandbox not FAILED 10 s after kill -9"
-  sleep 0.1
-done
+until_state 1 "$sbx" RUNTIME_STATE_FAILED 10000 "node 3's sandbox not FAILED 10 s after kill -9"
 failed_ms=$(( $(date +%s%3N) - kill_ms ))
 echo "CLUSTER kill9_sandbox_failed_ms=$failed_ms"
 [ "$failed_ms" -le 5000 ] || fail "FAILED $failed_ms ms after the kill (more than 5 s)"
@@ -174,19 +177,11 @@ taker=$(get 1 "$sbx" node)
 [[ $taker == node-1 || $taker == node-2 ]] || fail "taken over by '$taker'"
 s=$(create 2 anywhere after-kill) || fail "a create after the kill"
 [ "$(get 2 "$s" state)" = RUNTIME_STATE_READY ] || fail "a create after the kill is not READY"
-t0=$(date +%s%N)
-until [ "$(get 1 "$short" state)" = RUNTIME_STATE_DELETED ]; do
-  [ "$(ms_since "$t0")" -lt 15000 ] || fail "the lost node's short TTL did not expire: $(get 1 "$short" state)"
-  sleep 0.2
-done
+until_state 1 "$short" RUNTIME_STATE_DELETED 15000 "the lost node's short TTL did not expire"
 
 # ---- 5. SIGSTOP node 2 past its lease, SIGCONT ---------------------------------------------------
 kill -STOP "${PID[2]}"
-t0=$(date +%s%N)
-until [ "$(get 1 "$on2" state)" = RUNTIME_STATE_FAILED ]; do
-  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 2's sandbox not taken over while it is stopped"
-  sleep 0.1
-done
+until_state 1 "$on2" RUNTIME_STATE_FAILED 10000 "node 2's sandbox not taken over while it is stopped"
 [ "$(get 1 "$on2" node)" = node-1 ] || fail "node 2's sandbox went to $(get 1 "$on2" node)"
 kill -CONT "${PID[2]}"
 t0=$(date +%s%N)
