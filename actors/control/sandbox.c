@@ -578,9 +578,19 @@ static int s_ask(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t to, uint32_t type, c
     return rc;
 }
 
+/* This node's fence for a write (none on a node alone). */
+static void s_fence_of(const ka_sbx_t *self, ka_store_fence_t *f)
+{
+    if (!self->a.member)
+        return;
+    s_copy(f->node_id, sizeof f->node_id, self->a.member->self_id);
+    f->incarnation = atomic_load(&self->a.member->incarnation);
+}
+
 /* Every write is fenced: only while this node holds its lease (a node past its lease, e.g.
  * stopped and continued, writes nothing before its membership notices) and, in the store, only
- * while the record still names this node (another node took it over: KA_STORE_ESTALE). */
+ * while the record still names this node (another node took it over) and the node's lease holds
+ * under the incarnation it wrote with (the fencing counter): else KA_STORE_ESTALE. */
 static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     const ka_store_sandbox_update_t *u = &self->op.write;
@@ -593,6 +603,7 @@ static int s_send_write(krt_ctx_t *ctx, ka_sbx_t *self)
         memset(&k, 0, sizeof k);
         s_copy(k.id, sizeof k.id, u->id);
         s_copy(k.node, sizeof k.node, u->expect_node);
+        k.fence = u->fence;
         return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_DELETE, &k, sizeof k);
     }
     return s_ask(ctx, self, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_UPDATE, u, sizeof *u);
@@ -607,6 +618,7 @@ static int s_write(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_phase_t phase, int sta
     memset(u, 0, sizeof *u);
     s_copy(u->id, sizeof u->id, self->a.record.id);
     s_copy(u->expect_node, sizeof u->expect_node, self->a.record.node);
+    s_fence_of(self, &u->fence);
     u->set =
         KA_SB_SET_STATE | KA_SB_SET_OPERATION | (phase == KA_PH_RESULT ? KA_SB_SET_FAILURE : 0);
     u->expect_state = -1;

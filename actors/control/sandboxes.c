@@ -1040,9 +1040,11 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
                          .live_arg = self};
     if (!(self->pool = ka_pool_new(ctx, &po)))
         return KRT_ENOMEM;
+    if (self->a.member) /* recovers once the node holds its lease (sandboxes_cluster.c) */
+        return ka_mgr_cluster_start(ctx, self);
     ka_mgr_recover(ctx, self, 1, 0);
     ka_mgr_recover(ctx, self, 0, 0);
-    return self->a.member ? ka_mgr_cluster_start(ctx, self) : 0;
+    return 0;
 }
 
 static void s_terminate(krt_ctx_t *ctx, void *state, int reason)

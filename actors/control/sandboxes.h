@@ -7,8 +7,10 @@
  * compute and answers. Each sandbox actor is registered under its name (ka_sandbox_name:
  * "sandbox/<id>"), and the service layer sends the calls for one sandbox (get, lifecycle, guest)
  * straight there. The manager gets them only when no actor holds the name: it forwards them to
- * an actor it knows (one just spawned), or answers from the store (deleted, unknown, another
- * node's); lists read the store. At start the manager recovers every live record of this node:
+ * an actor it knows (one just spawned), or answers from the store (deleted, unknown), or hands
+ * them to the node serving the sandbox (sandboxes_cluster.c); lists read the store. At start
+ * (in a cluster: once the node holds its lease) the manager recovers every live record of this
+ * node:
  * expired ones are deleted, suspended ones get their TTL re-armed, and live ones, whose compute is
  * gone, come back SUSPENDED with reason ComputeLost and their /data kept where it was (a resume
  * boots them on it; one still being created is FAILED): a node crash loses no /data.

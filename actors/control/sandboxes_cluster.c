@@ -15,7 +15,10 @@
  *
  * Fencing: when this node stops holding its lease (ka_membership_member), every sandbox actor
  * here stops at once (parking its compute, writing nothing); once the node registers again
- * under a new incarnation, it recovers its records as after a restart.
+ * under a new incarnation, it recovers its records as after a restart. A node starting recovers
+ * only once registered: a lapsed node's sandboxes are either taken over before (they name the
+ * taker then) or not at all (the takeover's compare-and-set sees the new incarnation), never
+ * both. Every sandbox write carries the node's incarnation (ka_store_fence_t).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -272,8 +275,8 @@ void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self)
     int64_t inc = atomic_load(&self->a.member->incarnation);
     if (self->member && !member)
         s_fence(ctx, self);
-    if (member && !self->member && self->incarnation && inc != self->incarnation) {
-        ka_mgr_recover(ctx, self, 1, 0); /* registered again: what still names this node */
+    if (member && !self->member && inc != self->incarnation) {
+        ka_mgr_recover(ctx, self, 1, 0); /* registered (again): what still names this node */
         ka_mgr_recover(ctx, self, 0, 0);
     }
     self->member = member;

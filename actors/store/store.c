@@ -724,14 +724,16 @@ static void s_sandbox_get_delete(s_store_t *self, const krt_msg_t *msg)
                     "sandbox not found (id is not a UUID)");
         return;
     }
-    if (!S_STR(b->node, false))
-        S_INVALID("bad node");
-    const char *p[3] = {b->id, b->creator, b->node};
+    char inc[32];
+    if (!S_STR(b->node, false) || !S_STR(b->fence.node_id, false))
+        S_INVALID("bad node or fence");
+    snprintf(inc, sizeof inc, "%lld", (long long)b->fence.incarnation);
+    const char *p[5] = {b->id, b->creator, b->node, b->fence.node_id, inc};
     if (msg->type == KA_STORE_SANDBOX_GET) {
         ka_pg_stmt_t st = {"sb_get", 2, p};
         s_submit(self, msg, &st, 1, s_done_sandbox, 0);
     } else {
-        ka_pg_stmt_t st[2] = {{"sb_delete", 3, p}, {"sb_tombstone", 1, p}};
+        ka_pg_stmt_t st[2] = {{"sb_delete", 5, p}, {"sb_tombstone", 1, p}};
         s_submit(self, msg, st, 2, s_done_sandbox, 0);
     }
 }
@@ -776,7 +778,7 @@ static void s_sandbox_update(s_store_t *self, const krt_msg_t *msg)
     S_BODY(ka_store_sandbox_update_t, b);
     if (!S_STR(b->id, true) || !S_STR(b->failure_reason, false) ||
         !S_STR(b->failure_message, false) || !S_STR(b->node, false) ||
-        !S_STR(b->expect_node, false))
+        !S_STR(b->expect_node, false) || !S_STR(b->fence.node_id, false))
         S_INVALID("bad update");
     const char *state = (b->set & KA_SB_SET_STATE) ? ka_state_name(b->state) : NULL;
     const char *op = (b->set & KA_SB_SET_OPERATION) ? ka_op_name(b->operation) : NULL;
@@ -790,16 +792,20 @@ static void s_sandbox_update(s_store_t *self, const krt_msg_t *msg)
         return;
     }
     bool fail = b->set & KA_SB_SET_FAILURE;
-    const char *p[8] = {b->id,
-                        state,
-                        op,
-                        fail ? b->failure_reason : NULL,
-                        fail ? b->failure_message : NULL,
-                        (b->set & KA_SB_SET_NODE) ? b->node : NULL,
-                        expect,
-                        b->expect_node};
+    char inc[32];
+    snprintf(inc, sizeof inc, "%lld", (long long)b->fence.incarnation);
+    const char *p[10] = {b->id,
+                         state,
+                         op,
+                         fail ? b->failure_reason : NULL,
+                         fail ? b->failure_message : NULL,
+                         (b->set & KA_SB_SET_NODE) ? b->node : NULL,
+                         expect,
+                         b->expect_node,
+                         b->fence.node_id,
+                         inc};
     const char *g[2] = {b->id, ""};
-    ka_pg_stmt_t st[2] = {{"sb_update", 8, p}, {"sb_get", 2, g}};
+    ka_pg_stmt_t st[2] = {{"sb_update", 10, p}, {"sb_get", 2, g}};
     s_submit(self, msg, st, 2, s_done_sandbox, 0);
 }
 

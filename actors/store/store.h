@@ -187,6 +187,14 @@ typedef struct ka_store_sandbox_reply {
     ka_store_sandbox_t sandbox;
 } ka_store_sandbox_reply_t;
 
+/* A write's fence: node_id "" = none; else the write applies only while that node holds its
+ * lease under this incarnation (the fencing counter), by the database's clock; otherwise
+ * KA_STORE_ESTALE. A node fenced, or registered again since, writes nothing. */
+typedef struct ka_store_fence {
+    char node_id[KA_STORE_NODE_LEN];
+    int64_t incarnation;
+} ka_store_fence_t;
+
 /* Get / delete by id. creator "" matches any creator; otherwise a different creator's
  * sandbox is KA_STORE_ENOTFOUND. Delete sets DELETED/NONE, deleted_ms, and a tombstone;
  * deleting again returns the tombstoned record. */
@@ -195,6 +203,7 @@ typedef struct ka_store_sandbox_key {
     char creator[KA_STORE_CREATOR_LEN];
     char node[KA_STORE_NODE_LEN]; /* delete: "" any; else only while this node serves it (the
                                      fence: a node another one took over from deletes nothing) */
+    ka_store_fence_t fence;       /* delete: see ka_store_fence_t */
 } ka_store_sandbox_key_t;
 
 /* List, oldest first. Filters "" match anything (node: the sandboxes a node serves, for
@@ -239,7 +248,8 @@ typedef struct ka_store_sandbox_update {
     char failure_message[KA_STORE_MESSAGE_LEN];
     char node[KA_STORE_NODE_LEN];
     char expect_node[KA_STORE_NODE_LEN]; /* "" any; else applies only while this node serves
-                                            it, else KA_STORE_ESTALE (the fence) */
+                                            it, else KA_STORE_ESTALE */
+    ka_store_fence_t fence;
 } ka_store_sandbox_update_t;
 
 /* ---------------------------------------------------------------------------------------- */

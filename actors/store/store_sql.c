@@ -28,6 +28,12 @@
                                                       " ('RUNTIME_STATE_FAILED', "                 \
                                                       "'RUNTIME_STATE_DELETED')), draining"
 
+/* The fence of a node's write: node id `id` ('' = no fence) holds its lease under incarnation
+ * `inc` (the fencing counter), by the database's clock. */
+#define S_FENCE(id, inc)                                                                           \
+    "(" id " = '' OR EXISTS (SELECT FROM ka_nodes WHERE id = " id " AND incarnation = " inc        \
+    "::int8 AND lease_expires_at > now()))"
+
 static const ka_store_sql_t s_statements[] = {
     {"sb_ins", 8,
      "INSERT INTO ka_sandboxes (creator, request_id, name, template_namespace, template_name,"
@@ -58,18 +64,19 @@ static const ka_store_sql_t s_statements[] = {
      " AND ($2 = '' OR template_namespace = $2) AND ($3 = '' OR template_name = $3)"
      " AND ($7 = '' OR node = $7)"
      " AND ($4::bool OR deleted_at IS NULL) ORDER BY created_at, id LIMIT $5::int OFFSET $6::int"},
-    {"sb_update", 8,
+    {"sb_update", 10,
      "UPDATE ka_sandboxes SET state = coalesce($2, state), operation = coalesce($3, operation),"
      " failure_reason = coalesce($4, failure_reason),"
      " failure_message = coalesce($5, failure_message), node = coalesce($6, node),"
      " updated_at = now() WHERE id = $1::uuid AND deleted_at IS NULL"
-     " AND ($7::text IS NULL OR state = $7) AND ($8 = '' OR node = $8) RETURNING " S_SB_COLS},
-    {"sb_delete", 3,
+     " AND ($7::text IS NULL OR state = $7) AND ($8 = '' OR node = $8) AND " S_FENCE(
+         "$9", "$10") " RETURNING " S_SB_COLS},
+    {"sb_delete", 5,
      "UPDATE ka_sandboxes SET state = 'RUNTIME_STATE_DELETED', operation = "
      "'RUNTIME_OPERATION_NONE',"
      " deleted_at = coalesce(deleted_at, now()), updated_at = now()"
-     " WHERE id = $1::uuid AND ($2 = '' OR creator = $2) AND ($3 = '' OR node = $3)"
-     " RETURNING " S_SB_COLS},
+     " WHERE id = $1::uuid AND ($2 = '' OR creator = $2) AND ($3 = '' OR node = $3) AND " S_FENCE(
+         "$4", "$5") " RETURNING " S_SB_COLS},
     {"sb_tombstone", 1,
      "INSERT INTO ka_tombstones (sandbox_id, creator, request_id, deleted_at)"
      " SELECT id, creator, request_id, deleted_at FROM ka_sandboxes"

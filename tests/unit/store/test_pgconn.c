@@ -532,8 +532,8 @@ static void test_store_statements_and_tombstone(void **unused)
     char id[64];
     snprintf(id, sizeof(id), "%s", r.value);
     assert_int_equal(strlen(id), 36);
-    const char *dp[3] = {id, "frank", ""};
-    ka_pg_stmt_t del[2] = {{"sb_delete", 3, dp}, {"sb_tombstone", 1, dp}};
+    const char *dp[5] = {id, "frank", "", "", "0"};
+    ka_pg_stmt_t del[2] = {{"sb_delete", 5, dp}, {"sb_tombstone", 1, dp}};
     assert_int_equal(ka_pgconn_submit(c, del, 2, 0, s_on_done, &r), 0);
     s_drive1(c, &done, 2, 10000);
     assert_int_equal(r.err, 0);

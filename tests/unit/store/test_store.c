@@ -633,11 +633,34 @@ static void test_takeover_fencing_and_drain(void **unused)
     assert_int_equal(got->state, KA_STATE_FAILED);
     assert_int_equal(got->deleted_ms, 0);
     krt_reply_free(&rep);
-    /* the taker's own fenced update goes through */
+    /* the taker's own update goes through under its incarnation (the fencing counter), not
+     * under another */
     snprintf(u.expect_node, sizeof(u.expect_node), "node-22");
+    snprintf(u.fence.node_id, sizeof(u.fence.node_id), "22");
+    u.fence.incarnation = taker_inc + 1;
     u.state = KA_STATE_DELETING;
     s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(rep.status, KA_STORE_ESTALE);
+    krt_reply_free(&rep);
+    u.fence.incarnation = taker_inc;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
     assert_int_equal(rep.status, 0);
+    krt_reply_free(&rep);
+    /* a node whose lease lapsed writes nothing, even under its incarnation */
+    ka_store_sandbox_t e;
+    s_create_on("tk-e", "node-21", &e);
+    snprintf(u.id, sizeof(u.id), "%s", e.id);
+    snprintf(u.expect_node, sizeof(u.expect_node), "node-21");
+    snprintf(u.fence.node_id, sizeof(u.fence.node_id), "21");
+    u.fence.incarnation = dead_inc;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(rep.status, KA_STORE_ESTALE);
+    krt_reply_free(&rep);
+    memset(&k, 0, sizeof(k));
+    snprintf(k.id, sizeof(k.id), "%s", e.id);
+    k.fence = u.fence;
+    s_call(KA_STORE_SANDBOX_DELETE, &k, sizeof(k), &rep);
+    assert_int_not_equal(rep.status, 0);
     krt_reply_free(&rep);
     /* drain */
     ka_store_node_heartbeat_t d;
