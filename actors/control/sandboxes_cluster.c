@@ -7,7 +7,7 @@
  * gets the create relayed (krt_relay: its sandbox actor answers the caller), marked placed so
  * it records the sandbox there, its node in the same insert as the record.
  *
- * Takeover: every second a member looks for nodes whose lease lapsed; for each (node,
+ * Takeover: every TICK_MS a member looks for nodes whose lease lapsed; for each (node,
  * incarnation) it asks the store to move that node's live sandboxes to itself (a
  * compare-and-set on the incarnation: FAILED with reason NodeLost), and adopts them: their TTLs
  * run here, so expiry still happens. A node that registers again recovers only what still
@@ -28,7 +28,7 @@
 #include "peer.h"
 #include "sandboxes_int.h"
 
-#define TICK_MS       1000
+#define TICK_MS       250 /* a lapsed node is taken over within a quarter second of being seen */
 #define TAKEOVER_PAGE 100
 #define LAPSED_MAX    8 /* lapsed nodes looked at per tick */
 

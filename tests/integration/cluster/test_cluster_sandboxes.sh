@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sandboxes across a local cluster (deploy/cluster.sh up 3, a 2 s lease renewed every 500 ms):
+# Sandboxes across a local cluster (deploy/cluster.sh up 3, a 2.5 s lease renewed every 500 ms):
 #   1. placement: a template of pool `solo`, which only node 3 serves, created through node 1
 #      lands on node 3 (its record and node 3's log say so);
 #   2. any node serves any sandbox: through node 2 an exec (output streamed), an upload and a
@@ -19,7 +19,7 @@ src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 KAGENT=$build/bridges/cli/kagent
 CLUSTER_DIR=$(mktemp -d /tmp/kagent-csbx.XXXXXX)
 chmod 755 "$CLUSTER_DIR"
-export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0 CLUSTER_LEASE=2s CLUSTER_RENEW=500ms
+export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0 CLUSTER_LEASE=2500ms CLUSTER_RENEW=500ms
 CLUSTER_UID_BASES="$(test_uid_base) $(test_uid_base) $(test_uid_base)" ||
   { echo "FAIL: no uid ranges" >&2; exit 1; }
 export CLUSTER_UID_BASES
