@@ -324,6 +324,7 @@ static void s_reap(krt_sched_t *s, krt_actor_t *a)
 {
     krt_ctx_t *ctx = &s->ctx;
     ctx->node = NULL;
+    s->clock_ms = 0;
     krt__slot_kill(s->sys, a); /* no new messages or pins; then terminate sees a quiet actor */
     if (a->b->terminate && (a->flags & KRT_AF_INITED))
         a->b->terminate(ctx, a->state, a->exit_reason);
@@ -338,6 +339,7 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
     s->turn_sends = 0;
     uint32_t n = 0;
     while (n < sys->budget) {
+        s->clock_ms = 0; /* timers armed from here count from a new clock reading */
         if (atomic_load_explicit(&a->sig, memory_order_relaxed)) {
             s_signals(s, a);
             if (a->flags & KRT_AF_EXITING)

@@ -196,7 +196,6 @@ void krt_system_destroy(krt_system_t **sys_p)
     for (int i = 0; sys->scheds && i < sys->n_sched; i++) {
         krt_sched_t *s = &sys->scheds[i];
         krt__wheel_free_heap(&s->wheel);
-        krt__wheel_fini(&s->wheel);
         for (int c = 0; c < KRT_ACACHE_CLASSES; c++) {
             while (s->acache[c]) {
                 void *blk = s->acache[c];
