@@ -239,6 +239,12 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
+/* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
+ * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
+ * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
+#define KRT_SPIN_MIN      16
+#define KRT_SPIN_MAX      1000
+#define KRT_PARK_SHORT_NS 50000
 
 struct krt_ctx {
     krt_system_t *sys;
@@ -258,6 +264,7 @@ struct krt_sched {
     krt_actor_t *next;           /* LIFO slot, owner only */
     krt_actor_t *_Atomic hazard; /* actor being re-checked after going idle */
     uint32_t next_streak;
+    uint32_t spin; /* idle polls before parking, KRT_SPIN_MIN..KRT_SPIN_MAX */
     _Atomic uint32_t parked;
     _Atomic uint32_t wake; /* futex word */
     krt_wheel_t wheel;

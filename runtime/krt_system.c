@@ -104,6 +104,7 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         krt_sched_t *s = &sys->scheds[i];
         s->sys = sys;
         s->idx = i;
+        s->spin = KRT_SPIN_MAX;
         pthread_mutex_init(&s->rq_lock, NULL);
         krt__wheel_init(&s->wheel, now);
         s->ctx.sys = sys;
