@@ -5,11 +5,12 @@
  * item and pushes it onto an intrusive lock-free MPSC queue (Vyukov). The queue, the sockets
  * and the peer table belong to whoever holds `work`: the mesh's I/O thread except while it
  * sleeps in zmq_poll on the ROUTER socket and an eventfd, or a thread flushing its sends that
- * finds `work` free, which then writes the queue out itself (a ZeroMQ socket may change threads
- * across a full barrier, which the mutex gives). That saves a round trip a thread wake-up each
- * way. A producer that finds `work` taken writes the eventfd only when the I/O thread has
- * announced it is about to sleep (`armed`), so a busy mesh costs no syscall per message on the
- * send side.
+ * finds `work` free, which then writes the queued frames out itself up to the first control
+ * item (peers, monitors, disconnects stay on the I/O thread: their work calls back into the
+ * runtime); a ZeroMQ socket may change threads across a full barrier, which the mutex gives.
+ * That saves a round trip a thread wake-up each way. A producer that finds `work` taken writes the
+ * eventfd only when the I/O thread has announced it is about to sleep (`armed`), so a busy mesh
+ * costs no syscall per message on the send side.
  *
  * Batching: a runtime thread's sends to one peer accumulate in a thread-local open frame
  * (krt_mesh_frame.h) until the runtime flushes (the end of a scheduler turn, or at once off the
@@ -230,6 +231,8 @@ struct krt_mesh {
     uint64_t id;                          /* process-unique, for thread-local open frames */
     _Atomic uint64_t next_ref;
     s_queue_t q;
+    s_item_t *held; /* holder of `work`: an item a flushing thread popped but left to the I/O
+                       thread (not a send); it goes before the queue */
     krt_transport_t transport;
 
     _Atomic uint64_t st_sent, st_received, st_dropped, st_undeliverable, st_malformed,
@@ -660,26 +663,52 @@ static void s_do_item(krt_mesh_t *m, s_item_t *it)
     }
 }
 
+/* The next item to work on (I/O thread): the one a flushing thread held back, then the queue's. */
+static s_item_t *s_next(krt_mesh_t *m)
+{
+    s_item_t *it = m->held;
+    if (!it)
+        return s_queue_pop(&m->q);
+    m->held = NULL;
+    return it;
+}
+
 static void s_drain(krt_mesh_t *m)
 {
     for (int i = 0; i < S_DRAIN_BATCH; i++) {
-        s_item_t *it = s_queue_pop(&m->q);
+        s_item_t *it = s_next(m);
         if (!it)
             return;
         s_do_item(m, it);
     }
 }
 
-/* Writes the queue out on this thread if the I/O thread is not at work (it sleeps in zmq_poll),
- * else leaves it to the I/O thread, woken if it sleeps. */
+/* A flushing thread writes the queued frames out up to the first item that is not a send
+ * (peers, monitors, disconnects: their work calls back into the runtime, so they stay on the
+ * I/O thread), which it holds for the I/O thread. */
+static void s_drain_sends(krt_mesh_t *m)
+{
+    for (int i = 0; i < S_DRAIN_BATCH && !m->held; i++) {
+        s_item_t *it = s_queue_pop(&m->q);
+        if (!it)
+            return;
+        if (it->kind == S_IT_SEND)
+            s_do_send(m, it);
+        else
+            m->held = it;
+    }
+}
+
+/* Writes the queued frames out on this thread if the I/O thread is not at work (it sleeps in
+ * zmq_poll), else leaves them to the I/O thread, woken if it sleeps. */
 static void s_write_out(krt_mesh_t *m)
 {
     if (pthread_mutex_trylock(&m->work) != 0) {
         s_wake(m);
         return;
     }
-    s_drain(m);
-    bool more = s_queue_busy(&m->q);
+    s_drain_sends(m);
+    bool more = m->held || s_queue_busy(&m->q);
     pthread_mutex_unlock(&m->work);
     if (more)
         s_wake(m);
@@ -923,7 +952,7 @@ static void s_io_cleanup(krt_mesh_t *m)
     s_item_t *it;
     /* Producers are gone (stop waited for them), so the queue is consistent: what was sent
      * before stop goes out, then every peer hears our goodbye. */
-    while ((it = s_queue_pop(&m->q)) != NULL) {
+    while ((it = s_next(m)) != NULL) {
         if (it->kind == S_IT_SEND) {
             s_do_send(m, it);
             continue;
@@ -981,7 +1010,7 @@ static void *s_io_main(void *arg)
         if (zap >= 0 && (timeout < 0 || zap < timeout))
             timeout = zap;
         atomic_store(&m->armed, true);
-        if (s_queue_busy(&m->q))
+        if (m->held || s_queue_busy(&m->q))
             timeout = 0;
         pthread_mutex_unlock(&m->work);
         int rc = zmq_poll(items, n_items, timeout);
