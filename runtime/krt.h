@@ -294,7 +294,9 @@ int64_t krt_mono_ms(void);
 int64_t krt_wall_ms(void);
 
 /* (Re)arms t: after delay_ms the owning actor receives a message of `type` (body empty, ref =
- * `ref`). Re-arming an armed timer moves it. */
+ * `ref`). Re-arming an armed timer moves it. The delay counts from the clock reading the
+ * runtime takes once per message handled (at its first timer), so the timers one handler arms
+ * share a start. */
 int krt_timer_arm(krt_ctx_t *ctx, krt_timer_t *t, uint64_t delay_ms, uint32_t type, uint64_t ref);
 /* Cancels t; true if it was armed and will not fire. Safe on an idle timer. */
 bool krt_timer_cancel(krt_ctx_t *ctx, krt_timer_t *t);

@@ -115,8 +115,11 @@ _Static_assert(sizeof(krt_tmr_t) <= sizeof(krt_timer_t), "krt_timer_t too small"
 #define KRT_WHEEL_SLOTS  (1u << KRT_WHEEL_BITS)
 #define KRT_WHEEL_LEVELS 6
 
+/* A wheel's lock is a test-and-set spin lock: arm and cancel hold it for a few stores (an
+ * uncontended pthread mutex cost as much as the arm itself), firing holds it while it pushes
+ * the due timers' messages. A waiter spins briefly, then yields the CPU. */
 typedef struct krt_wheel {
-    pthread_mutex_t lock;
+    _Atomic bool lock;
     uint64_t now;   /* last processed tick */
     uint64_t count; /* timers in the wheel */
     krt_tlist_t slots[KRT_WHEEL_LEVELS][KRT_WHEEL_SLOTS];
@@ -125,9 +128,25 @@ typedef struct krt_wheel {
 typedef void (*krt_fire_fn)(void *user, krt_tmr_t *t);
 
 void krt__wheel_init(krt_wheel_t *w, uint64_t now);
-void krt__wheel_fini(krt_wheel_t *w);
-/* The three below need w->lock held. */
+/* The slow path of krt__wheel_lock: spins, then yields, until it holds the lock. */
+void krt__wheel_lock_wait(krt_wheel_t *w);
+
+static inline void krt__wheel_lock(krt_wheel_t *w)
+{
+    if (atomic_exchange_explicit(&w->lock, true, memory_order_acquire))
+        krt__wheel_lock_wait(w);
+}
+
+static inline void krt__wheel_unlock(krt_wheel_t *w)
+{
+    atomic_store_explicit(&w->lock, false, memory_order_release);
+}
+
+/* The four below need the wheel's lock held. */
 void krt__wheel_add(krt_wheel_t *w, krt_tmr_t *t);
+/* Adds t to expire delay_ms after now (a clock reading in ms); an empty wheel's tick catches
+ * up with now first (it is only advanced while it holds timers). */
+void krt__wheel_add_in(krt_wheel_t *w, krt_tmr_t *t, uint64_t now, uint64_t delay_ms);
 void krt__wheel_del(krt_wheel_t *w, krt_tmr_t *t);
 /* Processes every tick up to now; each expired timer is unlinked, then passed to fire. */
 void krt__wheel_advance(krt_wheel_t *w, uint64_t now, krt_fire_fn fire, void *user);
@@ -220,6 +239,12 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
+/* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
+ * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
+ * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
+#define KRT_SPIN_MIN      16
+#define KRT_SPIN_MAX      1000
+#define KRT_PARK_SHORT_NS 50000
 
 struct krt_ctx {
     krt_system_t *sys;
@@ -239,11 +264,13 @@ struct krt_sched {
     krt_actor_t *next;           /* LIFO slot, owner only */
     krt_actor_t *_Atomic hazard; /* actor being re-checked after going idle */
     uint32_t next_streak;
+    uint32_t spin; /* idle polls before parking, KRT_SPIN_MIN..KRT_SPIN_MAX */
     _Atomic uint32_t parked;
     _Atomic uint32_t wake; /* futex word */
     krt_wheel_t wheel;
     krt_ctx_t ctx;
     uint64_t next_ref;
+    uint64_t clock_ms; /* krt_now_ms() for the timers the current message arms; 0 until read */
     krt_mlink_t *pool; /* free message nodes */
     uint32_t pool_n;
     uint32_t *free_slots;

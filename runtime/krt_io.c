@@ -96,10 +96,10 @@ static void s_call_put(krt_io_t *io, krt_callrec_t *r)
 static void s_async_finish(krt_io_t *io, krt_callrec_t *r, int err, const krt_msg_t *reply)
 {
     r->cb(r->user, err, reply);
-    pthread_mutex_lock(&io->gwheel.lock);
+    krt__wheel_lock(&io->gwheel);
     if ((r->timer.state & KRT_TS_MASK) == KRT_TS_ARMED)
         krt__wheel_del(&io->gwheel, &r->timer);
-    pthread_mutex_unlock(&io->gwheel.lock);
+    krt__wheel_unlock(&io->gwheel);
     free(r);
 }
 
@@ -260,14 +260,11 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
     pthread_mutex_unlock(&io->call_lock);
     if (timeout_ms > 0) {
         uint64_t now = krt_now_ms();
-        pthread_mutex_lock(&io->gwheel.lock);
-        if (!io->gwheel.count && now > io->gwheel.now)
-            __atomic_store_n(&io->gwheel.now, now, __ATOMIC_RELAXED);
-        r->timer.expires = now + (uint64_t)timeout_ms;
+        krt__wheel_lock(&io->gwheel);
         r->timer.state = KRT_TF_CALL | KRT_TS_ARMED;
-        krt__wheel_add(&io->gwheel, &r->timer);
+        krt__wheel_add_in(&io->gwheel, &r->timer, now, (uint64_t)timeout_ms);
         bool late = r->timer.expires < atomic_load(&io->poll_until); /* it sleeps past this */
-        pthread_mutex_unlock(&io->gwheel.lock);
+        krt__wheel_unlock(&io->gwheel);
         if (late)
             s_wake_poller(io);
     }
@@ -277,10 +274,10 @@ int krt_call_async(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *
         krt_callrec_t *mine = s_call_take(io, r->ref);
         pthread_mutex_unlock(&io->call_lock);
         if (mine) { /* nobody else will touch it: drop it without the callback */
-            pthread_mutex_lock(&io->gwheel.lock);
+            krt__wheel_lock(&io->gwheel);
             if ((r->timer.state & KRT_TS_MASK) == KRT_TS_ARMED)
                 krt__wheel_del(&io->gwheel, &r->timer);
-            pthread_mutex_unlock(&io->gwheel.lock);
+            krt__wheel_unlock(&io->gwheel);
             free(r);
             return rc;
         }
@@ -311,9 +308,9 @@ static void s_call_fire(void *user, krt_tmr_t *t)
 static void s_tick_calls(krt_io_t *io)
 {
     krt_tick_t tk = {io, NULL};
-    pthread_mutex_lock(&io->gwheel.lock);
+    krt__wheel_lock(&io->gwheel);
     krt__wheel_advance(&io->gwheel, krt_now_ms(), s_call_fire, &tk);
-    pthread_mutex_unlock(&io->gwheel.lock);
+    krt__wheel_unlock(&io->gwheel);
     while (tk.won) {
         krt_callrec_t *r = tk.won;
         tk.won = r->next;
@@ -570,6 +567,5 @@ void krt__io_destroy(krt_io_t **io_p)
     pthread_cond_destroy(&io->job_cond);
     pthread_mutex_destroy(&io->watch_lock);
     pthread_mutex_destroy(&io->call_lock);
-    krt__wheel_fini(&io->gwheel);
     free(io);
 }

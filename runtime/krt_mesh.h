@@ -11,10 +11,10 @@
  * a message's kind (plain, request, reply), ref and status, so a krt_request to a remote actor
  * is answered, fails or times out exactly as a local one. A mesh installs
  * itself as its system's transport (krt_system_set_transport); the runtime then hands it
- * every message for another node. The send path only encodes, pushes onto a lock-free queue
- * and, if the I/O thread sleeps, writes an eventfd: it never blocks a runtime thread. One I/O
- * thread per mesh owns every socket, writes outbound messages and hands inbound ones to
- * krt_system_deliver.
+ * every message for another node. The send path only encodes and pushes onto a lock-free
+ * queue; a flush (the end of a scheduler turn) then writes the queue to ZeroMQ itself if the
+ * mesh's I/O thread is asleep, or leaves it to that thread: it never blocks a runtime thread.
+ * One I/O thread per mesh reads every inbound message and hands it to krt_system_deliver.
  *
  * Optional: CURVE (this node's keys from a zcert file or z85 strings; each peer's public key
  * given to krt_mesh_connect): traffic is encrypted and peers are authenticated: an inbound

@@ -104,6 +104,7 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         krt_sched_t *s = &sys->scheds[i];
         s->sys = sys;
         s->idx = i;
+        s->spin = KRT_SPIN_MAX;
         pthread_mutex_init(&s->rq_lock, NULL);
         krt__wheel_init(&s->wheel, now);
         s->ctx.sys = sys;
@@ -196,7 +197,6 @@ void krt_system_destroy(krt_system_t **sys_p)
     for (int i = 0; sys->scheds && i < sys->n_sched; i++) {
         krt_sched_t *s = &sys->scheds[i];
         krt__wheel_free_heap(&s->wheel);
-        krt__wheel_fini(&s->wheel);
         for (int c = 0; c < KRT_ACACHE_CLASSES; c++) {
             while (s->acache[c]) {
                 void *blk = s->acache[c];

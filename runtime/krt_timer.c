@@ -12,9 +12,10 @@
  */
 #include "krt_int.h"
 
+#include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
 
 /* A krt_send_after timer: allocated, fires once, then frees itself. */
 typedef struct krt_heap_tmr {
@@ -49,7 +50,7 @@ static void s_tl_remove(krt_tlist_t *n)
 
 void krt__wheel_init(krt_wheel_t *w, uint64_t now)
 {
-    pthread_mutex_init(&w->lock, NULL);
+    atomic_init(&w->lock, false);
     w->now = now;
     w->count = 0;
     for (int l = 0; l < KRT_WHEEL_LEVELS; l++)
@@ -57,9 +58,17 @@ void krt__wheel_init(krt_wheel_t *w, uint64_t now)
             s_tl_init(&w->slots[l][i]);
 }
 
-void krt__wheel_fini(krt_wheel_t *w)
+void krt__wheel_lock_wait(krt_wheel_t *w)
 {
-    pthread_mutex_destroy(&w->lock);
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&w->lock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&w->lock, true, memory_order_acquire))
+            return;
+        if (spins < 64)
+            krt__relax();
+        else
+            sched_yield(); /* the holder may be preempted: let it run */
+    }
 }
 
 /* Places t by its expiry relative to w->now (expiry >= now). */
@@ -83,6 +92,14 @@ void krt__wheel_add(krt_wheel_t *w, krt_tmr_t *t)
         t->expires = w->now + 1;
     s_place(w, t);
     __atomic_store_n(&w->count, w->count + 1, __ATOMIC_RELAXED);
+}
+
+void krt__wheel_add_in(krt_wheel_t *w, krt_tmr_t *t, uint64_t now, uint64_t delay_ms)
+{
+    if (!w->count && now > w->now)
+        __atomic_store_n(&w->now, now, __ATOMIC_RELAXED);
+    t->expires = now + delay_ms;
+    krt__wheel_add(w, t);
 }
 
 void krt__wheel_del(krt_wheel_t *w, krt_tmr_t *t)
@@ -159,14 +176,14 @@ uint64_t krt__wheel_next(const krt_wheel_t *w)
 
 int krt__wheel_wait_ms(krt_wheel_t *w, uint64_t now, _Atomic uint64_t *until)
 {
-    pthread_mutex_lock(&w->lock);
+    krt__wheel_lock(w);
     uint64_t next = krt__wheel_next(w);
     int ms = -1;
     if (next != UINT64_MAX)
         ms = next <= now + 1 ? 1 : next - now > INT32_MAX ? INT32_MAX : (int)(next - now);
     if (until)
         atomic_store(until, ms < 0 ? UINT64_MAX : now + (uint64_t)ms);
-    pthread_mutex_unlock(&w->lock);
+    krt__wheel_unlock(w);
     return ms;
 }
 
@@ -221,9 +238,18 @@ static void s_fire(void *user, krt_tmr_t *t)
 
 void krt__timers_fire(krt_sched_t *s, uint64_t now)
 {
-    pthread_mutex_lock(&s->wheel.lock);
+    krt__wheel_lock(&s->wheel);
     krt__wheel_advance(&s->wheel, now, s_fire, s);
-    pthread_mutex_unlock(&s->wheel.lock);
+    krt__wheel_unlock(&s->wheel);
+}
+
+/* The time the current message's timers count from: the clock is read once per message
+ * handled (scheduler s clears clock_ms before each), not once per timer. */
+static uint64_t s_clock(krt_sched_t *s)
+{
+    if (!s->clock_ms)
+        s->clock_ms = krt_now_ms();
+    return s->clock_ms;
 }
 
 void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t delay_ms)
@@ -231,17 +257,14 @@ void krt__tmr_arm(krt_sched_t *s, krt_actor_t *owner, krt_tmr_t *t, uint64_t del
     if ((t->state & KRT_TS_MASK) != KRT_TS_IDLE)
         krt__tmr_cancel(s->sys, owner, t);
     krt_wheel_t *w = &s->wheel;
-    uint64_t now = krt_now_ms();
+    uint64_t now = s_clock(s);
     t->owner = owner;
     t->seq++;
     t->wheel = (uint8_t)s->idx;
-    pthread_mutex_lock(&w->lock);
-    if (!w->count && now > w->now)
-        __atomic_store_n(&w->now, now, __ATOMIC_RELAXED);
-    t->expires = now + delay_ms;
     t->state = (uint8_t)((t->state & ~KRT_TS_MASK) | KRT_TS_ARMED);
-    krt__wheel_add(w, t);
-    pthread_mutex_unlock(&w->lock);
+    krt__wheel_lock(w);
+    krt__wheel_add_in(w, t, now, delay_ms);
+    krt__wheel_unlock(w);
     s_list_add(owner, t);
 }
 
@@ -250,12 +273,12 @@ bool krt__tmr_cancel(krt_system_t *sys, krt_actor_t *owner, krt_tmr_t *t)
     if ((t->state & KRT_TS_MASK) == KRT_TS_IDLE)
         return false; /* only this actor moves a timer out of IDLE */
     krt_wheel_t *w = &sys->scheds[t->wheel].wheel;
-    pthread_mutex_lock(&w->lock);
+    krt__wheel_lock(w);
     if ((t->state & KRT_TS_MASK) == KRT_TS_ARMED)
         krt__wheel_del(w, t);
     t->state &= (uint8_t)~KRT_TS_MASK;
     t->seq++;
-    pthread_mutex_unlock(&w->lock);
+    krt__wheel_unlock(w);
     s_list_del(owner, t);
     return true;
 }
@@ -351,13 +374,10 @@ int krt_send_after(krt_ctx_t *ctx, krt_addr_t to, uint64_t delay_ms, uint32_t ty
     h->t.state = KRT_TF_HEAP | KRT_TS_ARMED;
     h->t.wheel = (uint8_t)ctx->sched->idx;
     krt_wheel_t *w = &ctx->sched->wheel;
-    uint64_t now = krt_now_ms();
-    pthread_mutex_lock(&w->lock);
-    if (!w->count && now > w->now)
-        __atomic_store_n(&w->now, now, __ATOMIC_RELAXED);
-    h->t.expires = now + delay_ms;
-    krt__wheel_add(w, &h->t);
-    pthread_mutex_unlock(&w->lock);
+    uint64_t now = s_clock(ctx->sched);
+    krt__wheel_lock(w);
+    krt__wheel_add_in(w, &h->t, now, delay_ms);
+    krt__wheel_unlock(w);
     return 0;
 }
 

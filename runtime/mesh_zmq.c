@@ -2,10 +2,15 @@
  * krt_mesh over ZeroMQ (see krt_mesh.h).
  *
  * Threads: runtime threads call s_transport_send, which encodes the envelope into a queue
- * item and pushes it onto an intrusive lock-free MPSC queue (Vyukov); the single consumer is
- * the mesh's I/O thread, which sleeps in zmq_poll on the ROUTER socket and an eventfd. A
- * producer writes the eventfd only when the I/O thread has announced it is about to sleep
- * (`armed`), so a busy mesh costs no syscall per message on the send side.
+ * item and pushes it onto an intrusive lock-free MPSC queue (Vyukov). The queue, the sockets
+ * and the peer table belong to whoever holds `work`: the mesh's I/O thread except while it
+ * sleeps in zmq_poll on the ROUTER socket and an eventfd, or a thread flushing its sends that
+ * finds `work` free, which then writes the queued frames out itself up to the first control
+ * item (peers, monitors, disconnects stay on the I/O thread: their work calls back into the
+ * runtime); a ZeroMQ socket may change threads across a full barrier, which the mutex gives.
+ * That saves a round trip a thread wake-up each way. A producer that finds `work` taken writes the
+ * eventfd only when the I/O thread has announced it is about to sleep (`armed`), so a busy mesh
+ * costs no syscall per message on the send side.
  *
  * Batching: a runtime thread's sends to one peer accumulate in a thread-local open frame
  * (krt_mesh_frame.h) until the runtime flushes (the end of a scheduler turn, or at once off the
@@ -162,7 +167,7 @@ static bool s_queue_busy(s_queue_t *q)
 
 typedef enum { S_PEER_UNKNOWN, S_PEER_UP, S_PEER_DOWN } s_peer_state_t;
 
-/* A node we send to (dealer) and/or hear from. I/O thread only. */
+/* A node we send to (dealer) and/or hear from. Holder of `work` only. */
 typedef struct s_peer {
     uint16_t node;
     void *dealer; /* owned; NULL if we only hear from this node */
@@ -184,7 +189,7 @@ typedef struct s_zap_wait {
     uint64_t deadline; /* ms, monotonic */
 } s_zap_wait_t;
 
-/* A node monitor. I/O thread only. */
+/* A node monitor. Holder of `work` only. */
 typedef struct s_mon {
     uint64_t ref;
     uint16_t node;
@@ -207,6 +212,7 @@ struct krt_mesh {
     void *ctx;    /* shared context (one reference), or our own with CURVE */
     void *router; /* I/O thread after start */
     void *zap;    /* CURVE: ZAP handler (ROUTER: answers may wait), I/O thread after start */
+    pthread_mutex_t work; /* the queue's consumer side, the dealers and what follows */
     char endpoint[256];
     int efd; /* wakes the I/O thread */
     pthread_t thread;
@@ -225,12 +231,14 @@ struct krt_mesh {
     uint64_t id;                          /* process-unique, for thread-local open frames */
     _Atomic uint64_t next_ref;
     s_queue_t q;
+    s_item_t *held; /* holder of `work`: an item a flushing thread popped but left to the I/O
+                       thread (not a send); it goes before the queue */
     krt_transport_t transport;
 
     _Atomic uint64_t st_sent, st_received, st_dropped, st_undeliverable, st_malformed,
         st_heartbeats, st_frames, st_stale, st_io_wakeups, st_signals;
 
-    /* I/O thread only */
+    /* holder of `work` only */
     s_peer_t *peers;
     size_t n_peers, cap_peers;
     s_mon_t *mons;
@@ -270,6 +278,8 @@ static void s_enqueue(krt_mesh_t *m, s_item_t *it)
     s_queue_push(&m->q, it);
     s_wake(m);
 }
+
+static void s_write_out(krt_mesh_t *m);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Send path (runtime threads)                                                                 */
@@ -318,7 +328,7 @@ static void s_flush_open(krt_mesh_t *m)
     }
     s_tl.n = 0;
     if (run)
-        s_wake(m);
+        s_write_out(m);
 }
 
 /* The open frame for node with room for need more bytes; NULL if out of memory. */
@@ -653,14 +663,55 @@ static void s_do_item(krt_mesh_t *m, s_item_t *it)
     }
 }
 
+/* The next item to work on (I/O thread): the one a flushing thread held back, then the queue's. */
+static s_item_t *s_next(krt_mesh_t *m)
+{
+    s_item_t *it = m->held;
+    if (!it)
+        return s_queue_pop(&m->q);
+    m->held = NULL;
+    return it;
+}
+
 static void s_drain(krt_mesh_t *m)
 {
     for (int i = 0; i < S_DRAIN_BATCH; i++) {
-        s_item_t *it = s_queue_pop(&m->q);
+        s_item_t *it = s_next(m);
         if (!it)
             return;
         s_do_item(m, it);
     }
+}
+
+/* A flushing thread writes the queued frames out up to the first item that is not a send
+ * (peers, monitors, disconnects: their work calls back into the runtime, so they stay on the
+ * I/O thread), which it holds for the I/O thread. */
+static void s_drain_sends(krt_mesh_t *m)
+{
+    for (int i = 0; i < S_DRAIN_BATCH && !m->held; i++) {
+        s_item_t *it = s_queue_pop(&m->q);
+        if (!it)
+            return;
+        if (it->kind == S_IT_SEND)
+            s_do_send(m, it);
+        else
+            m->held = it;
+    }
+}
+
+/* Writes the queued frames out on this thread if the I/O thread is not at work (it sleeps in
+ * zmq_poll), else leaves them to the I/O thread, woken if it sleeps. */
+static void s_write_out(krt_mesh_t *m)
+{
+    if (pthread_mutex_trylock(&m->work) != 0) {
+        s_wake(m);
+        return;
+    }
+    s_drain_sends(m);
+    bool more = m->held || s_queue_busy(&m->q);
+    pthread_mutex_unlock(&m->work);
+    if (more)
+        s_wake(m);
 }
 
 /* ZAP (RFC 27) over a ROUTER, so an answer can wait: frames are the client's routing id, an
@@ -901,7 +952,7 @@ static void s_io_cleanup(krt_mesh_t *m)
     s_item_t *it;
     /* Producers are gone (stop waited for them), so the queue is consistent: what was sent
      * before stop goes out, then every peer hears our goodbye. */
-    while ((it = s_queue_pop(&m->q)) != NULL) {
+    while ((it = s_next(m)) != NULL) {
         if (it->kind == S_IT_SEND) {
             s_do_send(m, it);
             continue;
@@ -949,6 +1000,7 @@ static void *s_io_main(void *arg)
         {m->router, 0, ZMQ_POLLIN, 0}, {NULL, m->efd, ZMQ_POLLIN, 0}, {m->zap, 0, ZMQ_POLLIN, 0}};
     int n_items = m->zap ? 3 : 2;
     m->next_hb = (uint64_t)krt_mono_ms();
+    pthread_mutex_lock(&m->work);
     while (atomic_load(&m->io_run)) {
         long timeout = -1;
         uint64_t now = (uint64_t)krt_mono_ms();
@@ -958,9 +1010,11 @@ static void *s_io_main(void *arg)
         if (zap >= 0 && (timeout < 0 || zap < timeout))
             timeout = zap;
         atomic_store(&m->armed, true);
-        if (s_queue_busy(&m->q))
+        if (m->held || s_queue_busy(&m->q))
             timeout = 0;
+        pthread_mutex_unlock(&m->work);
         int rc = zmq_poll(items, n_items, timeout);
+        pthread_mutex_lock(&m->work);
         atomic_store(&m->armed, false);
         if (rc > 0 && timeout != 0)
             atomic_fetch_add_explicit(&m->st_io_wakeups, 1, memory_order_relaxed);
@@ -983,6 +1037,7 @@ static void *s_io_main(void *arg)
         s_heartbeat(m, now);
     }
     s_io_cleanup(m);
+    pthread_mutex_unlock(&m->work);
     return NULL;
 }
 
@@ -1032,6 +1087,7 @@ krt_mesh_t *krt_mesh_new(krt_system_t *sys, const krt_mesh_config_t *cfg)
     m->max_msg = cfg->max_msg ? cfg->max_msg : S_MAX_MSG_DEF;
     m->queue_limit = cfg->queue_limit ? cfg->queue_limit : S_QUEUE_LIMIT_DEF;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->work, NULL);
     s_queue_init(&m->q);
     atomic_store(&m->next_ref, 1);
     m->transport.send = s_transport_send;
@@ -1056,6 +1112,7 @@ fail:
         close(m->efd);
     free(m->bind);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->work);
     free(m);
     return NULL;
 }
@@ -1355,6 +1412,7 @@ void krt_mesh_destroy(krt_mesh_t **m_p)
         s_ctx_release();
     free(m->bind);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->work);
     free(m);
     *m_p = NULL;
 }

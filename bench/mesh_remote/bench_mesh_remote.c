@@ -1,6 +1,7 @@
 /*
  * bench_mesh_remote: two krt systems (nodes 1 and 2, one scheduler each) in one process joined
- * by the mesh over tcp://127.0.0.1:
+ * by the mesh over tcp://127.0.0.1, once without CURVE and once with it (as kagentd runs its
+ * mesh); the ZeroMQ peers likewise, plain and with CURVE:
  *   - mesh_request_rtt_us: krt_request from an actor on node 1 to an echo actor on node 2, one
  *     in flight, p50 of RTT_N round trips; beside it plain ZeroMQ REQ/REP over tcp loopback
  *     (a thread answering, the main thread asking), p50 too. Also the mesh I/O threads'
@@ -9,15 +10,16 @@
  *     counter on node 2 (BURST per turn: one mesh frame each); beside it ZeroMQ PUSH/PULL with
  *     STREAM_N 16-byte messages.
  * ratio = times better than the peer (peer/value for latency, value/peer for throughput).
+ * BENCH names without a suffix are the plain runs, `_curve` the CURVE ones.
  */
 #include "krt.h"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <zmq.h>
 
 enum { T_PING = KRT_MSG_USER + 1, T_PONG, T_STREAM, T_MORE };
@@ -55,7 +57,9 @@ static double s_p50_us(uint64_t *v, size_t n)
 /* Actors                                                                                     */
 
 static _Atomic uint64_t s_count;
-static _Atomic bool s_done;
+/* Posted when a run is done: the main thread sleeps on it (a polling main thread took CPU from
+ * the threads being measured on this 2-core machine). */
+static sem_t s_done;
 
 static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
@@ -63,7 +67,7 @@ static void echo_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         krt_reply(ctx, msg, T_PONG, msg->body, msg->len);
     else if (msg->type == T_STREAM &&
              atomic_fetch_add_explicit(&s_count, 1, memory_order_relaxed) + 1 == STREAM_N)
-        atomic_store(&s_done, true);
+        sem_post(&s_done);
 }
 
 static const krt_behaviour_t s_echo = {.kind = "echo", .handle = echo_handle};
@@ -84,7 +88,7 @@ static void ping_done(krt_ctx_t *ctx, void *state, void *user, int err, const kr
         s_die("remote request", err);
     p->rtt[p->i++] = s_ns() - p->t0;
     if (p->i == RTT_N) {
-        atomic_store(&s_done, true);
+        sem_post(&s_done);
         return;
     }
     ping_next(ctx, p);
@@ -148,15 +152,22 @@ static const krt_behaviour_t s_streamer = {.kind = "streamer",
 /* ------------------------------------------------------------------------------------------ */
 /* The mesh pair                                                                              */
 
+/* CURVE key pairs (z85): [0] node 1 / the ZeroMQ server, [1] node 2 / the ZeroMQ client. */
+static char s_pub[2][41], s_sec[2][41];
+
 typedef struct node {
     krt_system_t *sys;
     krt_mesh_t *mesh;
 } node_t;
 
-static void node_up(node_t *n, uint16_t id)
+static void node_up(node_t *n, uint16_t id, bool curve)
 {
     krt_config_t cfg = {.node_id = id, .schedulers = 1, .job_threads = 1};
     krt_mesh_config_t mc = {.bind = "tcp://127.0.0.1:*"};
+    if (curve) {
+        mc.curve_public = s_pub[id - 1];
+        mc.curve_secret = s_sec[id - 1];
+    }
     n->sys = krt_system_new(&cfg);
     if (!n->sys || krt_system_start(n->sys))
         s_die("system", KRT_ENOMEM);
@@ -176,9 +187,8 @@ static void node_down(node_t *n)
 
 static void s_wait_done(void)
 {
-    while (!atomic_load(&s_done))
-        usleep(200);
-    atomic_store(&s_done, false);
+    while (sem_wait(&s_done) != 0)
+        ;
 }
 
 static uint64_t s_wakes(node_t *n)
@@ -215,22 +225,33 @@ static void *zmq_pull_main(void *sock)
     return NULL;
 }
 
+/* CURVE on a server and a client socket. */
+static int zmq_curve(void *srv, void *cli)
+{
+    int one = 1;
+    return zmq_setsockopt(srv, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+           zmq_setsockopt(srv, ZMQ_CURVE_SECRETKEY, s_sec[0], 40) ||
+           zmq_setsockopt(cli, ZMQ_CURVE_SERVERKEY, s_pub[0], 40) ||
+           zmq_setsockopt(cli, ZMQ_CURVE_PUBLICKEY, s_pub[1], 40) ||
+           zmq_setsockopt(cli, ZMQ_CURVE_SECRETKEY, s_sec[1], 40);
+}
+
 /* Two connected sockets of the given types over tcp loopback. */
-static void zmq_pair(void *ctx, int srv_type, int cli_type, void **srv, void **cli)
+static void zmq_pair(void *ctx, int srv_type, int cli_type, bool curve, void **srv, void **cli)
 {
     char ep[64];
     size_t len = sizeof ep;
     *srv = zmq_socket(ctx, srv_type);
     *cli = zmq_socket(ctx, cli_type);
-    if (zmq_bind(*srv, "tcp://127.0.0.1:*") || zmq_getsockopt(*srv, ZMQ_LAST_ENDPOINT, ep, &len) ||
-        zmq_connect(*cli, ep))
+    if ((curve && zmq_curve(*srv, *cli)) || zmq_bind(*srv, "tcp://127.0.0.1:*") ||
+        zmq_getsockopt(*srv, ZMQ_LAST_ENDPOINT, ep, &len) || zmq_connect(*cli, ep))
         s_die("zmq socket", -zmq_errno());
 }
 
-static double zmq_rtt_p50(void *ctx, uint64_t *rtt)
+static double zmq_rtt_p50(void *ctx, bool curve, uint64_t *rtt)
 {
     void *rep, *req;
-    zmq_pair(ctx, ZMQ_REP, ZMQ_REQ, &rep, &req);
+    zmq_pair(ctx, ZMQ_REP, ZMQ_REQ, curve, &rep, &req);
     pthread_t t;
     pthread_create(&t, NULL, zmq_rep_main, rep);
     char buf[64];
@@ -248,10 +269,10 @@ static double zmq_rtt_p50(void *ctx, uint64_t *rtt)
     return s_p50_us(rtt, RTT_N);
 }
 
-static double zmq_push_rate(void *ctx)
+static double zmq_push_rate(void *ctx, bool curve)
 {
     void *pull, *push;
-    zmq_pair(ctx, ZMQ_PULL, ZMQ_PUSH, &pull, &push);
+    zmq_pair(ctx, ZMQ_PULL, ZMQ_PUSH, curve, &pull, &push);
     int hwm = 0;
     zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
@@ -271,15 +292,21 @@ static double zmq_push_rate(void *ctx)
     return rate;
 }
 
-int main(void)
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct figures {
+    double rtt, rate;      /* p50 round trip (us), one-way msgs/s */
+    double wakes, per_env; /* mesh: I/O wake-ups per round trip, envelopes per frame */
+    double zmq_rtt, zmq_rate;
+} figures_t;
+
+static void mesh_run(bool curve, uint64_t *rtt, figures_t *f)
 {
-    krt_log_configure(KRT_LOG_WARN, false, NULL);
-    uint64_t *rtt = malloc(RTT_N * sizeof *rtt);
     node_t n[2];
-    node_up(&n[0], 1);
-    node_up(&n[1], 2);
-    if (krt_mesh_connect(n[0].mesh, 2, krt_mesh_endpoint(n[1].mesh), NULL) ||
-        krt_mesh_connect(n[1].mesh, 1, krt_mesh_endpoint(n[0].mesh), NULL))
+    node_up(&n[0], 1, curve);
+    node_up(&n[1], 2, curve);
+    if (krt_mesh_connect(n[0].mesh, 2, krt_mesh_endpoint(n[1].mesh), curve ? s_pub[1] : NULL) ||
+        krt_mesh_connect(n[1].mesh, 1, krt_mesh_endpoint(n[0].mesh), curve ? s_pub[0] : NULL))
         s_die("connect", KRT_EINVAL);
     krt_addr_t echo;
     if (krt_system_spawn(n[1].sys, &s_echo, NULL, NULL, &echo))
@@ -296,39 +323,69 @@ int main(void)
     if (krt_system_spawn(n[0].sys, &s_pinger, &p, NULL, &a))
         s_die("spawn", KRT_ENOMEM);
     s_wait_done();
-    double wakes = (double)(s_wakes(n) - w0) / RTT_N;
-    double mesh_rtt = s_p50_us(rtt, RTT_N);
+    f->wakes = (double)(s_wakes(n) - w0) / RTT_N;
+    f->rtt = s_p50_us(rtt, RTT_N);
 
+    atomic_store(&s_count, 0);
     uint64_t t0 = s_ns();
     if (krt_system_spawn(n[0].sys, &s_streamer, &echo, NULL, &a))
         s_die("spawn", KRT_ENOMEM);
     s_wait_done();
-    double mesh_rate = STREAM_N / ((double)(s_ns() - t0) / 1e9);
+    f->rate = STREAM_N / ((double)(s_ns() - t0) / 1e9);
     krt_mesh_stats_t st;
     krt_mesh_stats(n[0].mesh, &st);
-    double per_frame = st.frames ? (double)st.sent / (double)st.frames : 0;
+    f->per_env = st.frames ? (double)st.sent / (double)st.frames : 0;
     node_down(&n[0]);
     node_down(&n[1]);
+}
 
+static void zmq_run(bool curve, uint64_t *rtt, figures_t *f)
+{
     void *ctx = zmq_ctx_new();
-    double zmq_rtt = zmq_rtt_p50(ctx, rtt);
-    double zmq_rate = zmq_push_rate(ctx);
+    f->zmq_rtt = zmq_rtt_p50(ctx, curve, rtt);
+    f->zmq_rate = zmq_push_rate(ctx, curve);
     zmq_ctx_term(ctx);
+}
+
+static void s_print(const char *name, const char *unit, const char *peer, double v, double pv,
+                    bool low)
+{
+    printf("BENCH name=%s value=%.1f unit=%s peer=%s peer_value=%.1f ratio=%.2f\n", name, v, unit,
+           peer, pv, low ? pv / v : v / pv);
+}
+
+int main(void)
+{
+    krt_log_configure(KRT_LOG_WARN, false, NULL);
+    sem_init(&s_done, 0, 0);
+    for (int i = 0; i < 2; i++)
+        if (zmq_curve_keypair(s_pub[i], s_sec[i]))
+            s_die("zmq_curve_keypair", -zmq_errno());
+    uint64_t *rtt = malloc(RTT_N * sizeof *rtt);
+    figures_t f[2]; /* [0] plain, [1] CURVE */
+    for (int c = 0; c < 2; c++) {
+        mesh_run(c, rtt, &f[c]);
+        zmq_run(c, rtt, &f[c]);
+    }
     free(rtt);
 
-    printf("%-28s %12s %12s %8s\n", "benchmark", "krt mesh", "zeromq", "ratio");
-    printf("%-28s %12.1f %12.1f %7.2fx\n", "request rtt p50 (us)", mesh_rtt, zmq_rtt,
-           zmq_rtt / mesh_rtt);
-    printf("%-28s %12.0f %12.0f %7.2fx\n", "one-way msgs/s", mesh_rate, zmq_rate,
-           mesh_rate / zmq_rate);
-    printf("%-28s %12.1f\n", "I/O wake-ups per round trip", wakes);
-    printf("%-28s %12.1f\n", "envelopes per frame", per_frame);
-    printf("BENCH name=mesh_request_rtt_us value=%.1f unit=us peer=zmq_req_rep peer_value=%.1f "
-           "ratio=%.2f\n",
-           mesh_rtt, zmq_rtt, zmq_rtt / mesh_rtt);
-    printf("BENCH name=mesh_remote_msgs_per_s value=%.0f unit=msgs/s peer=zmq_push_pull "
-           "peer_value=%.0f ratio=%.2f\n",
-           mesh_rate, zmq_rate, mesh_rate / zmq_rate);
-    printf("BENCH name=mesh_rtt_io_wakeups value=%.1f unit=wakeups/roundtrip\n", wakes);
+    printf("%-28s %6s %12s %12s %8s\n", "benchmark", "curve", "krt mesh", "zeromq", "ratio");
+    for (int c = 0; c < 2; c++)
+        printf("%-28s %6s %12.1f %12.1f %7.2fx\n", "request rtt p50 (us)", c ? "on" : "off",
+               f[c].rtt, f[c].zmq_rtt, f[c].zmq_rtt / f[c].rtt);
+    for (int c = 0; c < 2; c++)
+        printf("%-28s %6s %12.0f %12.0f %7.2fx\n", "one-way msgs/s", c ? "on" : "off", f[c].rate,
+               f[c].zmq_rate, f[c].rate / f[c].zmq_rate);
+    for (int c = 0; c < 2; c++)
+        printf("%-28s %6s %12.1f\n", "I/O wake-ups per round trip", c ? "on" : "off", f[c].wakes);
+    for (int c = 0; c < 2; c++)
+        printf("%-28s %6s %12.1f\n", "envelopes per frame", c ? "on" : "off", f[c].per_env);
+    s_print("mesh_request_rtt_us", "us", "zmq_req_rep", f[0].rtt, f[0].zmq_rtt, true);
+    s_print("mesh_request_rtt_us_curve", "us", "zmq_req_rep_curve", f[1].rtt, f[1].zmq_rtt, true);
+    s_print("mesh_remote_msgs_per_s", "msgs/s", "zmq_push_pull", f[0].rate, f[0].zmq_rate, false);
+    s_print("mesh_remote_msgs_per_s_curve", "msgs/s", "zmq_push_pull_curve", f[1].rate,
+            f[1].zmq_rate, false);
+    printf("BENCH name=mesh_rtt_io_wakeups value=%.1f unit=wakeups/roundtrip\n", f[0].wakes);
+    printf("BENCH name=mesh_rtt_io_wakeups_curve value=%.1f unit=wakeups/roundtrip\n", f[1].wakes);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the runtime core: spawn/send/call, links and monitors (including targets that
  * are already dead), request timeouts and late replies, registry, pointer messages, jobs and fd
- * readiness, tree dump, and shutdown with live actors and full mailboxes.
+ * readiness, tree dump, shutdown with live actors and full mailboxes, and the idle spin that
+ * adapts.
  */
 #include "rt_test.h"
 
@@ -855,6 +856,23 @@ static void test_transport(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* A scheduler whose idle spells all end in a park (here: one call every 2 ms) polls its run
+ * queues less and less before parking, down to KRT_SPIN_MIN (it started at KRT_SPIN_MAX). */
+static void test_idle_spin_adapts(void **unused)
+{
+    krt_system_t *sys = rt_system(1);
+    krt_addr_t echo;
+    assert_int_equal(krt_system_spawn(sys, &echo_b, NULL, NULL, &echo), 0);
+    for (int i = 0; i < 10; i++) {
+        krt_reply_t r;
+        assert_int_equal(krt_call(sys, echo, T_ECHO, "x", 1, 5000, &r), 0);
+        krt_reply_free(&r);
+        rt_sleep_ms(2);
+    }
+    assert_int_equal(__atomic_load_n(&sys->scheds[0].spin, __ATOMIC_RELAXED), KRT_SPIN_MIN);
+    krt_system_destroy(&sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -874,6 +892,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_full_mailboxes),
         cmocka_unit_test(test_destroy_never_started),
         cmocka_unit_test(test_transport),
+        cmocka_unit_test(test_idle_spin_adapts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

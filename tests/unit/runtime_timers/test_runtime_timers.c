@@ -1,7 +1,8 @@
 /*
- * Timers: the wheel alone at level boundaries (driven tick by tick with synthetic time), actor
- * timers in order, cancel and re-arm while the fired message is in flight, 1 M timers armed
- * with half cancelled, send_after, and an actor stopping with armed timers.
+ * Timers: the wheel alone at level boundaries (driven tick by tick with synthetic time), its lock
+ * under two threads, actor timers in order, cancel and re-arm while the fired message is in
+ * flight, 1 M timers armed with half cancelled, send_after, an actor stopping with armed timers,
+ * and the clock read once per message.
  */
 #include "../runtime/rt_test.h"
 #include "krt_int.h"
@@ -70,7 +71,6 @@ static uint64_t run_wheel(uint64_t start, const uint64_t *deltas, size_t n, uint
     assert_int_equal(c.fired, total);
     assert_int_equal(c.wrong, 0);
     assert_int_equal(w->count, 0);
-    krt__wheel_fini(w);
     free(ts);
     free(w);
     return steps;
@@ -104,6 +104,38 @@ static void test_wheel_boundaries(void **unused)
     static const uint64_t sparse[] = {5000, 70000, 300000};
     uint64_t steps = run_wheel(12345, sparse, 3, 0, 1, true);
     assert_true(steps <= 3 * KRT_WHEEL_LEVELS * 2);
+}
+
+/* The wheel's spin lock excludes: two threads (as a scheduler arming and another cancelling
+ * across wheels) increment a plain counter under it. */
+#define LOCK_ROUNDS 1000000
+typedef struct {
+    krt_wheel_t w;
+    uint64_t counter;
+} locked_t;
+
+static void *lock_hammer(void *arg)
+{
+    locked_t *l = arg;
+    for (int i = 0; i < LOCK_ROUNDS; i++) {
+        krt__wheel_lock(&l->w);
+        l->counter++;
+        krt__wheel_unlock(&l->w);
+    }
+    return NULL;
+}
+
+static void test_wheel_lock_excludes(void **unused)
+{
+    locked_t *l = calloc(1, sizeof *l);
+    assert_non_null(l);
+    krt__wheel_init(&l->w, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lock_hammer, l), 0);
+    lock_hammer(l);
+    pthread_join(t, NULL);
+    assert_int_equal(l->counter, 2 * LOCK_ROUNDS);
+    free(l);
 }
 
 /* An idle node with a TTL far away: the scheduler sleeps until the timer is due instead of
@@ -178,7 +210,6 @@ static void test_wheel_cancel_and_clamp(void **unused)
     assert_true(far.expires < UINT64_MAX / 2); /* clamped to the wheel's range */
     krt__wheel_del(&w, &far);
     assert_int_equal(w.count, 0);
-    krt__wheel_fini(&w);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -450,17 +481,55 @@ static void test_timer_in_other_wheel(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* The clock is read once per message, not per timer: a timer armed by a later message counts
+ * from that message, not from the reading an earlier one took (one scheduler, so both messages
+ * run on the same thread and a stale reading would show). */
+typedef struct {
+    krt_timer_t first, second;
+} clk_t;
+static void clk_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    clk_t *s = state;
+    if (msg->type == T_GO)
+        krt_timer_arm(ctx, &s->first, 10000, T_FIRE, 1);
+    else if (msg->type == T_CHECK)
+        krt_timer_arm(ctx, &s->second, 40, T_FIRE, 2);
+    else if (msg->type == T_FIRE)
+        rt_ev(EV_FIRE, (int64_t)msg->ref, (int64_t)krt_now_ms(), 0);
+}
+static const krt_behaviour_t clk_b = {
+    .kind = "clk", .state_size = sizeof(clk_t), .handle = clk_handle};
+
+static void test_clock_read_per_message(void **unused)
+{
+    rt_reset();
+    krt_system_t *sys = rt_system(1);
+    krt_addr_t a;
+    assert_int_equal(krt_system_spawn(sys, &clk_b, NULL, NULL, &a), 0);
+    krt_system_send(sys, a, T_GO, NULL, 0);
+    rt_sleep_ms(100);
+    uint64_t t0 = krt_now_ms();
+    krt_system_send(sys, a, T_CHECK, NULL, 0);
+    rt_ev_t ev = {0};
+    assert_true(rt_wait(EV_FIRE, 5000, &ev));
+    assert_int_equal(ev.a, 2);
+    assert_true((uint64_t)ev.b - t0 >= 40);
+    krt_system_destroy(&sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wheel_boundaries),
         cmocka_unit_test(test_wheel_cancel_and_clamp),
+        cmocka_unit_test(test_wheel_lock_excludes),
         cmocka_unit_test(test_actor_timers_in_order),
         cmocka_unit_test(test_cancel_during_fire),
         cmocka_unit_test(test_million_timers),
         cmocka_unit_test(test_send_after_and_stop_with_timers),
         cmocka_unit_test(test_timer_in_other_wheel),
         cmocka_unit_test(test_idle_with_timer),
+        cmocka_unit_test(test_clock_read_per_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
