@@ -149,24 +149,26 @@ static const ka_store_sql_t s_statements[] = {
      * live sandboxes of a node whose lease lapsed under the incarnation the taker saw (the
      * compare-and-set: a node that registered again since is not taken over), locking that
      * node's row so it cannot register meanwhile. Their compute was lost with the node: FAILED
-     * with the reason, unless FAILED already or being deleted (the taker finishes the delete). */
+     * with the reason, unless FAILED already, being deleted (the taker finishes the delete), or
+     * suspended into object storage (s3://, gs://: resumable on the taker; not one whose /data
+     * stayed on the lost node's disk, ComputeLost). */
     {"node_takeover", 8,
      "WITH dead AS (SELECT name FROM ka_nodes WHERE id = $1 AND incarnation = $2::int8"
      " AND lease_expires_at <= now() FOR UPDATE),"
      " taker AS (SELECT FROM ka_nodes WHERE id = $4 AND incarnation = $5::int8"
      " AND lease_expires_at > now()),"
-     " moved AS (SELECT s.id AS mid FROM ka_sandboxes s JOIN dead ON s.node = dead.name"
+     " moved AS (SELECT s.id AS mid, (s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
+     " OR (s.state = 'RUNTIME_STATE_SUSPENDED' AND s.failure_reason <> 'ComputeLost'"
+     " AND coalesce((SELECT r.spec #>> '{substrate,snapshotPolicy,location}'"
+     " FROM ka_template_revisions r WHERE r.hash = s.revision), '') ~ '^(s3|gs)://')) AS keep"
+     " FROM ka_sandboxes s JOIN dead ON s.node = dead.name"
      " WHERE s.deleted_at IS NULL AND EXISTS (SELECT FROM taker) ORDER BY s.id"
      " LIMIT $8::int FOR UPDATE OF s)"
      " UPDATE ka_sandboxes s SET node = $3, updated_at = now(),"
-     " state = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
-     " THEN s.state ELSE 'RUNTIME_STATE_FAILED' END,"
-     " operation = CASE WHEN s.state = 'RUNTIME_STATE_DELETING' THEN s.operation"
-     " ELSE 'RUNTIME_OPERATION_NONE' END,"
-     " failure_reason = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
-     " THEN s.failure_reason ELSE $6 END,"
-     " failure_message = CASE WHEN s.state IN ('RUNTIME_STATE_FAILED', 'RUNTIME_STATE_DELETING')"
-     " THEN s.failure_message ELSE $7 END"
+     " state = CASE WHEN moved.keep THEN s.state ELSE 'RUNTIME_STATE_FAILED' END,"
+     " operation = CASE WHEN moved.keep THEN s.operation ELSE 'RUNTIME_OPERATION_NONE' END,"
+     " failure_reason = CASE WHEN moved.keep THEN s.failure_reason ELSE $6 END,"
+     " failure_message = CASE WHEN moved.keep THEN s.failure_message ELSE $7 END"
      " FROM moved WHERE s.id = moved.mid RETURNING " S_SB_COLS},
 };
 

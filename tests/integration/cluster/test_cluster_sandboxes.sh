@@ -7,7 +7,8 @@
 #      NotFound through node 2 as on node 3;
 #   3. drain: node 1 drained, creates of the default pool through node 1 land on node 2;
 #   4. kill -9 of node 3: its sandboxes become FAILED (NodeLost) on a survivor within 5 s, the
-#      short-TTL one still expires, creates keep working;
+#      short-TTL one still expires, one suspended into object storage (s3rver) stays SUSPENDED
+#      and resumes on the survivor with its /data, creates keep working;
 #   5. SIGSTOP of node 2 past its lease: node 1 takes its sandbox over; SIGCONT: node 2 fenced
 #      itself (sandboxes_fenced), and after it registers again it does not recover the sandbox
 #      node 1 took, and every write it might make is refused;
@@ -16,6 +17,7 @@ set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
 . "$src/tests/lib/cluster.sh"
+. "$src/tests/lib/s3rver.sh"
 KAGENT=$build/bridges/cli/kagent
 CLUSTER_DIR=$(mktemp -d /tmp/kagent-csbx.XXXXXX)
 chmod 755 "$CLUSTER_DIR"
@@ -31,6 +33,8 @@ CLUSTER_NODE1_YAML=$(pools kagent-default) CLUSTER_NODE2_YAML=$(pools kagent-def
 CLUSTER_NODE3_YAML=$(pools solo)
 export CLUSTER_NODE1_YAML CLUSTER_NODE2_YAML CLUSTER_NODE3_YAML
 declare -A API PID
+node_fail() { fail "$@"; } # for s3rver.sh
+WORK=$CLUSTER_DIR
 
 cleanup() {
   local status=$?
@@ -40,6 +44,7 @@ cleanup() {
       for i in 1 2 3; do cp "$CLUSTER_DIR/node-$i/node.log" "/tmp/kagent-csbx-failed/node-$i.log" 2>/dev/null || true; done
   fi
   for p in "${PID[@]:-}"; do [ -z "$p" ] || kill -CONT "$p" 2>/dev/null || true; done
+  s3_stop
   "$src/deploy/cluster.sh" down >/dev/null 2>&1 || true
   rm -rf "$CLUSTER_DIR"
 }
@@ -74,6 +79,11 @@ for i in 1 2 3; do
 done
 [ "${ref[1]}" = "${ref[3]}" ] || fail "the tools image differs between nodes: ${ref[1]} ${ref[3]}"
 
+# object storage every node reaches (the nodes take the keys from their environment)
+s3_install
+s3_start
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$S3PORT
 out=$("$src/deploy/cluster.sh" up 3 "$build") || fail "cluster.sh up 3"
 while read -r name url pid; do
   i=${name#node-}
@@ -95,7 +105,7 @@ import json, sys
 print(next(n["id"] for n in json.load(sys.stdin)["nodes"] if n["name"] == sys.argv[1]))' "$1"; }
 id1=$(node_id node-1) id2=$(node_id node-2)
 
-template() { # i name pool: applied through node i, Prepared
+template() { # i name pool [location]: applied through node i, Prepared
   cat > "$CLUSTER_DIR/$2.yaml" <<YAML
 apiVersion: api.kagent.dev/v1alpha3
 kind: SandboxTemplate
@@ -109,7 +119,7 @@ spec:
     workerPoolRef:
       name: $3
     snapshotPolicy:
-      location: file://$CLUSTER_DIR/snapshots/
+      location: ${4:-file://$CLUSTER_DIR/snapshots/}
 YAML
   k "$1" apply -f "$CLUSTER_DIR/$2.yaml" >/dev/null || fail "apply $2"
   for _ in $(seq 300); do
@@ -125,6 +135,7 @@ create() { # i template request-id [ttl] -> id
   echo "$out" | field id
 }
 template 3 solo solo
+template 3 solo-s3 solo s3://snaps/cluster/
 template 1 anywhere kagent-default
 
 # ---- 1. placement ------------------------------------------------------------------------------
@@ -164,6 +175,10 @@ done
 on2=$s
 
 # ---- 4. kill -9 of node 3 ------------------------------------------------------------------------
+s3box=$(create 1 solo-s3 placed-s3) || fail "create an object-storage sandbox"
+k 2 sandbox exec "$s3box" -- sh -c 'echo kept > kept.txt' >/dev/null || fail "write to s3box"
+k 2 sandbox suspend "$s3box" >/dev/null || fail "suspend through node 2"
+[ "$(get 3 "$s3box" state)" = RUNTIME_STATE_SUSPENDED ] || fail "s3box not SUSPENDED"
 short=$(create 2 solo placed-short 5s) || fail "create a short-TTL sandbox"
 [ "$(get 3 "$short" node)" = node-3 ] || fail "the short-TTL sandbox is not on node 3"
 kill_ms=$(date +%s%3N)
@@ -175,6 +190,11 @@ echo "CLUSTER kill9_sandbox_failed_ms=$failed_ms"
 [ "$(get 2 "$sbx" failure.reason)" = NodeLost ] || fail "reason: $(get 2 "$sbx" failure.reason)"
 taker=$(get 1 "$sbx" node)
 [[ $taker == node-1 || $taker == node-2 ]] || fail "taken over by '$taker'"
+[ "$(get 1 "$s3box" state)" = RUNTIME_STATE_SUSPENDED ] && [ "$(get 1 "$s3box" node)" != node-3 ] ||
+  fail "the object-storage sandbox: $(get 1 "$s3box" state) on $(get 1 "$s3box" node)"
+out=$(k 1 sandbox resume "$s3box" 2>&1) || fail "resume on the survivor: $out"
+[ "$(get 2 "$s3box" state)" = RUNTIME_STATE_READY ] || fail "s3box not READY after resume"
+[ "$(k 2 sandbox exec "$s3box" -- cat kept.txt)" = kept ] || fail "s3box lost its /data"
 s=$(create 2 anywhere after-kill) || fail "a create after the kill"
 [ "$(get 2 "$s" state)" = RUNTIME_STATE_READY ] || fail "a create after the kill is not READY"
 until_state 1 "$short" RUNTIME_STATE_DELETED 15000 "the lost node's short TTL did not expire"

@@ -519,7 +519,8 @@ static int64_t s_register(const char *id, const char *name, int64_t lease_ms)
     return inc;
 }
 
-static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *out)
+static void s_create_rev(const char *req, const char *node, const char *rev,
+                         ka_store_sandbox_t *out)
 {
     ka_store_sandbox_create_t c;
     memset(&c, 0, sizeof(c));
@@ -528,6 +529,7 @@ static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *o
     snprintf(c.template_namespace, sizeof(c.template_namespace), "default");
     snprintf(c.template_name, sizeof(c.template_name), "python");
     snprintf(c.node, sizeof(c.node), "%s", node);
+    snprintf(c.revision, sizeof(c.revision), "%s", rev);
     c.ttl_ms = 3600000;
     krt_reply_t rep;
     s_call(KA_STORE_SANDBOX_CREATE, &c, sizeof(c), &rep);
@@ -536,6 +538,12 @@ static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *o
     krt_reply_free(&rep);
 }
 
+static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *out)
+{
+    s_create_rev(req, node, "", out);
+}
+
+/* A takeover's moved records: *count of them, each now the taker's and FAILED. */
 static int s_takeover_call(const ka_store_takeover_t *t, uint32_t *count)
 {
     krt_reply_t rep;
@@ -680,6 +688,79 @@ static void test_takeover_fencing_and_drain(void **unused)
     for (uint32_t i = 0; i < nl->count; i++)
         if (strcmp(nl->items[i].id, "22") == 0)
             assert_false(nl->items[i].draining);
+    krt_reply_free(&rep);
+}
+
+/* Sets a sandbox's state and failure reason (no fence). */
+static void s_set_state(const char *id, int state, const char *reason)
+{
+    ka_store_sandbox_update_t u;
+    memset(&u, 0, sizeof(u));
+    snprintf(u.id, sizeof(u.id), "%s", id);
+    u.set = KA_SB_SET_STATE | KA_SB_SET_FAILURE;
+    u.state = state;
+    u.expect_state = -1;
+    snprintf(u.failure_reason, sizeof(u.failure_reason), "%s", reason);
+    krt_reply_t rep;
+    s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
+    assert_int_equal(rep.status, 0);
+    krt_reply_free(&rep);
+}
+
+static void s_revision(const char *hash, const char *location)
+{
+    char spec[256];
+    snprintf(spec, sizeof(spec),
+             "{\"workload\":{\"image\":\"x\"},\"env\":[],\"substrate\":{\"workerPoolRef\":"
+             "{\"name\":\"p\"},\"snapshotPolicy\":{\"location\":\"%s\"}}}",
+             location);
+    size_t len;
+    ka_store_revision_put_t *rp = ka_store_revision_put_new(hash, "default", "python", spec, &len);
+    assert_non_null(rp);
+    rp->state = KA_REV_PREPARED;
+    krt_reply_t rep;
+    s_call(KA_STORE_REVISION_PUT, rp, len, &rep);
+    assert_int_equal(rep.status, 0);
+    krt_reply_free(&rep);
+    free(rp);
+}
+
+/* A takeover keeps a sandbox suspended into object storage resumable (SUSPENDED, the taker's);
+ * one suspended to the lost node's disk, or whose /data stayed there (ComputeLost), FAILED. */
+static void test_takeover_keeps_object_storage_suspended(void **unused)
+{
+    int64_t dead_inc = s_register("31", "node-31", 1);
+    int64_t taker_inc = s_register("32", "node-32", 60000);
+    s_revision("rev-s3-31", "s3://snaps/p/");
+    s_revision("rev-file-31", "file:///var/snapshots/");
+    ka_store_sandbox_t s3, lost, local;
+    s_create_rev("tk-s3", "node-31", "rev-s3-31", &s3);
+    s_create_rev("tk-lost", "node-31", "rev-s3-31", &lost);
+    s_create_rev("tk-local", "node-31", "rev-file-31", &local);
+    s_set_state(s3.id, KA_STATE_SUSPENDED, "");
+    s_set_state(lost.id, KA_STATE_SUSPENDED, "ComputeLost");
+    s_set_state(local.id, KA_STATE_SUSPENDED, "");
+    usleep(20000); /* node-31's 1 ms lease has lapsed */
+    ka_store_takeover_t t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.node_id, sizeof(t.node_id), "31");
+    t.incarnation = dead_inc;
+    snprintf(t.taker_id, sizeof(t.taker_id), "32");
+    snprintf(t.taker, sizeof(t.taker), "node-32");
+    t.taker_incarnation = taker_inc;
+    snprintf(t.reason, sizeof(t.reason), "NodeLost");
+    krt_reply_t rep;
+    s_call(KA_STORE_NODE_TAKEOVER, &t, sizeof(t), &rep);
+    assert_int_equal(rep.status, 0);
+    const ka_store_sandbox_list_t *l = rep.body;
+    assert_int_equal(l->count, 3);
+    for (uint32_t i = 0; i < l->count; i++) {
+        const ka_store_sandbox_t *sb = &l->items[i];
+        assert_string_equal(sb->node, "node-32");
+        bool kept = strcmp(sb->id, s3.id) == 0;
+        assert_int_equal(sb->state, kept ? KA_STATE_SUSPENDED : KA_STATE_FAILED);
+        assert_string_equal(sb->failure_reason, kept ? "" : "NodeLost");
+    }
     krt_reply_free(&rep);
 }
 
@@ -932,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_templates_and_revisions),
         cmocka_unit_test(test_pools_and_nodes),
         cmocka_unit_test(test_takeover_fencing_and_drain),
+        cmocka_unit_test(test_takeover_keeps_object_storage_suspended),
         cmocka_unit_test(test_change_events),
         cmocka_unit_test(test_db_restart_under_load),
         cmocka_unit_test(test_refuses_newer_schema),
