@@ -61,20 +61,19 @@ json_t *kb_api_visible_tree(krt_system_t *sys, krt_addr_t root, const kb_auth_t 
 
 #define S_REMOTE_MS 5000
 
-/* Another node's tree, from its cluster actor over the mesh (`cluster@N`). */
-static json_t *s_remote_tree(kb_grpc_call_t *call, krt_system_t *sys, int node, const char *root,
-                             const kb_auth_t *auth, const char *caller)
+/* Another node's tree, from its cluster actor over the mesh (`cluster@N`): the tree, or NULL with
+ * why (msg) and the gRPC code. */
+static json_t *s_fetch_tree(krt_system_t *sys, int node, const char *root, const kb_auth_t *auth,
+                            const char *caller, char *msg, size_t cap, int *code)
 {
     char name[64];
     snprintf(name, sizeof name, "%s@%d", KA_CLUSTER_NAME, node);
     krt_reply_t r;
     int rc = krt_call_name(sys, name, KA_CLUSTER_TREE, root, strlen(root) + 1, S_REMOTE_MS, &r);
     if (rc || r.status) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "node %d did not answer: %s", node,
+        snprintf(msg, cap, "node %d did not answer: %s", node,
                  rc ? krt_strerror(rc) : (const char *)r.body);
-        kb_grpc_fail(
-            call, !rc && r.status == KRT_ENOACTOR ? KB_GRPC_NOT_FOUND : KB_GRPC_UNAVAILABLE, msg);
+        *code = !rc && r.status == KRT_ENOACTOR ? KB_GRPC_NOT_FOUND : KB_GRPC_UNAVAILABLE;
         if (!rc)
             krt_reply_free(&r);
         return NULL;
@@ -82,9 +81,55 @@ static json_t *s_remote_tree(kb_grpc_call_t *call, krt_system_t *sys, int node, 
     json_t *tree =
         r.len && ((const char *)r.body)[r.len - 1] == '\0' ? s_visible(r.body, auth, caller) : NULL;
     krt_reply_free(&r);
-    if (!tree)
-        kb_grpc_fail(call, KB_GRPC_INTERNAL, "cannot read the node's actor tree");
+    if (!tree) {
+        snprintf(msg, cap, "cannot read node %d's actor tree", node);
+        *code = KB_GRPC_INTERNAL;
+    }
     return tree;
+}
+
+static json_t *s_remote_tree(kb_grpc_call_t *call, krt_system_t *sys, int node, const char *root,
+                             const kb_auth_t *auth, const char *caller)
+{
+    char msg[256];
+    int code;
+    json_t *tree = s_fetch_tree(sys, node, root, auth, caller, msg, sizeof msg, &code);
+    if (!tree)
+        kb_grpc_fail(call, code, msg);
+    return tree;
+}
+
+/* Appends every other live node's tree to tree (an array); one that does not answer is a root
+ * of state "unreachable: ...". */
+static void s_cluster_trees(krt_system_t *sys, json_t *tree, const kb_auth_t *auth,
+                            const char *caller)
+{
+    krt_reply_t r;
+    if (krt_call(sys, krt_whereis(sys, KA_CLUSTER_NAME), KA_CLUSTER_NODES, NULL, 0, S_REMOTE_MS,
+                 &r))
+        return;
+    const ka_cluster_nodes_t *l = r.body;
+    for (uint32_t i = 0; !r.status && r.len >= sizeof *l &&
+                         r.len == sizeof *l + l->count * sizeof l->items[0] && i < l->count;
+         i++) {
+        const ka_cluster_node_t *c = &l->items[i];
+        if (c->self || !c->row.alive)
+            continue;
+        char msg[256], state[300];
+        int code;
+        int id = (int)strtol(c->row.id, NULL, 10);
+        json_t *t = s_fetch_tree(sys, id, "", auth, caller, msg, sizeof msg, &code);
+        if (t) {
+            json_array_extend(tree, t);
+            json_decref(t);
+            continue;
+        }
+        snprintf(state, sizeof state, "unreachable: %s", msg);
+        json_array_append_new(tree, json_pack("{s:s, s:s, s:s, s:s, s:[]}", "kind", "node", "name",
+                                              c->row.name, "path", c->row.name, "state", state,
+                                              "children"));
+    }
+    krt_reply_free(&r);
 }
 
 static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -106,6 +151,8 @@ static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
             return;
         }
         tree = kb_api_visible_tree(sys, root, api->o.auth, caller);
+        if (tree && req->cluster && !req->root[0])
+            s_cluster_trees(sys, tree, api->o.auth, caller);
     }
     char *json = tree ? json_dumps(tree, JSON_COMPACT) : NULL;
     json_decref(tree);

@@ -265,12 +265,35 @@ static void s_draw(FILE *out, const json_t *nodes, const char *prefix)
 }
 
 /* The node's name: the first segment of the first actor's path. */
+/* The node a root belongs to: its path up to the first '/' (len in *n). */
+static const char *s_node_of(const json_t *root, int *n)
+{
+    const char *path = json_string_value(json_object_get(root, "path"));
+    *n = path ? (int)strcspn(path, "/") : 0;
+    return path ? path : "";
+}
+
+/* Each node's roots under a heading with its name (a cluster's tree holds several nodes'). */
 static void s_draw_tree(FILE *out, const json_t *tree)
 {
-    const char *path = json_string_value(json_object_get(json_array_get(tree, 0), "path"));
-    int root = path ? (int)strcspn(path, "/") : 0;
-    fprintf(out, "%.*s\n", root, path ? path : "");
-    s_draw(out, tree, "");
+    size_t n = json_array_size(tree);
+    for (size_t i = 0; i < n || i == 0;) {
+        int len;
+        const char *node = s_node_of(json_array_get(tree, i), &len);
+        json_t *group = json_array();
+        for (; i < n; i++) {
+            int l;
+            const char *p = s_node_of(json_array_get(tree, i), &l);
+            if (l != len || strncmp(p, node, (size_t)len) != 0)
+                break;
+            json_array_append(group, json_array_get(tree, i));
+        }
+        fprintf(out, "%.*s\n", len, node);
+        s_draw(out, group, "");
+        json_decref(group);
+        if (n == 0)
+            break;
+    }
 }
 
 /* One fetch and print. 0, or the failed call's status code (after printing why unless it was
@@ -281,6 +304,7 @@ static int s_tree_once(kb_cli_t *cli, const kb_args_t *a, bool watching)
         KAGENT__RUNTIME__V1__GET_ACTOR_TREE_REQUEST__INIT;
     req.root = (char *)kb_args_str(a, "root");
     req.node_id = (int32_t)kb_args_int(a, "node");
+    req.cluster = !req.node_id && (!req.root || !req.root[0]); /* unless one node is asked */
     kb_rpc_t *rpc = kb_cli_rpc(cli);
     if (!rpc)
         return S_UNAVAILABLE;
@@ -484,7 +508,7 @@ static int s_run_stats(kb_cli_t *cli, const kb_args_t *a)
 static const kb_flag_t s_tree_flags[] = {
     {"root", 0, KB_F_STRING, NULL, "actor path or name to start from (default: the whole node)",
      "string"},
-    {"node", 0, KB_F_INT, "0", "node id (0 = the node answering)", "int32"},
+    {"node", 0, KB_F_INT, "0", "only this node's tree (0: every live node's)", "int32"},
     {"watch", 'w', KB_F_BOOL, NULL, "redraw every --interval until interrupted", NULL},
     {"interval", 0, KB_F_DURATION, "2s", "how often --watch redraws", "duration"},
     {0},
@@ -493,7 +517,7 @@ static const kb_flag_t s_tree_flags[] = {
 static const kb_cmd_t s_cmd_tree = {
     .name = "tree",
     .use = "tree [--watch]",
-    .short_help = "Draw the actor tree (-o json: the tree as JSON)",
+    .short_help = "Draw the actor tree of every live node (--node N: one; -o json: as JSON)",
     .flags = s_tree_flags,
     .min_args = 0,
     .max_args = 0,

@@ -3,7 +3,8 @@
 # each with its own state dir, ports and host-uid range.
 #   1. every node's `kagent runtime nodes` lists the three, alive, each other's mesh peers;
 #   2. a request across the mesh: node 2 answers `runtime tree --node <node 3>` with node 3's
-#      actor tree (node 2's gRPC bridge -> krt_call_name("cluster@3") -> node 3's actor);
+#      actor tree (node 2's gRPC bridge -> krt_call_name("cluster@3") -> node 3's actor), and
+#      `runtime tree` with every node's;
 #   3. kill -9 of node 3: within 5 s nodes 1 and 2 show it not alive and their mesh declared it
 #      down (node-down to monitors); once its lease lapsed they drop it as a peer;
 #   4. SIGSTOP of node 2 past its lease, then SIGCONT: it is fenced (/readyz 503, node_fenced,
@@ -97,6 +98,14 @@ walk(t)
 assert all(p.startswith("node-3/") for p in paths), paths
 assert "node-3/supervisor/cluster" in paths and "node-3/supervisor/store" in paths, paths
 ' || fail "node 2 did not answer with node 3's tree: $tree"
+# without --node: every live node's tree, the answering node's first
+"$KAGENT" --api-url "${API[2]}" runtime tree -o json | python3 -c '
+import json, sys
+roots = [n["path"].split("/")[0] for n in json.load(sys.stdin)]
+assert roots[0] == "node-2" and set(roots) == {"node-1", "node-2", "node-3"}, roots
+' || fail "runtime tree across the cluster"
+"$KAGENT" --api-url "${API[2]}" runtime tree | grep -q '^node-3' ||
+  fail "the drawn cluster tree has no node-3: $("$KAGENT" --api-url "${API[2]}" runtime tree | head)"
 err=$("$KAGENT" --api-url "${API[2]}" runtime tree --node 999 2>&1) && fail "a tree of node 999"
 [[ $err == *"code = Unavailable desc = node 999 did not answer"* ]] || fail "node 999: $err"
 
