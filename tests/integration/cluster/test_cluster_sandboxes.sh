@@ -2,7 +2,8 @@
 # Sandboxes across a local cluster (deploy/cluster.sh up 3, a 2.5 s lease renewed every 500 ms):
 #   1. placement: a template of pool `solo`, which only node 3 serves, created through node 1
 #      lands on node 3 (its record and node 3's log say so);
-#   2. any node serves any sandbox: through node 2 an exec (output streamed), an upload and a
+#   2. any node serves any sandbox: through node 2 an exec (output streamed), MCP tool calls
+#      (get_sandbox, write_sandbox_file, start_sandbox_process), an upload and a
 #      download of 64 MiB (the transfer limit) byte for byte, a get; list through node 1; another identity gets
 #      NotFound through node 2 as on node 3;
 #   3. drain: node 1 drained, creates of the default pool through node 1 land on node 2;
@@ -156,6 +157,24 @@ k 2 sandbox upload "$sbx" "$CLUSTER_DIR/blob" data/blob >/dev/null || fail "uplo
 k 2 sandbox download "$sbx" data/blob "$CLUSTER_DIR/back" >/dev/null || fail "download via node 2"
 cmp -s "$CLUSTER_DIR/blob" "$CLUSTER_DIR/back" || fail "the download through node 2 differs"
 k 1 sandbox list -o json | grep -q "$sbx" || fail "list through node 1"
+k 3 sandbox list -o json | grep -q "$sbx" || fail "list through node 3"
+mcp() { # i tool arguments-json -> the tool result's text (fails on a JSON-RPC or tool error)
+  curl -fsS -X POST -H 'content-type: application/json' -H 'accept: application/json' \
+    -H 'x-user-id: admin@kagent.dev' "${API[$1]}/mcp" -d "{\"jsonrpc\":\"2.0\",\"id\":7,
+    \"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}" |
+    python3 -c 'import json, sys
+r = json.load(sys.stdin)
+assert "result" in r and not r["result"].get("isError"), r
+print(r["result"]["content"][0]["text"])'
+}
+out=$(mcp 2 get_sandbox "{\"sandbox_id\":\"$sbx\"}") || fail "MCP get_sandbox through node 2"
+[[ $out == *'"node": "node-3"'* || $out == *'"node":"node-3"'* ]] || fail "MCP get_sandbox: $out"
+mcp 2 write_sandbox_file "{\"sandbox_id\":\"$sbx\",\"path\":\"mcp.txt\",\"data_base64\":\"aGkgbWNw\",\"mode\":420}" \
+  >/dev/null || fail "MCP write_sandbox_file through node 2"
+[ "$(k 3 sandbox exec "$sbx" -- cat mcp.txt)" = "hi mcp" ] || fail "the MCP write through node 2"
+out=$(mcp 1 start_sandbox_process "{\"sandbox_id\":\"$sbx\",\"command\":[\"true\"]}") ||
+  fail "MCP start_sandbox_process through node 1"
+[[ $out == *process_id* ]] || fail "MCP start_sandbox_process: $out"
 err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox get "$sbx" 2>&1) &&
   fail "another identity read the sandbox through node 2"
 [[ $err == *NotFound* ]] || fail "another identity through node 2: $err"
