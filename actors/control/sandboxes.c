@@ -678,6 +678,12 @@ static void s_on_fork_source(krt_ctx_t *ctx, void *state, void *user, int err, c
     if (!r)
         return;
     op->fork->source = r->sandbox; /* deleted: a replay still finds its forks */
+    if (self->a.member && (op->body = malloc(sizeof op->fork->q))) { /* another node's source */
+        memcpy(op->body, &op->fork->q, sizeof op->fork->q);          /* is forked there */
+        op->len = sizeof op->fork->q;
+        if (ka_mgr_relay_owner(ctx, self, op, &r->sandbox))
+            return;
+    }
     ka_tpl_runtime_req_t rr;
     memset(&rr, 0, sizeof rr);
     ka_mgr_copy(rr.revision, sizeof rr.revision, r->sandbox.revision);

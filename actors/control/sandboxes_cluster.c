@@ -100,8 +100,9 @@ bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_stor
         return false;
     ka_store_node_t n;
     if (ka_membership_find(self->a.member, sb->node, &n) == 0 && n.alive) {
-        op->rec = *sb;
-        s_relay(ctx, self, op, &n, op->body, op->len, STORE_TIMEOUT_MS);
+        op->rec = *sb; /* a fork or a long guest call may take minutes: the caller's own
+                          deadline bounds it, that node going down ends it at once */
+        s_relay(ctx, self, op, &n, op->body, op->len, RESOLVE_TIMEOUT_MS);
         return true;
     }
     if (op->type == KA_SBX_GET)

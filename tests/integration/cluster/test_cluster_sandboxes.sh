@@ -3,7 +3,8 @@
 #   1. placement: a template of pool `solo`, which only node 3 serves, created through node 1
 #      lands on node 3 (its record and node 3's log say so);
 #   2. any node serves any sandbox: through node 2 an exec (output streamed), MCP tool calls
-#      (get_sandbox, write_sandbox_file, start_sandbox_process), an upload and a
+#      (get_sandbox, write_sandbox_file, start_sandbox_process), a fork (made on node 3), an
+#      upload and a
 #      download of 64 MiB (the transfer limit) byte for byte, a get; list through node 1; another identity gets
 #      NotFound through node 2 as on node 3;
 #   3. drain: node 1 drained, creates of the default pool through node 1 land on node 2;
@@ -156,6 +157,13 @@ k 2 sandbox upload "$sbx" "$CLUSTER_DIR/blob" data/blob >/dev/null || fail "uplo
 [ "$(k 1 sandbox exec "$sbx" -- sh -c 'wc -c < data/blob')" = 67108864 ] || fail "uploaded size"
 k 2 sandbox download "$sbx" data/blob "$CLUSTER_DIR/back" >/dev/null || fail "download via node 2"
 cmp -s "$CLUSTER_DIR/blob" "$CLUSTER_DIR/back" || fail "the download through node 2 differs"
+fork=$(k 2 sandbox fork "$sbx" --request-id fork-via-2 -o json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["sandboxes"][0]["id"])') || fail "fork through node 2"
+[ "$(get 1 "$fork" node)" = node-3 ] && [ "$(get 1 "$fork" state)" = RUNTIME_STATE_READY ] ||
+  fail "the fork through node 2: $(get 1 "$fork" node) $(get 1 "$fork" state)"
+[ "$(k 1 sandbox exec "$fork" -- sh -c 'wc -c < data/blob')" = 67108864 ] || fail "the fork's /data"
 k 1 sandbox list -o json | grep -q "$sbx" || fail "list through node 1"
 k 3 sandbox list -o json | grep -q "$sbx" || fail "list through node 3"
 mcp() { # i tool arguments-json -> the tool result's text (fails on a JSON-RPC or tool error)
