@@ -515,6 +515,13 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     }
     memcpy(op->body, msg->body, msg->len);
     op->len = msg->len;
+    if (!ka_mgr_relay_known(ctx, self, op, id))
+        ka_mgr_route_read(ctx, self, op, id, caller);
+}
+
+void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id,
+                       const char *caller)
+{
     ka_store_sandbox_key_t sk;
     memset(&sk, 0, sizeof sk);
     ka_mgr_copy(sk.id, sizeof sk.id, id);
@@ -1066,6 +1073,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     }
     ka_pool_destroy(ctx, &self->pool);
     zhashx_destroy(&self->live);
+    ka_mgr_where_free(self);
 }
 
 static void s_describe(const void *state, char *out, size_t cap)

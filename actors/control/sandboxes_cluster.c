@@ -28,7 +28,8 @@
 #include "peer.h"
 #include "sandboxes_int.h"
 
-#define TICK_MS       250 /* a lapsed node is taken over within a quarter second of being seen */
+#define WHERE_MAX     10000 /* sandbox locations kept; past it the map starts again */
+#define TICK_MS       250   /* a lapsed node is taken over within a quarter second of being seen */
 #define TAKEOVER_PAGE 100
 #define LAPSED_MAX    8 /* lapsed nodes looked at per tick */
 
@@ -41,14 +42,78 @@ static uint16_t s_node_id(const ka_store_node_t *n)
 /* ---- relays -----------------------------------------------------------------------------------
  */
 
+/* ---- where other nodes' sandboxes are ----------------------------------------------------------
+ */
+
+typedef struct {
+    char node[KA_STORE_NODE_LEN];
+    int64_t incarnation;
+} s_where_t;
+
+static void s_where_put(s_mgr_t *self, const char *id, const ka_store_node_t *n)
+{
+    if (!self->where && !(self->where = zhashx_new()))
+        return;
+    zhashx_set_destructor(self->where, (zhashx_destructor_fn *)zstr_free);
+    if (zhashx_size(self->where) >= WHERE_MAX)
+        zhashx_purge(self->where);
+    s_where_t *w = malloc(sizeof *w);
+    if (!w)
+        return;
+    ka_mgr_copy(w->node, sizeof w->node, n->name);
+    w->incarnation = n->incarnation;
+    zhashx_update(self->where, id, w);
+}
+
+void ka_mgr_where_free(s_mgr_t *self)
+{
+    zhashx_destroy(&self->where);
+}
+
+static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
+                    const void *body, size_t len, int timeout_ms);
+
+bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id)
+{
+    const s_where_t *w = self->where ? zhashx_lookup(self->where, id) : NULL;
+    ka_store_node_t n;
+    if (!w || ka_membership_find(self->a.member, w->node, &n) || !n.alive ||
+        n.incarnation != w->incarnation) {
+        if (w)
+            zhashx_delete(self->where, id);
+        return false;
+    }
+    if (op->kind == KRT_KIND_REQUEST) {
+        op->cached = true;
+        s_relay(ctx, self, op, &n, op->body, op->len, RESOLVE_TIMEOUT_MS);
+        return true;
+    }
+    krt_msg_t m = {.type = op->type, .from = op->from, .ref = op->from_ref, .kind = op->kind};
+    bool ours = !op->from || krt_addr_node(op->from) == krt_addr_node(krt_self(ctx));
+    if (!ours || krt_relay(ctx, s_node_id(&n), KA_SANDBOXES_NAME, &m, op->body, op->len)) {
+        zhashx_delete(self->where, id);
+        return false;
+    }
+    ka_mgr_op_free(self, op);
+    return true;
+}
+
 /* The answer of a call relayed to another node's manager, for op's caller; when that node went
- * down or did not answer, a get is answered from the record read before, anything else fails
- * UNAVAILABLE. */
+ * down or did not answer, a call relayed without a read reads the record and routes again, a
+ * get is answered from the record read before, anything else fails UNAVAILABLE. */
 static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
-    if (!err) {
+    const char *caller = NULL;
+    bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE; /* nobody there took it */
+    const char *id =
+        untaken && op->cached ? ka_sbx_target(op->type, op->body, op->len, &caller) : NULL;
+    if (id) {
+        zhashx_delete(self->where, id);
+        op->cached = false;
+        ka_mgr_route_read(ctx, self, op, id, caller);
+    } else if (!err) {
         krt_reply_to(ctx, op->from, op->from_ref, reply->type, reply->body, reply->len);
         ka_mgr_op_free(self, op);
     } else if (op->type == KA_SBX_GET && op->rec.id[0]) {
@@ -100,6 +165,8 @@ bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_stor
         return false;
     ka_store_node_t n;
     if (ka_membership_find(self->a.member, sb->node, &n) == 0 && n.alive) {
+        if (op->type != KA_SBX_FORK)
+            s_where_put(self, sb->id, &n);
         op->rec = *sb; /* a fork or a long guest call may take minutes: the caller's own
                           deadline bounds it, that node going down ends it at once */
         s_relay(ctx, self, op, &n, op->body, op->len, RESOLVE_TIMEOUT_MS);

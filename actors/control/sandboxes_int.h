@@ -36,6 +36,7 @@ struct s_op {
     uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
     ka_store_takeover_t takeover; /* takeovers */
     ka_store_sandbox_t rec;       /* calls relayed to another node: the record read before */
+    bool cached;                  /* ... relayed where the last read said, without a read */
 };
 
 typedef struct {
@@ -43,6 +44,7 @@ typedef struct {
     zhashx_t *live;  /* id -> s_slot_t* of the sandbox's actor */
     s_op_t *ops;     /* in flight, owned */
     ka_pool_t *pool; /* the warm pools */
+    zhashx_t *where; /* sandbox id -> s_where_t*: another node's sandbox as last read (cluster) */
     /* the cluster (sandboxes_cluster.c) */
     krt_timer_t tick;
     bool member;         /* a member at the last tick */
@@ -73,7 +75,18 @@ void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offs
 /* Resolves a create's template and records it here (the create path after placement). */
 void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
 
+/* Reads op's sandbox record (owner check) and routes op by it (ka_mgr_relay_owner, or this
+ * node's answer). */
+void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id,
+                       const char *caller);
+
 /* sandboxes_cluster.c */
+/* Relays op (a call for sandbox id, no actor here) to the node a previous read found serving
+ * it, if that node still holds its lease under the same incarnation (a sandbox only moves from
+ * a lapsed node, which comes back under another): true if relayed. A relay that fails reads
+ * the record and routes again. */
+bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id);
+void ka_mgr_where_free(s_mgr_t *self);
 /* Starts the cluster's tick (a node with a membership). */
 int ka_mgr_cluster_start(krt_ctx_t *ctx, s_mgr_t *self);
 /* The tick: fencing (stop every sandbox actor when this node lost its lease; recover again once
