@@ -76,7 +76,7 @@ static void s_connect(s_member_t *m, uint16_t id, const ka_store_node_t *row)
             (unsigned)id, row->name, row->mesh_endpoint, (long long)row->incarnation);
 }
 
-static uint16_t s_row_id(const ka_store_node_t *row)
+uint16_t ka_membership_node_id(const ka_store_node_t *row)
 {
     long v = strtol(row->id, NULL, 10);
     return v > 0 && v <= 65535 ? (uint16_t)v : 0;
@@ -85,7 +85,7 @@ static uint16_t s_row_id(const ka_store_node_t *row)
 static const ka_store_node_t *s_row(const ka_store_node_list_t *l, uint16_t id)
 {
     for (uint32_t i = 0; l && i < l->count; i++)
-        if (s_row_id(&l->items[i]) == id)
+        if (ka_membership_node_id(&l->items[i]) == id)
             return &l->items[i];
     return NULL;
 }
@@ -104,10 +104,10 @@ static void s_sync_peers(s_member_t *m)
         else if (row->incarnation != m->peers[i].incarnation)
             s_drop(m, i, "new_incarnation");
     }
-    uint16_t self = s_row_id(&m->a.self);
+    uint16_t self = ka_membership_node_id(&m->a.self);
     for (uint32_t i = 0; m->table && i < m->table->count; i++) {
         const ka_store_node_t *row = &m->table->items[i];
-        uint16_t id = s_row_id(row);
+        uint16_t id = ka_membership_node_id(row);
         if (id && id != self && row->alive && row->mesh_endpoint[0] && !s_peer(m, id))
             s_connect(m, id, row);
     }
@@ -289,9 +289,9 @@ static void s_on_drained(krt_ctx_t *ctx, void *state, void *user, int err, const
                            status == KA_STORE_ENOTFOUND ? -ENOENT : KA_STORE_EUNAVAIL, why);
     } else {
         ka_cluster_node_t out = {.row = *row};
-        out.self = s_row_id(row) == s_row_id(&m->a.self);
-        out.connected = !out.self && s_peer(m, s_row_id(row)) != NULL;
-        out.mesh_up = out.connected && krt_mesh_node_up(m->a.mesh, s_row_id(row));
+        out.self = ka_membership_node_id(row) == ka_membership_node_id(&m->a.self);
+        out.connected = !out.self && s_peer(m, ka_membership_node_id(row)) != NULL;
+        out.mesh_up = out.connected && krt_mesh_node_up(m->a.mesh, ka_membership_node_id(row));
         krt_reply_to(ctx, req->from, req->ref, KA_CLUSTER_DRAIN, &out, sizeof out);
         krt_log(KRT_LOG_INFO, m->path, "node_drained", "node=%s name=%s", row->id, row->name);
         if (!m->busy) { /* placement here sees it at once */
@@ -334,13 +334,13 @@ static void s_nodes(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
         krt_reply_error(ctx, msg, KRT_ENOMEM, "out of memory");
         return;
     }
-    uint16_t self = s_row_id(&m->a.self);
+    uint16_t self = ka_membership_node_id(&m->a.self);
     out->member = m->registered;
     out->count = n;
     for (uint32_t i = 0; i < n; i++) {
         ka_cluster_node_t *o = &out->items[i];
         o->row = m->table->items[i];
-        uint16_t id = s_row_id(&o->row);
+        uint16_t id = ka_membership_node_id(&o->row);
         o->self = id == self;
         o->connected = !o->self && s_peer(m, id) != NULL;
         o->mesh_up = o->connected && krt_mesh_node_up(m->a.mesh, id);
@@ -377,7 +377,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
 {
     s_member_t *m = state;
     const ka_membership_args_t *a = arg;
-    if (!a || !a->store || !a->status || !s_row_id(&a->self))
+    if (!a || !a->store || !a->status || !ka_membership_node_id(&a->self))
         return KRT_EXIT_ERROR;
     m->a = *a;
     if (m->a.renew_ms <= 0)

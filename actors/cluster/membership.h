@@ -102,6 +102,9 @@ static inline bool ka_membership_member(const ka_membership_status_t *st)
     return st && atomic_load(&st->member) && krt_mono_ms() < atomic_load(&st->lease_deadline);
 }
 
+/* A row's node id as an address's node (1..65535), 0 if the id is not one. */
+uint16_t ka_membership_node_id(const ka_store_node_t *row);
+
 /* Publishes the table the membership actor read (taken), returning the previous one for it to
  * free (the actor's alone). */
 ka_store_node_list_t *ka_membership_publish(ka_membership_status_t *st, ka_store_node_list_t *l);

@@ -4,8 +4,8 @@
  *
  * Placement: a create on any node reads its template's pool and picks a node of that pool with
  * room (power of two choices on the node table, ka_membership_place); another node's manager
- * gets the create relayed (krt_relay: its sandbox actor answers the caller), marked placed so
- * it records the sandbox there, its node in the same insert as the record.
+ * gets the create as this manager's request (krt_request_name), marked placed so it records the
+ * sandbox there, its node in the same insert as the record; its answer is passed on.
  *
  * Takeover: every TICK_MS a member looks for nodes whose lease lapsed; for each (node,
  * incarnation) it asks the store to move that node's live sandboxes to itself (a
@@ -33,17 +33,7 @@
 #define TAKEOVER_PAGE 100
 #define LAPSED_MAX    8 /* lapsed nodes looked at per tick */
 
-static uint16_t s_node_id(const ka_store_node_t *n)
-{
-    long v = strtol(n->id, NULL, 10);
-    return v > 0 && v <= 65535 ? (uint16_t)v : 0;
-}
-
-/* ---- relays -----------------------------------------------------------------------------------
- */
-
-/* ---- where other nodes' sandboxes are ----------------------------------------------------------
- */
+/* ---- where other nodes' sandboxes are, and relays ----------------------------------------- */
 
 typedef struct {
     char node[KA_STORE_NODE_LEN];
@@ -90,7 +80,8 @@ bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *i
     }
     krt_msg_t m = {.type = op->type, .from = op->from, .ref = op->from_ref, .kind = op->kind};
     bool ours = !op->from || krt_addr_node(op->from) == krt_addr_node(krt_self(ctx));
-    if (!ours || krt_relay(ctx, s_node_id(&n), KA_SANDBOXES_NAME, &m, op->body, op->len)) {
+    if (!ours ||
+        krt_relay(ctx, ka_membership_node_id(&n), KA_SANDBOXES_NAME, &m, op->body, op->len)) {
         zhashx_delete(self->where, id);
         return false;
     }
@@ -139,7 +130,7 @@ static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const
 static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
                     const void *body, size_t len, int timeout_ms)
 {
-    uint16_t id = s_node_id(n);
+    uint16_t id = ka_membership_node_id(n);
     int rc = KRT_EREMOTE;
     if (id && op->kind == KRT_KIND_REQUEST) {
         rc = krt_request_name(ctx, id, KA_SANDBOXES_NAME, op->type, body, len, timeout_ms,
@@ -183,8 +174,7 @@ bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_stor
     return true;
 }
 
-/* ---- placement --------------------------------------------------------------------------------
- */
+/* ---- placement ------------------------------------------------------------------------------- */
 
 /* spec.substrate.workerPoolRef.name of a template's spec JSON into pool ("" if absent). */
 static void s_pool_of(const char *spec_json, char *pool, size_t cap)
@@ -249,8 +239,7 @@ void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
                sizeof k, STORE_TIMEOUT_MS);
 }
 
-/* ---- takeover ---------------------------------------------------------------------------------
- */
+/* ---- takeover -------------------------------------------------------------------------------- */
 
 static bool s_taken(const s_mgr_t *self, const ka_store_node_t *n)
 {
@@ -318,8 +307,7 @@ static void s_takeover(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_node_t *n)
     }
 }
 
-/* ---- fencing and the tick ---------------------------------------------------------------------
- */
+/* ---- fencing and the tick -------------------------------------------------------------------- */
 
 /* This node lost its lease: nothing here may act for its sandboxes any more. */
 static void s_fence(krt_ctx_t *ctx, s_mgr_t *self)

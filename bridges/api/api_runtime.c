@@ -117,7 +117,7 @@ static void s_cluster_trees(krt_system_t *sys, json_t *tree, const kb_auth_t *au
             continue;
         char msg[256], state[300];
         int code;
-        int id = (int)strtol(c->row.id, NULL, 10);
+        int id = ka_membership_node_id(&c->row);
         json_t *t = s_fetch_tree(sys, id, "", auth, caller, msg, sizeof msg, &code);
         if (t) {
             json_array_extend(tree, t);
@@ -276,7 +276,7 @@ static void s_node_msg(const ka_cluster_node_t *c, bool member, Kagent__Runtime_
 {
     const ka_store_node_t *row = &c->row;
     kagent__runtime__v1__node__init(out);
-    out->id = (int32_t)strtol(row->id, NULL, 10);
+    out->id = ka_membership_node_id(row);
     out->name = (char *)row->name;
     out->endpoint = (char *)row->endpoint;
     out->mesh_endpoint = (char *)row->mesh_endpoint;

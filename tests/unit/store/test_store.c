@@ -543,6 +543,21 @@ static void s_create_on(const char *req, const char *node, ka_store_sandbox_t *o
     s_create_rev(req, node, "", out);
 }
 
+/* Node `taker` (named node-<taker>) takes over node `dead`'s sandboxes, reason NodeLost. */
+static ka_store_takeover_t s_takeover_of(const char *dead, int64_t dead_inc, const char *taker,
+                                         int64_t taker_inc)
+{
+    ka_store_takeover_t t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.node_id, sizeof(t.node_id), "%s", dead);
+    t.incarnation = dead_inc;
+    snprintf(t.taker_id, sizeof(t.taker_id), "%s", taker);
+    snprintf(t.taker, sizeof(t.taker), "node-%s", taker);
+    t.taker_incarnation = taker_inc;
+    snprintf(t.reason, sizeof(t.reason), "NodeLost");
+    return t;
+}
+
 /* A takeover's moved records: *count of them, each now the taker's and FAILED. */
 static int s_takeover_call(const ka_store_takeover_t *t, uint32_t *count)
 {
@@ -571,14 +586,7 @@ static void test_takeover_fencing_and_drain(void **unused)
     s_create_on("tk-a", "node-21", &a);
     s_create_on("tk-b", "node-21", &b);
     s_create_on("tk-c", "node-22", &c);
-    ka_store_takeover_t t;
-    memset(&t, 0, sizeof(t));
-    snprintf(t.node_id, sizeof(t.node_id), "21");
-    t.incarnation = dead_inc;
-    snprintf(t.taker_id, sizeof(t.taker_id), "22");
-    snprintf(t.taker, sizeof(t.taker), "node-22");
-    t.taker_incarnation = taker_inc;
-    snprintf(t.reason, sizeof(t.reason), "NodeLost");
+    ka_store_takeover_t t = s_takeover_of("21", dead_inc, "22", taker_inc);
     snprintf(t.message, sizeof(t.message), "node-21 stopped renewing its lease");
     t.limit = 1;
     uint32_t n = 9;
@@ -741,14 +749,7 @@ static void test_takeover_keeps_object_storage_suspended(void **unused)
     s_set_state(lost.id, KA_STATE_SUSPENDED, "ComputeLost");
     s_set_state(local.id, KA_STATE_SUSPENDED, "");
     usleep(20000); /* node-31's 1 ms lease has lapsed */
-    ka_store_takeover_t t;
-    memset(&t, 0, sizeof(t));
-    snprintf(t.node_id, sizeof(t.node_id), "31");
-    t.incarnation = dead_inc;
-    snprintf(t.taker_id, sizeof(t.taker_id), "32");
-    snprintf(t.taker, sizeof(t.taker), "node-32");
-    t.taker_incarnation = taker_inc;
-    snprintf(t.reason, sizeof(t.reason), "NodeLost");
+    ka_store_takeover_t t = s_takeover_of("31", dead_inc, "32", taker_inc);
     krt_reply_t rep;
     s_call(KA_STORE_NODE_TAKEOVER, &t, sizeof(t), &rep);
     assert_int_equal(rep.status, 0);
