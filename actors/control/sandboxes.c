@@ -1073,7 +1073,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     }
     ka_pool_destroy(ctx, &self->pool);
     zhashx_destroy(&self->live);
-    ka_mgr_where_free(self);
+    ka_mgr_cluster_free(self);
 }
 
 static void s_describe(const void *state, char *out, size_t cap)

@@ -55,6 +55,8 @@ typedef struct {
         int64_t incarnation;
     } taken[64]; /* lapsed nodes' incarnations whose sandboxes were all taken over (a ring) */
     uint32_t n_taken;
+    char (*fenced)[KA_STORE_ID_LEN]; /* sandboxes whose actors the last fencing stopped */
+    size_t n_fenced;
 } s_mgr_t;
 
 void ka_mgr_copy(char *dst, size_t cap, const char *src);
@@ -86,7 +88,8 @@ void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id
  * a lapsed node, which comes back under another): true if relayed. A relay that fails reads
  * the record and routes again. */
 bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id);
-void ka_mgr_where_free(s_mgr_t *self);
+/* Frees what the cluster part keeps (locations, fenced ids). */
+void ka_mgr_cluster_free(s_mgr_t *self);
 /* Starts the cluster's tick (a node with a membership). */
 int ka_mgr_cluster_start(krt_ctx_t *ctx, s_mgr_t *self);
 /* The tick: fencing (stop every sandbox actor when this node lost its lease; recover again once

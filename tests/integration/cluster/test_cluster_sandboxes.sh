@@ -13,7 +13,7 @@
 #      and resumes on the survivor with its /data, creates keep working;
 #   5. SIGSTOP of node 2 past its lease: node 1 takes its sandbox over; SIGCONT: node 2 fenced
 #      itself (sandboxes_fenced), and after it registers again it does not recover the sandbox
-#      node 1 took, and every write it might make is refused;
+#      node 1 took and discards the /data it kept of it;
 #   6. node 3 restarted: it rejoins and resurrects nothing another node decided.
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
@@ -227,6 +227,7 @@ s=$(create 2 anywhere after-kill) || fail "a create after the kill"
 until_state 1 "$short" RUNTIME_STATE_DELETED 15000 "the lost node's short TTL did not expire"
 
 # ---- 5. SIGSTOP node 2 past its lease, SIGCONT ---------------------------------------------------
+[ -d "$CLUSTER_DIR/node-2/state/sandboxes/$on2" ] || fail "node 2 holds no directory of $on2"
 kill -STOP "${PID[2]}"
 until_state 1 "$on2" RUNTIME_STATE_FAILED 10000 "node 2's sandbox not taken over while it is stopped"
 [ "$(get 1 "$on2" node)" = node-1 ] || fail "node 2's sandbox went to $(get 1 "$on2" node)"
@@ -243,6 +244,11 @@ done
 sleep 1.5 # its recovery after the new registration
 ! grep -q "event=sandbox_recovered sandbox=$on2 " "$CLUSTER_DIR/node-2/node.log" ||
   fail "node 2 recovered a sandbox node 1 took over"
+t0=$(date +%s%N)
+while [ -e "$CLUSTER_DIR/node-2/state/sandboxes/$on2" ]; do # its kept /data: discarded
+  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 2 kept the /data of a sandbox node 1 took over"
+  sleep 0.1
+done
 [ "$(get 2 "$on2" node)" = node-1 ] && [ "$(get 2 "$on2" state)" = RUNTIME_STATE_FAILED ] ||
   fail "the taken sandbox changed: $(get 2 "$on2" node) $(get 2 "$on2" state)"
 out=$(k 2 sandbox delete "$on2" 2>&1) || fail "delete through node 2: $out"
