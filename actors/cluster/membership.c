@@ -276,6 +276,16 @@ static void s_leave(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
         krt_reply(ctx, msg, KA_CLUSTER_LEAVE, NULL, 0);
 }
 
+/* A row as this node sees it: itself, a mesh peer, heard from lately. */
+static void s_view(s_member_t *m, const ka_store_node_t *row, ka_cluster_node_t *out)
+{
+    uint16_t id = ka_membership_node_id(row);
+    out->row = *row;
+    out->self = id == ka_membership_node_id(&m->a.self);
+    out->connected = !out->self && s_peer(m, id) != NULL;
+    out->mesh_up = out->connected && krt_mesh_node_up(m->a.mesh, id);
+}
+
 static void s_on_drained(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
     s_member_t *m = state;
@@ -288,10 +298,8 @@ static void s_on_drained(krt_ctx_t *ctx, void *state, void *user, int err, const
         krt_reply_error_to(ctx, req->from, req->ref,
                            status == KA_STORE_ENOTFOUND ? -ENOENT : KA_STORE_EUNAVAIL, why);
     } else {
-        ka_cluster_node_t out = {.row = *row};
-        out.self = ka_membership_node_id(row) == ka_membership_node_id(&m->a.self);
-        out.connected = !out.self && s_peer(m, ka_membership_node_id(row)) != NULL;
-        out.mesh_up = out.connected && krt_mesh_node_up(m->a.mesh, ka_membership_node_id(row));
+        ka_cluster_node_t out;
+        s_view(m, row, &out);
         krt_reply_to(ctx, req->from, req->ref, KA_CLUSTER_DRAIN, &out, sizeof out);
         krt_log(KRT_LOG_INFO, m->path, "node_drained", "node=%s name=%s", row->id, row->name);
         if (!m->busy) { /* placement here sees it at once */
@@ -334,17 +342,10 @@ static void s_nodes(krt_ctx_t *ctx, s_member_t *m, const krt_msg_t *msg)
         krt_reply_error(ctx, msg, KRT_ENOMEM, "out of memory");
         return;
     }
-    uint16_t self = ka_membership_node_id(&m->a.self);
     out->member = m->registered;
     out->count = n;
-    for (uint32_t i = 0; i < n; i++) {
-        ka_cluster_node_t *o = &out->items[i];
-        o->row = m->table->items[i];
-        uint16_t id = ka_membership_node_id(&o->row);
-        o->self = id == self;
-        o->connected = !o->self && s_peer(m, id) != NULL;
-        o->mesh_up = o->connected && krt_mesh_node_up(m->a.mesh, id);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        s_view(m, &m->table->items[i], &out->items[i]);
     krt_reply(ctx, msg, KA_CLUSTER_NODES, out, len);
     free(out);
 }
