@@ -70,7 +70,7 @@ static int s_threads(void)
 
 /* Temporary directories, registered so that the group teardown removes them even when a
  * failed assertion left a test half way. */
-static char s_tmpdirs[64][32];
+static char s_tmpdirs[64][64];
 static int s_n_tmpdirs;
 
 static void s_mkdtemp(char *dir, size_t cap)
