@@ -89,28 +89,39 @@ static int s_query(PGconn *c, const char *sql, int n, const char *const *params,
     return 0;
 }
 
-/* Node names are unique in a cluster (sandboxes name their node by it): 0 if no node but id
- * (0: none) has name in the table, else -1 with err saying whose it is. */
+/* Node names are unique in a cluster (sandboxes name their node by it), and an id is one
+ * node's: 0 if no node but id (0: none) has name in the table and no live node under another
+ * name has id, else -1 with err saying whose it is. */
 static int s_name_free(PGconn *c, const char *name, uint16_t id, char *err, size_t cap)
 {
     char ids[8];
     snprintf(ids, sizeof ids, "%u", (unsigned)id);
     const char *params[2] = {name, ids};
     PGresult *r;
-    if (s_query(c, "SELECT id, lease_expires_at > now() FROM ka_nodes WHERE name = $1 AND id <> $2",
+    if (s_query(c,
+                "SELECT id, name, lease_expires_at > now() FROM ka_nodes"
+                " WHERE (name = $1 AND id <> $2)"
+                " OR (id = $2 AND name <> $1 AND lease_expires_at > now())",
                 2, params, &r, err, cap))
         return -1;
     if (!r)
         return 0;
-    bool alive = PQgetvalue(r, 0, 1)[0] == 't';
-    ka_node_fail(err, cap,
-                 "node.name \"%s\" is node %s's in the node table (%s): names are unique in a "
-                 "cluster; give this node another node.name, or start it with that node's state "
-                 "directory",
-                 name, PQgetvalue(r, 0, 0),
-                 alive ? "alive"
-                       : "its lease lapsed; the row goes mesh.forget later, once no live "
-                         "sandbox names it");
+    bool alive = PQgetvalue(r, 0, 2)[0] == 't';
+    if (strcmp(PQgetvalue(r, 0, 1), name) != 0)
+        ka_node_fail(err, cap,
+                     "node.id %s is node \"%s\"'s, alive in the node table: two nodes under one "
+                     "id would fence each other; leave node.id unset (an id is allocated) or give "
+                     "each node its own",
+                     ids, PQgetvalue(r, 0, 1));
+    else
+        ka_node_fail(err, cap,
+                     "node.name \"%s\" is node %s's in the node table (%s): names are unique in a "
+                     "cluster; give this node another node.name, or start it with that node's "
+                     "state directory",
+                     name, PQgetvalue(r, 0, 0),
+                     alive ? "alive"
+                           : "its lease lapsed; the row goes mesh.forget later, once no live "
+                             "sandbox names it");
     PQclear(r);
     return -1;
 }

@@ -18,7 +18,8 @@
 #      names it any more); restarted, it registers anew under a greater incarnation, rejoins,
 #      resurrects nothing another node decided and discards the /data it kept of the sandboxes
 #      taken over meanwhile;
-#   7. a fourth node started under a name in use (node-1) is refused with the reason.
+#   7. a fourth node started under a name in use (node-1), or under a live node's id, is refused
+#      with the reason.
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
@@ -321,7 +322,14 @@ out=$(timeout 60 "$build/node/kagentd" --config "$CLUSTER_DIR/dup/kagentd.yaml" 
   fail "a second node named node-1 started"
 [[ $out == *'node.name "node-1" is node '*"'s in the node table (alive): names are unique"* ]] ||
   fail "a second node-1: $out"
-[ "$(alive_count 1)" = 3 ] || fail "the refused node changed the table"
+id2=$(node_field 1 node-2 id)
+sed -i "s#name: node-1#name: node-9\n  id: $id2#" "$CLUSTER_DIR/dup/kagentd.yaml"
+out=$(timeout 60 "$build/node/kagentd" --config "$CLUSTER_DIR/dup/kagentd.yaml" 2>&1) &&
+  fail "a node started under node 2's id"
+[[ $out == *"node.id $id2 is node \"node-2\"'s, alive in the node table"* ]] ||
+  fail "a node under node 2's id: $out"
+[ "$(alive_count 1)" = 3 ] || fail "the refused nodes changed the table"
+[ -z "$(node_field 1 node-9 id)" ] || fail "node-9 is in the table"
 
 out=$("$src/deploy/cluster.sh" down 2>&1) || fail "cluster.sh down: $out"
 echo "PASS"
