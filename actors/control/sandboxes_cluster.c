@@ -94,14 +94,16 @@ bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *i
 }
 
 /* The answer of a call relayed to another node's manager, for op's caller; when that node went
- * down or did not answer, a call relayed without a read reads the record and routes again, a
- * get is answered from the record read before, anything else fails UNAVAILABLE. */
+ * down or did not answer, a call relayed without a read (a location remembered) that nobody took,
+ * or a get, reads the record and routes again; a get is answered from the record read before;
+ * anything else fails UNAVAILABLE. */
 static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
     const char *caller = NULL;
-    bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE; /* nobody there took it */
+    /* nobody there took it, or a get that can be answered from the record instead */
+    bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE || (err && op->type == KA_SBX_GET);
     const char *id =
         untaken && op->cached ? ka_sbx_target(op->type, op->body, op->len, &caller) : NULL;
     if (id) {
