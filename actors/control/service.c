@@ -139,9 +139,9 @@ static void s_on_reply(void *user, int err, const krt_msg_t *reply)
     /* the sandbox's actor stopped before it took the call: the manager answers */
     if (err == KRT_ENOACTOR && c->direct && s_call_send(c, KRT_ADDR_NONE, c->body) == 0)
         return;
-    ka_svc_status_t st = {.err = ka_reply_outcome(err, reply, 1, &st.message)};
-    if (st.err && !st.message)
-        st = s_unanswered(st.err);
+    const char *why;
+    int rc = ka_reply_outcome(err, reply, 1, &why);
+    ka_svc_status_t st = rc && !why ? s_unanswered(rc) : (ka_svc_status_t){rc, why};
     if (st.err) {
         c->cb(c->user, &st, NULL, 0);
     } else {
