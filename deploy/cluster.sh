@@ -14,6 +14,8 @@
 #   CLUSTER_UID_BASES  "4000000 4065536 ..."  node i's sandbox uid range (65536 uids each)
 #   CLUSTER_LEASE      5s                the nodes' lease (mesh.lease; a lapsed node's sandboxes
 #   CLUSTER_RENEW      1s                are taken over) and how often it is renewed (mesh.renew)
+#   CLUSTER_FORGET     1h                a dead node's row goes this long after its lease lapsed
+#                                        (mesh.forget)
 #   CLUSTER_NODE<i>_YAML  ""             more configuration for node i, appended (e.g. pools:)
 #   KAGENT_DATABASE_URL  ""              a shared PostgreSQL instead of node 1's embedded one
 # Needs root (the sandboxes and the embedded database do).
@@ -51,6 +53,7 @@ mesh:
   bind: tcp://127.0.0.1:$mesh
   lease: ${CLUSTER_LEASE:-5s}
   renew: ${CLUSTER_RENEW:-1s}
+  forget: ${CLUSTER_FORGET:-1h}
 YAML
   local extra="CLUSTER_NODE${i}_YAML"
   [ -z "${!extra:-}" ] || printf '%s\n' "${!extra}"

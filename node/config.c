@@ -181,6 +181,7 @@ static const s_field_t s_mesh_fields[] = {
     STR("advertise", mesh_advertise),
     TYPED("lease", F_DURATION, lease_ms),
     TYPED("renew", F_DURATION, renew_ms),
+    TYPED("forget", F_DURATION, forget_ms),
 };
 
 static const s_section_t s_node = SECTION(s_node_fields), s_listen = SECTION(s_listen_fields),
@@ -448,6 +449,7 @@ void ka_config_defaults(ka_config_t *cfg)
     cfg->default_ttl_ms = 3600000;
     cfg->lease_ms = 5000;
     cfg->renew_ms = 1000;
+    cfg->forget_ms = 3600000;
     cfg->max_ttl_ms = 24 * 3600000LL;
     cfg->max_processes = 10;
     cfg->process_timeout_ms = 3600000;
@@ -571,6 +573,8 @@ int ka_config_validate(const ka_config_t *cfg, char *err, size_t cap)
         return s_invalid(err, cap,
                          "mesh.lease/renew: renew must be at least 100ms and the lease at least "
                          "two renewals (and at most 1h)");
+    if (cfg->forget_ms < cfg->lease_ms)
+        return s_invalid(err, cap, "mesh.forget: must be at least mesh.lease");
     if (cfg->uid_base + cfg->uid_count > 4294967295LL)
         return s_invalid(err, cap, "sandbox.uidBase + sandbox.uidCount: must stay below 2^32");
     if (cfg->memory_bytes < (16LL << 20))

@@ -97,6 +97,7 @@ typedef struct ka_config {
     char mesh_advertise[KA_CFG_URL_MAX]; /* the endpoint peers connect to ("" = the bound one) */
     int64_t lease_ms;                    /* the node's lease in the node table */
     int64_t renew_ms;                    /* ... renewed this often */
+    int64_t forget_ms;                   /* a dead node's row goes this long after its lease */
     /* snapshots: object storage credentials overriding kagentd's AWS_* environment */
     char snapshot_credentials_file[KA_CFG_PATH_MAX];
 } ka_config_t;

@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "ka_tree.h"
+#include "krt.h"
 #include "schema.h"
 #include "node_err.h"
 
@@ -53,37 +54,98 @@ static int s_read(const char *path, char *buf, size_t cap)
     return e;
 }
 
-/* A new id: the sequence's next value whose row does not exist yet (inserted, lease lapsed). */
-static int s_allocate(const char *conninfo, const char *name, uint16_t *id, char *err, size_t cap)
+/* The database, migrated first (the sequence and the name index exist). NULL with err set. */
+static PGconn *s_db(const char *conninfo, char *err, size_t cap)
 {
     char why[512] = "";
-    if (ka_schema_migrate_url(conninfo, NULL, NULL, why, sizeof why))
-        return ka_node_fail(err, cap, "cannot allocate a node id: %s", why);
+    if (ka_schema_migrate_url(conninfo, NULL, NULL, why, sizeof why)) {
+        ka_node_fail(err, cap, "cannot check the node's identity: %s", why);
+        return NULL;
+    }
     PGconn *c = PQconnectdb(conninfo);
     if (PQstatus(c) != CONNECTION_OK) {
-        ka_node_fail(err, cap, "cannot allocate a node id: %s", PQerrorMessage(c));
+        ka_node_fail(err, cap, "cannot check the node's identity: %s", PQerrorMessage(c));
         PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* One row of a statement with text parameters, or -1 with err set (0 rows: 0, *r NULL). */
+static int s_query(PGconn *c, const char *sql, int n, const char *const *params, PGresult **r,
+                   char *err, size_t cap)
+{
+    *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(*r) != PGRES_TUPLES_OK) {
+        ka_node_fail(err, cap, "cannot check the node's identity: %s", PQresultErrorMessage(*r));
+        PQclear(*r);
+        *r = NULL;
         return -1;
     }
+    if (PQntuples(*r) == 0) {
+        PQclear(*r);
+        *r = NULL;
+    }
+    return 0;
+}
+
+/* Node names are unique in a cluster (sandboxes name their node by it), and an id is one
+ * node's: 0 if no node but id (0: none) has name in the table and no live node under another
+ * name has id, else -1 with err saying whose it is. */
+static int s_name_free(PGconn *c, const char *name, uint16_t id, char *err, size_t cap)
+{
+    char ids[8];
+    snprintf(ids, sizeof ids, "%u", (unsigned)id);
+    const char *params[2] = {name, ids};
+    PGresult *r;
+    if (s_query(c,
+                "SELECT id, name, lease_expires_at > now() FROM ka_nodes"
+                " WHERE (name = $1 AND id <> $2)"
+                " OR (id = $2 AND name <> $1 AND lease_expires_at > now())",
+                2, params, &r, err, cap))
+        return -1;
+    if (!r)
+        return 0;
+    bool alive = PQgetvalue(r, 0, 2)[0] == 't';
+    if (strcmp(PQgetvalue(r, 0, 1), name) != 0)
+        ka_node_fail(err, cap,
+                     "node.id %s is node \"%s\"'s, alive in the node table: two nodes under one "
+                     "id would fence each other; leave node.id unset (an id is allocated) or give "
+                     "each node its own",
+                     ids, PQgetvalue(r, 0, 1));
+    else
+        ka_node_fail(err, cap,
+                     "node.name \"%s\" is node %s's in the node table (%s): names are unique in a "
+                     "cluster; give this node another node.name, or start it with that node's "
+                     "state directory",
+                     name, PQgetvalue(r, 0, 0),
+                     alive ? "alive"
+                           : "its lease lapsed; the row goes mesh.forget later, once no live "
+                             "sandbox names it");
+    PQclear(r);
+    return -1;
+}
+
+/* A new id: the sequence's next value whose row does not exist yet (inserted, lease lapsed). */
+static int s_allocate(PGconn *c, const char *name, uint16_t *id, char *err, size_t cap)
+{
     const char *params[1] = {name};
     long got = 0;
     for (int i = 0; i < S_ALLOC_TRIES && !got; i++) {
-        PGresult *r = PQexecParams(c,
-                                   "INSERT INTO ka_nodes (id, name, lease_expires_at)"
-                                   " SELECT nextval('ka_node_ids')::text, $1, now()"
-                                   " ON CONFLICT (id) DO NOTHING RETURNING id",
-                                   1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            ka_node_fail(err, cap, "cannot allocate a node id: %s", PQresultErrorMessage(r));
+        PGresult *r;
+        if (s_query(c,
+                    "INSERT INTO ka_nodes (id, name, lease_expires_at)"
+                    " SELECT nextval('ka_node_ids')::text, $1, now()"
+                    " ON CONFLICT DO NOTHING RETURNING id",
+                    1, params, &r, err, cap))
+            return -1;
+        if (r) {
+            got = strtol(PQgetvalue(r, 0, 0), NULL, 10);
             PQclear(r);
-            PQfinish(c);
+        } else if (s_name_free(c, name, 0, err, cap)) {
             return -1;
         }
-        if (PQntuples(r) == 1)
-            got = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
     }
-    PQfinish(c);
     if (got < 1 || got > 65535)
         return ka_node_fail(err, cap, "cannot allocate a node id: none free");
     *id = (uint16_t)got;
@@ -110,7 +172,10 @@ static int s_node_id(const char *dir, int configured, const char *conninfo, cons
     }
     if (e != -ENOENT)
         return ka_node_fail(err, cap, "cannot read %s: %s", path, strerror(-e));
-    if (s_allocate(conninfo, name, id, err, cap))
+    PGconn *c = s_db(conninfo, err, cap);
+    int rc = c ? s_allocate(c, name, id, err, cap) : -1;
+    PQfinish(c);
+    if (rc)
         return -1;
     snprintf(text, sizeof text, "%u\n", (unsigned)*id);
     if ((e = s_write(path, text, 0644)))
@@ -158,5 +223,17 @@ int ka_identity_load(const char *state_dir, int configured_id, const char *conni
         return ka_node_fail(err, cap, "cannot create %s: %s", dir, strerror(-e));
     if (s_keys(dir, out, err, cap))
         return -1;
-    return s_node_id(dir, configured_id, conninfo, name, &out->node_id, err, cap);
+    if (s_node_id(dir, configured_id, conninfo, name, &out->node_id, err, cap))
+        return -1;
+    /* a database down now is the store's to wait for: the name index refuses a duplicate at
+     * registration then (register_failed) */
+    char why[512];
+    PGconn *c = s_db(conninfo, why, sizeof why);
+    if (!c) {
+        krt_log(KRT_LOG_WARN, "identity", "name_unchecked", "%s", why);
+        return 0;
+    }
+    int rc = s_name_free(c, name, out->node_id, err, cap);
+    PQfinish(c);
+    return rc;
 }

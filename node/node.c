@@ -344,6 +344,7 @@ static int s_cluster(ka_node_t *n, char *err, size_t cap)
     n->member_args.status = &n->member;
     n->member_args.lease_ms = (int)n->cfg.lease_ms;
     n->member_args.renew_ms = (int)n->cfg.renew_ms;
+    n->member_args.forget_ms = n->cfg.forget_ms;
     if (s_spawn(n, &ka_membership_behaviour, &n->member_args, KA_CLUSTER_NAME, err, cap))
         return -1;
     for (int waited = 0; waited < MEMBER_READY_MS; waited += 20) {

@@ -20,6 +20,8 @@ typedef struct s_member {
     bool registered;       /* holds a lease (mirrors status->member) */
     bool busy;             /* a renewal round (register or renew, then list) in flight */
     bool leaving;          /* KA_CLUSTER_LEAVE received: no more rounds */
+    bool forgetting;       /* a row's removal in flight */
+    uint32_t forget_next;  /* the table row to look at first next time (rows it kept go round) */
     krt_addr_t leave_from; /* ... and whom to answer */
     uint64_t leave_ref;
     int64_t lease_deadline; /* monotonic ms: the lease ends no earlier than this */
@@ -146,6 +148,45 @@ static void s_keep_table(s_member_t *m, const ka_store_node_list_t *l, size_t le
     free(ka_membership_publish(m->a.status, copy));
 }
 
+static void s_on_forgot(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    s_member_t *m = state;
+    m->forgetting = false;
+    const ka_store_node_list_t *l = reply ? reply->body : NULL;
+    const char *why = NULL;
+    if (ka_store_outcome(err, reply, sizeof *l, &why))
+        krt_log(KRT_LOG_WARN, m->path, "node_forget_failed", "error=%s", why ? why : "-");
+    else if (l->count == 1 && reply->len == sizeof *l + sizeof l->items[0])
+        krt_log(KRT_LOG_INFO, m->path, "node_forgotten",
+                "node=%s name=%s incarnation=%lld: its lease lapsed over %lld ms ago",
+                l->items[0].id, l->items[0].name, (long long)l->items[0].incarnation,
+                (long long)m->a.forget_ms);
+}
+
+/* Removes one row of another node long dead and with no live sandbox (the store re-checks
+ * both by the database's clock, so this clock only chooses when to ask). */
+static void s_forget_dead(krt_ctx_t *ctx, s_member_t *m)
+{
+    if (m->forgetting)
+        return;
+    int64_t now = krt_wall_ms();
+    uint16_t self = ka_membership_node_id(&m->a.self);
+    uint32_t n = m->table ? m->table->count : 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (m->forget_next + k) % n;
+        const ka_store_node_t *row = &m->table->items[i];
+        if (row->alive || row->sandboxes || ka_membership_node_id(row) == self ||
+            row->lease_expires_ms + m->a.forget_ms > now)
+            continue;
+        ka_store_node_heartbeat_t f = {.lease_ms = m->a.forget_ms, .incarnation = row->incarnation};
+        snprintf(f.id, sizeof f.id, "%s", row->id);
+        m->forget_next = i + 1;
+        m->forgetting = krt_request(ctx, s_store(ctx, m), KA_STORE_NODE_FORGET, &f, sizeof f,
+                                    S_CALL_MS, s_on_forgot, NULL) == 0;
+        return;
+    }
+}
+
 static void s_on_list(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
 {
     s_member_t *m = state;
@@ -155,8 +196,10 @@ static void s_on_list(krt_ctx_t *ctx, void *state, void *user, int err, const kr
         reply->len != sizeof *l + l->count * sizeof l->items[0])
         return;
     s_keep_table(m, l, reply->len);
-    if (m->registered)
+    if (m->registered) {
         s_sync_peers(m);
+        s_forget_dead(ctx, m);
+    }
 }
 
 static void s_list(krt_ctx_t *ctx, s_member_t *m)
@@ -385,6 +428,8 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         m->a.renew_ms = KA_CLUSTER_RENEW_MS;
     if (m->a.lease_ms <= 0)
         m->a.lease_ms = KA_CLUSTER_LEASE_MS;
+    if (m->a.forget_ms <= 0)
+        m->a.forget_ms = KA_CLUSTER_FORGET_MS;
     m->a.self.lease_ms = m->a.lease_ms;
     snprintf(m->path, sizeof m->path, "%s/%s", a->self.name, KA_CLUSTER_NAME);
     snprintf(m->a.status->self_id, sizeof m->a.status->self_id, "%s", a->self.id);

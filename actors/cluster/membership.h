@@ -17,7 +17,10 @@
  *   - peers: every other node whose lease holds and that has a mesh endpoint and key is
  *     connected over the mesh (krt_mesh_connect); one whose lease lapsed, whose row is gone or
  *     that came back under a new incarnation is disconnected (krt_mesh_disconnect: the runtime
- *     delivers node-down, DOWN `noconnection`, to monitors), then connected again if alive.
+ *     delivers node-down, DOWN `noconnection`, to monitors), then connected again if alive;
+ *   - forgetting: a row whose lease lapsed at least forget_ms ago and that no live sandbox names
+ *     any more (a takeover moved them) is removed, one per round (`node_forgotten`); that node,
+ *     back with its state directory, registers anew under a greater incarnation.
  *
  * Requests it serves (krt_request / krt_call, also from other nodes: `cluster@N`):
  *   KA_CLUSTER_NODES  empty -> ka_cluster_nodes_t: the node table as last read (at most
@@ -46,6 +49,7 @@
 #define KA_CLUSTER_RENEW_MS 1000 /* default renewal period */
 #define KA_CLUSTER_LEASE_MS 5000 /* default lease */
 #define KA_CLUSTER_MAX      256  /* nodes tracked */
+#define KA_CLUSTER_FORGET_MS 3600000 /* default: a dead node's row is kept for an hour */
 
 enum {
     KA_CLUSTER_MSG_BASE = 0x4c00,
@@ -89,6 +93,8 @@ typedef struct ka_membership_args {
     ka_store_node_t self; /* id, name, endpoint, mesh_endpoint, public_key, pools, capacity */
     int renew_ms;         /* 0 = KA_CLUSTER_RENEW_MS */
     int lease_ms;         /* 0 = KA_CLUSTER_LEASE_MS */
+    int64_t forget_ms;    /* another node's row goes once its lease lapsed this long ago and
+                             no live sandbox names it; 0 = KA_CLUSTER_FORGET_MS */
     ka_membership_status_t *status; /* required */
 } ka_membership_args_t;
 

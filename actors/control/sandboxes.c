@@ -911,6 +911,75 @@ static void s_on_recover(krt_ctx_t *ctx, void *state, void *user, int err, const
     ka_mgr_op_free(self, op);
 }
 
+/* ---- what the driver kept ------------------------------------------------------------------ */
+
+/* Discards (on a job thread: disk work) what the driver kept of sandbox id. */
+typedef struct {
+    ka_driver_t *driver;
+    char id[KA_STORE_ID_LEN];
+} s_discard_t;
+
+static int s_discard_job(void *arg)
+{
+    s_discard_t *d = arg;
+    ka_driver_discard(d->driver, d->id);
+    free(d);
+    return 0;
+}
+
+/* A kept sandbox's record: one that is gone, deleted or another node's now leaves nothing here
+ * (taken over: FAILED there; an id that cannot be a record's: a warm sandbox's). */
+static void s_on_kept_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    const ka_store_sandbox_reply_t *r = msg ? msg->body : NULL;
+    int serr = ka_store_outcome(err, msg, sizeof *r, NULL);
+    bool gone = serr == KA_STORE_ENOTFOUND || serr == KA_STORE_EINVAL ||
+                (!serr && (r->sandbox.deleted_ms ||
+                           (r->sandbox.node[0] && strcmp(r->sandbox.node, self->a.node) != 0)));
+    s_discard_t *d = gone && !s_live(self, op->rec.id) ? malloc(sizeof *d) : NULL;
+    uint64_t ref;
+    if (d) {
+        d->driver = self->a.driver;
+        ka_mgr_copy(d->id, sizeof d->id, op->rec.id);
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forgotten", "sandbox=%s node=%s", d->id,
+                      serr ? "-" : r->sandbox.node);
+        if (krt_job_submit(ctx, s_discard_job, d, &ref))
+            free(d);
+    }
+    ka_mgr_op_free(self, op);
+}
+
+static void s_read_kept(krt_ctx_t *ctx, s_mgr_t *self, const char *id)
+{
+    s_op_t *op = ka_mgr_op_new(self, NULL);
+    if (!op)
+        return;
+    ka_mgr_copy(op->rec.id, sizeof op->rec.id, id);
+    ka_store_sandbox_key_t k;
+    memset(&k, 0, sizeof k);
+    ka_mgr_copy(k.id, sizeof k.id, id);
+    if (krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &k, sizeof k,
+                    STORE_TIMEOUT_MS, s_on_kept_read, op))
+        ka_mgr_op_free(self, op);
+}
+
+void ka_mgr_sweep_kept(krt_ctx_t *ctx, s_mgr_t *self)
+{
+    for (size_t i = 0; i < self->n_fenced; i++)
+        s_read_kept(ctx, self, self->fenced[i]);
+    free(self->fenced);
+    self->fenced = NULL;
+    self->n_fenced = 0;
+    size_t n = ka_driver_kept_ids(self->a.driver, NULL, 0);
+    char(*ids)[KA_DRIVER_ID_LEN] = n ? calloc(n, sizeof *ids) : NULL;
+    n = ids ? ka_driver_kept_ids(self->a.driver, ids, n) : 0;
+    for (size_t i = 0; i < n; i++)
+        s_read_kept(ctx, self, ids[i]);
+    free(ids);
+}
+
 /* ---- the actor ---------------------------------------------------------------------------- */
 
 static bool s_is_child(s_mgr_t *self, krt_addr_t who)
@@ -1037,6 +1106,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
         return ka_mgr_cluster_start(ctx, self);
     ka_mgr_recover(ctx, self, 1, 0);
     ka_mgr_recover(ctx, self, 0, 0);
+    ka_mgr_sweep_kept(ctx, self);
     return 0;
 }
 

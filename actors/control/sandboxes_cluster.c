@@ -16,7 +16,8 @@
  * Fencing: when this node stops holding its lease (ka_membership_member), every sandbox actor
  * here stops at once (parking its compute, writing nothing); once the node registers again
  * under a new incarnation, it recovers its records as after a restart, and discards the /data
- * it kept of those another node took over meanwhile (or deleted). A node starting recovers
+ * it kept of those another node took over meanwhile (or deleted): ka_mgr_sweep_kept, as a
+ * node starting after a crash does with what it kept. A node starting recovers
  * only once registered: a lapsed node's sandboxes are either taken over before (they name the
  * taker then) or not at all (the takeover's compare-and-set sees the new incarnation), never
  * both. Every sandbox write carries the node's incarnation (ka_store_fence_t).
@@ -337,62 +338,6 @@ static void s_fence(krt_ctx_t *ctx, s_mgr_t *self)
                   n);
 }
 
-/* Discards (on a job thread: disk work) what the driver kept of sandbox id. */
-typedef struct {
-    ka_driver_t *driver;
-    char id[KA_STORE_ID_LEN];
-} s_discard_t;
-
-static int s_discard_job(void *arg)
-{
-    s_discard_t *d = arg;
-    ka_driver_discard(d->driver, d->id);
-    free(d);
-    return 0;
-}
-
-/* A fenced sandbox's record, read once this node is back: one that is gone or another node's
- * now leaves nothing here (its /data went with the takeover: FAILED there). */
-static void s_on_fenced_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
-{
-    s_mgr_t *self = state;
-    s_op_t *op = user;
-    const ka_store_sandbox_reply_t *r = msg ? msg->body : NULL;
-    int serr = ka_store_outcome(err, msg, sizeof *r, NULL);
-    bool gone = serr == KA_STORE_ENOTFOUND ||
-                (!serr && (r->sandbox.deleted_ms || strcmp(r->sandbox.node, self->a.node) != 0));
-    s_discard_t *d = gone ? malloc(sizeof *d) : NULL;
-    uint64_t ref;
-    if (d) {
-        d->driver = self->a.driver;
-        ka_mgr_copy(d->id, sizeof d->id, op->rec.id);
-        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forgotten", "sandbox=%s node=%s", d->id,
-                      serr ? "-" : r->sandbox.node);
-        if (krt_job_submit(ctx, s_discard_job, d, &ref))
-            free(d);
-    }
-    ka_mgr_op_free(self, op);
-}
-
-static void s_forget_taken(krt_ctx_t *ctx, s_mgr_t *self)
-{
-    for (size_t i = 0; i < self->n_fenced; i++) {
-        s_op_t *op = ka_mgr_op_new(self, NULL);
-        if (!op)
-            break;
-        ka_mgr_copy(op->rec.id, sizeof op->rec.id, self->fenced[i]);
-        ka_store_sandbox_key_t k;
-        memset(&k, 0, sizeof k);
-        ka_mgr_copy(k.id, sizeof k.id, self->fenced[i]);
-        if (krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &k, sizeof k,
-                        STORE_TIMEOUT_MS, s_on_fenced_read, op))
-            ka_mgr_op_free(self, op);
-    }
-    free(self->fenced);
-    self->fenced = NULL;
-    self->n_fenced = 0;
-}
-
 void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self)
 {
     krt_timer_arm(ctx, &self->tick, TICK_MS, KA_SBX_CLUSTER_, 0);
@@ -403,7 +348,7 @@ void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self)
     if (member && !self->member && inc != self->incarnation) {
         ka_mgr_recover(ctx, self, 1, 0); /* registered (again): what still names this node */
         ka_mgr_recover(ctx, self, 0, 0);
-        s_forget_taken(ctx, self);
+        ka_mgr_sweep_kept(ctx, self);
     }
     self->member = member;
     if (member)

@@ -119,6 +119,17 @@ static const char s_v3[] =
 static const char s_v4[] =
     "ALTER TABLE ka_nodes ADD COLUMN draining boolean NOT NULL DEFAULT false;";
 
+/* Node names are unique (sandboxes name their node by it): where two rows shared one, all but
+ * the one heard from last are renamed "<name>~<id>". Incarnations come from one sequence, so a
+ * node whose row was forgotten (mesh.forget) registers again under a greater one. */
+static const char s_v5[] =
+    "UPDATE ka_nodes n SET name = n.name || '~' || n.id WHERE EXISTS (SELECT FROM ka_nodes o"
+    "  WHERE o.name = n.name AND (o.heartbeat_at, o.id) > (n.heartbeat_at, n.id));"
+    "CREATE UNIQUE INDEX ka_nodes_name ON ka_nodes (name);"
+    "CREATE SEQUENCE ka_node_incarnations;"
+    "SELECT setval('ka_node_incarnations', (SELECT coalesce(max(incarnation), 0) + 1"
+    "  FROM ka_nodes), false);";
+
 typedef struct s_migration {
     int version;
     const char *sql;
@@ -129,6 +140,7 @@ static const s_migration_t s_migrations[] = {
     {2, s_v2},
     {3, s_v3},
     {4, s_v4},
+    {5, s_v5},
 };
 
 _Static_assert(sizeof(s_migrations) / sizeof(s_migrations[0]) == KA_SCHEMA_VERSION,

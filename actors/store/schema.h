@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 /* The newest schema this binary knows. */
-#define KA_SCHEMA_VERSION 4
+#define KA_SCHEMA_VERSION 5
 
 /* The database's schema is newer than KA_SCHEMA_VERSION: refuse to run. */
 #define KA_SCHEMA_ENEWER (-EPROTO)

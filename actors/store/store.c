@@ -941,14 +941,15 @@ static void s_node(s_store_t *self, const krt_msg_t *msg)
         s_submit(self, msg, &st, 1, s_done_nodes, 0);
         return;
     }
-    if (msg->type == KA_STORE_NODE_HEARTBEAT) {
+    if (msg->type == KA_STORE_NODE_HEARTBEAT || msg->type == KA_STORE_NODE_FORGET) {
         S_BODY(ka_store_node_heartbeat_t, b);
         if (!S_STR(b->id, true) || b->lease_ms < 0)
             S_INVALID("heartbeat: id and lease required");
         snprintf(lease, sizeof(lease), "%lld", (long long)b->lease_ms);
         snprintf(inc, sizeof(inc), "%lld", (long long)b->incarnation);
-        const char *p[3] = {b->id, lease, inc};
-        ka_pg_stmt_t st = {"node_hb", 3, p};
+        bool forget = msg->type == KA_STORE_NODE_FORGET;
+        const char *p[3] = {b->id, forget ? inc : lease, forget ? lease : inc};
+        ka_pg_stmt_t st = {forget ? "node_forget" : "node_hb", 3, p};
         s_submit(self, msg, &st, 1, s_done_nodes, 0);
         return;
     }
@@ -1061,6 +1062,7 @@ static void s_dispatch(s_store_t *self, const krt_msg_t *msg)
         s_node_takeover(self, msg);
         break;
     case KA_STORE_NODE_DRAIN:
+    case KA_STORE_NODE_FORGET:
     case KA_STORE_NODE_PUT:
     case KA_STORE_NODE_HEARTBEAT:
     case KA_STORE_NODE_LIST:

@@ -94,6 +94,7 @@ enum {
     KA_STORE_INFO,            /* empty -> ka_store_info_t */
     KA_STORE_NODE_TAKEOVER,   /* ka_store_takeover_t -> ka_store_sandbox_list_t (moved) */
     KA_STORE_NODE_DRAIN,      /* ka_store_node_heartbeat_t (id) -> ka_store_node_list_t */
+    KA_STORE_NODE_FORGET,     /* ka_store_node_heartbeat_t -> ka_store_node_list_t (0 or 1) */
     KA_STORE_MSG_LAST_
 };
 
@@ -417,6 +418,10 @@ typedef struct ka_store_node_heartbeat {
     int64_t lease_ms;    /* the lease ends at now + lease_ms */
     int64_t incarnation; /* the one the registration returned */
 } ka_store_node_heartbeat_t;
+
+/* Forget a node (KA_STORE_NODE_FORGET, same body): its row goes if its lease lapsed under
+ * `incarnation` at least lease_ms ago and no live sandbox names it; the reply lists the row
+ * removed (count 0: nothing was). */
 
 typedef struct ka_store_node_list {
     ka_store_status_t status;

@@ -124,14 +124,16 @@ static const ka_store_sql_t s_statements[] = {
      " RETURNING name, sandbox_class, capacity, " S_MS("updated_at")},
     {"pool_list", 0,
      "SELECT name, sandbox_class, capacity, " S_MS("updated_at") " FROM ka_pools ORDER BY name"},
-    /* register: every registration is a new incarnation (the fencing counter) */
+    /* register: every registration is a new incarnation (the fencing counter, from one
+     * sequence: greater than any before, also for a node whose row was forgotten) */
     {"node_put", 8,
      "INSERT INTO ka_nodes AS n (id, name, endpoint, mesh_endpoint, public_key, pools, capacity,"
-     " incarnation, lease_expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7::int, 1,"
+     " incarnation, lease_expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7::int,"
+     " nextval('ka_node_incarnations'),"
      " now() + $8::int8 * interval '1 millisecond')"
      " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, endpoint = EXCLUDED.endpoint,"
      " mesh_endpoint = EXCLUDED.mesh_endpoint, public_key = EXCLUDED.public_key,"
-     " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, incarnation = n.incarnation + 1,"
+     " pools = EXCLUDED.pools, capacity = EXCLUDED.capacity, incarnation = EXCLUDED.incarnation,"
      " started_at = now(), heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,"
      " draining = false"
      " RETURNING " S_NODE_COLS},
@@ -145,6 +147,13 @@ static const ka_store_sql_t s_statements[] = {
     /* drain: no placement on the node from now on (until it registers again) */
     {"node_drain", 1,
      "UPDATE ka_nodes AS n SET draining = true WHERE id = $1 RETURNING " S_NODE_COLS},
+    /* forget: the row of a node whose lease lapsed under incarnation $2 at least $3 ms ago and
+     * that names no sandbox any more (a takeover moved them, or they were deleted) */
+    {"node_forget", 3,
+     "DELETE FROM ka_nodes n WHERE id = $1 AND incarnation = $2::int8"
+     " AND lease_expires_at <= now() - $3::int8 * interval '1 millisecond'"
+     " AND NOT EXISTS (SELECT FROM ka_sandboxes s WHERE s.node = n.name AND s.deleted_at IS NULL)"
+     " RETURNING " S_NODE_COLS},
     /* takeover: a live node (the taker, its lease held by that incarnation) moves up to $8
      * live sandboxes of a node whose lease lapsed under the incarnation the taker saw (the
      * compare-and-set: a node that registered again since is not taken over), locking that

@@ -97,6 +97,11 @@ int ka_driver_discard(ka_driver_t *d, const char *id)
     return d->ops->discard ? d->ops->discard(d, id) : 0;
 }
 
+size_t ka_driver_kept_ids(ka_driver_t *d, char (*ids)[KA_DRIVER_ID_LEN], size_t cap)
+{
+    return d && d->ops->kept_ids ? d->ops->kept_ids(d, ids, cap) : 0;
+}
+
 void ka_driver_destroy(ka_driver_t **d_p)
 {
     if (!d_p || !*d_p)

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define KA_DRIVER_ID_LEN 65 /* a sandbox id and its NUL */
+
 typedef struct ka_driver ka_driver_t;
 typedef struct ka_sandbox ka_sandbox_t; /* defined by each driver class */
 
@@ -77,6 +79,8 @@ typedef struct ka_driver_ops {
     /* Whether /data is kept for id, and removing it (0 when nothing is kept). Optional. */
     bool (*kept)(ka_driver_t *d, const char *id);
     int (*discard)(ka_driver_t *d, const char *id);
+    /* The ids of what is kept: up to cap into ids; returns how many are kept. Optional. */
+    size_t (*kept_ids)(ka_driver_t *d, char (*ids)[KA_DRIVER_ID_LEN], size_t cap);
     /* Frees the driver (sandboxes still running are stopped first; kept data stays). */
     void (*destroy)(ka_driver_t *d);
     /* Keeps for id (as park would, root changes included) a copy of src's /data and root
@@ -110,6 +114,8 @@ int ka_driver_freeze(ka_driver_t *d, ka_sandbox_t *sb, bool frozen);
 int ka_driver_park(ka_driver_t *d, ka_sandbox_t **sb);
 bool ka_driver_kept(ka_driver_t *d, const char *id);
 int ka_driver_discard(ka_driver_t *d, const char *id);
+/* Without kept_ids: 0. */
+size_t ka_driver_kept_ids(ka_driver_t *d, char (*ids)[KA_DRIVER_ID_LEN], size_t cap);
 int ka_driver_fork(ka_driver_t *d, ka_sandbox_t *src, const char *id, uint64_t *bytes);
 /* Idempotent; NULLs *d_p. */
 void ka_driver_destroy(ka_driver_t **d_p);

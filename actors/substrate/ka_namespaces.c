@@ -925,6 +925,18 @@ static bool s_kept(ka_driver_t *base, const char *id)
     return k != NULL;
 }
 
+static size_t s_kept_ids(ka_driver_t *base, char (*ids)[KA_DRIVER_ID_LEN], size_t cap)
+{
+    s_driver_t *d = (s_driver_t *)base;
+    size_t n = 0;
+    pthread_mutex_lock(&d->lock);
+    for (const s_kept_t *k = d->kept; k; k = k->next, n++)
+        if (n < cap)
+            snprintf(ids[n], KA_DRIVER_ID_LEN, "%s", k->id);
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
 static int s_discard(ka_driver_t *base, const char *id)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -1121,6 +1133,7 @@ static const ka_driver_ops_t s_ops = {
     .park = s_park,
     .kept = s_kept,
     .discard = s_discard,
+    .kept_ids = s_kept_ids,
     .destroy = s_destroy,
     .fork = s_fork,
 };

@@ -9,17 +9,23 @@
  *   - mesh_remote_msgs_per_s: an actor on node 1 streams STREAM_N 16-byte messages to a
  *     counter on node 2 (BURST per turn: one mesh frame each); beside it ZeroMQ PUSH/PULL with
  *     STREAM_N 16-byte messages.
+ *   - tcp_loopback_rtt_us: the floor under both: two threads echoing 8 bytes over one blocking
+ *     TCP socket pair on loopback (TCP_NODELAY), p50 of RTT_N round trips.
  * ratio = times better than the peer (peer/value for latency, value/peer for throughput).
  * BENCH names without a suffix are the plain runs, `_curve` the CURVE ones.
  */
 #include "krt.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 enum { T_PING = KRT_MSG_USER + 1, T_PONG, T_STREAM, T_MORE };
@@ -292,6 +298,47 @@ static double zmq_push_rate(void *ctx, bool curve)
     return rate;
 }
 
+/* The floor under any transport here: two threads, one blocking TCP socket each over loopback
+ * (TCP_NODELAY), 8 bytes each way; no library, no queue, one wake-up per direction. */
+static void *tcp_echo_main(void *arg)
+{
+    int fd = *(int *)arg;
+    uint64_t v;
+    while (read(fd, &v, sizeof v) == (ssize_t)sizeof v && write(fd, &v, sizeof v) == sizeof v)
+        ;
+    return NULL;
+}
+
+static double tcp_rtt_p50(uint64_t *rtt)
+{
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0), cli = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    if (lfd < 0 || cli < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 1) ||
+        getsockname(lfd, (struct sockaddr *)&a, &alen) ||
+        connect(cli, (struct sockaddr *)&a, sizeof a))
+        s_die("tcp socket", KRT_EINVAL);
+    int srv = accept(lfd, NULL, NULL);
+    if (srv < 0)
+        s_die("tcp accept", KRT_EINVAL);
+    setsockopt(cli, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(srv, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    pthread_t t;
+    pthread_create(&t, NULL, tcp_echo_main, &srv);
+    for (uint64_t i = 0; i < RTT_N; i++) {
+        uint64_t t0 = s_ns(), v = i;
+        if (write(cli, &v, sizeof v) != sizeof v || read(cli, &v, sizeof v) != (ssize_t)sizeof v)
+            s_die("tcp ping", KRT_EINVAL);
+        rtt[i] = s_ns() - t0;
+    }
+    shutdown(cli, SHUT_RDWR);
+    pthread_join(t, NULL);
+    close(cli);
+    close(srv);
+    close(lfd);
+    return s_p50_us(rtt, RTT_N);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct figures {
@@ -367,12 +414,14 @@ int main(void)
         mesh_run(c, rtt, &f[c]);
         zmq_run(c, rtt, &f[c]);
     }
+    double floor_us = tcp_rtt_p50(rtt);
     free(rtt);
 
     printf("%-28s %6s %12s %12s %8s\n", "benchmark", "curve", "krt mesh", "zeromq", "ratio");
     for (int c = 0; c < 2; c++)
         printf("%-28s %6s %12.1f %12.1f %7.2fx\n", "request rtt p50 (us)", c ? "on" : "off",
                f[c].rtt, f[c].zmq_rtt, f[c].zmq_rtt / f[c].rtt);
+    printf("%-28s %6s %12s %12.1f\n", "raw tcp rtt p50 (us)", "off", "", floor_us);
     for (int c = 0; c < 2; c++)
         printf("%-28s %6s %12.0f %12.0f %7.2fx\n", "one-way msgs/s", c ? "on" : "off", f[c].rate,
                f[c].zmq_rate, f[c].rate / f[c].zmq_rate);
@@ -385,6 +434,7 @@ int main(void)
     s_print("mesh_remote_msgs_per_s", "msgs/s", "zmq_push_pull", f[0].rate, f[0].zmq_rate, false);
     s_print("mesh_remote_msgs_per_s_curve", "msgs/s", "zmq_push_pull_curve", f[1].rate,
             f[1].zmq_rate, false);
+    printf("BENCH name=tcp_loopback_rtt_us value=%.1f unit=us\n", floor_us);
     printf("BENCH name=mesh_rtt_io_wakeups value=%.1f unit=wakeups/roundtrip\n", f[0].wakes);
     printf("BENCH name=mesh_rtt_io_wakeups_curve value=%.1f unit=wakeups/roundtrip\n", f[1].wakes);
     return 0;

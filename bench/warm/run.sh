@@ -3,10 +3,12 @@
 # the way `make run` starts one (deploy/run-node.sh: embedded PostgreSQL with fsync on, the
 # Debian tools image, cgroup limits, the template `scratch` in pool kagent-default, warm: 2),
 # plus a second pool `bench-cold` with warm: 0 and the same template under the name
-# `scratch-cold`, so warm and cold creates alternate on one node under the same load:
+# `scratch-cold`, so warm and cold creates alternate on one node under the same load, and a
+# third, `bench-deep` with warm: 100 (template `scratch-deep`), a pool as deep as the burst:
 #   1. create -> READY (`kagent sandbox create ... -o json`), warm (a warm sandbox ready before
 #      each run, checked by the hit counter) and cold, p50/p99;
-#   2. a burst of 100 concurrent creates (100 CLI processes at once), warm pool and cold;
+#   2. a burst of 100 concurrent creates (100 CLI processes at once): warm: 2 (2 hits, 98 cold),
+#      cold, and deep (warm: 100, every create a hit);
 #   3. bubblewrap (`bwrap ... true`) in the same run as the peer, alone and 100 at once.
 # Usage: bench/warm/run.sh BUILD_DIR. BENCH_WARM_RUNS runs per figure (100). State in
 # var/bench-warm (the tools image is built there once, or copied from var/bench-cli).
@@ -27,10 +29,10 @@ done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  port: $port|" \
   "$here/deploy/kagentd.example.yaml" > "$state/kagentd.yaml"
-# the cold pool: right after the default pool's entry
-sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 1000\n    warm: 0|" \
+# the cold pool and the deep one: right after the default pool's entry
+sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 1000\n    warm: 0\n  - name: bench-deep\n    class: namespaces\n    capacity: 1000\n    warm: 100|" \
   "$state/kagentd.yaml"
-grep -q 'name: bench-cold' "$state/kagentd.yaml" || { say "cannot add the cold pool"; exit 1; }
+grep -q 'name: bench-deep' "$state/kagentd.yaml" || { say "cannot add the cold and deep pools"; exit 1; }
 KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" > "$state/run-node.log" 2>&1 &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
@@ -41,11 +43,15 @@ for _ in $(seq 3000); do
 done
 grep -q 'kagentd is running' "$state/run-node.log" || { say "node not ready"; exit 1; }
 api=http://127.0.0.1:$port
-sed -e 's/^  name: scratch$/  name: scratch-cold/' -e 's/^      name: kagent-default$/      name: bench-cold/' \
-  "$state/scratch.yaml" > "$state/scratch-cold.yaml"
-"$kagent" --api-url "$api" apply -f "$state/scratch-cold.yaml" >/dev/null
-for _ in $(seq 600); do
-  "$kagent" --api-url "$api" get template scratch-cold -o json 2>/dev/null | grep -q '"Prepared"' && break
-  sleep 0.2
+for pool in cold deep; do
+  sed -e "s/^  name: scratch\$/  name: scratch-$pool/" \
+      -e "s/^      name: kagent-default\$/      name: bench-$pool/" \
+    "$state/scratch.yaml" > "$state/scratch-$pool.yaml"
+  "$kagent" --api-url "$api" apply -f "$state/scratch-$pool.yaml" >/dev/null
+  for _ in $(seq 600); do
+    "$kagent" --api-url "$api" get template "scratch-$pool" -o json 2>/dev/null |
+      grep -q '"Prepared"' && break
+    sleep 0.2
+  done
 done
 python3 "$here/bench/warm/warmbench.py" "$kagent" "$api"

@@ -4,8 +4,8 @@ bubblewrap in the same run (see run.sh).
 
   warmbench.py KAGENT URL
 
-Templates: `scratch` (pool kagent-default, warm: 2) and `scratch-cold` (pool bench-cold,
-warm: 0), the same spec. Each round waits (untimed) until a warm sandbox is ready, then times a
+Templates: `scratch` (pool kagent-default, warm: 2), `scratch-cold` (pool bench-cold,
+warm: 0) and `scratch-deep` (pool bench-deep, warm: 100: the burst's depth), the same spec. Each round waits (untimed) until a warm sandbox is ready, then times a
 warm create, a cold create and `bwrap ... true`; the sandboxes are deleted after (untimed). The
 warm figure counts only if every one of its creates was a hit (kagent_warm_pool_hits_total).
 The burst spawns 100 CLI processes at once; each one's latency runs from just before the first
@@ -47,9 +47,9 @@ def depth(text, template):
     return 0
 
 
-def wait_depth(url, n, timeout=60):
+def wait_depth(url, n, timeout=60, template="kagent/scratch"):
     until = time.monotonic() + timeout
-    while depth(metrics(url), "kagent/scratch") < n:
+    while depth(metrics(url), template) < n:
         if time.monotonic() > until:
             sys.exit("the warm pool did not reach %d in %d s" % (n, timeout))
         time.sleep(0.01)
@@ -137,6 +137,7 @@ def main():
     kagent, url = os.path.abspath(sys.argv[1]), sys.argv[2]
     runs = int(os.environ.get("BENCH_WARM_RUNS", "100"))
     warm, cold, peer, ids = [], [], [], []
+    wait_depth(url, BURST, 600, "kagent/scratch-deep")  # its boots done before anything is timed
     hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
     for i in range(runs):
         wait_depth(url, 1)
@@ -157,8 +158,11 @@ def main():
         line("cli_create_cold_p%d" % p, pct(cold, p), "bwrap", pct(peer, p))
 
     plat, _ = burst([BWRAP] * BURST, peer=True)
-    for template in ("scratch", "scratch-cold"):
+    for template in ("scratch", "scratch-cold", "scratch-deep"):
         wait_depth(url, 2)
+        if template == "scratch-deep":
+            wait_depth(url, BURST, 600, "kagent/scratch-deep")
+        hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
         argvs = [[kagent, "--api-url", url, "sandbox", "create", template, "--request-id",
                   "warmbench-%d-burst-%s-%d" % (os.getpid(), template, i), "-o", "json"]
                  for i in range(BURST)]
@@ -166,7 +170,11 @@ def main():
         recs = [json.loads(o) for o in outs]
         if any(r["state"] != "RUNTIME_STATE_READY" for r in recs):
             sys.exit("a burst create did not answer READY")
-        tag = "warm" if template == "scratch" else "cold"
+        hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
+        if template == "scratch-deep" and hits != BURST:
+            sys.exit("only %d of the deep pool's %d burst creates were served warm" % (hits, BURST))
+        print("# burst %s: %d of %d creates served warm" % (template, hits, BURST), flush=True)
+        tag = {"scratch": "warm", "scratch-cold": "cold", "scratch-deep": "deep"}[template]
         for p in (50, 99):
             line("burst%d_%s_p%d" % (BURST, tag, p), pct(lat, p), "bwrap_burst%d" % BURST,
                  pct(plat, p))

@@ -116,6 +116,7 @@ err=$("$KAGENT" --api-url "${API[2]}" runtime tree --node 999 2>&1) && fail "a t
 log_ms() { # the wall-clock ms of the first line of log $1 matching $2
   grep -m1 "$2" "$1" | sed -n 's/^ts=\([^ ]*\) .*/\1/p' | xargs -I{} date -d {} +%s%3N
 }
+inc3=$(seen 1 node-3 6)
 kill_ms=$(date +%s%3N)
 kill -KILL "${PID[3]}"
 t0=$(date +%s%N)
@@ -136,7 +137,7 @@ echo "CLUSTER kill9_detect_ms=$detect"
 dropped=0
 for i in 1 2; do
   log=$CLUSTER_DIR/node-$i/node.log
-  pat="path=node-$i/cluster event=peer_disconnected node=$id3 incarnation=1 reason=lease_lapsed"
+  pat="path=node-$i/cluster event=peer_disconnected node=$id3 incarnation=$inc3 reason=lease_lapsed"
   until grep -q "$pat" "$log"; do
     [ "$(ms_since "$t0")" -lt 15000 ] || fail "node-$i did not drop node-3 as a peer: $(view "$i")"
     sleep 0.1

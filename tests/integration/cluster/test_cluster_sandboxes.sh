@@ -14,7 +14,12 @@
 #   5. SIGSTOP of node 2 past its lease: node 1 takes its sandbox over; SIGCONT: node 2 fenced
 #      itself (sandboxes_fenced), and after it registers again it does not recover the sandbox
 #      node 1 took and discards the /data it kept of it;
-#   6. node 3 restarted: it rejoins and resurrects nothing another node decided.
+#   6. node 3's row has left the node table 3 s after its lease lapsed (mesh.forget: nothing
+#      names it any more); restarted, it registers anew under a greater incarnation, rejoins,
+#      resurrects nothing another node decided and discards the /data it kept of the sandboxes
+#      taken over meanwhile;
+#   7. a fourth node started under a name in use (node-1), or under a live node's id, is refused
+#      with the reason.
 set -euo pipefail
 src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 . "$src/tests/lib/uids.sh"
@@ -23,7 +28,8 @@ src=${KAGENT_SOURCE_DIR:?} build=${KAGENT_BUILD_DIR:?}
 KAGENT=$build/bridges/cli/kagent
 CLUSTER_DIR=$(mktemp -d /tmp/kagent-csbx.XXXXXX)
 chmod 755 "$CLUSTER_DIR"
-export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0 CLUSTER_LEASE=2500ms CLUSTER_RENEW=500ms
+export CLUSTER_DIR CLUSTER_API_PORT=0 CLUSTER_MESH_PORT=0 CLUSTER_LEASE=2500ms CLUSTER_RENEW=500ms \
+  CLUSTER_FORGET=3s
 CLUSTER_UID_BASES="$(test_uid_base) $(test_uid_base) $(test_uid_base)" ||
   { echo "FAIL: no uid ranges" >&2; exit 1; }
 export CLUSTER_UID_BASES
@@ -95,6 +101,11 @@ done <<< "$out"
 alive_count() { k "$1" runtime nodes -o json | python3 -c '
 import json, sys
 print(sum(1 for n in json.load(sys.stdin)["nodes"] if n.get("alive")))'; }
+node_field() { # i name field: that field of node `name`'s row as node i reads the table ("" if none)
+  k "$1" runtime nodes -o json | python3 -c '
+import json, sys
+print(next((str(n.get(sys.argv[2], "")) for n in json.load(sys.stdin)["nodes"]
+            if n.get("name") == sys.argv[1]), ""))' "$2" "$3"; }
 t0=$(date +%s%N)
 for i in 1 2 3; do
   until [ "$(alive_count "$i")" = 3 ]; do
@@ -215,10 +226,16 @@ k 2 sandbox suspend "$s3box" >/dev/null || fail "suspend through node 2"
 [ "$(get 3 "$s3box" state)" = RUNTIME_STATE_SUSPENDED ] || fail "s3box not SUSPENDED"
 short=$(create 2 solo placed-short 5s) || fail "create a short-TTL sandbox"
 [ "$(get 3 "$short" node)" = node-3 ] || fail "the short-TTL sandbox is not on node 3"
+inc3=$(node_field 1 node-3 incarnation)
+[ -n "$inc3" ] || fail "node 1 does not list node 3"
 kill_ms=$(date +%s%3N)
 kill -KILL "${PID[3]}"
 until_state 1 "$sbx" RUNTIME_STATE_FAILED 10000 "node 3's sandbox not FAILED 10 s after kill -9"
-failed_ms=$(( $(date +%s%3N) - kill_ms ))
+# when the taker recorded it (its log), not when this loop's CLI calls saw it
+taken=$(grep -h "event=sandbox_taken_over sandbox=$sbx " "$CLUSTER_DIR"/node-[12]/node.log |
+        sed -n 's/^ts=\([^ ]*\) .*/\1/p' | head -1)
+[ -n "$taken" ] || fail "no node logged taking $sbx over"
+failed_ms=$(( $(date -d "$taken" +%s%3N) - kill_ms ))
 echo "CLUSTER kill9_sandbox_failed_ms=$failed_ms"
 [ "$failed_ms" -le 5000 ] || fail "FAILED $failed_ms ms after the kill (more than 5 s)"
 [ "$(get 2 "$sbx" failure.reason)" = NodeLost ] || fail "reason: $(get 2 "$sbx" failure.reason)"
@@ -261,7 +278,15 @@ done
 out=$(k 2 sandbox delete "$on2" 2>&1) || fail "delete through node 2: $out"
 [[ $out == *RUNTIME_STATE_DELETED* ]] || fail "delete through node 2: $out"
 
-# ---- 6. node 3 restarts and rejoins ----------------------------------------------------------------
+# ---- 6. node 3 forgotten, restarted: it rejoins ---------------------------------------------------
+[ -d "$CLUSTER_DIR/node-3/state/sandboxes/$sbx" ] || fail "node 3 kept no /data of $sbx"
+t0=$(date +%s%N)
+while [ -n "$(node_field 1 node-3 id)" ]; do
+  [ "$(ms_since "$t0")" -lt 15000 ] || fail "node 3's row was not forgotten (mesh.forget 3s)"
+  sleep 0.2
+done
+grep -q "event=node_forgotten node=[0-9]* name=node-3 " "$CLUSTER_DIR"/node-[12]/node.log ||
+  fail "no node logged forgetting node 3"
 setsid "$build/node/kagentd" --config "$CLUSTER_DIR/node-3/kagentd.yaml" \
   >> "$CLUSTER_DIR/node-3/node.log" 2>&1 < /dev/null &
 PID[3]=$!
@@ -279,11 +304,39 @@ until [ "$(alive_count 1)" = 3 ]; do
   sleep 0.2
 done
 sleep 1
+[ "$(node_field 1 node-3 incarnation)" -gt "$inc3" ] ||
+  fail "node 3 back under incarnation $(node_field 1 node-3 incarnation), not above $inc3"
+t0=$(date +%s%N)
+while [ -e "$CLUSTER_DIR/node-3/state/sandboxes/$sbx" ]; do # kept, then taken over: discarded
+  [ "$(ms_since "$t0")" -lt 10000 ] || fail "node 3 kept the /data of $sbx after it rejoined"
+  sleep 0.1
+done
 # (node 1 may hold it by now: it took over node 2's sandboxes, the ones node 2 took from node 3)
 [ "$(get 1 "$sbx" node)" != node-3 ] && [ "$(get 1 "$sbx" state)" = RUNTIME_STATE_FAILED ] ||
   fail "node 3 resurrected its old sandbox: $(get 1 "$sbx" node) $(get 1 "$sbx" state)"
 s=$(create 1 solo placed-after-rejoin) || fail "create on node 3 after it rejoined"
 [ "$(get 3 "$s" node)" = node-3 ] || fail "solo create after rejoin: $(k 3 sandbox get "$s" 2>&1)"
+
+# ---- 7. a node under a name in use --------------------------------------------------------------
+mkdir -p "$CLUSTER_DIR/dup/state"
+dup_uids=$(test_uid_base) || fail "no uid range for a fourth node"
+sed -e "s#stateDir: .*#stateDir: $CLUSTER_DIR/dup/state#" -e 's#port: [0-9]*#port: 0#' \
+    -e "s#uidBase: .*#uidBase: $dup_uids#" \
+    -e 's#tcp://127.0.0.1:[0-9]*#tcp://127.0.0.1:0#' \
+    -e 's#name: node-2#name: node-1#' \
+  "$CLUSTER_DIR/node-2/kagentd.yaml" > "$CLUSTER_DIR/dup/kagentd.yaml" # node 1's database
+out=$(timeout 60 "$build/node/kagentd" --config "$CLUSTER_DIR/dup/kagentd.yaml" 2>&1) &&
+  fail "a second node named node-1 started"
+[[ $out == *'node.name "node-1" is node '*"'s in the node table (alive): names are unique"* ]] ||
+  fail "a second node-1: $out"
+id2=$(node_field 1 node-2 id)
+sed -i "s#name: node-1#name: node-9\n  id: $id2#" "$CLUSTER_DIR/dup/kagentd.yaml"
+out=$(timeout 60 "$build/node/kagentd" --config "$CLUSTER_DIR/dup/kagentd.yaml" 2>&1) &&
+  fail "a node started under node 2's id"
+[[ $out == *"node.id $id2 is node \"node-2\"'s, alive in the node table"* ]] ||
+  fail "a node under node 2's id: $out"
+[ "$(alive_count 1)" = 3 ] || fail "the refused nodes changed the table"
+[ -z "$(node_field 1 node-9 id)" ] || fail "node-9 is in the table"
 
 out=$("$src/deploy/cluster.sh" down 2>&1) || fail "cluster.sh down: $out"
 echo "PASS"

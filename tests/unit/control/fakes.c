@@ -706,6 +706,16 @@ static bool f_kept(ka_driver_t *d, const char *id)
     return found;
 }
 
+static size_t f_kept_ids(ka_driver_t *d, char (*ids)[KA_DRIVER_ID_LEN], size_t cap)
+{
+    pthread_mutex_lock(&F.lock);
+    size_t n = (size_t)F.n_kept;
+    for (size_t i = 0; i < n && i < cap; i++)
+        snprintf(ids[i], KA_DRIVER_ID_LEN, "%s", F.kept[i].id);
+    pthread_mutex_unlock(&F.lock);
+    return n;
+}
+
 /* As the real driver's: the kept /data is gone when this returns, and only then unlisted (a
  * test that sees the list empty finds the directory gone). */
 static int f_discard(ka_driver_t *d, const char *id)
@@ -831,6 +841,7 @@ static const ka_driver_ops_t s_ops = {.name = "fake",
                                       .park = f_park,
                                       .kept = f_kept,
                                       .discard = f_discard,
+                                      .kept_ids = f_kept_ids,
                                       .destroy = f_destroy,
                                       .fork = f_fork};
 

@@ -742,19 +742,27 @@ static void test_duplicate_requests(void **unused)
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
+/* A record of ALICE's on node-fsm, rev-1, an hour to live. */
+static ka_store_sandbox_t s_rec(const char *id, const char *request_id, int state)
+{
+    ka_store_sandbox_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.id, sizeof r.id, "%s", id);
+    snprintf(r.creator, sizeof r.creator, ALICE);
+    snprintf(r.request_id, sizeof r.request_id, "%s", request_id);
+    snprintf(r.revision, sizeof r.revision, "rev-1");
+    snprintf(r.node, sizeof r.node, "node-fsm");
+    r.state = state;
+    r.expires_ms = krt_wall_ms() + 3600000;
+    return r;
+}
+
 /* A record that was READY when its node died comes back SUSPENDED with reason ComputeLost, its
  * TTL unchanged; a resume boots it again; one that was being created is FAILED. */
 static void test_recovery_compute_lost(void **unused)
 {
-    ka_store_sandbox_t live;
-    memset(&live, 0, sizeof live);
-    snprintf(live.id, sizeof live.id, "0198f000-0000-7000-8000-00000000abcd");
-    snprintf(live.creator, sizeof live.creator, ALICE);
-    snprintf(live.request_id, sizeof live.request_id, "was-live");
-    snprintf(live.revision, sizeof live.revision, "rev-1");
-    snprintf(live.node, sizeof live.node, "node-fsm");
-    live.state = KA_STATE_READY;
-    live.expires_ms = krt_wall_ms() + 3600000;
+    ka_store_sandbox_t live =
+        s_rec("0198f000-0000-7000-8000-00000000abcd", "was-live", KA_STATE_READY);
     f_put_record(&live);
     ka_store_sandbox_t creating = live;
     snprintf(creating.id, sizeof creating.id, "0198f000-0000-7000-8000-00000000abce");
@@ -779,6 +787,71 @@ static void test_recovery_compute_lost(void **unused)
     s_assert_history(live.id, "SUSPENDED/NONE/ComputeLost SUSPENDED/RESUME READY/NONE "
                               "DELETING/DELETE DELETED/NONE");
     s_assert_history(creating.id, "FAILED/NONE/ComputeLost DELETING/DELETE DELETED/NONE");
+}
+
+static int s_counter(const int *p)
+{
+    pthread_mutex_lock(&F.lock);
+    int v = *p;
+    pthread_mutex_unlock(&F.lock);
+    return v;
+}
+
+/* Keeps /data for id as a crashed run would have left it (a directory of its own). */
+static void s_keep(const char *id)
+{
+    pthread_mutex_lock(&F.lock);
+    int i = F.n_kept++;
+    snprintf(F.kept[i].id, sizeof F.kept[i].id, "%s", id);
+    snprintf(F.kept[i].data, sizeof F.kept[i].data, "%.3000s/data-%s-0", T.dir, id);
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(mkdir(F.kept[i].data, 0755), 0);
+}
+
+static bool s_one_kept(void *arg)
+{
+    return F.n_kept == 1;
+}
+
+/* A manager starting reads the record of every /data the driver kept and discards what is no
+ * longer its own: deleted, another node's (taken over meanwhile), or with no record; its own
+ * stays for the ComputeLost resume. */
+static void test_start_discards_what_is_not_its_own(void **unused)
+{
+    ka_store_sandbox_t mine = s_rec("0198f000-0000-7000-8000-0000000000a1", "mine", KA_STATE_READY);
+    f_put_record(&mine);
+    ka_store_sandbox_t taken =
+        s_rec("0198f000-0000-7000-8000-0000000000a2", "taken", KA_STATE_FAILED);
+    snprintf(taken.node, sizeof taken.node, "node-other");
+    f_put_record(&taken);
+    ka_store_sandbox_t deleted =
+        s_rec("0198f000-0000-7000-8000-0000000000a3", "deleted", KA_STATE_DELETED);
+    deleted.deleted_ms = krt_wall_ms();
+    f_put_record(&deleted);
+    const char *unknown = "0198f000-0000-7000-8000-0000000000a4";
+    s_keep(mine.id);
+    s_keep(taken.id);
+    s_keep(deleted.id);
+    s_keep(unknown);
+    s_spawn_manager();
+    assert_true(f_wait(s_one_kept, NULL, WAIT_MS));
+    char data[PATH_MAX];
+    pthread_mutex_lock(&F.lock);
+    assert_string_equal(F.kept[0].id, mine.id);
+    snprintf(data, sizeof data, "%s", F.kept[0].data);
+    pthread_mutex_unlock(&F.lock);
+    assert_int_equal(access(data, F_OK), 0);
+    const char *gone[] = {taken.id, deleted.id, unknown};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(data, sizeof data, "%.3000s/data-%s-0", T.dir, gone[i]);
+        assert_int_not_equal(access(data, F_OK), 0);
+    }
+    s_wait_state(mine.id, KA_STATE_SUSPENDED);
+    t_reply_t o;
+    assert_int_equal(s_life(KA_SBX_RESUME, ALICE, mine.id, &o), KA_OK);
+    assert_int_equal(o.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, mine.id, &o), KA_OK);
+    assert_int_equal(s_counter(&F.n_kept), 0);
 }
 
 /* The sandboxes manager goes away with a READY sandbox (its actor parks the compute): the next
@@ -810,14 +883,6 @@ static void test_manager_restart_keeps_data(void **unused)
 }
 
 /* ---- pause --------------------------------------------------------------------------------- */
-
-static int s_counter(const int *p)
-{
-    pthread_mutex_lock(&F.lock);
-    int v = *p;
-    pthread_mutex_unlock(&F.lock);
-    return v;
-}
 
 /* Pause freezes (the record stays READY, the reply says paused), refuses guest calls, suspend,
  * resume and a second unpause clearly; unpause thaws and guest calls work again. Nothing of it
@@ -1663,6 +1728,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_streams_never_wait_forever, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_requests, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_recovery_compute_lost, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_start_discards_what_is_not_its_own, s_setup,
+                                        s_teardown),
         cmocka_unit_test_setup_teardown(test_manager_restart_keeps_data, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_pause_unpause, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_pause_fails, s_setup, s_teardown),

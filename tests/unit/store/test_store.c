@@ -502,8 +502,8 @@ static void test_pools_and_nodes(void **unused)
     krt_reply_free(&rep);
 }
 
-/* Registers node id/name with a lease of lease_ms; returns its incarnation. */
-static int64_t s_register(const char *id, const char *name, int64_t lease_ms)
+/* Node id/name in the kagent-default pool with a lease of lease_ms. */
+static ka_store_node_t s_node(const char *id, const char *name, int64_t lease_ms)
 {
     ka_store_node_t n;
     memset(&n, 0, sizeof(n));
@@ -511,6 +511,13 @@ static int64_t s_register(const char *id, const char *name, int64_t lease_ms)
     snprintf(n.name, sizeof(n.name), "%s", name);
     snprintf(n.pools, sizeof(n.pools), "kagent-default");
     n.lease_ms = lease_ms;
+    return n;
+}
+
+/* Registers node id/name with a lease of lease_ms; returns its incarnation. */
+static int64_t s_register(const char *id, const char *name, int64_t lease_ms)
+{
+    ka_store_node_t n = s_node(id, name, lease_ms);
     krt_reply_t rep;
     s_call(KA_STORE_NODE_PUT, &n, sizeof(n), &rep);
     assert_int_equal(rep.status, 0);
@@ -594,8 +601,9 @@ static void test_takeover_fencing_and_drain(void **unused)
     assert_int_equal(s_takeover_call(&t, &n), 0);
     assert_int_equal(n, 0);
     /* lapsed: a taker that is not the live incarnation moves nothing */
-    s_register("21", "node-21", 1);
-    dead_inc++;
+    int64_t before = dead_inc;
+    dead_inc = s_register("21", "node-21", 1);
+    assert_true(dead_inc > before); /* every registration a greater incarnation */
     usleep(20000);
     t.incarnation = dead_inc;
     t.taker_incarnation = taker_inc + 5;
@@ -696,6 +704,61 @@ static void test_takeover_fencing_and_drain(void **unused)
     for (uint32_t i = 0; i < nl->count; i++)
         if (strcmp(nl->items[i].id, "22") == 0)
             assert_false(nl->items[i].draining);
+    krt_reply_free(&rep);
+}
+
+/* Forgets node id if it lapsed under inc at least after_ms ago: the rows removed (0 or 1). */
+static uint32_t s_forget(const char *id, int64_t inc, int64_t after_ms)
+{
+    ka_store_node_heartbeat_t f = {.lease_ms = after_ms, .incarnation = inc};
+    snprintf(f.id, sizeof(f.id), "%s", id);
+    krt_reply_t rep;
+    s_call(KA_STORE_NODE_FORGET, &f, sizeof(f), &rep);
+    assert_int_equal(rep.status, 0);
+    uint32_t n = ((ka_store_node_list_t *)rep.body)->count;
+    if (n)
+        assert_string_equal(((ka_store_node_list_t *)rep.body)->items[0].id, id);
+    krt_reply_free(&rep);
+    return n;
+}
+
+/* A dead node's row goes only once lapsed long enough under the incarnation seen, with no live
+ * sandbox naming it; back, that node registers under a greater incarnation. Names are unique. */
+static void test_forget_and_unique_names(void **unused)
+{
+    int64_t dead_inc = s_register("41", "node-41", 1);
+    int64_t taker_inc = s_register("42", "node-42", 60000);
+    ka_store_sandbox_t sb;
+    s_create_on("forget-1", "node-41", &sb);
+    usleep(20000);
+    assert_int_equal(s_forget("42", taker_inc, 0), 0); /* alive */
+    assert_int_equal(s_forget("41", dead_inc, 0), 0);  /* a sandbox names it */
+    ka_store_takeover_t t = s_takeover_of("41", dead_inc, "42", taker_inc);
+    uint32_t n;
+    assert_int_equal(s_takeover_call(&t, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(s_forget("41", dead_inc, 60000), 0);    /* not lapsed that long */
+    assert_int_equal(s_forget("41", dead_inc + 1000, 0), 0); /* another incarnation */
+    assert_int_equal(s_forget("41", dead_inc, 0), 1);
+    assert_int_equal(s_forget("41", dead_inc, 0), 0); /* gone */
+    krt_reply_t rep;
+    s_call(KA_STORE_NODE_LIST, NULL, 0, &rep);
+    const ka_store_node_list_t *nl = rep.body;
+    for (uint32_t i = 0; i < nl->count; i++)
+        assert_string_not_equal(nl->items[i].id, "41");
+    krt_reply_free(&rep);
+    assert_true(s_register("41", "node-41", 60000) > taker_inc);
+    /* another node under a name in use is refused; its own row is untouched */
+    ka_store_node_t dup = s_node("43", "node-42", 60000);
+    s_call(KA_STORE_NODE_PUT, &dup, sizeof(dup), &rep);
+    assert_int_not_equal(rep.status, 0);
+    krt_reply_free(&rep);
+    s_call(KA_STORE_NODE_LIST, NULL, 0, &rep);
+    nl = rep.body;
+    int named = 0;
+    for (uint32_t i = 0; i < nl->count; i++)
+        named += strcmp(nl->items[i].name, "node-42") == 0;
+    assert_int_equal(named, 1);
     krt_reply_free(&rep);
 }
 
@@ -1015,6 +1078,7 @@ int main(void)
         cmocka_unit_test(test_pools_and_nodes),
         cmocka_unit_test(test_takeover_fencing_and_drain),
         cmocka_unit_test(test_takeover_keeps_object_storage_suspended),
+        cmocka_unit_test(test_forget_and_unique_names),
         cmocka_unit_test(test_change_events),
         cmocka_unit_test(test_db_restart_under_load),
         cmocka_unit_test(test_refuses_newer_schema),
