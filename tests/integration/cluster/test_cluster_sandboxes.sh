@@ -210,6 +210,7 @@ err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox exec
 
 # ---- 3. drain ------------------------------------------------------------------------------------
 k 3 runtime drain "$id1" | grep -q "node $id1 (node-1) drained" || fail "drain node 1"
+t0=$(date +%s%N)
 until k 1 runtime nodes | grep -q 'node-1 .*true (draining)'; do
   [ "$(ms_since "$t0")" -lt 60000 ] || fail "node 1 does not show draining"; sleep 0.2
 done
