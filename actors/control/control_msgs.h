@@ -2,13 +2,18 @@
  * control_msgs: the messages between the control plane's actors (templates, sandboxes, one
  * actor per sandbox) and the service layer that the bridges call.
  *
- * Every reply body starts with ka_status_t: a gRPC status code (ka_code_t) and a message the
- * bridges pass to callers unchanged. Request bodies carry the caller's identity; ownership is
- * checked by the actor that owns the record, never by a bridge.
+ * A success reply is the struct its request names, nothing before it. A failure is an error
+ * reply (ka_reply_fail): a negative errno in the envelope (ka_errors.h maps it to the gRPC
+ * code at the edge) and the message the bridges pass to callers unchanged as the body; read
+ * both with ka_reply_outcome. Guest stream frames (ka_guest_reply_t) carry their own status.
+ * Request bodies carry the caller's identity; ownership is checked by the actor that owns the
+ * record, never by a bridge.
  */
 #ifndef KA_CONTROL_MSGS_H
 #define KA_CONTROL_MSGS_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -39,10 +44,36 @@ typedef enum {
 
 #define KA_MSG_LEN 512
 
+/* A guest frame's status (ka_guest_reply_t). */
 typedef struct ka_status {
     int32_t code;             /* ka_code_t */
     char message[KA_MSG_LEN]; /* "" when code is KA_OK */
 } ka_status_t;
+
+/* A control actor's UNAVAILABLE. The runtime's own failures (KRT_ENOACTOR, KRT_ENOCONN,
+ * KRT_EREMOTE, KRT_ESHUTDOWN, KRT_ETIMEDOUT) mean that no actor answered; an actor never
+ * answers with them (ka_reply_fail maps them to KA_EUNAVAIL and KA_ETIMEOUT), so a reader tells
+ * an actor's answer from the runtime's. */
+#define KA_EUNAVAIL (-ECONNREFUSED)
+#define KA_ETIMEOUT (-ETIME) /* a control actor's DEADLINE_EXCEEDED */
+
+/* Answers the request (to, ref) with the failure err (a negative errno) and message (NULL:
+ * ""): an error reply, the runtime's own codes mapped as above. 0 or the send's error. */
+int ka_reply_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message);
+/* Ends a guest call (to, ref; ref 0: a stream reader) with a final frame of code (ka_code_t)
+ * and message. 0 or the send's error. */
+int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *message);
+/* Answers request (to, ref) of `type` with the failure err (a negative errno) and a printf
+ * message: a guest call (KA_SBX_GUEST) with a final frame, anything else with an error reply. */
+void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err, const char *fmt,
+             ...) __attribute__((format(printf, 6, 7)));
+/* True when err is one of the runtime's own failures: no actor answered. */
+bool ka_reply_unanswered(int err);
+/* The outcome of a control actor's reply as a krt_reply_fn or krt_call_cb gets it (err, msg):
+ * 0 when msg is a success reply of at least size bytes; the runtime's err (*why NULL) when no
+ * actor answered; the actor's error and *why its message (borrowed from msg) for an error
+ * reply; -EIO and a static *why for a short reply. why may be NULL. */
+int ka_reply_outcome(int err, const krt_msg_t *msg, size_t size, const char **why);
 
 /* Registered names. */
 #define KA_TEMPLATES_NAME "templates"
@@ -119,10 +150,9 @@ typedef struct ka_tpl_key {
     char name[KA_STORE_TNAME_LEN];
 } ka_tpl_key_t;
 
-/* Reply: status, then count template records exactly as the store returns them
+/* Reply: count template records exactly as the store returns them
  * (ka_store_template_t, iterate with ka_store_blob_next over `blob`). */
 typedef struct ka_tpl_reply {
-    ka_status_t status;
     ka_store_blob_t blob; /* must be last: its data follows */
 } ka_tpl_reply_t;
 
@@ -131,7 +161,6 @@ typedef struct ka_tpl_runtime_req {
 } ka_tpl_runtime_req_t;
 
 typedef struct ka_tpl_resolved {
-    ka_status_t status;
     char revision[KA_STORE_REV_LEN]; /* pinned revision hash */
     char rootfs[1024];               /* the tools image rootfs: overlay lowerdir */
     char snapshot_location[1024];    /* the template's spec.substrate.snapshotPolicy.location */
@@ -158,7 +187,6 @@ typedef struct ka_sbx_key {
 } ka_sbx_key_t;
 
 typedef struct ka_sbx_reply {
-    ka_status_t status;
     ka_store_sandbox_t sandbox;
     uint8_t paused; /* 1: READY with its processes frozen (KA_SBX_PAUSE): guest calls refused */
 } ka_sbx_reply_t;
@@ -190,7 +218,6 @@ typedef struct ka_sbx_list_req {
 } ka_sbx_list_req_t;
 
 typedef struct ka_sbx_list {
-    ka_status_t status;
     uint32_t count;
     int32_t more;
     ka_store_sandbox_t items[];
@@ -209,7 +236,6 @@ typedef struct ka_sbx_warm_depth {
 #define KA_SBX_WARM_MAX 32 /* templates a count reports the depth of */
 
 typedef struct ka_sbx_count {
-    ka_status_t status;
     uint64_t live;
     /* the warm pools (actors/control/pool.h) */
     uint64_t warm_hits;    /* creates served by a warm sandbox */
@@ -301,12 +327,6 @@ typedef struct ka_guest_reply {
 } ka_guest_reply_t;
 
 /* ---- internal ----------------------------------------------------------------------------- */
-
-/* The status code for a store error (KA_STORE_E*), one mapping for every control actor. */
-static inline int ka_code_of_store(int err)
-{
-    return ka_err_code(err); /* store errors are negative errnos */
-}
 
 /* The manager hands a request to a sandbox actor with the original requester, so the sandbox
  * actor answers it directly (krt_reply_to). */

@@ -29,11 +29,12 @@ static const s_row_t s_rows[] = {
     {-EUCLEAN, 15 /* DATA_LOSS */},
     {-EACCES, 16 /* UNAUTHENTICATED */},
     /* aliases */
+    {-ETIME, 4 /* DEADLINE_EXCEEDED */},  /* a control actor's (not the runtime's timeout) */
     {-EAGAIN, 10 /* ABORTED */},          /* the store's persisting serialization conflict */
     {-EBADMSG, 3 /* INVALID_ARGUMENT */}, /* a malformed message or image */
     {-ESRCH, 14 /* UNAVAILABLE */},       /* no such actor: the service is (re)starting */
     {-ESHUTDOWN, 14 /* UNAVAILABLE */},
-    {-ECONNREFUSED, 14 /* UNAVAILABLE */},
+    {-ECONNREFUSED, 14 /* UNAVAILABLE */}, /* a control actor's (KA_EUNAVAIL, control_msgs.h) */
     {-EREMOTE, 14 /* UNAVAILABLE */},
     {-EFBIG, 8 /* RESOURCE_EXHAUSTED */},
     {-ENOMEM, 8 /* RESOURCE_EXHAUSTED */},

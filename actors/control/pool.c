@@ -417,12 +417,11 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
     char key[KEY_LEN];
     s_copy(key, sizeof key, ask->key);
     ask->key[0] = '\0';
+    err = ka_reply_outcome(err, msg, sizeof(ka_tpl_resolved_t), NULL);
     const ka_tpl_resolved_t *res = err ? NULL : msg->body;
-    if (!res || msg->len != sizeof *res)
-        return;
-    if (res->status.code == KA_NOT_FOUND) {
+    if (ka_err_code(err) == KA_NOT_FOUND) {
         s_forget(ctx, p, key);
-    } else if (res->status.code == KA_OK) {
+    } else if (res && msg->len == sizeof *res) {
         const ka_warm_cfg_t *cfg = s_cfg(p, res->pool);
         if (!cfg)
             s_forget(ctx, p, key);
@@ -435,9 +434,9 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
 static void s_on_listed(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     ka_pool_t *p = user;
-    const ka_tpl_reply_t *r = err ? NULL : msg->body;
-    if (!r || msg->len < sizeof *r || r->status.code)
+    if (ka_reply_outcome(err, msg, sizeof(ka_tpl_reply_t), NULL))
         return;
+    const ka_tpl_reply_t *r = msg->body;
     size_t blen = msg->len - offsetof(ka_tpl_reply_t, blob);
     for (const ka_store_template_t *t = ka_store_blob_next(&r->blob, blen, NULL); t;
          t = ka_store_blob_next(&r->blob, blen, t)) {

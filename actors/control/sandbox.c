@@ -119,13 +119,13 @@ typedef struct s_ev {
     const char *reason;   /* EV_GUEST_EXIT */
     const char *message;  /* EV_GUEST_EXIT, EV_DRIVER_FAILED */
     bool kept;            /* EV_DRIVER_FAILED: the sandbox is as it was (object storage away) */
-    int code;             /* EV_DRIVER_FAILED of a fork: the caller's status */
+    int code;             /* EV_DRIVER_FAILED of a fork: the caller's negative errno */
 } s_ev_t;
 
 typedef void (*s_action_t)(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev);
 
-/* One cell: an action, or (act NULL) a refusal answered to the caller with code and message
- * (nothing when the event has no caller, or code is KA_OK: ignored). */
+/* One cell: an action, or (act NULL) a refusal answered to the caller with code (a negative
+ * errno) and message (nothing when the event has no caller, or code is 0: ignored). */
 typedef struct s_cell {
     s_action_t act;
     int code;
@@ -159,15 +159,15 @@ static void a_forked(krt_ctx_t *, ka_sbx_t *, const s_ev_t *);
 
 /* The table reads as a grid: clang-format leaves it as laid out. */
 /* clang-format off */
-#define DO(fn)    {fn, KA_OK, NULL}
-#define BUSY      {NULL, KA_ABORTED, MSG_BUSY}
-#define NOT_READY {NULL, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY}
-#define IN_STATE  {NULL, KA_FAILED_PRECONDITION, s_in_state}
-#define DELETING  {NULL, KA_ABORTED, MSG_DELETING}
-#define IGNORE    {NULL, KA_OK, NULL}
-#define PAUSED    {NULL, KA_FAILED_PRECONDITION, MSG_PAUSED}
-#define UNPAUSED  {NULL, KA_FAILED_PRECONDITION, MSG_NOT_PAUSED}
-#define BUG       {a_bug, KA_OK, NULL}
+#define DO(fn)    {fn, 0, NULL}
+#define BUSY      {NULL, -EAGAIN, MSG_BUSY}
+#define NOT_READY {NULL, -EBUSY, KA_MSG_NOT_READY}
+#define IN_STATE  {NULL, -EBUSY, s_in_state}
+#define DELETING  {NULL, -EAGAIN, MSG_DELETING}
+#define IGNORE    {NULL, 0, NULL}
+#define PAUSED    {NULL, -EBUSY, MSG_PAUSED}
+#define UNPAUSED  {NULL, -EBUSY, MSG_NOT_PAUSED}
+#define BUG       {a_bug, 0, NULL}
 
 /* Completions of the operation a transient state runs, and of a result a stable state writes on
  * its own (FAILED for a guest lost, what a record recovered at node start becomes). */
@@ -264,10 +264,10 @@ static void s_reply_record(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t
 static void s_answer(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t *c, int code,
                      const char *message)
 {
-    if (code == KA_OK)
+    if (code == 0)
         s_reply_record(ctx, self, c);
     else
-        ka_sbx_reply_status(ctx, c->to, c->ref, c->type, code, "%s", message);
+        ka_fail(ctx, c->to, c->ref, c->type, code, "%s", message);
 }
 
 /* The record state of a stable sandbox state. */
@@ -645,7 +645,7 @@ static void s_begin(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_state_t to, const ka_
         op->caller = *c;
     op->before = self->state;
     op->before_op = self->a.record.operation;
-    op->code = KA_OK;
+    op->code = 0;
     op->target = to;
     s_enter(ctx, self, to);
 }
@@ -680,7 +680,7 @@ static void s_after_op(krt_ctx_t *ctx, ka_sbx_t *self)
 }
 
 /* The intent was not persisted (or the work could not start): nothing was done, the sandbox is
- * as it was and usable; the caller gets code. */
+ * as it was and usable; the caller gets code (a negative errno). */
 static void s_intent_lost(krt_ctx_t *ctx, ka_sbx_t *self, int code, const char *message)
 {
     ka_sbx_op_t *op = &self->op;
@@ -722,8 +722,8 @@ static void s_settle(krt_ctx_t *ctx, ka_sbx_t *self, const ka_store_sandbox_t *r
     if (op->answer)
         s_answer(ctx, self, &op->caller, op->code, op->message);
     op->answer = false;
-    op->code = KA_OK;
-    s_answer_joiners(ctx, self, KA_OK, "");
+    op->code = 0;
+    s_answer_joiners(ctx, self, 0, "");
     if (self->state == KA_SBX_DELETED) {
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         krt_timer_cancel(ctx, &self->ttl);
@@ -758,9 +758,9 @@ static void s_start_delete(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t
 {
     s_begin(ctx, self, KA_SBX_DELETING, c);
     krt_timer_cancel(ctx, &self->ttl);
-    ka_sbx_guest_fail_all(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+    ka_sbx_guest_fail_all(ctx, self, -EBUSY, KA_MSG_NOT_READY);
     if (s_write(ctx, self, KA_PH_INTENT, KA_STATE_DELETING, KA_OP_DELETE, NULL, NULL))
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, "the store is not running");
+        s_intent_lost(ctx, self, KA_EUNAVAIL, "the store is not running");
 }
 
 /* The intent is persisted: the blocking part. */
@@ -772,9 +772,9 @@ static void s_run_job(krt_ctx_t *ctx, ka_sbx_t *self)
                         : self->state == KA_SBX_SUSPENDING ? JOB_SUSPEND
                                                            : JOB_RESUME;
     if (kind == JOB_SUSPEND) /* the guest stops with the compute: its callers learn it now */
-        ka_sbx_guest_fail_all(ctx, self, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        ka_sbx_guest_fail_all(ctx, self, -EBUSY, KA_MSG_NOT_READY);
     if (s_submit(ctx, self, kind, dir, NULL))
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, "cannot start the work: out of memory; retry");
+        s_intent_lost(ctx, self, KA_EUNAVAIL, "cannot start the work: out of memory; retry");
 }
 
 /* ---- actions ------------------------------------------------------------------------------- */
@@ -791,8 +791,7 @@ static void a_join(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     ka_sbx_joiner_t *j = malloc(sizeof *j);
     if (!j) {
-        ka_sbx_reply_status(ctx, ev->from.to, ev->from.ref, KA_SBX_CREATE, KA_UNAVAILABLE,
-                            "out of memory; retry");
+        ka_fail(ctx, ev->from.to, ev->from.ref, KA_SBX_CREATE, KA_EUNAVAIL, "out of memory; retry");
         return;
     }
     *j = (ka_sbx_joiner_t){self->op.joiners, ev->from};
@@ -816,10 +815,10 @@ static bool s_location_ok(krt_ctx_t *ctx, ka_sbx_t *self, const ka_sbx_caller_t 
     const char *loc = self->a.runtime.snapshot_location;
     if (!loc[0] || s_snapshot_dir(self, loc, dir, sizeof dir) == 0)
         return true;
-    ka_sbx_reply_status(ctx, c->to, c->ref, c->type, KA_FAILED_PRECONDITION,
-                        "snapshot location \"%s\" is not supported: use a file://, s3:// or "
-                        "gs:// location",
-                        loc);
+    ka_fail(ctx, c->to, c->ref, c->type, -EBUSY,
+            "snapshot location \"%s\" is not supported: use a file://, s3:// or "
+            "gs:// location",
+            loc);
     return false;
 }
 
@@ -829,20 +828,20 @@ static void a_suspend(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
         return;
     s_begin(ctx, self, KA_SBX_SUSPENDING, &ev->from);
     if (s_write(ctx, self, KA_PH_INTENT, KA_STATE_READY, KA_OP_SUSPEND, NULL, NULL))
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, "the store is not running");
+        s_intent_lost(ctx, self, KA_EUNAVAIL, "the store is not running");
 }
 
 static void s_resume_intent(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     if (s_write(ctx, self, KA_PH_INTENT, KA_STATE_SUSPENDED, KA_OP_RESUME, NULL, NULL))
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, "the store is not running");
+        s_intent_lost(ctx, self, KA_EUNAVAIL, "the store is not running");
 }
 
 static void a_resume(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     const ka_sbx_caller_t *c = &ev->from;
     if (s_busy(self)) { /* a recovered record's state is still being written */
-        ka_sbx_reply_status(ctx, c->to, c->ref, c->type, KA_ABORTED, MSG_BUSY);
+        ka_fail(ctx, c->to, c->ref, c->type, -EAGAIN, MSG_BUSY);
         return;
     }
     if (self->a.runtime.rootfs[0] && !s_location_ok(ctx, self, c))
@@ -857,22 +856,22 @@ static void a_resume(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     s_copy(rr.revision, sizeof rr.revision, self->a.record.revision);
     self->op.phase = KA_PH_RUNTIME;
     if (s_ask(ctx, self, ka_peer(ctx, self->a.templates), KA_TPL_RUNTIME, &rr, sizeof rr))
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+        s_intent_lost(ctx, self, KA_EUNAVAIL, KA_MSG_NO_RUNTIME);
 }
 
 static void a_runtime(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     const krt_msg_t *msg = ev->msg;
     const ka_tpl_resolved_t *res = msg ? msg->body : NULL;
-    if (!msg || msg->len != sizeof *res || res->status.code) {
-        s_intent_lost(ctx, self, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+    if (!msg || msg->len != sizeof *res) {
+        s_intent_lost(ctx, self, KA_EUNAVAIL, KA_MSG_NO_RUNTIME);
         return;
     }
     self->a.runtime = *res;
     char dir[PATH_MAX];
     const char *loc = res->snapshot_location;
     if (loc[0] && s_snapshot_dir(self, loc, dir, sizeof dir)) {
-        s_intent_lost(ctx, self, KA_FAILED_PRECONDITION,
+        s_intent_lost(ctx, self, -EBUSY,
                       "the snapshot location is not supported: use a file://, s3:// or gs:// "
                       "location");
         return;
@@ -896,8 +895,7 @@ static void a_queue_delete(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     bool expiry = ev->type == EV_TTL;
     if (op->delete_queued) {
         if (!expiry)
-            ka_sbx_reply_status(ctx, ev->from.to, ev->from.ref, ev->from.type, KA_ABORTED,
-                                MSG_DELETING);
+            ka_fail(ctx, ev->from.to, ev->from.ref, ev->from.type, -EAGAIN, MSG_DELETING);
         return;
     }
     op->delete_queued = true;
@@ -929,11 +927,10 @@ static int s_freeze(krt_ctx_t *ctx, ka_sbx_t *self, bool frozen, const ka_sbx_ca
         "sandbox=%s rc=%d us=%lld", self->a.record.id, rc,
         (long long)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000));
     if (rc && c)
-        ka_sbx_reply_status(ctx, c->to, c->ref, c->type,
-                            rc == -ENOTSUP ? KA_FAILED_PRECONDITION : KA_UNAVAILABLE,
-                            "%s the sandbox failed: %s", frozen ? "pausing" : "unpausing",
-                            rc == -ENOTSUP ? "this node cannot freeze sandboxes (cgroup v2 needed)"
-                                           : strerror(-rc));
+        ka_fail(ctx, c->to, c->ref, c->type, rc == -ENOTSUP ? -EBUSY : KA_EUNAVAIL,
+                "%s the sandbox failed: %s", frozen ? "pausing" : "unpausing",
+                rc == -ENOTSUP ? "this node cannot freeze sandboxes (cgroup v2 needed)"
+                               : strerror(-rc));
     return rc;
 }
 
@@ -983,8 +980,8 @@ static void a_fork(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     s_freeze(ctx, self, false, NULL);
     self->op.answer = false;
     s_enter(ctx, self, KA_SBX_READY);
-    ka_sbx_reply_status(ctx, ev->from.to, ev->from.ref, ev->from.type, KA_UNAVAILABLE,
-                        "cannot start the work: out of memory; retry");
+    ka_fail(ctx, ev->from.to, ev->from.ref, ev->from.type, KA_EUNAVAIL,
+            "cannot start the work: out of memory; retry");
 }
 
 /* The fork's copy ended: thawed, READY again; the caller learns how it went. */
@@ -998,8 +995,7 @@ static void a_forked(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     if (op->answer && ev->type == EV_JOB_DONE)
         s_reply_record(ctx, self, &op->caller);
     else if (op->answer)
-        ka_sbx_reply_status(ctx, op->caller.to, op->caller.ref, op->caller.type, ev->code, "%s",
-                            ev->message);
+        ka_fail(ctx, op->caller.to, op->caller.ref, op->caller.type, ev->code, "%s", ev->message);
     op->answer = false;
     s_after_op(ctx, self);
 }
@@ -1045,7 +1041,7 @@ static void a_job_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     if (self->state == KA_SBX_DELETING) /* a stop leaves nothing either way */
         a_job_done(ctx, self, ev);
     else if (ev->kept) { /* object storage away: the caller learns why, nothing changed */
-        self->op.code = KA_UNAVAILABLE;
+        self->op.code = KA_EUNAVAIL;
         s_copy(self->op.message, sizeof self->op.message, ev->message);
         s_result(ctx, self, self->op.before, NULL, NULL);
     } else
@@ -1071,7 +1067,7 @@ static void a_store_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
     krt_log_actor(ctx, KRT_LOG_WARN, "store_write_failed", "sandbox=%s state=%s phase=%d err=%d",
                   self->a.record.id, ka_sandbox_state_name(self->state), self->op.phase, ev->err);
     if (self->op.phase == KA_PH_INTENT)
-        s_intent_lost(ctx, self, ka_code_of_store(ev->err), MSG_STORE);
+        s_intent_lost(ctx, self, ev->err, MSG_STORE);
     else if (ev->err == KA_STORE_EUNAVAIL) /* the work is done: the record must catch up */
         krt_timer_arm(ctx, &self->retry, RETRY_RESULT_MS, KA_SBX_MSG_RETRY, 0);
     else /* refused for good: the actor goes on from what was done */
@@ -1097,14 +1093,14 @@ static void s_fire(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
         cell->act(ctx, self, ev);
         return;
     }
-    if (cell->code == KA_OK || ev->type > EV_DELETE)
+    if (cell->code == 0 || ev->type > EV_DELETE)
         return; /* ignored, or nobody to tell (the requests come first in s_event_t) */
     const ka_sbx_caller_t *c = &ev->from;
     if (cell->message == s_in_state)
-        ka_sbx_reply_status(ctx, c->to, c->ref, c->type, cell->code, MSG_IN_STATE, s_verb(ev->type),
-                            ka_state_name(self->a.record.state));
+        ka_fail(ctx, c->to, c->ref, c->type, cell->code, MSG_IN_STATE, s_verb(ev->type),
+                ka_state_name(self->a.record.state));
     else
-        ka_sbx_reply_status(ctx, c->to, c->ref, c->type, cell->code, "%s", cell->message);
+        ka_fail(ctx, c->to, c->ref, c->type, cell->code, "%s", cell->message);
 }
 
 void ka_sbx_on_guest_exit(krt_ctx_t *ctx, ka_sbx_t *self, const char *reason, const char *message)
@@ -1153,14 +1149,13 @@ static void s_on_request(krt_ctx_t *ctx, ka_sbx_t *self, uint32_t type, krt_addr
             caller = k->caller;
     }
     if (!caller) {
-        ka_sbx_reply_status(ctx, from, ref, type, KA_INVALID_ARGUMENT,
-                            type == KA_SBX_GUEST ? "malformed guest request" : "malformed request");
+        ka_fail(ctx, from, ref, type, -EINVAL,
+                type == KA_SBX_GUEST ? "malformed guest request" : "malformed request");
         return;
     }
     if (strcmp(caller, self->a.record.creator) != 0) {
-        ka_sbx_reply_status(ctx, from, ref, type,
-                            type == KA_SBX_CREATE ? KA_INVALID_ARGUMENT : KA_NOT_FOUND,
-                            type == KA_SBX_CREATE ? "malformed request" : KA_MSG_NOT_FOUND);
+        ka_fail(ctx, from, ref, type, type == KA_SBX_CREATE ? -EINVAL : -ENOENT,
+                type == KA_SBX_CREATE ? "malformed request" : KA_MSG_NOT_FOUND);
         return;
     }
     s_fire(ctx, self, &ev);
@@ -1174,10 +1169,7 @@ static void s_on_got(krt_ctx_t *ctx, void *state, void *user, int err, const krt
     while (*pp != w)
         pp = &(*pp)->next;
     *pp = w->next;
-    ka_sbx_reply_t out;
-    ka_sbx_read_reply(err, msg, &out);
-    out.paused = self->state == KA_SBX_PAUSED && out.sandbox.state == KA_STATE_READY;
-    krt_reply_to(ctx, w->c.to, w->c.ref, w->c.type, &out, sizeof out);
+    ka_sbx_answer_read(ctx, w->c.to, w->c.ref, w->c.type, err, msg, self->state == KA_SBX_PAUSED);
     free(w);
 }
 
@@ -1188,11 +1180,11 @@ static void s_get(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
     const ka_sbx_key_t *k = msg->body;
     ka_sbx_caller_t c = {msg->from, msg->ref, KA_SBX_GET};
     if (msg->len != sizeof *k || !memchr(k->caller, 0, sizeof k->caller)) {
-        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_INVALID_ARGUMENT, "malformed request");
+        ka_fail(ctx, c.to, c.ref, c.type, -EINVAL, "malformed request");
         return;
     }
     if (strcmp(k->caller, self->a.record.creator) != 0) {
-        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+        ka_fail(ctx, c.to, c.ref, c.type, -ENOENT, KA_MSG_NOT_FOUND);
         return;
     }
     ka_sbx_joiner_t *w = malloc(sizeof *w);
@@ -1203,7 +1195,7 @@ static void s_get(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
     if (!w || krt_request(ctx, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_GET, &sk, sizeof sk,
                           STORE_TIMEOUT_MS, s_on_got, w)) {
         free(w);
-        ka_sbx_reply_status(ctx, c.to, c.ref, c.type, KA_UNAVAILABLE, "out of memory; retry");
+        ka_fail(ctx, c.to, c.ref, c.type, KA_EUNAVAIL, "out of memory; retry");
         return;
     }
     *w = (ka_sbx_joiner_t){self->reads, c};
@@ -1237,13 +1229,13 @@ static void s_job_observe(const ka_sbx_job_t *j, int rc)
         ka_metric_job(what, rc == 0, ka_metric_now() - j->began, j->bytes);
 }
 
-/* The status a fork's caller gets for the job's error. */
-static int s_fork_code(int rc)
+/* The error (a negative errno) a fork's caller gets for the job's error. */
+static int s_fork_err(int rc)
 {
-    return rc == -EDQUOT || rc == -ENOSPC ? KA_RESOURCE_EXHAUSTED
-           : rc == -ENOTSUP               ? KA_FAILED_PRECONDITION
-           : rc == -EEXIST                ? KA_ALREADY_EXISTS
-                                          : KA_UNAVAILABLE;
+    return rc == -EDQUOT || rc == -ENOSPC ? -ENOSPC
+           : rc == -ENOTSUP               ? -EBUSY
+           : rc == -EEXIST                ? -EEXIST
+                                          : KA_EUNAVAIL;
 }
 
 static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
@@ -1270,7 +1262,7 @@ static void s_on_job_done(krt_ctx_t *ctx, ka_sbx_t *self, const krt_msg_t *msg)
     s_ev_t ev = {.type = rc ? EV_DRIVER_FAILED : EV_JOB_DONE,
                  .message = err,
                  .kept = kept,
-                 .code = s_fork_code(rc)};
+                 .code = s_fork_err(rc)};
     s_fire(ctx, self, &ev);
 }
 
@@ -1404,8 +1396,8 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     self->op.caller = (ka_sbx_caller_t){self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE};
     self->op.before = KA_SBX_CREATING;
     if (s_submit(ctx, self, JOB_BOOT, "", NULL)) {
-        ka_sbx_reply_status(ctx, self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE, KA_UNAVAILABLE,
-                            "cannot start the sandbox: out of memory");
+        ka_fail(ctx, self->a.reply_to, self->a.reply_ref, KA_SBX_CREATE, KA_EUNAVAIL,
+                "cannot start the sandbox: out of memory");
         return KRT_ENOMEM;
     }
     return 0;
@@ -1420,18 +1412,16 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     ka_sbx_t *self = state;
     ka_sbx_op_t *op = &self->op;
     const char *why = "the node is shutting down; retry";
-    ka_sbx_guest_fail_all(ctx, self, KA_UNAVAILABLE, "the sandbox is shutting down");
+    ka_sbx_guest_fail_all(ctx, self, KA_EUNAVAIL, "the sandbox is shutting down");
     if (op->answer)
-        ka_sbx_reply_status(ctx, op->caller.to, op->caller.ref, op->caller.type, KA_UNAVAILABLE,
-                            "%s", why);
-    s_answer_joiners(ctx, self, KA_UNAVAILABLE, why);
+        ka_fail(ctx, op->caller.to, op->caller.ref, op->caller.type, KA_EUNAVAIL, "%s", why);
+    s_answer_joiners(ctx, self, KA_EUNAVAIL, why);
     if (op->delete_queued && op->delete_answer)
-        ka_sbx_reply_status(ctx, op->deleter.to, op->deleter.ref, KA_SBX_DELETE, KA_UNAVAILABLE,
-                            "%s", why);
+        ka_fail(ctx, op->deleter.to, op->deleter.ref, KA_SBX_DELETE, KA_EUNAVAIL, "%s", why);
     while (self->reads) { /* their store requests are dropped with this actor */
         ka_sbx_joiner_t *w = self->reads;
         self->reads = w->next;
-        ka_sbx_reply_status(ctx, w->c.to, w->c.ref, w->c.type, KA_UNAVAILABLE, "%s", why);
+        ka_fail(ctx, w->c.to, w->c.ref, w->c.type, KA_EUNAVAIL, "%s", why);
         free(w);
     }
     ka_sbx_guest_detach(ctx, self);

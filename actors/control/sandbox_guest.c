@@ -33,28 +33,17 @@ static void s_copy(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-void ka_sbx_reply_status(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
-                         const char *fmt, ...)
+/* Ends guest call (to, ref; ref 0: a stream reader) with a final frame of code and message. */
+static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *fmt, ...)
 {
-    ka_sbx_reply_t r;
-    memset(&r, 0, sizeof r);
-    r.status.code = code;
+    char why[KA_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r.status.message, sizeof r.status.message, fmt, ap);
+    vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    if (type == KA_SBX_GUEST) { /* guest callers read a ka_guest_reply_t */
-        ka_guest_reply_t g;
-        memset(&g, 0, sizeof g);
-        g.status = r.status;
-        g.final = 1;
-        if (ref)
-            krt_reply_to(ctx, to, ref, type, &g, sizeof g);
-        else
-            krt_send(ctx, to, KA_SBX_GUEST_FRAME, &g, sizeof g);
-        return;
-    }
-    krt_reply_to(ctx, to, ref, type, &r, sizeof r);
+    ka_guest_fail(ctx, to, ref, code, why);
 }
 
 static uint64_t s_idle_ms(const ka_sbx_t *self)
@@ -88,7 +77,7 @@ void ka_sbx_guest_attach(krt_ctx_t *ctx, ka_sbx_t *self)
 {
     /* calls of an earlier guest (before a suspend) cannot be answered by this one, and its
      * ids start over */
-    ka_sbx_guest_fail_all(ctx, self, KA_UNAVAILABLE, "the sandbox guest restarted");
+    ka_sbx_guest_fail_all(ctx, self, KA_EUNAVAIL, "the sandbox guest restarted");
     self->gc = ka_guestconn_new(ka_driver_channel(self->a.driver, self->compute), false);
     if (self->gc)
         ka_guestconn_set_window(self->gc, KA_GP_WINDOW);
@@ -110,15 +99,15 @@ static void s_end_call(krt_ctx_t *ctx, ka_sbx_t *self, ka_gc_call_t *c, int code
 {
     s_waiter_t *w = c->user;
     if (code != KA_OK)
-        ka_sbx_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, code, "%s", message);
+        s_final(ctx, w->to, w->ref, code, "%s", message);
     free(w);
     ka_gc_remove(&self->calls, c);
 }
 
-void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int code, const char *message)
+void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int err, const char *message)
 {
     while (self->calls.head)
-        s_end_call(ctx, self, self->calls.head, code, message);
+        s_end_call(ctx, self, self->calls.head, ka_err_code(err), message);
 }
 
 static int s_code_of_errno(int err)
@@ -265,7 +254,7 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
         if (r)
             s_send_frame(ctx, w, r, len);
         else
-            ka_sbx_reply_status(ctx, w->to, w->ref, KA_SBX_GUEST, KA_INTERNAL, "out of memory");
+            s_final(ctx, w->to, w->ref, KA_INTERNAL, "out of memory");
         free(r);
         return true;
     }
@@ -281,7 +270,7 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
  * machine decides what it means for the sandbox. */
 static void s_drop_guest(krt_ctx_t *ctx, ka_sbx_t *self, const char *reason, const char *message)
 {
-    ka_sbx_guest_fail_all(ctx, self, KA_UNAVAILABLE, message);
+    ka_sbx_guest_fail_all(ctx, self, KA_EUNAVAIL, message);
     ka_sbx_guest_detach(ctx, self);
     ka_sbx_on_guest_exit(ctx, self, reason, message);
 }
@@ -501,24 +490,22 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
                        const ka_guest_req_t *q)
 {
     if (!self->gc || krt_wall_ms() >= self->a.record.expires_ms) {
-        ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        s_final(ctx, from, ref, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
         return;
     }
     ka_gc_kind_t kind = s_guest_kind(q);
     bool streams = ka_gc_kind_streams(kind);
     if (self->calls.n >= MAX_GUEST_CALLS ||
         (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
-        ka_sbx_reply_status(
-            ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
-            "too many open calls on this sandbox (%d streams and %d calls at most); "
-            "retry when one has ended",
-            MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
+        s_final(ctx, from, ref, KA_RESOURCE_EXHAUSTED,
+                "too many open calls on this sandbox (%d streams and %d calls at most); "
+                "retry when one has ended",
+                MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
         return;
     }
     if (kind == KA_GC_WATCH && ka_gc_count(&self->calls, KA_GC_WATCH) >= KA_GP_MAX_WATCHES) {
-        ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, KA_RESOURCE_EXHAUSTED,
-                            "too many watches on this sandbox (%d at most); end one first",
-                            KA_GP_MAX_WATCHES);
+        s_final(ctx, from, ref, KA_RESOURCE_EXHAUSTED,
+                "too many watches on this sandbox (%d at most); end one first", KA_GP_MAX_WATCHES);
         return;
     }
     s_waiter_t *w = calloc(1, sizeof *w);
@@ -537,8 +524,8 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
     }
     if (rc) {
         free(w);
-        ka_sbx_reply_status(ctx, from, ref, KA_SBX_GUEST, s_code_of_errno(rc), "%s",
-                            rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
+        s_final(ctx, from, ref, s_code_of_errno(rc), "%s",
+                rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
         return;
     }
     w->to = from;

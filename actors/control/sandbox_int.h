@@ -70,8 +70,8 @@ typedef struct ka_sbx_op {
     bool asking;                     /* a store / templates request in flight */
     ka_sbx_job_t *job;               /* in flight on a job thread */
     ka_store_sandbox_update_t write; /* the result write, kept to be sent again */
-    int code;                        /* what the caller gets once it is written (KA_OK: the */
-    char message[512];               /* record; else this status, e.g. storage away) */
+    int code;                        /* what the caller gets once it is written (0: the */
+    char message[512];               /* record; else this negative errno, e.g. storage away) */
 } ka_sbx_op_t;
 
 typedef struct ka_sbx {
@@ -100,18 +100,14 @@ typedef struct ka_sbx {
 #define KA_SBX_MSG_SWEEP      (KA_CTL_MSG_LAST_ + 3)
 #define KA_SBX_MSG_GUEST_MORE (KA_CTL_MSG_LAST_ + 4)
 
-/* Answers a caller with an error in the shape its request type expects (ref 0: a stream). */
-void ka_sbx_reply_status(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
-                         const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
 /* ---- sandbox_guest.c ---------------------------------------------------------------------- */
 
 /* Takes the compute's guest channel (calls of an earlier guest end UNAVAILABLE). */
 void ka_sbx_guest_attach(krt_ctx_t *ctx, ka_sbx_t *self);
 /* Stops watching and closes the channel (the compute keeps running). */
 void ka_sbx_guest_detach(krt_ctx_t *ctx, ka_sbx_t *self);
-/* Ends every open guest call with code and message. */
-void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int code, const char *message);
+/* Ends every open guest call with err (a negative errno) and message. */
+void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int err, const char *message);
 /* A guest call the state machine let through (body checked, caller owns the sandbox). */
 void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t ref,
                        const ka_guest_req_t *q);

@@ -80,41 +80,9 @@ s_op_t *ka_mgr_op_new(s_mgr_t *self, const krt_msg_t *msg)
     return op;
 }
 
-/* Answers with an error status in the reply shape the caller's request type expects. */
-static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
-                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void s_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int code,
-                   const char *fmt, ...)
+void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err, const char *message)
 {
-    union {
-        ka_sbx_reply_t sbx;
-        ka_sbx_list_t list;
-        ka_guest_reply_t guest;
-    } r;
-    memset(&r, 0, sizeof r);
-    ka_status_t *st = &r.sbx.status;
-    st->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(st->message, sizeof st->message, fmt, ap);
-    va_end(ap);
-    size_t len = sizeof r.sbx;
-    if (type == KA_SBX_LIST || type == KA_SBX_FORK)
-        len = sizeof r.list;
-    if (type == KA_SBX_GUEST) {
-        r.guest.final = 1;
-        len = sizeof r.guest;
-        if (!ref) { /* a stream reader */
-            krt_send(ctx, to, KA_SBX_GUEST_FRAME, &r, len);
-            return;
-        }
-    }
-    krt_reply_to(ctx, to, ref, type, &r, len);
-}
-
-void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message)
-{
-    s_fail(ctx, op->from, op->from_ref, op->type, code, "%s", message);
+    ka_fail(ctx, op->from, op->from_ref, op->type, err, "%s", message);
     ka_mgr_op_free(self, op);
 }
 
@@ -123,7 +91,7 @@ void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, kr
                 uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     if (krt_request(ctx, to, type, body, len, timeout_ms, next, op))
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "out of memory; retry");
 }
 
 /* Why a request to a control-plane service failed (err != 0): the caller gets UNAVAILABLE. */
@@ -133,13 +101,16 @@ static const char *s_unavailable_why(int err)
                                 : "a control-plane service is not running; retry";
 }
 
-/* Common head of a step: the op if its service answered, else NULL after failing the op. */
-static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err)
+/* Common head of a step: the op if its service answered with success, else NULL after failing
+ * the op with the service's error reply, or UNAVAILABLE when it did not answer. */
+static s_op_t *s_answered(krt_ctx_t *ctx, s_mgr_t *self, void *user, int err, const krt_msg_t *msg)
 {
     s_op_t *op = user;
+    const char *why;
+    err = ka_reply_outcome(err, msg, 0, &why);
     if (!err)
         return op;
-    ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, s_unavailable_why(err));
+    ka_mgr_fail_op(ctx, self, op, why ? err : KA_EUNAVAIL, why ? why : s_unavailable_why(err));
     return NULL;
 }
 
@@ -152,8 +123,7 @@ static const void *s_store_reply(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int 
     int serr = ka_store_outcome(err, msg, size, &why);
     if (!serr)
         return msg->body;
-    ka_mgr_fail_op(ctx, self, op, ka_code_of_store(serr),
-                   serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+    ka_mgr_fail_op(ctx, self, op, serr, serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
     return NULL;
 }
 
@@ -214,7 +184,7 @@ static void s_forward(krt_ctx_t *ctx, krt_addr_t actor, krt_addr_t from, uint64_
 {
     ka_sbx_forward_t *f = malloc(sizeof *f + len);
     if (!f) {
-        s_fail(ctx, from, ref, type, KA_UNAVAILABLE, "out of memory; retry");
+        ka_fail(ctx, from, ref, type, KA_EUNAVAIL, "out of memory; retry");
         return;
     }
     f->from = from;
@@ -223,7 +193,7 @@ static void s_forward(krt_ctx_t *ctx, krt_addr_t actor, krt_addr_t from, uint64_
     f->len = len;
     memcpy(f->body, body, len);
     if (krt_send(ctx, actor, KA_SBX_FORWARD_, f, sizeof *f + len))
-        s_fail(ctx, from, ref, type, KA_UNAVAILABLE, "the sandbox is restarting; retry");
+        ka_fail(ctx, from, ref, type, KA_EUNAVAIL, "the sandbox is restarting; retry");
     free(f);
 }
 
@@ -242,28 +212,27 @@ static int s_check_create(const s_mgr_t *self, const ka_sbx_create_t *c, char *w
         !memchr(c->request_id, 0, sizeof c->request_id) || !memchr(c->name, 0, sizeof c->name) ||
         !memchr(c->template_namespace, 0, sizeof c->template_namespace) ||
         !memchr(c->template_name, 0, sizeof c->template_name))
-        return snprintf(why, cap, "malformed create request"), KA_INVALID_ARGUMENT;
+        return snprintf(why, cap, "malformed create request"), -EINVAL;
     if (!c->caller[0])
-        return snprintf(why, cap, "creating a sandbox requires an authenticated owner"),
-               KA_UNAUTHENTICATED;
+        return snprintf(why, cap, "creating a sandbox requires an authenticated owner"), -EACCES;
     const char *bad = ka_check_request_id(c->request_id);
     if (!bad)
         bad = ka_check_sandbox_name(c->name);
     if (bad)
-        return snprintf(why, cap, "%s", bad), KA_INVALID_ARGUMENT;
+        return snprintf(why, cap, "%s", bad), -EINVAL;
     if (ka_check_dns_label(c->template_namespace))
         return snprintf(why, cap,
                         "sandbox_template.namespace: must be a DNS label of 1-63 characters"),
-               KA_INVALID_ARGUMENT;
+               -EINVAL;
     if (ka_check_dns_subdomain(c->template_name))
         return snprintf(why, cap,
                         "sandbox_template.name: must be a DNS subdomain of 1-253 characters"),
-               KA_INVALID_ARGUMENT;
+               -EINVAL;
     if (c->ttl_ms != 0 && (c->ttl_ms < 1000 || c->ttl_ms > self->a.max_ttl_ms))
         return snprintf(why, cap, "ttl must be between 1s and %llds",
                         (long long)self->a.max_ttl_ms / 1000),
-               KA_INVALID_ARGUMENT;
-    return KA_OK;
+               -EINVAL;
+    return 0;
 }
 
 static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
@@ -273,7 +242,7 @@ static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
         return;
     char why[KA_MSG_LEN];
     if (msg->len != sizeof op->cr) {
-        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed create request");
+        ka_mgr_fail_op(ctx, self, op, -EINVAL, "malformed create request");
         return;
     }
     memcpy(&op->cr, msg->body, sizeof op->cr);
@@ -283,7 +252,7 @@ static void s_create(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
         return;
     }
     if (self->a.member && !ka_membership_member(self->a.member)) {
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE,
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL,
                        "this node is not a member of the cluster right now (its lease lapsed); "
                        "retry, or use another node");
         return;
@@ -307,16 +276,12 @@ void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
 static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
+    s_op_t *op = s_answered(ctx, self, user, err, msg);
     if (!op)
         return;
     const ka_tpl_resolved_t *res = msg->body;
     if (msg->len != sizeof *res) {
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
-        return;
-    }
-    if (res->status.code) {
-        ka_mgr_fail_op(ctx, self, op, res->status.code, res->status.message);
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, KA_MSG_NO_RUNTIME);
         return;
     }
     op->res = *res;
@@ -350,7 +315,7 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
     if (op->warm == 1 && (!r || !r->created))
         ka_pool_release(ctx, self->pool, &op->claim, r && !r->created);
     if (serr) {
-        ka_mgr_fail_op(ctx, self, op, ka_code_of_store(serr), why);
+        ka_mgr_fail_op(ctx, self, op, serr, why);
         return;
     }
     krt_addr_t actor = r->created ? KRT_ADDR_NONE : s_live(self, r->sandbox.id);
@@ -384,7 +349,7 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
                            .compute = warm ? op->claim.sb : NULL};
     if (ka_mgr_spawn(ctx, self, &a)) {
         ka_pool_release(ctx, self->pool, &op->claim, false);
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "cannot start the sandbox actor");
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "cannot start the sandbox actor");
         return;
     }
     op->claim.sb = NULL; /* the sandbox actor's now */
@@ -405,11 +370,11 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     if (msg->len != sizeof *q || !memchr(q->caller, 0, sizeof q->caller) || !q->caller[0] ||
         !memchr(q->template_namespace, 0, sizeof q->template_namespace) ||
         !memchr(q->template_name, 0, sizeof q->template_name)) {
-        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed list request");
+        ka_mgr_fail_op(ctx, self, op, -EINVAL, "malformed list request");
         return;
     }
     if (q->limit < 0 || q->limit > KA_STORE_LIST_MAX || q->offset < 0) {
-        ka_mgr_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "page.limit must be between 0 and 100");
+        ka_mgr_fail_op(ctx, self, op, -EINVAL, "page.limit must be between 0 and 100");
         return;
     }
     ka_store_sandbox_query_t sq;
@@ -423,41 +388,50 @@ static void s_list(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
                sizeof sq, STORE_TIMEOUT_MS);
 }
 
-/* A store success reply starts with ka_store_status_t {0, ""}; ours with ka_status_t {code,
- * message}: same layout, so a list is passed on as the store sent it. */
-_Static_assert(sizeof(ka_store_status_t) == sizeof(ka_status_t) &&
-                   offsetof(ka_store_status_t, message) == offsetof(ka_status_t, message),
-               "a store status reads as a ka_status_t");
-
-void ka_sbx_read_reply(int err, const krt_msg_t *msg, ka_sbx_reply_t *out)
+void ka_sbx_answer_read(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err,
+                        const krt_msg_t *msg, bool paused)
 {
-    memset(out, 0, sizeof *out);
     const char *why;
     int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
     if (serr) {
-        out->status.code = ka_code_of_store(serr);
-        ka_mgr_copy(out->status.message, sizeof out->status.message,
-                    serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
+        ka_reply_fail(ctx, to, ref, serr, serr == KA_STORE_ENOTFOUND ? KA_MSG_NOT_FOUND : why);
         return;
     }
-    out->sandbox = ((const ka_store_sandbox_reply_t *)msg->body)->sandbox;
+    ka_sbx_reply_t out;
+    memset(&out, 0, sizeof out);
+    out.sandbox = ((const ka_store_sandbox_reply_t *)msg->body)->sandbox;
+    out.paused = paused && out.sandbox.state == KA_STATE_READY;
+    krt_reply_to(ctx, to, ref, type, &out, sizeof out);
 }
 
-/* A store read answered: a list as the store returned it, a record as a ka_sbx_reply_t. */
+/* A store read answered: a list as a ka_sbx_list_t, a record as a ka_sbx_reply_t. */
 static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
     if (op->type != KA_SBX_LIST) {
-        ka_sbx_reply_t out;
-        ka_sbx_read_reply(err, msg, &out);
-        krt_reply_to(ctx, op->from, op->from_ref, op->type, &out, sizeof out);
+        ka_sbx_answer_read(ctx, op->from, op->from_ref, op->type, err, msg, false);
         ka_mgr_op_free(self, op);
         return;
     }
-    if (!s_store_reply(ctx, self, op, err, msg, sizeof(ka_store_status_t)))
+    const ka_store_sandbox_list_t *l = s_store_reply(ctx, self, op, err, msg, sizeof *l);
+    if (!l)
         return;
-    krt_reply_to(ctx, op->from, op->from_ref, op->type, msg->body, msg->len); /* status 0 */
+    if (l->count > (msg->len - sizeof *l) / sizeof l->items[0]) {
+        ka_mgr_fail_op(ctx, self, op, -EIO, "the store sent a short list");
+        return;
+    }
+    size_t len = sizeof(ka_sbx_list_t) + l->count * sizeof l->items[0];
+    ka_sbx_list_t *out = malloc(len);
+    if (!out) {
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "out of memory; retry");
+        return;
+    }
+    out->count = l->count;
+    out->more = l->more;
+    memcpy(out->items, l->items, l->count * sizeof l->items[0]);
+    krt_reply_to(ctx, op->from, op->from_ref, op->type, out, len);
+    free(out);
     ka_mgr_op_free(self, op);
 }
 
@@ -489,15 +463,15 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     const char *caller = NULL;
     const char *id = ka_sbx_target(msg->type, msg->body, msg->len, &caller);
     if (!id) {
-        s_fail(ctx, msg->from, msg->ref, msg->type, KA_INVALID_ARGUMENT, "malformed request");
+        ka_fail(ctx, msg->from, msg->ref, msg->type, -EINVAL, "malformed request");
         return;
     }
     if (!caller[0]) { /* the store reads "" as any creator: never let that through */
-        s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAUTHENTICATED, "authentication required");
+        ka_fail(ctx, msg->from, msg->ref, msg->type, -EACCES, "authentication required");
         return;
     }
     if (ka_check_uuid(id)) {
-        s_fail(ctx, msg->from, msg->ref, msg->type, KA_INVALID_ARGUMENT, KA_MSG_NOT_UUID);
+        ka_fail(ctx, msg->from, msg->ref, msg->type, -EINVAL, KA_MSG_NOT_UUID);
         return;
     }
     krt_addr_t actor = s_live(self, id);
@@ -510,7 +484,7 @@ static void s_route(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     s_op_t *op = ka_mgr_op_new(self, msg);
     if (!op || !(op->body = malloc(msg->len))) {
         ka_mgr_op_free(self, op);
-        s_fail(ctx, msg->from, msg->ref, msg->type, KA_UNAVAILABLE, "out of memory; retry");
+        ka_fail(ctx, msg->from, msg->ref, msg->type, KA_EUNAVAIL, "out of memory; retry");
         return;
     }
     memcpy(op->body, msg->body, msg->len);
@@ -552,7 +526,7 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     const ka_store_sandbox_t *sb = &r->sandbox;
     if (op->type == KA_SBX_GUEST) {
-        ka_mgr_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        ka_mgr_fail_op(ctx, self, op, -EBUSY, KA_MSG_NOT_READY);
         return;
     }
     if (op->type == KA_SBX_DELETE) {
@@ -578,7 +552,7 @@ static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, cons
              : op->type == KA_SBX_PAUSE  ? "pause"
                                          : "unpause",
              ka_state_name(sb->state));
-    ka_mgr_fail_op(ctx, self, op, KA_FAILED_PRECONDITION, why);
+    ka_mgr_fail_op(ctx, self, op, -EBUSY, why);
 }
 
 /* ---- fork --------------------------------------------------------------------------------- */
@@ -631,12 +605,12 @@ static void s_fork_reqid(const char *rid, uint32_t i, char *out, size_t cap)
 
 static const char *s_check_fork(const s_mgr_t *self, const ka_sbx_fork_t *q, int *code)
 {
-    *code = KA_INVALID_ARGUMENT;
+    *code = -EINVAL;
     if (!memchr(q->caller, 0, sizeof q->caller) || !memchr(q->id, 0, sizeof q->id) ||
         !memchr(q->request_id, 0, sizeof q->request_id))
         return "malformed fork request";
     if (!q->caller[0])
-        return *code = KA_UNAUTHENTICATED, "forking a sandbox requires an authenticated owner";
+        return *code = -EACCES, "forking a sandbox requires an authenticated owner";
     if (ka_check_uuid(q->id))
         return KA_MSG_NOT_UUID;
     const char *bad = ka_check_request_id(q->request_id);
@@ -646,7 +620,7 @@ static const char *s_check_fork(const s_mgr_t *self, const ka_sbx_fork_t *q, int
         return "count must be between 1 and 16";
     if (q->ttl_ms != 0 && (q->ttl_ms < 1000 || q->ttl_ms > self->a.max_ttl_ms))
         return "ttl must be between 1s and the node's maximum";
-    *code = KA_OK;
+    *code = 0;
     return NULL;
 }
 
@@ -655,7 +629,7 @@ static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     s_op_t *op = ka_mgr_op_new(self, msg);
     if (!op)
         return;
-    int code = KA_INVALID_ARGUMENT;
+    int code = -EINVAL;
     const char *why = "malformed fork request";
     if (msg->len == sizeof(ka_sbx_fork_t))
         why = s_check_fork(self, msg->body, &code);
@@ -665,7 +639,7 @@ static void s_fork(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
     }
     s_fork_t *f = op->fork = calloc(1, sizeof *f);
     if (!f || !(f->out = calloc(1, sizeof *f->out + KA_FORK_MAX * sizeof f->out->items[0]))) {
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "out of memory; retry");
         return;
     }
     memcpy(&f->q, msg->body, sizeof f->q);
@@ -720,12 +694,16 @@ static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
                               const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
+    s_op_t *op = user;
+    const char *why;
+    err = ka_reply_outcome(err, msg, 0, &why);
+    if (err && !why) {
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, s_unavailable_why(err));
         return;
+    }
     const ka_tpl_resolved_t *res = msg->body;
-    if (msg->len != sizeof *res || res->status.code) {
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, KA_MSG_NO_RUNTIME);
+    if (err || msg->len != sizeof *res) {
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, KA_MSG_NO_RUNTIME);
         return;
     }
     op->res = *res;
@@ -767,15 +745,15 @@ static void s_fork_copy(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
             ka_mgr_copy(c.ids[c.count++], sizeof c.ids[0], f->out->items[i].id);
     krt_addr_t src = s_live(self, f->q.id);
     if (!src && f->source.deleted_ms) {
-        s_fork_fail(ctx, self, op, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+        s_fork_fail(ctx, self, op, -ENOENT, KA_MSG_NOT_FOUND);
     } else if (!src) {
         char why[KA_MSG_LEN];
         snprintf(why, sizeof why, "cannot fork a sandbox in state %s",
                  ka_state_name(f->source.state));
-        s_fork_fail(ctx, self, op, KA_FAILED_PRECONDITION, why);
+        s_fork_fail(ctx, self, op, -EBUSY, why);
     } else if (krt_request(ctx, src, KA_SBX_FORK_COPY_, &c, sizeof c, FORK_COPY_TIMEOUT_MS,
                            s_on_fork_copied, op)) {
-        s_fork_fail(ctx, self, op, KA_UNAVAILABLE, "out of memory; retry");
+        s_fork_fail(ctx, self, op, KA_EUNAVAIL, "out of memory; retry");
     }
 }
 
@@ -810,7 +788,7 @@ static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
     const char *why;
     int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
     if (serr) {
-        s_fork_fail(ctx, self, op, ka_code_of_store(serr), why);
+        s_fork_fail(ctx, self, op, serr, why);
         return;
     }
     const ka_store_sandbox_reply_t *r = msg->body;
@@ -835,11 +813,11 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, c
     s_mgr_t *self = state;
     s_op_t *op = user;
     s_fork_t *f = op->fork;
-    const ka_sbx_reply_t *r = err ? NULL : msg->body;
-    if (!r || msg->len != sizeof *r || r->status.code) {
-        s_fork_fail(ctx, self, op, r && msg->len == sizeof *r ? r->status.code : KA_UNAVAILABLE,
-                    r && msg->len == sizeof *r ? r->status.message
-                                               : "the source sandbox did not finish the copy");
+    const char *why;
+    err = ka_reply_outcome(err, msg, sizeof(ka_sbx_reply_t), &why);
+    if (err) {
+        s_fork_fail(ctx, self, op, why ? err : KA_EUNAVAIL,
+                    why ? why : "the source sandbox did not finish the copy");
         return;
     }
     for (uint32_t i = 0; i < (uint32_t)f->q.count; i++) {
@@ -865,12 +843,14 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, c
 static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
-    s_op_t *op = s_answered(ctx, self, user, err);
-    if (!op)
-        return;
+    s_op_t *op = user;
     s_fork_t *f = op->fork;
-    const ka_sbx_reply_t *r = msg->body;
-    if (msg->len == sizeof *r && r->status.code == KA_OK)
+    const ka_sbx_reply_t *r = msg ? msg->body : NULL;
+    if (ka_reply_unanswered(err)) { /* its actor did not answer */
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, s_unavailable_why(err));
+        return;
+    }
+    if (!err && msg->len == sizeof *r)
         f->out->items[f->i] = r->sandbox;
     f->i++;
     s_fork_join(ctx, self, op);
@@ -1136,8 +1116,8 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     while (self->ops) {
         s_op_t *op = self->ops;
         if (op->type)
-            s_fail(ctx, op->from, op->from_ref, op->type, KA_UNAVAILABLE,
-                   "the node is shutting down; retry");
+            ka_fail(ctx, op->from, op->from_ref, op->type, KA_EUNAVAIL,
+                    "the node is shutting down; retry");
         ka_pool_drop(self->pool, &op->claim);
         ka_mgr_op_free(self, op);
     }

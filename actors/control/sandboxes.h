@@ -102,9 +102,11 @@ int ka_check_uuid(const char *s);
  * borrowed from body; NULL if the body is malformed. Neither is checked further. */
 const char *ka_sbx_target(uint32_t type, const void *body, size_t len, const char **caller);
 
-/* The answer to a get, from the store's reply to KA_STORE_SANDBOX_GET or _DELETE (err: the
- * request failed; then msg may be NULL): the store's status as a ka_status_t (NOT_FOUND with
- * KA_MSG_NOT_FOUND), the record, paused 0. The manager and a sandbox's actor answer alike. */
-void ka_sbx_read_reply(int err, const krt_msg_t *msg, ka_sbx_reply_t *out);
+/* Answers a get (to, ref, type) from the store's reply to KA_STORE_SANDBOX_GET or _DELETE
+ * (err: the request failed; then msg may be NULL): the record (paused when `paused` and it is
+ * READY), or the store's error (NOT_FOUND with KA_MSG_NOT_FOUND). The manager and a sandbox's
+ * actor answer alike. */
+void ka_sbx_answer_read(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err,
+                        const krt_msg_t *msg, bool paused);
 
 #endif

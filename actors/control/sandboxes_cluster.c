@@ -113,6 +113,10 @@ static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const
     } else if (!err) {
         krt_reply_to(ctx, op->from, op->from_ref, reply->type, reply->body, reply->len);
         ka_mgr_op_free(self, op);
+    } else if (!ka_reply_unanswered(err)) { /* that node's error reply, as it sent it */
+        const char *why;
+        ka_reply_outcome(err, reply, 0, &why);
+        ka_mgr_fail_op(ctx, self, op, err, why);
     } else if (op->type == KA_SBX_GET && op->rec.id[0]) {
         ka_sbx_reply_t out;
         memset(&out, 0, sizeof out);
@@ -124,7 +128,7 @@ static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const
         snprintf(why, sizeof why,
                  "the sandbox's node did not answer (%s); the call may have had effects; retry",
                  krt_strerror(err));
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, why);
     }
 }
 
@@ -150,7 +154,7 @@ static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_no
     if (rc) {
         char why[KA_MSG_LEN];
         snprintf(why, sizeof why, "cannot reach node %s (%s); retry", n->name, krt_strerror(rc));
-        ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+        ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, why);
         return;
     }
     ka_mgr_op_free(self, op);
@@ -176,7 +180,7 @@ bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_stor
              "the sandbox's node %s is not reachable; a live node takes its sandboxes over once "
              "its lease lapses; retry",
              sb->node);
-    ka_mgr_fail_op(ctx, self, op, KA_UNAVAILABLE, why);
+    ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, why);
     return true;
 }
 
@@ -224,7 +228,7 @@ static void s_on_template(krt_ctx_t *ctx, void *state, void *user, int err, cons
                  "no live node of pool %s has room for another sandbox (all full, draining or "
                  "down); retry later",
                  pool);
-        ka_mgr_fail_op(ctx, self, op, KA_RESOURCE_EXHAUSTED, why);
+        ka_mgr_fail_op(ctx, self, op, -ENOSPC, why);
         return;
     }
     if (strcmp(n.name, self->a.node) == 0) {

@@ -63,8 +63,8 @@ void ka_mgr_copy(char *dst, size_t cap, const char *src);
 /* A new op answering msg (NULL: nobody to answer) later, owned by self. */
 s_op_t *ka_mgr_op_new(s_mgr_t *self, const krt_msg_t *msg);
 void ka_mgr_op_free(s_mgr_t *self, s_op_t *op);
-/* Answers op's caller with an error status in the shape its request expects; frees op. */
-void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int code, const char *message);
+/* Answers op's caller with the failure err (a negative errno) and message; frees op. */
+void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err, const char *message);
 /* Sends a request for op; its reply (or failure) runs `next` with op as user. */
 void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                 uint32_t type, const void *body, size_t len, int timeout_ms);

@@ -9,6 +9,7 @@
  * the store. */
 #include "service.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,13 +87,12 @@ static int s_left(int timeout_ms, double began)
     return left < 1 ? 1 : (int)left;
 }
 
-static void s_status_of_err(int err, ka_status_t *st)
+/* The status of a call no actor answered (err: the runtime's failure). */
+static ka_svc_status_t s_unanswered(int err)
 {
-    memset(st, 0, sizeof *st);
-    st->code = err == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
-    snprintf(st->message, sizeof st->message, "%s",
-             err == KRT_ETIMEDOUT ? "the control plane did not answer in time"
-                                  : "the control plane is not running");
+    if (err == KRT_ETIMEDOUT)
+        return (ka_svc_status_t){-ETIMEDOUT, "the control plane did not answer in time"};
+    return (ka_svc_status_t){-ENOTCONN, "the control plane is not running"};
 }
 
 typedef struct {
@@ -124,28 +124,29 @@ static int s_call_send(s_call_t *c, krt_addr_t to, const void *body)
     return rc;
 }
 
-/* A create answered READY: its sandbox's create_seconds (once per sandbox). */
+/* A create answered READY (body a success reply): its sandbox's create_seconds (once per
+ * sandbox). */
 static void s_observe(uint32_t type, double began, const void *body, size_t len)
 {
     const ka_sbx_reply_t *r = body;
-    if (type == KA_SBX_CREATE && len == sizeof *r && r->status.code == KA_OK &&
-        r->sandbox.state == KA_STATE_READY)
+    if (type == KA_SBX_CREATE && len == sizeof *r && r->sandbox.state == KA_STATE_READY)
         ka_phase_created(r->sandbox.id, ka_metric_now() - began);
 }
 
 static void s_on_reply(void *user, int err, const krt_msg_t *reply)
 {
     s_call_t *c = user;
-    ka_status_t st;
     /* the sandbox's actor stopped before it took the call: the manager answers */
     if (err == KRT_ENOACTOR && c->direct && s_call_send(c, KRT_ADDR_NONE, c->body) == 0)
         return;
-    if (err || !reply || reply->len < sizeof st) {
-        s_status_of_err(err ? err : KRT_EINVAL, &st);
+    const char *why;
+    int rc = ka_reply_outcome(err, reply, 1, &why);
+    ka_svc_status_t st = rc && !why ? s_unanswered(rc) : (ka_svc_status_t){rc, why};
+    if (st.err) {
         c->cb(c->user, &st, NULL, 0);
     } else {
         s_observe(c->type, c->began, reply->body, reply->len);
-        c->cb(c->user, reply->body, reply->body, reply->len);
+        c->cb(c->user, &st, reply->body, reply->len);
     }
     free(c);
 }
@@ -177,6 +178,18 @@ int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, 
     return rc;
 }
 
+/* krt_call, the runtime's error replies (no actor answered) as its return value. */
+static int s_call_sync(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body,
+                       size_t len, int timeout_ms, krt_reply_t *reply)
+{
+    int rc = krt_call(sys, to, type, body, len, timeout_ms, reply);
+    if (!rc && ka_reply_unanswered(reply->status)) {
+        rc = reply->status;
+        krt_reply_free(reply);
+    }
+    return rc;
+}
+
 int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
                      krt_reply_t *reply)
 {
@@ -184,21 +197,20 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
     double began = ka_metric_now();
     timeout_ms = timeout_ms ? timeout_ms : KA_SVC_TIMEOUT_MS;
     krt_addr_t actor = s_sandbox_actor(svc->sys, type, body, len);
-    int rc = actor ? krt_call(svc->sys, actor, type, body, len, timeout_ms, reply) : KRT_ENOACTOR;
+    int rc =
+        actor ? s_call_sync(svc->sys, actor, type, body, len, timeout_ms, reply) : KRT_ENOACTOR;
     if (rc == KRT_ENOACTOR) { /* no actor, or it stopped before taking the call */
         krt_addr_t to = s_route(svc, type);
         if (!to)
             return actor ? KA_UNAVAILABLE : KA_INVALID_ARGUMENT;
-        rc = krt_call(svc->sys, to, type, body, len, s_left(timeout_ms, began), reply);
+        rc = s_call_sync(svc->sys, to, type, body, len, s_left(timeout_ms, began), reply);
     }
     if (rc)
         return rc == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
-    if (reply->len < sizeof(ka_status_t)) {
-        krt_reply_free(reply);
-        return KA_INTERNAL;
-    }
+    if (reply->status)
+        return ka_err_code(reply->status);
     s_observe(type, began, reply->body, reply->len);
-    return ((const ka_status_t *)reply->body)->code;
+    return KA_OK;
 }
 
 /* ---- streams: one sink actor per stream -----------------------------------------------------

@@ -28,17 +28,25 @@ ka_service_t *ka_service_new(krt_system_t *sys, const char *templates, const cha
 void ka_service_destroy(ka_service_t **svc_p);
 krt_system_t *ka_service_system(ka_service_t *svc);
 
-/* A unary reply: st points at the body's leading status; body/len is the whole reply (NULL/0
- * when the call itself failed, then st says why). */
-typedef void (*ka_svc_cb)(void *user, const ka_status_t *st, const void *body, size_t len);
+/* A call's outcome: err 0, or a negative errno (ka_errors.h maps it to a status code) and
+ * its message. */
+typedef struct ka_svc_status {
+    int err;             /* 0 or a negative errno */
+    const char *message; /* NULL when err is 0; borrowed (static for refusals) */
+} ka_svc_status_t;
+
+/* A unary reply: st its outcome (an actor's error reply, or the runtime's failure as
+ * UNAVAILABLE or DEADLINE_EXCEEDED); body/len the success reply (NULL/0 on failure). */
+typedef void (*ka_svc_cb)(void *user, const ka_svc_status_t *st, const void *body, size_t len);
 
 /* Sends a KA_TPL_* or KA_SBX_* request (not KA_SBX_GUEST streams). 0, or a negative code and
  * the callback never runs. timeout_ms 0 = KA_SVC_TIMEOUT_MS. */
 int ka_svc_call(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
                 ka_svc_cb cb, void *user);
 /* Blocking form for threads that may block (libmicrohttpd connection threads, tests).
- * *reply receives the body (free with krt_reply_free); returns the reply's status code, or
- * KA_UNAVAILABLE / KA_DEADLINE_EXCEEDED with *reply empty. */
+ * *reply receives the reply (free with krt_reply_free): the success struct, or an actor's
+ * error reply (its message the body); returns the status code (ka_code_t): KA_OK, the error
+ * reply's, or KA_UNAVAILABLE / KA_DEADLINE_EXCEEDED with *reply empty when no actor answered. */
 int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t len, int timeout_ms,
                      krt_reply_t *reply);
 

@@ -61,11 +61,10 @@ typedef struct {
     int64_t arg; /* the list's offset */
 } s_unary_t;
 
-static void s_on_unary(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_unary(void *user, const ka_svc_status_t *st, const void *body, size_t len)
 {
     s_unary_t *u = user;
-    ka_svc_status_t s = ka_svc_status_of(st);
-    u->decode(u->cb, u->user, &s, st->code == KA_OK ? body : NULL, len, u->arg);
+    u->decode(u->cb, u->user, st, body, len, u->arg);
     free(u);
 }
 

@@ -18,11 +18,6 @@
 
 #include "service.h"
 
-typedef struct ka_svc_status {
-    int err;             /* 0 or a negative errno */
-    const char *message; /* NULL when err is 0; borrowed (static for refusals) */
-} ka_svc_status_t;
-
 /* Who calls and how long the call may take. */
 typedef struct ka_svc_caller {
     const char *id; /* the authenticated identity */
@@ -232,7 +227,7 @@ ka_svc_status_t ka_svc_file_write(ka_service_t *svc, const ka_svc_caller_t *who,
 /* The rules of ka_svc_file_write without sending (a client stream's first message). */
 ka_svc_status_t ka_svc_file_write_check(const ka_svc_write_args_t *a);
 
-/* A ka_status_t (a control-plane reply's) as a service status (message borrowed from st). */
+/* A guest frame's ka_status_t as a service status (message borrowed from st). */
 ka_svc_status_t ka_svc_status_of(const ka_status_t *st);
 
 #endif

@@ -100,7 +100,7 @@ static void s_op_free(s_tpl_t *self, s_op_t *op)
     free(op);
 }
 
-static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
+static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int err, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* Sends a request for op to the peer registered as `peer` (self->a.store or self->a.images);
@@ -109,7 +109,7 @@ static void s_ask(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn next, 
                   uint32_t type, const void *body, size_t len, int timeout_ms)
 {
     if (krt_request(ctx, ka_peer(ctx, peer), type, body, len, timeout_ms, next, op))
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "out of memory asking the %s service",
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "out of memory asking the %s service",
                   peer == self->a.images ? "image" : "store");
 }
 
@@ -121,14 +121,14 @@ static s_op_t *s_answered(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err, co
 {
     s_op_t *op = user;
     if (err == KRT_ETIMEDOUT)
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service did not answer in time", service);
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "the %s service did not answer in time", service);
     else if (err == KRT_ENOACTOR)
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service is not running", service);
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "the %s service is not running", service);
     else if (err)
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "the %s service failed: %s", service,
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "the %s service failed: %s", service,
                   krt_strerror(err));
     else if (msg->len < sizeof(int32_t))
-        s_fail_op(ctx, self, op, KA_INTERNAL, "malformed reply");
+        s_fail_op(ctx, self, op, -EIO, "malformed reply");
     else
         return op;
     return NULL;
@@ -143,7 +143,7 @@ static s_op_t *s_stored(krt_ctx_t *ctx, s_tpl_t *self, void *user, int err, cons
     int serr = ka_store_outcome(err, msg, size, &why);
     if (!serr)
         return user;
-    s_fail_op(ctx, self, user, ka_code_of_store(serr), "%s%s%s", what, *what ? ": " : "", why);
+    s_fail_op(ctx, self, user, serr, "%s%s%s", what, *what ? ": " : "", why);
     return NULL;
 }
 
@@ -155,33 +155,28 @@ static void s_answer(krt_ctx_t *ctx, s_op_t *op, const void *body, size_t len)
     op->from_ref = 0;
 }
 
-/* Answers with a status only (for replies whose extra fields may stay zero). */
-static void s_answer_status(krt_ctx_t *ctx, s_op_t *op, int code, const char *message)
+/* Answers op's caller with the failure err (a negative errno) and message. */
+static void s_answer_fail(krt_ctx_t *ctx, s_op_t *op, int err, const char *message)
 {
-    ka_tpl_resolved_t r; /* the largest reply body that starts with a status */
-    memset(&r, 0, sizeof r);
-    r.status.code = code;
-    s_copy(r.status.message, sizeof r.status.message, message);
-    size_t len = op->reply_type == KA_TPL_RESOLVE || op->reply_type == KA_TPL_RUNTIME
-                     ? sizeof r
-                     : sizeof(ka_tpl_reply_t);
-    s_answer(ctx, op, &r, len);
+    if (op->from || op->from_ref)
+        ka_reply_fail(ctx, op->from, op->from_ref, err, message);
+    op->from = KRT_ADDR_NONE;
+    op->from_ref = 0;
 }
 
-static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int code, const char *fmt, ...)
+static void s_fail_op(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, int err, const char *fmt, ...)
 {
     char msg[KA_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    krt_log_actor(ctx, KRT_LOG_WARN, "template_request_failed", "template=%s/%s code=%d msg=\"%s\"",
-                  op->ns, op->name, code, msg);
-    s_answer_status(ctx, op, code, msg);
+    krt_log_actor(ctx, KRT_LOG_WARN, "template_request_failed", "template=%s/%s code=%s msg=\"%s\"",
+                  op->ns, op->name, ka_err_name(err), msg);
+    s_answer_fail(ctx, op, err, msg);
     s_op_free(self, op);
 }
 
-/* Maps a store error to a gRPC code. */
 /* The first template record of a store blob reply, or NULL. */
 static const ka_store_template_t *s_first_template(const krt_msg_t *msg)
 {
@@ -270,7 +265,7 @@ static void s_put_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn
     if (!json || !b) {
         free(json);
         free(b);
-        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        s_fail_op(ctx, self, op, -EIO, "out of memory");
         return;
     }
     s_copy(b->namespace_, sizeof b->namespace_, op->ns);
@@ -286,17 +281,16 @@ static void s_put_status(krt_ctx_t *ctx, s_tpl_t *self, s_op_t *op, krt_reply_fn
     free(b);
 }
 
-/* Answers an apply or get with the status and the store's template records. */
+/* Answers an apply or get with the store's template records. */
 static void s_answer_templates(krt_ctx_t *ctx, s_op_t *op, const krt_msg_t *msg)
 {
     const ka_store_blob_t *b = msg->body;
     size_t extra = msg->len - sizeof(ka_store_blob_t);
     ka_tpl_reply_t *r = calloc(1, sizeof *r + extra);
     if (!r) {
-        s_answer_status(ctx, op, KA_INTERNAL, "out of memory");
+        s_answer_fail(ctx, op, -EIO, "out of memory");
         return;
     }
-    r->status.code = KA_OK; /* the store's success (its errors fail the op before this) */
     memcpy(&r->blob, b, msg->len);
     s_answer(ctx, op, r, sizeof *r + extra);
     free(r);
@@ -312,13 +306,13 @@ static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
         return;
     if (msg->len < sizeof *req || msg->len != sizeof *req + req->yaml_len + 1 ||
         req->yaml[req->yaml_len] != '\0' || !memchr(req->default_namespace, 0, KA_STORE_NS_LEN)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed apply request");
+        s_fail_op(ctx, self, op, -EINVAL, "malformed apply request");
         return;
     }
     char err[KA_TEMPLATE_ERR_CAP];
     if (ka_template_parse(req->yaml, req->yaml_len, req->default_namespace, &op->doc, err,
                           sizeof err)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "%s", err);
+        s_fail_op(ctx, self, op, -EINVAL, "%s", err);
         return;
     }
     s_copy(op->ns, sizeof op->ns, op->doc->namespace_);
@@ -328,7 +322,7 @@ static void s_apply(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
     ka_store_template_put_t *put = calloc(1, sizeof *put + sl + 1);
     if (!op->spec_json || !put) {
         free(put);
-        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        s_fail_op(ctx, self, op, -EIO, "out of memory");
         return;
     }
     s_copy(put->namespace_, sizeof put->namespace_, op->ns);
@@ -348,7 +342,7 @@ static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt
         return;
     const ka_store_template_t *t = s_first_template(msg);
     if (!t) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "store template: no record");
+        s_fail_op(ctx, self, op, -EIO, "store template: no record");
         return;
     }
     s_copy(op->uid, sizeof op->uid, t->uid);
@@ -362,7 +356,7 @@ static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt
     }
     if (ka_revision_hash(op->ns, op->name, op->uid, op->spec_json, klass, &self->a.policy,
                          op->revision)) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "cannot compute the revision id");
+        s_fail_op(ctx, self, op, -EIO, "cannot compute the revision id");
         return;
     }
     char key[KEY_LEN];
@@ -371,7 +365,7 @@ static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt
     size_t sl = strlen(op->spec_json);
     ka_store_revision_put_t *rp = calloc(1, sizeof *rp + sl + 1);
     if (!rp) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "out of memory");
+        s_fail_op(ctx, self, op, -EIO, "out of memory");
         return;
     }
     s_copy(rp->hash, sizeof rp->hash, op->revision);
@@ -395,7 +389,7 @@ static void s_on_rev(krt_ctx_t *ctx, void *state, void *user, int err, const krt
         return;
     const ka_store_revision_t *r = ka_store_blob_next(msg->body, msg->len, NULL);
     if (!r) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "store revision: no record");
+        s_fail_op(ctx, self, op, -EIO, "store revision: no record");
         return;
     }
     op->prepared = r->state == KA_REV_PREPARED;
@@ -562,7 +556,7 @@ static void s_forward(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg, uint3
     if (!op)
         return;
     if (!s_key_ok(msg)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed template key");
+        s_fail_op(ctx, self, op, -EINVAL, "malformed template key");
         return;
     }
     const ka_tpl_key_t *k = msg->body;
@@ -614,7 +608,7 @@ static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
         const ka_tpl_runtime_req_t *r = msg->body;
         if (msg->len != sizeof *r || !memchr(r->revision, 0, sizeof r->revision) ||
             !r->revision[0]) {
-            s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed runtime request");
+            s_fail_op(ctx, self, op, -EINVAL, "malformed runtime request");
             return;
         }
         s_copy(op->revision, sizeof op->revision, r->revision);
@@ -622,7 +616,7 @@ static void s_resolve(krt_ctx_t *ctx, s_tpl_t *self, const krt_msg_t *msg)
         return;
     }
     if (!s_key_ok(msg)) {
-        s_fail_op(ctx, self, op, KA_INVALID_ARGUMENT, "malformed template key");
+        s_fail_op(ctx, self, op, -EINVAL, "malformed template key");
         return;
     }
     const ka_tpl_key_t *k = msg->body;
@@ -653,14 +647,13 @@ static void s_on_res_tpl(krt_ctx_t *ctx, void *state, void *user, int err, const
     const ka_store_template_t *t = serr ? NULL : s_first_template(msg);
     if (!t) {
         if (serr == KA_STORE_ENOTFOUND || serr == 0)
-            s_fail_op(ctx, self, op, KA_NOT_FOUND, "sandbox template %s/%s not found", op->ns,
-                      op->name);
+            s_fail_op(ctx, self, op, -ENOENT, "sandbox template %s/%s not found", op->ns, op->name);
         else
-            s_fail_op(ctx, self, op, ka_code_of_store(serr), "%s", why);
+            s_fail_op(ctx, self, op, serr, "%s", why);
         return;
     }
     if (!t->latest_revision[0]) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s", KA_MSG_NO_RUNTIME);
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "%s", KA_MSG_NO_RUNTIME);
         return;
     }
     char key[KEY_LEN];
@@ -727,15 +720,14 @@ static void s_on_res_rev(krt_ctx_t *ctx, void *state, void *user, int err, const
                                        ? NULL
                                        : ka_store_blob_next(msg->body, msg->len, NULL);
     if (!r || r->state != KA_REV_PREPARED) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s", KA_MSG_NO_RUNTIME);
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "%s", KA_MSG_NO_RUNTIME);
         return;
     }
     op->res = calloc(1, sizeof *op->res);
     ka_images_req_t req;
     memset(&req, 0, sizeof req);
     if (!op->res || s_fill_from_spec(op->res, r->spec, req.arg, sizeof req.arg)) {
-        s_fail_op(ctx, self, op, KA_INTERNAL, "revision %.16s has an unreadable spec",
-                  op->revision);
+        s_fail_op(ctx, self, op, -EIO, "revision %.16s has an unreadable spec", op->revision);
         return;
     }
     s_copy(op->res->revision, sizeof op->res->revision, op->revision);
@@ -751,7 +743,7 @@ static void s_on_res_image(krt_ctx_t *ctx, void *state, void *user, int err, con
         return;
     const ka_images_reply_t *r = msg->body;
     if (r->err) {
-        s_fail_op(ctx, self, op, KA_UNAVAILABLE, "%s: %s", KA_MSG_NO_RUNTIME, r->message);
+        s_fail_op(ctx, self, op, KA_EUNAVAIL, "%s: %s", KA_MSG_NO_RUNTIME, r->message);
         return;
     }
     s_copy(op->res->rootfs, sizeof op->res->rootfs, r->path);
@@ -842,7 +834,7 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
     s_tpl_t *self = state;
     while (self->ops) {
         s_op_t *op = self->ops;
-        s_answer_status(ctx, op, KA_UNAVAILABLE, "the template service is stopping");
+        s_answer_fail(ctx, op, KA_EUNAVAIL, "the template service is stopping");
         s_op_free(self, op);
     }
     zhashx_destroy(&self->latest);

@@ -233,11 +233,18 @@ static int s_start_driver(void)
     return B.driver ? 0 : -1;
 }
 
+static _Thread_local char s_why[KA_MSG_LEN]; /* the last failed s_call's message */
+
+/* A call: its status code; a success reply copied to out (cap bytes at most), an error's
+ * message to s_why. */
 static int s_call(uint32_t type, const void *body, size_t len, void *out, size_t cap)
 {
     krt_reply_t r;
     int code = ka_svc_call_sync(B.svc, type, body, len, TIMEOUT, &r);
-    if (r.body && out)
+    s_why[0] = '\0';
+    if (code != KA_OK)
+        snprintf(s_why, sizeof s_why, "%.*s", (int)r.len, r.body ? (const char *)r.body : "");
+    else if (r.body && out)
         memcpy(out, r.body, r.len < cap ? r.len : cap);
     krt_reply_free(&r);
     return code;
@@ -260,12 +267,11 @@ static int s_template(void)
     snprintf(a->default_namespace, sizeof a->default_namespace, "default");
     a->yaml_len = (uint32_t)yl;
     memcpy(a->yaml, y, yl + 1);
-    ka_status_t st;
-    int code = s_call(KA_TPL_APPLY, a, sizeof *a + yl + 1, &st, sizeof st);
+    int code = s_call(KA_TPL_APPLY, a, sizeof *a + yl + 1, NULL, 0);
     free(a);
     free(y);
     if (code != KA_OK) {
-        fprintf(stderr, "template apply: %d %s\n", code, st.message);
+        fprintf(stderr, "template apply: %d %s\n", code, s_why);
         return -1;
     }
     /* Prepared = a create resolves; probe with creates until one succeeds. */
@@ -366,7 +372,7 @@ static int s_create(char id[KA_STORE_ID_LEN])
     memset(&r, 0, sizeof r);
     int code = s_call(KA_SBX_CREATE, &c, sizeof c, &r, sizeof r);
     if (code != KA_OK || r.sandbox.state != KA_STATE_READY) {
-        fprintf(stderr, "create: code %d state %d: %s\n", code, r.sandbox.state, r.status.message);
+        fprintf(stderr, "create: code %d state %d: %s\n", code, r.sandbox.state, s_why);
         return -1;
     }
     snprintf(id, KA_STORE_ID_LEN, "%s", r.sandbox.id);

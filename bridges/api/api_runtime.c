@@ -170,8 +170,10 @@ static void s_tree(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 static uint64_t s_live_sandboxes(kb_api_t *api)
 {
     krt_reply_t r;
-    ka_svc_call_sync(api->o.svc, KA_SBX_COUNT, NULL, 0, 5000, &r);
-    uint64_t n = r.len == sizeof(ka_sbx_count_t) ? ((const ka_sbx_count_t *)r.body)->live : 0;
+    int code = ka_svc_call_sync(api->o.svc, KA_SBX_COUNT, NULL, 0, 5000, &r);
+    uint64_t n = code == KA_OK && r.len == sizeof(ka_sbx_count_t)
+                     ? ((const ka_sbx_count_t *)r.body)->live
+                     : 0;
     krt_reply_free(&r);
     return n;
 }
@@ -194,11 +196,12 @@ static void s_stats(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 }
 
 /* Timings: the sandbox must be the caller's (the control plane says so), then ka_phases. */
-static void s_on_timed(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_timed(void *user, const ka_svc_status_t *st, const void *body, size_t len)
 {
     kb_grpc_call_t *call = user;
-    if (st->code != KA_OK || len != sizeof(ka_sbx_reply_t)) {
-        kb_api_fail(call, st);
+    static const ka_svc_status_t short_reply = {-EIO, "the control plane sent a short reply"};
+    if (st->err || len != sizeof(ka_sbx_reply_t)) {
+        kb_api_fail_err(call, st->err ? st : &short_reply);
         return;
     }
     ka_phase_times_t t;

@@ -27,11 +27,7 @@ static void s_answer_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         snprintf(f.status.message, sizeof f.status.message, "%s", KA_MSG_NOT_FOUND);
         krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, sizeof f);
     } else if (msg->ref) {
-        ka_status_t st;
-        memset(&st, 0, sizeof st);
-        st.code = KA_NOT_FOUND;
-        snprintf(st.message, sizeof st.message, "%s", KA_MSG_NOT_FOUND);
-        krt_reply_to(ctx, msg->from, msg->ref, msg->type, &st, sizeof st);
+        krt_reply_error(ctx, msg, -ENOENT, KA_MSG_NOT_FOUND);
     }
 }
 

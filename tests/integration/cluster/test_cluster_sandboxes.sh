@@ -160,6 +160,13 @@ grep -q "event=sandbox_created sandbox=$sbx " "$CLUSTER_DIR/node-3/node.log" ||
 [ "$(get 2 "$sbx" node)" = node-3 ] || fail "Sandbox.node: $(get 2 "$sbx" node)"
 same=$(create 2 solo placed-1) || fail "replay through node 2"
 [ "$same" = "$sbx" ] || fail "a replay through another node made another sandbox: $same"
+# a refusal by the owner's node comes back through another node as that node sent it (an error
+# reply relayed with its status and message)
+out=$(k 2 sandbox resume "$sbx" 2>&1) && fail "resume of a READY sandbox through node 2: $out"
+case "$out" in
+  *"code = FailedPrecondition desc = cannot resume a sandbox in state RUNTIME_STATE_READY"*) ;;
+  *) fail "the refusal relayed through node 2: $out" ;;
+esac
 
 # ---- 2. any node serves any sandbox ------------------------------------------------------------
 [ "$(k 2 sandbox exec "$sbx" -- sh -c 'for i in 1 2 3; do echo line$i; sleep 0.1; done')" = \
@@ -204,6 +211,7 @@ err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox exec
 
 # ---- 3. drain ------------------------------------------------------------------------------------
 k 3 runtime drain "$id1" | grep -q "node $id1 (node-1) drained" || fail "drain node 1"
+t0=$(date +%s%N)
 until k 1 runtime nodes | grep -q 'node-1 .*true (draining)'; do
   [ "$(ms_since "$t0")" -lt 60000 ] || fail "node 1 does not show draining"; sleep 0.2
 done

@@ -80,14 +80,51 @@ static void s_images(int type, const char *arg, const char *name, ka_images_repl
         fail_msg("images request %d %s: %s", type, arg, out->message);
 }
 
-/* Unary call; returns the code and copies the body (up to cap) into out. */
-static int s_call(uint32_t type, const void *body, size_t len, void *out, size_t cap)
+/* A sandbox call's answer as the tests read it: its status, then the success reply's fields
+ * (zero for a failure, which is an error reply: its message only). */
+typedef struct {
+    ka_status_t status;
+    ka_store_sandbox_t sandbox;
+    uint8_t paused;
+} t_reply_t;
+
+/* Unary call; returns the code; copies a success reply (up to cap) into out, and the message
+ * of an error reply into *st (may be NULL). */
+static int s_call_st(uint32_t type, const void *body, size_t len, void *out, size_t cap,
+                     ka_status_t *st)
 {
     krt_reply_t r;
     int code = ka_svc_call_sync(T.svc, type, body, len, TIMEOUT, &r);
-    if (r.body && out)
+    if (st) {
+        memset(st, 0, sizeof *st);
+        st->code = code;
+        if (code != KA_OK && r.body) {
+            assert_int_equal(r.type, KRT_MSG_ERROR); /* an error reply: the message only */
+            assert_int_equal(ka_err_code(r.status), code);
+            assert_int_equal(r.len, strlen(r.body) + 1);
+            snprintf(st->message, sizeof st->message, "%s", (const char *)r.body);
+        }
+    }
+    if (code == KA_OK && r.body && out)
         memcpy(out, r.body, r.len < cap ? r.len : cap);
     krt_reply_free(&r);
+    return code;
+}
+
+static int s_call(uint32_t type, const void *body, size_t len, void *out, size_t cap)
+{
+    return s_call_st(type, body, len, out, cap, NULL);
+}
+
+/* A call answered with a sandbox (ka_sbx_reply_t), into *out. */
+static int s_call_sandbox(uint32_t type, const void *body, size_t len, t_reply_t *out)
+{
+    ka_sbx_reply_t r;
+    memset(&r, 0, sizeof r);
+    memset(out, 0, sizeof *out);
+    int code = s_call_st(type, body, len, &r, sizeof r, &out->status);
+    out->sandbox = r.sandbox;
+    out->paused = r.paused;
     return code;
 }
 
@@ -130,7 +167,7 @@ static int s_apply(const char *yaml, ka_status_t *st)
     snprintf(a->default_namespace, sizeof a->default_namespace, "default");
     a->yaml_len = (uint32_t)yl;
     memcpy(a->yaml, yaml, yl + 1);
-    int code = s_call(KA_TPL_APPLY, a, sizeof *a + yl + 1, st, sizeof *st);
+    int code = s_call_st(KA_TPL_APPLY, a, sizeof *a + yl + 1, NULL, 0, st);
     free(a);
     return code;
 }
@@ -181,7 +218,7 @@ static void s_wait_reason(const char *name, const char *reason)
 }
 
 static int s_create(const char *caller, const char *req_id, const char *tmpl, int64_t ttl_ms,
-                    ka_sbx_reply_t *out)
+                    t_reply_t *out)
 {
     ka_sbx_create_t c;
     memset(&c, 0, sizeof c);
@@ -190,18 +227,16 @@ static int s_create(const char *caller, const char *req_id, const char *tmpl, in
     snprintf(c.template_namespace, sizeof c.template_namespace, NS);
     snprintf(c.template_name, sizeof c.template_name, "%s", tmpl);
     c.ttl_ms = ttl_ms;
-    memset(out, 0, sizeof *out);
-    return s_call(KA_SBX_CREATE, &c, sizeof c, out, sizeof *out);
+    return s_call_sandbox(KA_SBX_CREATE, &c, sizeof c, out);
 }
 
-static int s_lifecycle(uint32_t type, const char *caller, const char *id, ka_sbx_reply_t *out)
+static int s_lifecycle(uint32_t type, const char *caller, const char *id, t_reply_t *out)
 {
     ka_sbx_key_t k;
     memset(&k, 0, sizeof k);
     snprintf(k.caller, sizeof k.caller, "%s", caller);
     snprintf(k.id, sizeof k.id, "%s", id);
-    memset(out, 0, sizeof *out);
-    return s_call(type, &k, sizeof k, out, sizeof *out);
+    return s_call_sandbox(type, &k, sizeof k, out);
 }
 
 /* A collected guest stream. */
@@ -458,7 +493,7 @@ static void test_template_validation_and_ready(void **unused)
     assert_int_equal(s_apply(missing, &st), KA_OK);
     s_wait_reason("missing", "PreparationFailed");
     free(missing);
-    ka_sbx_reply_t r;
+    t_reply_t r;
     assert_int_equal(s_create(ALICE, "on-missing", "missing", 0, &r), KA_UNAVAILABLE);
     assert_string_equal(r.status.message, KA_MSG_NO_RUNTIME);
     assert_int_equal(s_create(ALICE, "on-absent", "absent", 0, &r), KA_NOT_FOUND);
@@ -466,7 +501,7 @@ static void test_template_validation_and_ready(void **unused)
 
 static void test_create_exec_files_delete(void **unused)
 {
-    ka_sbx_reply_t r, again;
+    t_reply_t r, again;
     assert_int_equal(s_create(ALICE, "req-exec", "scratch", 0, &r), KA_OK);
     assert_int_equal(r.sandbox.state, KA_STATE_READY);
     assert_int_equal(r.sandbox.operation, KA_OP_NONE);
@@ -509,7 +544,7 @@ static void test_create_exec_files_delete(void **unused)
     snprintf(rd->path, sizeof rd->path, "missing.txt");
     assert_int_equal(s_guest(rd, &c), KA_NOT_FOUND);
 
-    ka_sbx_reply_t del;
+    t_reply_t del;
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &del), KA_OK);
     assert_int_equal(del.sandbox.state, KA_STATE_DELETED);
     /* guest calls now refused; delete again is the tombstone; replaying the create does not
@@ -525,7 +560,7 @@ static void test_create_exec_files_delete(void **unused)
 
 static void test_ownership_probes(void **unused)
 {
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-own", "scratch", 0, &r), KA_OK);
     const char *id = r.sandbox.id;
     assert_int_equal(s_lifecycle(KA_SBX_GET, BOB, id, &o), KA_NOT_FOUND);
@@ -566,7 +601,7 @@ typedef struct {
 static void *s_dup_create(void *arg)
 {
     s_dup_t *d = arg;
-    ka_sbx_reply_t r;
+    t_reply_t r;
     d->code = s_create(ALICE, "req-dup", "scratch", 0, &r);
     d->state = r.sandbox.state;
     snprintf(d->id, sizeof d->id, "%s", r.sandbox.id);
@@ -587,7 +622,7 @@ static void test_concurrent_duplicates_one_sandbox(void **unused)
         assert_string_equal(d[i].id, d[0].id);
         assert_int_equal(d[i].state, KA_STATE_READY);
     }
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, d[0].id, &o), KA_OK);
 }
 
@@ -650,7 +685,7 @@ static void *s_race_sender(void *arg)
 static void test_guest_calls_racing_delete_are_answered(void **unused)
 {
     for (int round = 0; round < 10; round++) {
-        ka_sbx_reply_t r, o;
+        t_reply_t r, o;
         char req[64];
         snprintf(req, sizeof req, "req-race-%d", round);
         assert_int_equal(s_create(ALICE, req, "scratch", 0, &r), KA_OK);
@@ -759,7 +794,7 @@ static void test_create_survives_pg_restart_at_ready(void **unused)
     int restarted;
     pthread_t th = s_pg_hold_and_restart(
         "NEW.state = 'RUNTIME_STATE_READY' AND OLD.state <> NEW.state", &restarted);
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     int code = s_create(ALICE, "req-pg-restart", "scratch", 0, &r);
     s_pg_unhold(th, &restarted);
     assert_int_equal(code, KA_OK);
@@ -779,7 +814,7 @@ static void test_create_survives_pg_restart_at_ready(void **unused)
  * retryable, and the sandbox stays READY and usable (guest calls, a later suspend). */
 static void test_lost_suspend_intent_keeps_sandbox_usable(void **unused)
 {
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-pg-intent", "scratch", 0, &r), KA_OK);
     int restarted;
     pthread_t th = s_pg_hold_and_restart("NEW.operation = 'RUNTIME_OPERATION_SUSPEND'", &restarted);
@@ -797,7 +832,7 @@ static void test_lost_suspend_intent_keeps_sandbox_usable(void **unused)
 
 static void test_ttl_expiry_deletes(void **unused)
 {
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-ttl", "scratch", 0, &r), KA_OK);
     assert_int_equal(s_create(ALICE, "req-ttl-short", "scratch", 999, &o), KA_INVALID_ARGUMENT);
     assert_int_equal(s_create(ALICE, "req-ttl-1s", "scratch", 1000, &r), KA_OK);
@@ -815,7 +850,7 @@ static void test_ttl_expiry_deletes(void **unused)
 
 static void test_suspend_resume_keeps_data(void **unused)
 {
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-suspend", "scratch", 0, &r), KA_OK);
     const char *id = r.sandbox.id;
     s_frames_t c;
@@ -864,7 +899,7 @@ static void test_suspend_delete_under_attack(void **unused)
     snprintf(host_dir, sizeof host_dir, "%s/host-secret-dir", T.dir);
     s_sh("mkdir -p %s && echo top-secret-host-data > %s/secret.txt && chmod 600 %s/secret.txt",
          host_dir, host_dir, host_dir);
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-attack", "scratch", 0, &r), KA_OK);
     const char *id = r.sandbox.id;
     for (int round = 0; round < 5; round++) {
@@ -895,7 +930,7 @@ static void test_suspend_delete_under_attack(void **unused)
  * compute): the follower is told, it does not wait forever. */
 static void test_suspend_ends_open_guest_calls(void **unused)
 {
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     assert_int_equal(s_create(ALICE, "req-suspend-open", "scratch", 0, &r), KA_OK);
     const char *id = r.sandbox.id;
     const char *sleeper[] = {"sleep", "60", NULL};
@@ -931,7 +966,7 @@ static void test_suspend_ends_open_guest_calls(void **unused)
  * on that /data. */
 static void test_restart_recovers_records(void **unused)
 {
-    ka_sbx_reply_t ready, susp, o;
+    t_reply_t ready, susp, o;
     assert_int_equal(s_create(ALICE, "req-rec-ready", "scratch", 0, &ready), KA_OK);
     assert_int_equal(s_create(ALICE, "req-rec-susp", "scratch", 0, &susp), KA_OK);
     s_frames_t c;
@@ -975,18 +1010,19 @@ typedef struct {
     char message[KA_MSG_LEN + 16]; /* the last UNAVAILABLE or other answer's */
 } s_flight_t;
 
-static void s_on_flight(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_flight(void *user, const ka_svc_status_t *st, const void *body, size_t len)
 {
     s_flight_t *f = user;
+    int code = ka_err_code(st->err);
     pthread_mutex_lock(&f->lock);
-    if (st->code == KA_OK)
+    if (code == KA_OK)
         f->ok++;
-    else if (st->code == KA_UNAVAILABLE)
+    else if (code == KA_UNAVAILABLE)
         f->unavailable++;
     else
         f->other++;
-    if (st->code != KA_OK)
-        snprintf(f->message, sizeof f->message, "%d %s", st->code, st->message);
+    if (code != KA_OK)
+        snprintf(f->message, sizeof f->message, "%d %s", code, st->message);
     f->done++;
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
@@ -1018,7 +1054,7 @@ static void s_kill_in_flight(const char *name, uint32_t type, const void *body, 
 /* A fresh sandbox: create, exec, get, delete through the service layer. */
 static void s_serves(const char *req_id)
 {
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_create(ALICE, req_id, "scratch", 0, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_READY);
     char id[KA_STORE_ID_LEN];
@@ -1037,7 +1073,7 @@ static void s_serves(const char *req_id)
 /* The record made before the kills is still there, by id and in the list. */
 static void s_kept(const char *id)
 {
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_lifecycle(KA_SBX_GET, ALICE, id, &o), KA_OK);
     assert_string_equal(o.sandbox.id, id);
     ka_sbx_list_req_t q;
@@ -1061,7 +1097,7 @@ static void s_kept(const char *id)
  * resumes). */
 static void test_supervised_actor_kills(void **unused)
 {
-    ka_sbx_reply_t before, o;
+    t_reply_t before, o;
     assert_int_equal(s_create(ALICE, "req-sup-before", "scratch", 0, &before), KA_OK);
     ka_sbx_list_req_t lq;
     memset(&lq, 0, sizeof lq);

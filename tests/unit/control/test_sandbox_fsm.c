@@ -41,23 +41,35 @@ static struct {
 
 /* ---- answers ------------------------------------------------------------------------------- */
 
+/* A sandbox call's answer as the tests read it: its status, then the success reply's fields
+ * (zero for a failure). */
+typedef struct {
+    ka_status_t status;
+    ka_store_sandbox_t sandbox;
+    uint8_t paused;
+} t_reply_t;
+
 /* A unary call's answers: exactly one is expected. */
 typedef struct {
     int n;
     int code;
-    ka_sbx_reply_t r;
+    t_reply_t r;
 } s_answer_t;
 
-static void s_on_answer(void *user, const ka_status_t *st, const void *body, size_t len)
+static void s_on_answer(void *user, const ka_svc_status_t *st, const void *body, size_t len)
 {
     s_answer_t *a = user;
     pthread_mutex_lock(&F.lock);
     a->n++;
-    a->code = st->code;
+    a->code = ka_err_code(st->err);
     memset(&a->r, 0, sizeof a->r);
-    a->r.status = *st;
-    if (body && len == sizeof a->r)
-        memcpy(&a->r, body, len);
+    a->r.status.code = a->code;
+    snprintf(a->r.status.message, sizeof a->r.status.message, "%s", st->message ? st->message : "");
+    if (body && len == sizeof(ka_sbx_reply_t)) {
+        const ka_sbx_reply_t *r = body;
+        a->r.sandbox = r->sandbox;
+        a->r.paused = r->paused;
+    }
     pthread_cond_broadcast(&F.cond);
     pthread_mutex_unlock(&F.lock);
 }
@@ -107,7 +119,7 @@ static ka_sbx_key_t s_key(const char *caller, const char *id)
 }
 
 /* A lifecycle call, waited for; returns its code, *out the reply. */
-static int s_life(uint32_t type, const char *caller, const char *id, ka_sbx_reply_t *out)
+static int s_life(uint32_t type, const char *caller, const char *id, t_reply_t *out)
 {
     ka_sbx_key_t k = s_key(caller, id);
     s_answer_t a;
@@ -118,7 +130,7 @@ static int s_life(uint32_t type, const char *caller, const char *id, ka_sbx_repl
     return code;
 }
 
-static void s_create(const char *request_id, int64_t ttl_ms, ka_sbx_reply_t *out)
+static void s_create(const char *request_id, int64_t ttl_ms, t_reply_t *out)
 {
     ka_sbx_create_t c = s_create_req(ALICE, request_id, ttl_ms);
     s_answer_t a;
@@ -310,7 +322,7 @@ static int s_teardown(void **state)
 static void test_lifecycle_and_one_round_trip_exec(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("life", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -348,7 +360,7 @@ static void test_lifecycle_and_one_round_trip_exec(void **unused)
 static void test_refusals(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("refuse", 0, &r);
     const char *id = r.sandbox.id;
     assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
@@ -362,6 +374,60 @@ static void test_refusals(void **unused)
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
     s_assert_history(id, "CREATING/CREATE READY/NONE READY/SUSPEND SUSPENDED/NONE "
                          "DELETING/DELETE DELETED/NONE");
+}
+
+/* A call sent straight to `to` (not through the service): its reply is an error reply whose
+ * status maps to code and whose body is only the message. */
+static void s_assert_error_reply(krt_addr_t to, uint32_t type, const void *body, size_t len,
+                                 int code, const char *message)
+{
+    krt_reply_t r;
+    assert_int_equal(krt_call(T.sys, to, type, body, len, WAIT_MS, &r), 0);
+    assert_int_equal(r.type, KRT_MSG_ERROR);
+    assert_true(r.status < 0);
+    assert_int_equal(ka_err_code(r.status), code);
+    assert_int_equal(r.len, strlen(message) + 1);
+    assert_string_equal(r.body, message);
+    krt_reply_free(&r);
+}
+
+/* Failures are error replies, from the sandbox's actor and from the manager: the status in the
+ * envelope, the body only the message (no success struct padded around it); a success is the
+ * reply struct alone. */
+static void test_failures_are_error_replies(void **unused)
+{
+    s_spawn_manager();
+    t_reply_t r;
+    s_create("errors", 0, &r);
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, r.sandbox.id);
+    krt_addr_t actor = krt_whereis(T.sys, name);
+    assert_true(actor != KRT_ADDR_NONE);
+    ka_sbx_key_t k = s_key(ALICE, r.sandbox.id);
+    s_assert_error_reply(actor, KA_SBX_RESUME, &k, sizeof k, KA_FAILED_PRECONDITION,
+                         "cannot resume a sandbox in state RUNTIME_STATE_READY");
+    s_assert_error_reply(actor, KA_SBX_UNPAUSE, &k, sizeof k, KA_FAILED_PRECONDITION,
+                         "the sandbox is not paused");
+    ka_sbx_key_t bob = s_key(BOB, r.sandbox.id);
+    s_assert_error_reply(actor, KA_SBX_SUSPEND, &bob, sizeof bob, KA_NOT_FOUND, KA_MSG_NOT_FOUND);
+    ka_sbx_key_t anon = s_key("", r.sandbox.id);
+    s_assert_error_reply(T.sandboxes, KA_SBX_SUSPEND, &anon, sizeof anon, KA_UNAUTHENTICATED,
+                         "authentication required");
+    ka_sbx_key_t bad = s_key(ALICE, "not-a-uuid");
+    s_assert_error_reply(T.sandboxes, KA_SBX_GET, &bad, sizeof bad, KA_INVALID_ARGUMENT,
+                         KA_MSG_NOT_UUID);
+    ka_sbx_key_t gone = s_key(ALICE, "0198f000-0000-7000-8000-0000000000ff");
+    s_assert_error_reply(T.sandboxes, KA_SBX_GET, &gone, sizeof gone, KA_NOT_FOUND,
+                         KA_MSG_NOT_FOUND);
+    s_assert_error_reply(T.sandboxes, KA_SBX_LIST, &k, sizeof k, KA_INVALID_ARGUMENT,
+                         "malformed list request");
+    krt_reply_t ok;
+    assert_int_equal(krt_call(T.sys, actor, KA_SBX_GET, &k, sizeof k, WAIT_MS, &ok), 0);
+    assert_int_equal(ok.type, KA_SBX_GET);
+    assert_int_equal(ok.status, 0);
+    assert_int_equal(ok.len, sizeof(ka_sbx_reply_t));
+    assert_string_equal(((const ka_sbx_reply_t *)ok.body)->sandbox.id, r.sandbox.id);
+    krt_reply_free(&ok);
 }
 
 /* A delete (and its duplicate, a suspend, a guest call, a replayed create) while the create
@@ -440,7 +506,7 @@ static void test_guest_exit_during_create(void **unused)
     assert_int_equal(s_wait_answer(&create), KA_OK);
     const char *id = create.r.sandbox.id;
     s_wait_state(id, KA_STATE_FAILED);
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
     s_assert_history(id, "CREATING/CREATE READY/NONE FAILED/NONE/GuestExited DELETING/DELETE "
                          "DELETED/NONE");
@@ -451,7 +517,7 @@ static void test_guest_exit_during_create(void **unused)
 static void test_delete_during_suspend_and_resume(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t a, b, o;
+    t_reply_t a, b, o;
     s_create("del-susp", 0, &a);
     s_create("del-res", 0, &b);
     assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, b.sandbox.id, &o), KA_OK);
@@ -495,7 +561,7 @@ static void test_driver_failure_during_start(void **unused)
     assert_int_equal(a.r.sandbox.state, KA_STATE_FAILED);
     assert_string_equal(a.r.sandbox.failure_reason, KA_FAIL_START);
     const char *id = a.r.sandbox.id;
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_FAILED_PRECONDITION);
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
     s_assert_history(id, "CREATING/CREATE FAILED/NONE/StartFailed DELETING/DELETE DELETED/NONE");
@@ -506,7 +572,7 @@ static void test_driver_failure_during_start(void **unused)
 static void test_ttl_during_suspend(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r;
+    t_reply_t r;
     s_create("short", 1000, &r);
     const char *id = r.sandbox.id;
     pthread_mutex_lock(&F.lock);
@@ -530,7 +596,7 @@ static void test_ttl_during_suspend(void **unused)
 static void test_guest_exit_during_exec(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("dies", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -553,7 +619,7 @@ static void test_guest_exit_during_exec(void **unused)
 static void test_store_error_during_delete(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("storefail", 0, &r);
     const char *id = r.sandbox.id;
     pthread_mutex_lock(&F.lock);
@@ -580,7 +646,7 @@ static void test_store_error_during_delete(void **unused)
 static void test_expiry_retries_when_store_fails(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("expire-retry", 1000, &r);
     s_create("delete-fails", 0, &o);
     pthread_mutex_lock(&F.lock);
@@ -592,7 +658,7 @@ static void test_expiry_retries_when_store_fails(void **unused)
     pthread_mutex_lock(&F.lock);
     F.fail_writes = 1;
     pthread_mutex_unlock(&F.lock);
-    ka_sbx_reply_t refused;
+    t_reply_t refused;
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, o.sandbox.id, &refused), KA_UNAVAILABLE);
     usleep(1500 * 1000); /* no expiry retry for a caller's delete */
     ka_store_sandbox_t rec;
@@ -605,7 +671,7 @@ static void test_expiry_retries_when_store_fails(void **unused)
 static void test_suspend_failures(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("susp-retry", 0, &r);
     pthread_mutex_lock(&F.lock);
     F.fail_writes = 2;
@@ -631,7 +697,7 @@ static void test_suspend_failures(void **unused)
 static void test_streams_never_wait_forever(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r;
+    t_reply_t r;
     s_create("hangs", 0, &r);
     s_stream_t s;
     const char *hang[] = {"hang", NULL};
@@ -672,7 +738,7 @@ static void test_duplicate_requests(void **unused)
     assert_int_equal(s_wait_answer(&res), KA_ABORTED);
     f_release(T.sys, T.store);
     assert_int_equal(s_wait_answer(&s1), KA_OK);
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
@@ -711,7 +777,7 @@ static void test_recovery_compute_lost(void **unused)
     assert_true(f_record(live.id, &rec));
     assert_string_equal(rec.failure_reason, KA_FAIL_COMPUTE_LOST);
     assert_int_equal(rec.expires_ms, live.expires_ms);
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_RESUME, ALICE, live.id, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_READY);
     assert_string_equal(o.sandbox.failure_reason, "");
@@ -781,7 +847,7 @@ static void test_start_discards_what_is_not_its_own(void **unused)
         assert_int_not_equal(access(data, F_OK), 0);
     }
     s_wait_state(mine.id, KA_STATE_SUSPENDED);
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_RESUME, ALICE, mine.id, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_READY);
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, mine.id, &o), KA_OK);
@@ -793,7 +859,7 @@ static void test_start_discards_what_is_not_its_own(void **unused)
 static void test_manager_restart_keeps_data(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("keep", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -824,7 +890,7 @@ static void test_manager_restart_keeps_data(void **unused)
 static void test_pause_unpause(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -868,7 +934,7 @@ static void test_pause_unpause(void **unused)
 static void test_pause_fails(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause-fails", 0, &r);
     const char *id = r.sandbox.id;
     pthread_mutex_lock(&F.lock);
@@ -887,7 +953,7 @@ static void test_pause_fails(void **unused)
 static void test_delete_while_paused(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause-del", 0, &r);
     const char *id = r.sandbox.id;
     assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
@@ -904,7 +970,7 @@ static void test_delete_while_paused(void **unused)
 static void test_ttl_while_paused(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause-ttl", 1000, &r);
     const char *id = r.sandbox.id;
     assert_int_equal(s_life(KA_SBX_PAUSE, ALICE, id, &o), KA_OK);
@@ -937,7 +1003,7 @@ static void test_pause_during_create(void **unused)
     assert_int_equal(s_wait_answer(&create), KA_OK);
     assert_false(create.r.paused);
     assert_int_equal(s_counter(&F.freezes), 0);
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }
 
@@ -946,7 +1012,7 @@ static void test_pause_during_create(void **unused)
 static void test_open_call_waits_while_paused(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause-open", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -967,7 +1033,7 @@ static void test_open_call_waits_while_paused(void **unused)
 static void test_pause_suspended(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("pause-susp", 0, &r);
     const char *id = r.sandbox.id;
     assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
@@ -1053,7 +1119,7 @@ static void test_warm_claim_and_refill(void **unused)
 {
     s_warm_args(2, 0);
     s_spawn_manager();
-    ka_sbx_reply_t cold, w, again, o;
+    t_reply_t cold, w, again, o;
     s_create("cold", 0, &cold);
     s_assert_history(cold.sandbox.id, "CREATING/CREATE READY/NONE");
     s_wait_depth("rev-1", 2);
@@ -1100,7 +1166,7 @@ static void test_warm_dead_guest_not_handed_out(void **unused)
     assert_true(f_wait(s_stops_at_least, &one, WAIT_MS));
     s_wait_depth("rev-1", 1);
     assert_int_equal(s_counter(&F.starts), 2);
-    ka_sbx_reply_t w, o;
+    t_reply_t w, o;
     s_create("after-death", 0, &w);
     s_assert_history(w.sandbox.id, "READY/NONE");
     s_stream_t s;
@@ -1125,7 +1191,7 @@ static void test_warm_rebuilt_for_new_revision(void **unused)
     int two = 2;
     assert_true(f_wait(s_stops_at_least, &two, WAIT_MS));
     assert_int_equal(s_counter(&F.live), 2);
-    ka_sbx_reply_t w, o;
+    t_reply_t w, o;
     s_create("new-rev", 0, &w);
     s_assert_history(w.sandbox.id, "READY/NONE");
     assert_string_equal(w.sandbox.revision, "rev-2");
@@ -1138,7 +1204,7 @@ static void test_warm_zero_disables(void **unused)
     s_warm_args(0, 0);
     s_spawn_manager();
     s_template_event();
-    ka_sbx_reply_t a, b, o;
+    t_reply_t a, b, o;
     s_create("cold-a", 0, &a);
     s_create("cold-b", 0, &b);
     s_assert_history(b.sandbox.id, "CREATING/CREATE READY/NONE");
@@ -1157,7 +1223,7 @@ static void test_warm_within_capacity(void **unused)
 {
     s_warm_args(2, 2);
     s_spawn_manager();
-    ka_sbx_reply_t a, o;
+    t_reply_t a, o;
     s_create("cap", 0, &a);
     s_wait_depth("rev-1", 1); /* 1 live + 1 warm */
     usleep(4 * WARM_QUIET_MS * 1000);
@@ -1236,9 +1302,8 @@ static int s_fork(const char *caller, const char *id, const char *rid, int count
     krt_reply_t rep;
     int code = ka_svc_call_sync(T.svc, KA_SBX_FORK, &q, sizeof q, WAIT_MS, &rep);
     const ka_sbx_list_t *l = rep.body;
-    assert_true(rep.len >= sizeof(ka_status_t));
     if (message)
-        snprintf(message, cap, "%s", l->status.message);
+        snprintf(message, cap, "%s", code == KA_OK ? "" : (const char *)rep.body);
     if (code == KA_OK) {
         assert_int_equal(rep.len, sizeof *l + (size_t)count * sizeof l->items[0]);
         assert_int_equal(l->count, count);
@@ -1259,7 +1324,7 @@ static int s_fork(const char *caller, const char *id, const char *rid, int count
 static void test_fork(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("fork-src", 0, &r);
     const char *id = r.sandbox.id;
     s_stream_t s;
@@ -1311,7 +1376,7 @@ static void test_fork(void **unused)
 static void test_fork_fails(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("fork-fail-src", 0, &r);
     const char *id = r.sandbox.id;
     pthread_mutex_lock(&F.lock);
@@ -1335,7 +1400,7 @@ static void test_fork_fails(void **unused)
 static void test_fork_refusals(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("fork-ref", 0, &r);
     const char *id = r.sandbox.id;
     char ids[1][KA_STORE_ID_LEN], msg[KA_MSG_LEN];
@@ -1360,7 +1425,7 @@ static bool s_in_fork(void *arg)
 static void test_delete_during_fork(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r;
+    t_reply_t r;
     s_create("fork-del", 0, &r);
     char id[KA_STORE_ID_LEN];
     snprintf(id, sizeof id, "%s", r.sandbox.id);
@@ -1387,7 +1452,7 @@ static void test_delete_during_fork(void **unused)
     assert_int_equal(s_counter(&F.stopped_frozen), 0);
     assert_int_equal(s_counter(&F.forks_frozen), 1);
     s_assert_history(id, "CREATING/CREATE READY/NONE DELETING/DELETE DELETED/NONE");
-    ka_sbx_reply_t o;
+    t_reply_t o;
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, "0198f000-0000-7000-8000-000000000002", &o),
                      KA_OK);
 }
@@ -1420,11 +1485,7 @@ static void s_standin_mgr_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *m
         f.final = 1;
         krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, sizeof f);
     } else if (msg->ref) {
-        ka_sbx_reply_t r;
-        memset(&r, 0, sizeof r);
-        r.status.code = KA_UNAVAILABLE;
-        snprintf(r.status.message, sizeof r.status.message, "stand-in");
-        krt_reply(ctx, msg, msg->type, &r, sizeof r);
+        krt_reply_error(ctx, msg, KA_EUNAVAIL, "stand-in");
     }
 }
 
@@ -1484,7 +1545,7 @@ static void s_repoint(const char *name, krt_addr_t who)
 static void test_calls_skip_the_manager(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("direct", 0, &r);
     const char *id = r.sandbox.id;
     char name[KA_SANDBOX_NAME_LEN];
@@ -1562,7 +1623,7 @@ static void test_not_live_answered_by_the_manager(void **unused)
     far.expires_ms = krt_wall_ms() + 3600000;
     f_put_record(&far);
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("gone", 0, &r);
     const char *id = r.sandbox.id;
     char name[KA_SANDBOX_NAME_LEN];
@@ -1604,7 +1665,7 @@ static void test_not_live_answered_by_the_manager(void **unused)
 static void test_actor_gone_after_lookup(void **unused)
 {
     s_spawn_manager();
-    ka_sbx_reply_t r, o;
+    t_reply_t r, o;
     s_create("gone-after-lookup", 0, &r);
     const char *id = r.sandbox.id;
     char name[KA_SANDBOX_NAME_LEN];
@@ -1653,6 +1714,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lifecycle_and_one_round_trip_exec, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_failures_are_error_replies, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_delete_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_ttl_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_guest_exit_during_create, s_setup, s_teardown),

@@ -424,7 +424,9 @@ static void test_error_table(void **unused)
     assert_string_equal(ka_code_name(KA_FAILED_PRECONDITION), "FAILED_PRECONDITION");
     assert_string_equal(ka_code_name(99), "UNKNOWN");
     assert_string_equal(ka_err_name(-ENOENT), "NOT_FOUND");
-    assert_int_equal(ka_code_of_store(KA_STORE_ENOTFOUND), KA_NOT_FOUND);
+    assert_int_equal(ka_err_code(KA_STORE_ENOTFOUND), KA_NOT_FOUND);
+    assert_int_equal(ka_err_code(KA_EUNAVAIL), KA_UNAVAILABLE); /* a control actor's */
+    assert_int_equal(ka_err_code(KA_ETIMEOUT), KA_DEADLINE_EXCEEDED);
 }
 
 static void test_frames(void **unused)

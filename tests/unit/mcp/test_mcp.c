@@ -207,15 +207,14 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         ka_sbx_reply_t r;
         memset(&r, 0, sizeof r);
         s_sandbox(k->id, k->caller, &r.sandbox);
-        if (strcmp(k->caller, ALICE) != 0) {
-            r.status.code = KA_NOT_FOUND;
-            snprintf(r.status.message, sizeof r.status.message, KA_MSG_NOT_FOUND);
-        }
         if (msg->type == KA_SBX_DELETE)
             r.sandbox.state = KA_STATE_DELETED;
         if (strcmp(k->id, SLOW) == 0)
             usleep(300 * 1000);
-        krt_reply_to(ctx, msg->from, msg->ref, msg->type, &r, sizeof r);
+        if (strcmp(k->caller, ALICE) != 0)
+            krt_reply_error(ctx, msg, -ENOENT, KA_MSG_NOT_FOUND);
+        else
+            krt_reply_to(ctx, msg->from, msg->ref, msg->type, &r, sizeof r);
         break;
     }
     case KA_SBX_CREATE: {
@@ -224,12 +223,10 @@ static void s_fake_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         memset(&r, 0, sizeof r);
         s_sandbox(SBX, c->caller, &r.sandbox);
         snprintf(r.sandbox.name, sizeof r.sandbox.name, "%s", c->name);
-        if (c->ttl_ms != 0 && c->ttl_ms < 1000) {
-            r.status.code = KA_INVALID_ARGUMENT;
-            snprintf(r.status.message, sizeof r.status.message,
-                     "ttl must be between 1s and 86400s");
-        }
-        krt_reply_to(ctx, msg->from, msg->ref, msg->type, &r, sizeof r);
+        if (c->ttl_ms != 0 && c->ttl_ms < 1000)
+            krt_reply_error(ctx, msg, -EINVAL, "ttl must be between 1s and 86400s");
+        else
+            krt_reply_to(ctx, msg->from, msg->ref, msg->type, &r, sizeof r);
         break;
     }
     case KA_SBX_LIST: {
