@@ -103,7 +103,8 @@ static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const
     s_op_t *op = user;
     const char *caller = NULL;
     /* nobody there took it, or a get that can be answered from the record instead */
-    bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE || (err && op->type == KA_SBX_GET);
+    bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE ||
+                   (err && ka_reply_unanswered(err) && op->type == KA_SBX_GET);
     const char *id =
         untaken && op->cached ? ka_sbx_target(op->type, op->body, op->len, &caller) : NULL;
     if (id) {
