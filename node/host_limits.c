@@ -76,19 +76,31 @@ int ka_host_limits_raise(const ka_config_t *cfg, char *note, size_t cap)
     } else if (rl.rlim_cur < want.nofile) {
         struct rlimit up = {.rlim_cur = want.nofile,
                             .rlim_max = rl.rlim_max < want.nofile ? want.nofile : rl.rlim_max};
-        int e = setrlimit(RLIMIT_NOFILE, &up) < 0 ? -errno : 0;
-        snprintf(buf, sizeof buf, "nofile=%" PRIu64 "->%" PRIu64 "%s%s", (uint64_t)rl.rlim_cur,
-                 want.nofile, e ? ":" : "", e ? strerror(-e) : "");
+        rc = setrlimit(RLIMIT_NOFILE, &up) < 0 ? -errno : 0;
+        uint64_t got = rc == 0 ? want.nofile : (uint64_t)rl.rlim_cur;
+        if (rc == -EPERM && rl.rlim_cur < rl.rlim_max) { /* no CAP_SYS_RESOURCE: to the hard */
+            up = (struct rlimit){.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                got = (uint64_t)rl.rlim_max;
+        }
+        snprintf(buf, sizeof buf, "nofile=%" PRIu64 "->%" PRIu64, (uint64_t)rl.rlim_cur, got);
         s_note(note, cap, buf);
-        rc = rc ? rc : e;
+        if (rc < 0) {
+            snprintf(buf, sizeof buf, "nofile_wanted=%" PRIu64, want.nofile);
+            s_note(note, cap, buf);
+        }
     }
 
     int e = s_read_sysctl(S_PID_MAX, &pid_max);
     if (e == 0 && pid_max < want.pid_max) {
         e = s_write_sysctl(S_PID_MAX, want.pid_max);
-        snprintf(buf, sizeof buf, "pid_max=%" PRIu64 "->%" PRIu64 "%s%s", pid_max, want.pid_max,
-                 e ? ":" : "", e ? strerror(-e) : "");
+        snprintf(buf, sizeof buf, "pid_max=%" PRIu64 "->%" PRIu64, pid_max,
+                 e ? pid_max : want.pid_max);
         s_note(note, cap, buf);
+        if (e < 0) {
+            snprintf(buf, sizeof buf, "pid_max_wanted=%" PRIu64, want.pid_max);
+            s_note(note, cap, buf);
+        }
     }
     return rc ? rc : e;
 }

@@ -40,9 +40,11 @@ ka_host_limits_t ka_host_limits_plan(const ka_config_t *cfg, uint64_t nr_open);
 
 /*
  * Raises kagentd's RLIMIT_NOFILE (soft, and hard if needed) and kernel.pid_max to cfg's plan
- * where they are lower; what was raised, or why not, goes to note (always NUL-terminated; ""
- * if nothing needed raising). 0, or the first -errno (then the rest is still tried; the node
- * can run, up to the capacity the limits allow).
+ * where they are lower. Without CAP_SYS_RESOURCE the hard limit stays and the soft one goes up
+ * to it. What changed goes to note as key=value words ("nofile=1024->44136 pid_max=32768->56424",
+ * plus "nofile_wanted=N" / "pid_max_wanted=N" for what could not be had; "" if nothing needed
+ * raising). 0, or the first -errno (the rest is still tried: the node runs, and holds as many
+ * sandboxes as the limits allow).
  */
 int ka_host_limits_raise(const ka_config_t *cfg, char *note, size_t cap);
 

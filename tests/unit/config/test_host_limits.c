@@ -3,10 +3,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <errno.h>
+#include <linux/capability.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,11 +89,47 @@ static void test_raise_nofile(void **unused)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Without CAP_SYS_RESOURCE the hard limit cannot go up: the soft one goes to it, the note says
+ * what was wanted, and the result is -EPERM. */
+static void test_raise_nofile_to_hard(void **unused)
+{
+    ka_config_t cfg;
+    s_pools(&cfg, 1, 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {.rlim_cur = 64, .rlim_max = 200};
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            _exit(10);
+        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct d[2];
+        if (syscall(SYS_capget, &h, d) < 0)
+            _exit(11);
+        d[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
+        d[CAP_SYS_RESOURCE / 32].permitted &= ~(1u << (CAP_SYS_RESOURCE % 32));
+        if (syscall(SYS_capset, &h, d) < 0)
+            _exit(12);
+        char note[128];
+        if (ka_host_limits_raise(&cfg, note, sizeof note) != -EPERM)
+            _exit(13);
+        if (strcmp(note, "nofile=64->200 nofile_wanted=4100") != 0)
+            _exit(14);
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur != 200 || rl.rlim_max != 200)
+            _exit(15);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_raise_nofile),
+        cmocka_unit_test(test_raise_nofile_to_hard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
