@@ -83,8 +83,10 @@ int ka_host_limits_raise(const ka_config_t *cfg, char *note, size_t cap)
             if (setrlimit(RLIMIT_NOFILE, &up) == 0)
                 got = (uint64_t)rl.rlim_max;
         }
-        snprintf(buf, sizeof buf, "nofile=%" PRIu64 "->%" PRIu64, (uint64_t)rl.rlim_cur, got);
-        s_note(note, cap, buf);
+        if (got != (uint64_t)rl.rlim_cur) {
+            snprintf(buf, sizeof buf, "nofile=%" PRIu64 "->%" PRIu64, (uint64_t)rl.rlim_cur, got);
+            s_note(note, cap, buf);
+        }
         if (rc < 0) {
             snprintf(buf, sizeof buf, "nofile_wanted=%" PRIu64, want.nofile);
             s_note(note, cap, buf);

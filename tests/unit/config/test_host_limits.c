@@ -116,6 +116,9 @@ static void test_raise_nofile_to_hard(void **unused)
             _exit(14);
         if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur != 200 || rl.rlim_max != 200)
             _exit(15);
+        if (ka_host_limits_raise(&cfg, note, sizeof note) != -EPERM || /* at the hard already */
+            strcmp(note, "nofile_wanted=4100") != 0)
+            _exit(16);
         _exit(0);
     }
     int st = 0;
