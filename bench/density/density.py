@@ -9,8 +9,9 @@ measures them idle at each checkpoint (DENSITY_CHECKPOINTS, default "1000", and 
 deleting in between; then deletes them all (as many CLI processes at a time) and checks that they
 are gone. Creation stops early, and the figures are taken at the count reached, when a create
 fails (its error is printed), when the host's MemAvailable would go under DENSITY_MEM_FLOOR_MB
-(default 3072) or when the host's tasks come within DENSITY_PID_HEADROOM (default 2000) of
-kernel.pid_max: the machine is shared, and neither the OOM killer nor a fork failure may hit it.
+(default 3072), when the host's tasks come within DENSITY_PID_HEADROOM (default 2000) of
+kernel.pid_max (the machine is shared: neither the OOM killer nor a fork failure may hit it), or
+on SIGUSR1 (a time limit: `kill -USR1 <density.py pid>`).
 Figures per sandbox (deltas over the count, divided by it):
   - node RSS growth (kagentd's VmRSS), guest PSS (each guest's smaps_rollup Pss);
   - host memory: the MemAvailable drop, and where it goes (/proc/meminfo: Slab, PageTables,
@@ -25,6 +26,7 @@ sandboxes. Exits 1 if fewer than N were reached (after deleting what was).
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -235,6 +237,11 @@ class Creator:
         self.pid_max = sysctl("/proc/sys/kernel/pid_max")
         self.ids, self.took, self.stop, self.lock = [], [], None, threading.Lock()
         self.submitted, self.busy_s, self.last = 0, 0.0, time.monotonic()
+        signal.signal(signal.SIGUSR1, self._usr1)
+
+    def _usr1(self, _sig, _frame):
+        """SIGUSR1: stop creating (a time limit); the count reached is measured and deleted."""
+        self.stop = self.stop or "SIGUSR1 (stopped by the operator)"
 
     def _one(self, i):
         with self.lock:
