@@ -256,9 +256,14 @@ class Creator:
                 self.stop = f"host tasks {tasks()} within {self.pid_room} of pid_max {self.pid_max}"
                 return
         t = time.monotonic()
-        out = subprocess.run(self.cli + ["create", "scratch", "--request-id",
-                                         f"density-{os.getpid()}-{i}", "--ttl", "24h", "-o",
-                                         "json"], capture_output=True, text=True)
+        try:
+            out = subprocess.run(self.cli + ["create", "scratch", "--request-id",
+                                             f"density-{os.getpid()}-{i}", "--ttl", "24h", "-o",
+                                             "json"], capture_output=True, text=True)
+        except OSError as e:  # the CLI could not run: stop, and measure what was reached
+            with self.lock:
+                self.stop = self.stop or f"create {i}: {e}"
+            return
         with self.lock:
             self.took.append(time.monotonic() - t)
             if out.returncode != 0:
