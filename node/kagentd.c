@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "host_limits.h"
 #include "images_cli.h"
 #include "krt.h"
 #include "node.h"
@@ -122,10 +123,25 @@ static void s_reload(ka_node_t *node, const ka_config_t *cfg)
         krt_log(KRT_LOG_INFO, cfg->node_name, "reloaded", "what=tls cert=%s", cfg->tls_cert_file);
 }
 
+/* The descriptors and host tasks the pools' capacity needs; short of them the node still runs
+ * (a create past them fails with the errno), so a failure to raise is a warning. */
+static void s_raise_limits(const ka_config_t *cfg)
+{
+    char note[256];
+    int rc = ka_host_limits_raise(cfg, note, sizeof note);
+    if (rc < 0)
+        krt_log(KRT_LOG_WARN, cfg->node_name, "limits_short", "capacity=%lld %s error=\"%s\"",
+                (long long)ka_host_capacity(cfg), note, strerror(-rc));
+    else if (note[0])
+        krt_log(KRT_LOG_INFO, cfg->node_name, "limits_raised", "capacity=%lld %s",
+                (long long)ka_host_capacity(cfg), note);
+}
+
 static int s_run(const ka_config_t *cfg)
 {
     sigset_t signals;
     s_block_signals(&signals);
+    s_raise_limits(cfg);
     char err[KA_NODE_ERR_CAP];
     ka_node_t *node = ka_node_start(cfg, err, sizeof err);
     if (!node) {

@@ -41,9 +41,6 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 #ifndef SECBIT_NOROOT
 #define SECBIT_NOROOT                 (1 << 0)
 #define SECBIT_NOROOT_LOCKED          (1 << 1)
@@ -95,8 +92,9 @@ struct ka_sandbox {
     struct ka_sandbox *prev, *next; /* the driver's live list */
     char id[65];
     char dir[S_DIR];
-    pid_t pid;   /* the guest, in the host's PID namespace */
-    int pidfd;   /* of the guest */
+    pid_t pid;   /* the guest, in the host's PID namespace; 0: none (not started or reaped).
+                  * A child only s_kill_wait reaps, so the pid names the guest until then: no
+                  * pidfd (one descriptor per sandbox fewer; RLIMIT_NOFILE bounds the count) */
     int channel; /* node end of the guest channel */
     ka_cgroup_t *cg;
     char vol[S_PATH];      /* mount path of the sandbox's volume; "" before it has one */
@@ -630,8 +628,6 @@ static void s_sandbox_free(ka_sandbox_t *sb)
 {
     if (sb->channel >= 0)
         close(sb->channel);
-    if (sb->pidfd >= 0)
-        close(sb->pidfd);
     free(sb);
 }
 
@@ -641,14 +637,15 @@ static void s_sandbox_free(ka_sandbox_t *sb)
 
 static void s_kill_wait(ka_sandbox_t *sb)
 {
-    if (sb->pidfd < 0)
+    if (sb->pid <= 0)
         return;
-    syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    kill(sb->pid, SIGKILL);
     if (sb->cg) /* a paused sandbox: on cgroup v1 a frozen task cannot die until thawed */
         ka_cgroup_freeze(sb->cg, false, FREEZE_TIMEOUT_MS);
     siginfo_t si;
-    while (waitid((idtype_t)P_PIDFD, (id_t)sb->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+    while (waitid(P_PID, (id_t)sb->pid, &si, WEXITED) < 0 && errno == EINTR)
         ;
+    sb->pid = 0; /* reaped: the number may name another process from now on */
 }
 
 static int s_teardown(s_driver_t *d, ka_sandbox_t *sb)
@@ -760,7 +757,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     int rc = -ENOMEM, ch[2] = {-1, -1}, sy[2] = {-1, -1};
     if (!sb || !c)
         goto fail_free;
-    sb->pidfd = sb->channel = -1;
+    sb->channel = -1;
     sb->slot = -1;
     c->log_fd = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", spec->id);
@@ -804,9 +801,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
 
     struct clone_args ca;
     memset(&ca, 0, sizeof(ca));
-    ca.flags =
-        CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD;
-    ca.pidfd = (uint64_t)(uintptr_t)&sb->pidfd;
+    ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
     ca.exit_signal = SIGCHLD;
     long pid = syscall(SYS_clone3, &ca, sizeof(ca));
     if (pid == 0)
@@ -1014,9 +1009,9 @@ static int s_channel(ka_driver_t *base, ka_sandbox_t *sb)
 static int s_kill(ka_driver_t *base, ka_sandbox_t *sb)
 {
     (void)base;
-    if (sb->pidfd < 0)
+    if (sb->pid <= 0)
         return -ESRCH;
-    return syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 ? -errno : 0;
+    return kill(sb->pid, SIGKILL) < 0 ? -errno : 0;
 }
 
 static int s_freeze(ka_driver_t *base, ka_sandbox_t *sb, bool frozen)
@@ -1095,7 +1090,7 @@ static int s_fork(ka_driver_t *base, ka_sandbox_t *src, const char *id, uint64_t
     ka_sandbox_t *sb = calloc(1, sizeof(*sb));
     if (!sb)
         return -ENOMEM;
-    sb->pidfd = sb->channel = -1;
+    sb->channel = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", id);
     snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, id);
     int rc = s_uid_take(d, sb);

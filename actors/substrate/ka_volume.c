@@ -56,8 +56,11 @@ static void s_paths(const ka_volumes_t *v, uint64_t n, char *mnt, char *img)
     snprintf(img, S_PATH + 8, "%s/%" PRIu64 ".img", v->dir, n);
 }
 
-/* Runs mkfs.ext4 on img: 0 or -EIO. */
-static int s_mkfs(const ka_volumes_t *v, const char *img)
+/* Runs mkfs.ext4 on dev, the volume's loop device: 0 or -EIO. On a block device that nobody
+ * holds mke2fs knows it unmounted from one O_EXCL open; on an image file it would check every
+ * mount in the table instead (a stat, an open and an ioctl per loop-mounted file system: O(N)
+ * per volume with N volumes mounted, 40 ms of system time at 2,300 here). */
+static int s_mkfs(const ka_volumes_t *v, const char *dev)
 {
     char inodes[24];
     snprintf(inodes, sizeof(inodes), "%" PRIu64, v->inodes);
@@ -74,7 +77,7 @@ static int s_mkfs(const ka_volumes_t *v, const char *img)
                     "^resize_inode",
                     "-E",
                     "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
-                    (char *)img,
+                    (char *)dev,
                     NULL};
     char *envp[] = {S_MKFS_ENV, NULL};
     posix_spawn_file_actions_t fa;
@@ -128,6 +131,18 @@ static int s_loop_attach(int img_fd, char *dev, size_t cap)
     return rc;
 }
 
+/* Mounts the formatted loop device dev at mnt (created): 0 or -errno (mnt not left behind). */
+static int s_mount_dev(const char *dev, const char *mnt)
+{
+    int rc = mkdir(mnt, 0700) < 0 && errno != EEXIST ? -errno : 0;
+    if (rc == 0 &&
+        mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable,discard") < 0) {
+        rc = -errno;
+        rmdir(mnt);
+    }
+    return rc;
+}
+
 /* Mounts the formatted image img at mnt (created): 0 or -errno (nothing left behind). */
 static int s_mount(const char *img, const char *mnt)
 {
@@ -139,28 +154,30 @@ static int s_mount(const char *img, const char *mnt)
     close(fd);
     if (loop < 0)
         return loop;
-    int rc = mkdir(mnt, 0700) < 0 && errno != EEXIST ? -errno : 0;
-    if (rc == 0 &&
-        mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable,discard") < 0) {
-        rc = -errno;
-        rmdir(mnt);
-    }
+    int rc = s_mount_dev(dev, mnt);
     close(loop); /* from here the mount holds the device; it goes with the last mount */
     return rc;
 }
 
-/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). */
+/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). The image is
+ * attached first and formatted through its loop device (see s_mkfs). */
 static int s_make(const ka_volumes_t *v, uint64_t n)
 {
-    char mnt[S_PATH], img[S_PATH + 8];
+    char mnt[S_PATH], img[S_PATH + 8], dev[32];
     s_paths(v, n, mnt, img);
     int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    int rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : s_mkfs(v, img);
+    int loop = -1, rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : 0;
+    if (rc == 0 && (loop = s_loop_attach(fd, dev, sizeof(dev))) < 0)
+        rc = loop;
     close(fd);
     if (rc == 0)
-        rc = s_mount(img, mnt);
+        rc = s_mkfs(v, dev);
+    if (rc == 0)
+        rc = s_mount_dev(dev, mnt);
+    if (loop >= 0)
+        close(loop); /* autoclear: the mount holds the device now, or nothing does and it goes */
     if (rc < 0)
         unlink(img);
     return rc;
