@@ -45,10 +45,10 @@
 #include "krt_mesh.h"
 #include "store.h"
 
-#define KA_CLUSTER_NAME     "cluster"
-#define KA_CLUSTER_RENEW_MS 1000 /* default renewal period */
-#define KA_CLUSTER_LEASE_MS 5000 /* default lease */
-#define KA_CLUSTER_MAX      256  /* nodes tracked */
+#define KA_CLUSTER_NAME      "cluster"
+#define KA_CLUSTER_RENEW_MS  1000    /* default renewal period */
+#define KA_CLUSTER_LEASE_MS  5000    /* default lease */
+#define KA_CLUSTER_MAX       256     /* nodes tracked */
 #define KA_CLUSTER_FORGET_MS 3600000 /* default: a dead node's row is kept for an hour */
 
 enum {

@@ -136,11 +136,7 @@ typedef struct s_migration {
 } s_migration_t;
 
 static const s_migration_t s_migrations[] = {
-    {1, s_v1},
-    {2, s_v2},
-    {3, s_v3},
-    {4, s_v4},
-    {5, s_v5},
+    {1, s_v1}, {2, s_v2}, {3, s_v3}, {4, s_v4}, {5, s_v5},
 };
 
 _Static_assert(sizeof(s_migrations) / sizeof(s_migrations[0]) == KA_SCHEMA_VERSION,
