@@ -17,6 +17,7 @@
 #define S_TOKEN_CAP      4096
 #define S_BODY_CAP       (64u << 10) /* error and XML replies kept at most */
 #define S_BACKOFF_MAX_MS 2000
+#define S_GET_BUFFER     (128L << 10) /* a download's receive buffer (libcurl's default: 16 KiB) */
 #define S_SIZE_UNKNOWN   UINT64_MAX
 #define S_GCS_ENDPOINT   "https://storage.googleapis.com"
 #define S_EMPTY_SHA256   "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -538,6 +539,8 @@ static int s_perform_once(ka_objstore_t *s, s_req_t *r, CURLcode *cc, char *curl
     }
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+    if (r->sink) /* a download: fewer, larger reads and sink calls */
+        curl_easy_setopt(c, CURLOPT_BUFFERSIZE, S_GET_BUFFER);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, s_header_cb);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     free(r->reply);

@@ -7,11 +7,11 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define S_MANIFEST     "manifest.json"
@@ -154,67 +154,153 @@ int ka_snapobj_save(const char *location, const char *id, const char *revision, 
     return rc;
 }
 
-/* ---- restore: the download runs on its own thread into a socket the archive reader reads */
+/* ---- restore: the download runs on its own thread into a ring the archive reader reads ---- */
 
+/* Bytes between the download and the unpack: enough to carry the download through the unpack's
+ * pauses (a file's writes), small enough to stay in the caches. The reader waits for S_TAKE_MIN
+ * of them (or the end), so it wakes once per that many, not per network read. */
+#define S_RING     (1u << 20)
+#define S_TAKE_MIN (S_RING / 4)
+
+/* The download's thread copies what arrives into the ring; the reader unpacks from the ring
+ * itself (no copy, no system call while neither waits). Under lock: head, len, lent, done,
+ * closed, rc; the bytes of [head, head + len) belong to the reader, the rest to the writer. */
 typedef struct s_fetch {
     ka_objstore_t *os;
     const char *key;
-    int fd; /* the socket's write end; closed when the download ends */
+    pthread_mutex_t lock;
+    pthread_cond_t moved; /* bytes were added or taken, or a side ended */
+    char *ring;           /* S_RING bytes */
+    size_t head, len;     /* the unread bytes: len of them from head (wrapping) */
+    size_t lent;          /* of those, what the reader holds since its last take */
+    bool done;            /* the download ended, with rc */
+    bool closed;          /* the reader stopped: the download ends with -EPIPE */
     int rc;
     uint64_t bytes;
 } s_fetch_t;
 
-static int s_send_sink(void *user, const void *buf, size_t n)
+static int s_ring_init(s_fetch_t *f)
+{
+    if (!(f->ring = malloc(S_RING)))
+        return -ENOMEM;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->moved, NULL);
+    return 0;
+}
+
+static void s_ring_free(s_fetch_t *f)
+{
+    pthread_cond_destroy(&f->moved);
+    pthread_mutex_destroy(&f->lock);
+    free(f->ring);
+    f->ring = NULL;
+}
+
+/* The download's sink: waits for room while the ring is full. */
+static int s_ring_put(void *user, const void *buf, size_t n)
 {
     s_fetch_t *f = user;
-    for (const char *p = buf; n;) {
-        ssize_t k = send(f->fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -errno; /* the reader stopped */
+    const char *p = buf;
+    pthread_mutex_lock(&f->lock);
+    while (n) {
+        while (f->len == S_RING && !f->closed)
+            pthread_cond_wait(&f->moved, &f->lock);
+        if (f->closed)
+            break;
+        size_t tail = (f->head + f->len) % S_RING, room = S_RING - f->len;
+        size_t k = n < room ? n : room;
+        k = k < S_RING - tail ? k : S_RING - tail; /* up to the ring's end, then from its start */
+        pthread_mutex_unlock(&f->lock); /* the writer's bytes: nobody else touches them */
+        memcpy(f->ring + tail, p, k);
+        pthread_mutex_lock(&f->lock);
+        bool wake = f->len < S_TAKE_MIN && f->len + k >= S_TAKE_MIN; /* the reader may wait */
+        f->len += k;
         p += k;
-        n -= (size_t)k;
+        n -= k;
+        if (wake)
+            pthread_cond_signal(&f->moved);
     }
-    return 0;
+    bool closed = f->closed;
+    pthread_mutex_unlock(&f->lock);
+    return closed ? -EPIPE : 0;
+}
+
+/* The reader's source: gives back what the last take lent, then lends the next contiguous
+ * bytes, waiting for S_TAKE_MIN of them or the end; 0 once the download ended and all was
+ * read (its failure, if any, is the result). */
+static ssize_t s_ring_take(void *user, const void **buf)
+{
+    s_fetch_t *f = user;
+    pthread_mutex_lock(&f->lock);
+    bool was_full = f->len == S_RING;
+    f->head = (f->head + f->lent) % S_RING;
+    f->len -= f->lent;
+    f->lent = 0;
+    if (was_full && f->len < S_RING)
+        pthread_cond_signal(&f->moved);
+    while (f->len < S_TAKE_MIN && !f->done)
+        pthread_cond_wait(&f->moved, &f->lock);
+    ssize_t n = f->len == 0 ? f->rc : 0;
+    if (f->len) {
+        size_t k = f->len < S_RING - f->head ? f->len : S_RING - f->head;
+        f->lent = k;
+        *buf = f->ring + f->head;
+        n = (ssize_t)k;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* The download ended with rc: the reader takes what is left, then rc. */
+static void s_ring_end(s_fetch_t *f, int rc)
+{
+    pthread_mutex_lock(&f->lock);
+    f->rc = rc;
+    f->done = true;
+    pthread_cond_signal(&f->moved);
+    pthread_mutex_unlock(&f->lock);
 }
 
 static void *s_fetch_run(void *arg)
 {
     s_fetch_t *f = arg;
-    f->rc = ka_objstore_get(f->os, f->key, s_send_sink, f, &f->bytes);
-    shutdown(f->fd, SHUT_WR);
+    s_ring_end(f, ka_objstore_get(f->os, f->key, s_ring_put, f, &f->bytes));
     return NULL;
+}
+
+/* The reader is done (it stopped or read the end): a download still running ends on EPIPE. */
+static void s_ring_close(s_fetch_t *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->closed = true;
+    pthread_cond_signal(&f->moved);
+    pthread_mutex_unlock(&f->lock);
 }
 
 static int s_stream_restore(ka_objstore_t *os, const s_manifest_t *m, const char *dir,
                             const ka_tree_opts_t *o, ka_tree_stats_t *st, char *err, size_t cap)
 {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-        return -errno;
-    s_fetch_t f = {.os = os, .key = m->object, .fd = sv[1]};
+    s_fetch_t f = {.os = os, .key = m->object};
+    if (s_ring_init(&f))
+        return -ENOMEM;
     pthread_t t;
-    int rc = pthread_create(&t, NULL, s_fetch_run, &f);
-    if (rc) {
-        close(sv[0]);
-        close(sv[1]);
-        return -rc;
-    }
-    ka_snapshot_info_t info;
+    int rc = -pthread_create(&t, NULL, s_fetch_run, &f);
+    ka_snapshot_info_t info = {0};
     char why[KA_SNAPSHOT_ERR_CAP] = "";
-    rc = ka_snapshot_read(dir, sv[0], o, &info, why, sizeof why);
+    if (!rc) {
+        rc = ka_snapshot_read_from(dir, s_ring_take, &f, o, &info, why, sizeof why);
+        s_ring_close(&f);
+        pthread_join(t, NULL);
+    }
+    s_ring_free(&f);
     if (st)
         *st = info.tree;
-    close(sv[0]); /* a download still running ends on EPIPE */
-    pthread_join(t, NULL);
-    close(sv[1]);
     if (f.rc && f.rc != -EPIPE) { /* the storage's failure explains the reader's */
         s_msg(err, cap, "downloading the snapshot failed", ka_objstore_error(os));
         return f.rc;
     }
     if (rc) {
-        s_msg(err, cap, "restoring the snapshot archive failed", why);
+        s_msg(err, cap, "restoring the snapshot archive failed", why[0] ? why : strerror(-rc));
         return rc;
     }
     if (info.archive_bytes != (uint64_t)m->archive_bytes || strcmp(info.sha256, m->sha256) != 0) {

@@ -30,8 +30,9 @@ typedef struct s_ctx {
     EVP_MD_CTX *md;
     ka_snap_sink_fn sink;
     void *user;
-    int io_err; /* the sink's or the source's error */
-    int fd;     /* read: the source */
+    int io_err;               /* the sink's or the source's error */
+    ka_snap_source_fn source; /* read: where the archive comes from */
+    void *src_user;
     char *buf;
     char path[PATH_MAX];
     char *err;
@@ -315,19 +316,29 @@ static la_ssize_t s_read_cb(struct archive *a, void *arg, const void **out)
 {
     (void)a;
     s_ctx_t *c = arg;
-    for (;;) {
-        ssize_t n = read(c->fd, c->buf, S_BUF);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            c->io_err = -errno;
-            return -1;
-        }
-        EVP_DigestUpdate(c->md, c->buf, (size_t)n);
-        c->info.archive_bytes += (uint64_t)n;
-        *out = c->buf;
-        return n;
+    ssize_t n = c->source(c->src_user, out);
+    if (n < 0) {
+        c->io_err = (int)n;
+        return -1;
     }
+    EVP_DigestUpdate(c->md, *out, (size_t)n);
+    c->info.archive_bytes += (uint64_t)n;
+    return n;
+}
+
+typedef struct s_fd_source {
+    int fd;
+    char *buf; /* S_BUF bytes */
+} s_fd_source_t;
+
+static ssize_t s_fd_read(void *user, const void **buf)
+{
+    s_fd_source_t *s = user;
+    ssize_t n;
+    while ((n = read(s->fd, s->buf, S_BUF)) < 0 && errno == EINTR) {
+    }
+    *buf = s->buf;
+    return n < 0 ? -errno : n;
 }
 
 /* A name an entry may have: relative, no "", "." or ".." component, bounded depth. */
@@ -491,7 +502,7 @@ static int s_get_entry(s_ctx_t *c, int root, struct archive_entry *e)
 
 static int s_open_read(s_ctx_t *c)
 {
-    if (!(c->a = archive_read_new()) || !(c->md = EVP_MD_CTX_new()) || !(c->buf = malloc(S_BUF)) ||
+    if (!(c->a = archive_read_new()) || !(c->md = EVP_MD_CTX_new()) ||
         !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL))
         return s_fail(c, -ENOMEM, "out of memory");
     if (archive_read_support_filter_zstd(c->a) != ARCHIVE_OK ||
@@ -512,7 +523,23 @@ static void s_drain(s_ctx_t *c)
 int ka_snapshot_read(const char *dir, int fd, const ka_tree_opts_t *o, ka_snapshot_info_t *info,
                      char *err, size_t cap)
 {
-    s_ctx_t c = {.o = o, .fd = fd, .err = err, .cap = cap};
+    s_fd_source_t src = {fd, malloc(S_BUF)};
+    if (!src.buf) {
+        if (info)
+            *info = (ka_snapshot_info_t){0};
+        if (err && cap)
+            snprintf(err, cap, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = ka_snapshot_read_from(dir, s_fd_read, &src, o, info, err, cap);
+    free(src.buf);
+    return rc;
+}
+
+int ka_snapshot_read_from(const char *dir, ka_snap_source_fn source, void *user,
+                          const ka_tree_opts_t *o, ka_snapshot_info_t *info, char *err, size_t cap)
+{
+    s_ctx_t c = {.o = o, .source = source, .src_user = user, .err = err, .cap = cap};
     if (err && cap)
         err[0] = '\0';
     int rc = ka_mkdirs(dir, 0700), root = -1;

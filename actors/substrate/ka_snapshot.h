@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ka_tree.h"
 
@@ -26,6 +27,10 @@
 
 /* Receives archive bytes in order: 0, or a negative errno to stop. */
 typedef int (*ka_snap_sink_fn)(void *user, const void *buf, size_t n);
+
+/* Gives the archive's next bytes in order: their count with *buf at them (the source's memory,
+ * valid until the next call), 0 at the end, or a negative errno to stop. */
+typedef ssize_t (*ka_snap_source_fn)(void *user, const void **buf);
 
 typedef struct ka_snapshot_info {
     ka_tree_stats_t tree;   /* entries and file bytes */
@@ -48,6 +53,11 @@ int ka_snapshot_write(const char *dir, const ka_tree_opts_t *o, ka_snap_sink_fn 
  */
 int ka_snapshot_read(const char *dir, int fd, const ka_tree_opts_t *o, ka_snapshot_info_t *info,
                      char *err, size_t cap);
+
+/* ka_snapshot_read with the archive taken from source (to its end) instead of a descriptor;
+ * a source's error stops the restore and is its result. */
+int ka_snapshot_read_from(const char *dir, ka_snap_source_fn source, void *user,
+                          const ka_tree_opts_t *o, ka_snapshot_info_t *info, char *err, size_t cap);
 
 /* A sink that writes to the file descriptor in user (an int *). */
 int ka_snapshot_fd_sink(void *user, const void *buf, size_t n);
