@@ -27,7 +27,9 @@ for cache in "$here/var/bench-cli" "$here/var/e2e-tools"; do
   fi
 done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# BENCH_UID_BASE: another host uid range than the example's (a test node may hold that one)
 sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  port: $port|" \
+    -e "s|uidBase: 1000000|uidBase: ${BENCH_UID_BASE:-1000000}|" \
   "$here/deploy/kagentd.example.yaml" > "$state/kagentd.yaml"
 # the cold pool and the deep one: right after the default pool's entry
 sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 1000\n    warm: 0\n  - name: bench-deep\n    class: namespaces\n    capacity: 1000\n    warm: 100|" \
