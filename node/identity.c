@@ -57,18 +57,15 @@ static int s_read(const char *path, char *buf, size_t cap)
 /* The database, migrated first (the sequence and the name index exist). NULL with err set. */
 static PGconn *s_db(const char *conninfo, char *err, size_t cap)
 {
+    PGconn *c = PQconnectdb(conninfo ? conninfo : "");
     char why[512] = "";
-    if (ka_schema_migrate_url(conninfo, NULL, NULL, why, sizeof why)) {
-        ka_node_fail(err, cap, "cannot check the node's identity: %s", why);
-        return NULL;
-    }
-    PGconn *c = PQconnectdb(conninfo);
-    if (PQstatus(c) != CONNECTION_OK) {
-        ka_node_fail(err, cap, "cannot check the node's identity: %s", PQerrorMessage(c));
-        PQfinish(c);
-        return NULL;
-    }
-    return c;
+    if (PQstatus(c) != CONNECTION_OK)
+        snprintf(why, sizeof why, "%s", PQerrorMessage(c));
+    else if (ka_schema_migrate(c, NULL, NULL, why, sizeof why) == 0)
+        return c;
+    ka_node_fail(err, cap, "cannot check the node's identity: %s", why);
+    PQfinish(c);
+    return NULL;
 }
 
 /* One row of a statement with text parameters, or -1 with err set (0 rows: 0, *r NULL). */

@@ -967,11 +967,6 @@ static void s_read_kept(krt_ctx_t *ctx, s_mgr_t *self, const char *id)
 
 void ka_mgr_sweep_kept(krt_ctx_t *ctx, s_mgr_t *self)
 {
-    for (size_t i = 0; i < self->n_fenced; i++)
-        s_read_kept(ctx, self, self->fenced[i]);
-    free(self->fenced);
-    self->fenced = NULL;
-    self->n_fenced = 0;
     size_t n = ka_driver_kept_ids(self->a.driver, NULL, 0);
     char(*ids)[KA_DRIVER_ID_LEN] = n ? calloc(n, sizeof *ids) : NULL;
     n = ids ? ka_driver_kept_ids(self->a.driver, ids, n) : 0;

@@ -60,8 +60,6 @@ static void s_where_put(s_mgr_t *self, const char *id, const ka_store_node_t *n)
 void ka_mgr_cluster_free(s_mgr_t *self)
 {
     zhashx_destroy(&self->where);
-    free(self->fenced);
-    self->fenced = NULL;
 }
 
 static void s_relay(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_node_t *n,
@@ -320,19 +318,15 @@ static void s_takeover(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_node_t *n)
 
 /* ---- fencing and the tick -------------------------------------------------------------------- */
 
-/* This node lost its lease: nothing here may act for its sandboxes any more. Their ids are
- * kept: what another node takes over meanwhile is discarded here once this node is back. */
+/* This node lost its lease: nothing here may act for its sandboxes any more. Their /data is
+ * kept (each actor's terminate parks its compute): what another node takes over meanwhile is
+ * discarded once this node is back (ka_mgr_sweep_kept). */
 static void s_fence(krt_ctx_t *ctx, s_mgr_t *self)
 {
     size_t n = zhashx_size(self->live);
-    free(self->fenced);
-    self->n_fenced = 0;
-    self->fenced = n ? calloc(n, sizeof *self->fenced) : NULL;
     for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live)) {
         krt_unlink(ctx, a->addr);
-        krt_kill(ctx, a->addr, KRT_EXIT_SHUTDOWN); /* its terminate parks the compute */
-        if (self->fenced)
-            ka_mgr_copy(self->fenced[self->n_fenced++], KA_STORE_ID_LEN, zhashx_cursor(self->live));
+        krt_kill(ctx, a->addr, KRT_EXIT_SHUTDOWN);
     }
     zhashx_purge(self->live);
     krt_log_actor(ctx, KRT_LOG_WARN, "sandboxes_fenced",

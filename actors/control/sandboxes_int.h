@@ -55,8 +55,6 @@ typedef struct {
         int64_t incarnation;
     } taken[64]; /* lapsed nodes' incarnations whose sandboxes were all taken over (a ring) */
     uint32_t n_taken;
-    char (*fenced)[KA_STORE_ID_LEN]; /* sandboxes whose actors the last fencing stopped */
-    size_t n_fenced;
 } s_mgr_t;
 
 void ka_mgr_copy(char *dst, size_t cap, const char *src);
@@ -88,11 +86,10 @@ void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id
  * a lapsed node, which comes back under another): true if relayed. A relay that fails reads
  * the record and routes again. */
 bool ka_mgr_relay_known(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id);
-/* Reads the record of every sandbox whose /data the driver keeps (and of those the last
- * fencing stopped) and discards what is kept of one gone, deleted or another node's: after a
- * crash, a fencing, a takeover meanwhile. */
+/* Reads the record of every sandbox whose /data the driver keeps and discards what is kept of one
+ * gone, deleted or another node's: after a crash, a fencing, a takeover meanwhile. */
 void ka_mgr_sweep_kept(krt_ctx_t *ctx, s_mgr_t *self);
-/* Frees what the cluster part keeps (locations, fenced ids). */
+/* Frees what the cluster part keeps (locations). */
 void ka_mgr_cluster_free(s_mgr_t *self);
 /* Starts the cluster's tick (a node with a membership). */
 int ka_mgr_cluster_start(krt_ctx_t *ctx, s_mgr_t *self);

@@ -74,7 +74,7 @@ for sig in TERM INT; do
   set +e; wait $pid; rc=$?; set -e
   [ $rc = 0 ] || { cat "$work/log"; fail "SIG$sig: exit $rc"; }
   grep -q 'event=stopped' "$work/log" || fail "SIG$sig: no stopped line"
-  [ -z "$(pgrep -P $pid || true)" ] || fail "SIG$sig: children left"
+  ! pgrep -P "$pid" >/dev/null || fail "SIG$sig: children left"
   ! pgrep -f "$work/state/postgres" >/dev/null || fail "SIG$sig: PostgreSQL left running"
   ! grep -q "$work" /proc/mounts || fail "SIG$sig: mounts left"
 done
