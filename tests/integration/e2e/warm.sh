@@ -69,7 +69,7 @@ hits0=$(metric kagent_warm_pool_hits_total)
 misses0=$(metric kagent_warm_pool_misses_total)
 k sandbox create scratch --request-id warm-1 --ttl 10m -o json > "$WORK/w1.json"
 id=$(field id < "$WORK/w1.json")
-echo "$pooled" | grep -qx "$id" || fail "sandbox $id is not one of the warm ones ($pooled)"
+grep -qx "$id" <<< "$pooled" || fail "sandbox $id is not one of the warm ones ($pooled)"
 [ "$(metric kagent_warm_pool_hits_total)" = $((hits0 + 1)) ] || fail "hits $(metric kagent_warm_pool_hits_total), want $((hits0 + 1))"
 [ "$(metric kagent_warm_pool_misses_total)" = "$misses0" ] || fail "a warm create counted a miss"
 $PY - "$WORK/w1.json" <<'PY' || fail "record: $(cat "$WORK/w1.json")"

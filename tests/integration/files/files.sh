@@ -87,7 +87,7 @@ mcp_err stat_sandbox_file "{$S,\"path\":\"mcp\"}" NOT_FOUND
 out=$(curl -sS -X POST -H 'content-type: application/json' -H 'accept: application/json' \
   -H 'x-user-id: bob@example.com' \
   -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"stat_sandbox_file\",\"arguments\":{$S,\"path\":\"d\"}}}" "$API/mcp")
-echo "$out" | grep -q '"kagent.dev/error-code": *"NOT_FOUND"' || node_fail "bob stat: $out"
+grep -q '"kagent.dev/error-code": *"NOT_FOUND"' <<< "$out" || node_fail "bob stat: $out"
 echo "MCP: ok"
 
 # ---- the kagent CLI ------------------------------------------------------------------------

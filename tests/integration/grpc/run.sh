@@ -75,8 +75,8 @@ code=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p
 [ "$code" = 404 ] || fail "/nope $code, want 404"
 echo "ok   unknown path 404"
 hdrs=$(curl -sS --max-time 5 -o /dev/null -D - -X POST "http://127.0.0.1:$port/metrics")
-echo "$hdrs" | grep -q '^HTTP/1.1 405' || fail "POST /metrics: $hdrs"
-echo "$hdrs" | grep -qi '^allow: GET, HEAD' || fail "405 without Allow: $hdrs"
+grep -q '^HTTP/1.1 405' <<< "$hdrs" || fail "POST /metrics: $hdrs"
+grep -qi '^allow: GET, HEAD' <<< "$hdrs" || fail "405 without Allow: $hdrs"
 echo "ok   wrong method 405 with Allow"
 
 # --- the clients ---
@@ -85,10 +85,10 @@ NODE_PATH="$nodedir/node_modules" node "$here/client_test.js" "$port" "$here" ||
 
 # --- metrics after the traffic ---
 metrics=$(curl -sS --max-time 5 "http://127.0.0.1:$port/metrics")
-echo "$metrics" | grep -q '^# TYPE kagent_grpc_calls_started_total counter' || fail "metrics: $metrics"
+grep -q '^# TYPE kagent_grpc_calls_started_total counter' <<< "$metrics" || fail "metrics: $metrics"
 started=$(echo "$metrics" | awk '/^kagent_grpc_calls_started_total /{print $2}')
 [ "${started:-0}" -gt 200 ] || fail "kagent_grpc_calls_started_total=$started, want > 200"
-echo "$metrics" | grep -q 'kagent_listener_connections_total{protocol="http"}' || fail "metrics: $metrics"
+grep -q 'kagent_listener_connections_total{protocol="http"}' <<< "$metrics" || fail "metrics: $metrics"
 echo "ok   /metrics Prometheus text, $started gRPC calls counted"
 
 # --- clean shutdown with a call in flight (under ASan, leaks make the exit non-zero) ---

@@ -113,7 +113,7 @@ t0=$(ms)
 k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend"
 t1=$(ms)
 keys=$(awsls "$id")
-echo "$keys" | grep -qx "kagent/$id/manifest.json" || fail "no manifest in the bucket: $keys"
+grep -qx "kagent/$id/manifest.json" <<< "$keys" || fail "no manifest in the bucket: $keys"
 [ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive: $keys"
 s3_aws s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.json" >/dev/null || fail "aws s3 cp"
 python3 - "$WORK/manifest.json" "$id" <<'PY' || fail "manifest contents"
@@ -155,7 +155,7 @@ echo "BENCH name=snapshot_s3_resume_64MiB_10kfiles value=$((t3 - t2)) unit=ms"
 k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 2"
 keys=$(awsls "$id")
 [ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive after the second suspend: $keys"
-echo "$keys" | grep -qx "$first" && fail "the old archive is still there"
+grep -qx "$first" <<< "$keys" && fail "the old archive is still there"
 k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume 2"
 [ "$(sum "$id")" = "$before" ] || fail "/data differs after the second resume"
 # the failures below need the big file only: the small files go (they cost each transfer time)
@@ -165,7 +165,7 @@ before=$(sum "$id")
 # --- storage unreachable during suspend: clear error, READY, /data intact
 s3_stop
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend without storage succeeded: $out"
-echo "$out" | grep -qi 'unreachable' || fail "unclear suspend error: $out"
+grep -qi 'unreachable' <<< "$out" || fail "unclear suspend error: $out"
 echo "suspend without storage: $out"
 [ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after a failed suspend the sandbox is $(state "$id")"
 [ "$(sum "$id")" = "$before" ] || fail "/data changed by the failed suspend"
@@ -175,7 +175,7 @@ s3_start
 k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 3"
 s3_stop
 out=$(k sandbox resume "$id" 2>&1) && fail "resume without storage succeeded: $out"
-echo "$out" | grep -qi 'unreachable' || fail "unclear resume error: $out"
+grep -qi 'unreachable' <<< "$out" || fail "unclear resume error: $out"
 echo "resume without storage: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a failed resume the sandbox is $(state "$id")"
 s3_start
@@ -187,7 +187,7 @@ creds S3RVER "$CUTPORT"
 out=$(k sandbox resume "$id" 2>&1) && fail "resume through a killed storage succeeded: $out"
 s3_cut_wait
 creds S3RVER "$S3PORT"
-echo "$out" | grep -qi 'unreachable' || fail "unclear error of a resume cut off: $out"
+grep -qi 'unreachable' <<< "$out" || fail "unclear error of a resume cut off: $out"
 echo "storage killed during resume: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after a resume cut off the sandbox is $(state "$id")"
 
@@ -195,7 +195,7 @@ echo "storage killed during resume: $out"
 # stays SUSPENDED; with the right ones (and storage back) the resume restores /data
 creds WRONGKEY "$S3PORT"
 out=$(k sandbox resume "$id" 2>&1) && fail "resume with wrong credentials succeeded: $out"
-echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error on resume: $out"
+grep -q 'InvalidAccessKeyId' <<< "$out" || fail "unclear credentials error on resume: $out"
 echo "wrong credentials on resume: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after refused credentials on resume the sandbox is $(state "$id")"
 creds S3RVER "$S3PORT"
@@ -210,7 +210,7 @@ creds S3RVER "$CUTPORT"
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend through a killed storage succeeded: $out"
 s3_cut_wait
 creds S3RVER "$S3PORT"
-echo "$out" | grep -qi 'unreachable' || fail "unclear error of a suspend cut off: $out"
+grep -qi 'unreachable' <<< "$out" || fail "unclear error of a suspend cut off: $out"
 echo "storage killed during suspend: $out"
 [ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after a suspend cut off the sandbox is $(state "$id")"
 [ "$(sum "$id")" = "$before" ] || fail "/data changed by the suspend cut off"
@@ -222,7 +222,7 @@ awsls "$id" | grep -qx "kagent/$named" || fail "the archive the manifest names i
 # --- wrong credentials on a suspend: a clear error, READY
 creds WRONGKEY "$S3PORT"
 out=$(k sandbox suspend "$id" 2>&1) && fail "suspend with wrong credentials succeeded: $out"
-echo "$out" | grep -q 'InvalidAccessKeyId' || fail "unclear credentials error: $out"
+grep -q 'InvalidAccessKeyId' <<< "$out" || fail "unclear credentials error: $out"
 echo "wrong credentials on suspend: $out"
 [ "$(state "$id")" = RUNTIME_STATE_READY ] || fail "after refused credentials the sandbox is $(state "$id")"
 creds S3RVER "$S3PORT"
