@@ -56,4 +56,4 @@ for pool in cold deep; do
     sleep 0.2
   done
 done
-python3 "$here/bench/warm/warmbench.py" "$kagent" "$api"
+python3 "$here/bench/warm/warmbench.py" "$kagent" "$api" "$state/kagentd.yaml"

@@ -2,15 +2,20 @@
 """Create -> READY through the real kagent CLI, warm against cold, and a burst of 100, beside
 bubblewrap in the same run (see run.sh).
 
-  warmbench.py KAGENT URL
+  warmbench.py KAGENT URL CONFIG
+
+CONFIG is the node's config path: its kagentd is found by it, so each burst starts from a quiet
+node (no refills or teardowns of an earlier step running) and its CPU per create is printed.
 
 Templates: `scratch` (pool kagent-default, warm: 2), `scratch-cold` (pool bench-cold,
 warm: 0) and `scratch-deep` (pool bench-deep, warm: 100: the burst's depth), the same spec. Each round waits (untimed) until a warm sandbox is ready, then times a
 warm create, a cold create and `bwrap ... true`; the sandboxes are deleted after (untimed). The
 warm figure counts only if every one of its creates was a hit (kagent_warm_pool_hits_total).
-The burst spawns 100 CLI processes at once; each one's latency runs from just before the first
-spawn to its exit (what a leaderboard's burst measures), all must answer READY. The peer's
-burst is 100 `bwrap ... true` at once. BENCH_WARM_RUNS (default 100) sets the rounds.
+The burst starts 100 CLI processes at once (spawned first, each held by a shell reading a pipe,
+then released together by closing it); each one's latency runs from the release to its exit
+(what a leaderboard's burst measures), all must answer READY. The bursts run
+first, each once the node is quiet; the peer's burst is 100 `bwrap ... true` at once.
+BENCH_WARM_RUNS (default 100) sets the rounds.
 """
 import json
 import os
@@ -47,6 +52,35 @@ def depth(text, template):
     return 0
 
 
+def kagentd_pid(config):
+    for d in os.listdir("/proc"):
+        try:
+            argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if argv[0].endswith(b"/kagentd") and config.encode() in argv:
+            return int(d)
+    sys.exit("no kagentd runs with --config %s" % config)
+
+
+def cpu_ms(pid):
+    """The process's user + system CPU so far, in ms (all its threads)."""
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(pid, timeout=300):
+    """Until kagentd used under 2% of a core over a second: the refills and teardowns of the
+    step before are done, so a burst measures creates, not what is left of the last one."""
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        c0 = cpu_ms(pid)
+        time.sleep(1)
+        if cpu_ms(pid) - c0 < 20:
+            return
+    sys.exit("the node did not go quiet in %d s" % timeout)
+
+
 def wait_depth(url, n, timeout=60, template="kagent/scratch"):
     until = time.monotonic() + timeout
     while depth(metrics(url), template) < n:
@@ -73,10 +107,14 @@ def delete(kagent, url, ids):
                        check=True)
 
 
-def spawn(argv, out_fd):
+def spawn(argv, out_fd, gate):
+    """Starts argv behind a gate: a shell that execs it once gate's write end is closed, so
+    every process of a burst starts at once, not at the pace of one parent's spawning."""
     null = os.open(os.devnull, os.O_RDWR)
-    acts = [(os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, null, 2)]
-    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=acts)
+    acts = [(os.POSIX_SPAWN_DUP2, gate, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
+            (os.POSIX_SPAWN_DUP2, null, 2)]
+    sh = ["/bin/sh", "-c", 'read _ || true; exec "$0" "$@" </dev/null'] + argv
+    pid = os.posix_spawn(sh[0], sh, os.environ, file_actions=acts)
     os.close(null)
     return pid
 
@@ -96,20 +134,27 @@ def bwrap_ms():
 
 
 def burst(argvs, peer=False):
-    """Spawns every argv at once: (latency ms from the start to each exit, outputs). A peer's
-    failed processes are counted and said (bwrap can hit the host's namespace limits at 100 at
-    once), not timed; any failure of ours ends the run."""
+    """Starts every argv at once (each behind the same gate, released together): (latency ms
+    from the release to each exit, outputs). A peer's failed processes are counted and said
+    (bwrap can hit the host's namespace limits at 100 at once), not timed; any failure of ours
+    ends the run."""
     files, pids = [], {}
-    t0 = time.monotonic_ns()
+    gate_r, gate_w = os.pipe()
+    os.set_inheritable(gate_w, False)
     for i, argv in enumerate(argvs):
         f = os.memfd_create("out%d" % i)
         files.append(f)
-        pids[spawn(argv, f)] = i
-    lat, failed = [0.0] * len(argvs), []
+        pids[spawn(argv, f, gate_r)] = i
+    os.close(gate_r)
+    time.sleep(0.5)  # every shell is waiting on the gate
+    t0 = time.monotonic_ns()
+    os.close(gate_w)
+    lat, failed, cpu = [0.0] * len(argvs), [], 0.0
     while pids:
-        pid, st = os.wait()
+        pid, st, ru = os.wait4(-1, 0)
         i = pids.pop(pid)
         lat[i] = (time.monotonic_ns() - t0) / 1e6
+        cpu += (ru.ru_utime + ru.ru_stime) * 1000
         if os.waitstatus_to_exitcode(st) != 0 and not peer:
             sys.exit("a burst process failed: %s" % " ".join(argvs[i][:6]))
         if os.waitstatus_to_exitcode(st) != 0:
@@ -118,6 +163,8 @@ def burst(argvs, peer=False):
         print("# peer burst: %d of %d failed, timed over the rest" % (len(failed), len(argvs)),
               flush=True)
         lat = [x for i, x in enumerate(lat) if i not in failed]
+    print("# burst: process CPU %.2f ms each (with its gate's shell)" % (cpu / len(argvs)),
+          flush=True)
     outs = []
     for f in files:
         os.lseek(f, 0, 0)
@@ -133,22 +180,57 @@ def line(name, ours, peer_name, peer):
     print(r, flush=True)
 
 
+def burst_creates(url, node, template, plat):
+    """One burst of creates of template from a quiet node, its BENCH lines, then its deletes."""
+    wait_depth(url, 2)
+    if template == "scratch-deep":
+        wait_depth(url, BURST, 600, "kagent/scratch-deep")
+    wait_quiet(node)
+    hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
+    argvs = [[KAGENT, "--api-url", url, "sandbox", "create", template, "--request-id",
+              "warmbench-%d-burst-%s-%d" % (os.getpid(), template, i), "-o", "json"]
+             for i in range(BURST)]
+    c0 = cpu_ms(node)
+    lat, outs = burst(argvs)
+    print("# burst %s: kagentd CPU %.2f ms per create" % (template, (cpu_ms(node) - c0) / BURST),
+          flush=True)
+    recs = [json.loads(o) for o in outs]
+    if any(r["state"] != "RUNTIME_STATE_READY" for r in recs):
+        sys.exit("a burst create did not answer READY")
+    hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
+    if template == "scratch-deep" and hits != BURST:
+        sys.exit("only %d of the deep pool's %d burst creates were served warm" % (hits, BURST))
+    print("# burst %s: %d of %d creates served warm" % (template, hits, BURST), flush=True)
+    tag = {"scratch": "warm", "scratch-cold": "cold", "scratch-deep": "deep"}[template]
+    for p in (50, 99):
+        line("burst%d_%s_p%d" % (BURST, tag, p), pct(lat, p), "bwrap_burst%d" % BURST,
+             pct(plat, p))
+    delete(KAGENT, url, [r["id"] for r in recs])
+
+
 def main():
-    kagent, url = os.path.abspath(sys.argv[1]), sys.argv[2]
+    global KAGENT
+    KAGENT, url = os.path.abspath(sys.argv[1]), sys.argv[2]
+    node = kagentd_pid(os.path.abspath(sys.argv[3]))
     runs = int(os.environ.get("BENCH_WARM_RUNS", "100"))
     warm, cold, peer, ids = [], [], [], []
     wait_depth(url, BURST, 600, "kagent/scratch-deep")  # its boots done before anything is timed
+    wait_quiet(node)
+    plat, _ = burst([BWRAP] * BURST, peer=True)
+    for template in ("scratch-deep", "scratch", "scratch-cold"):
+        burst_creates(url, node, template, plat)
+    wait_quiet(node)
     hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
     for i in range(runs):
         wait_depth(url, 1)
-        ms, sid = create(kagent, url, "scratch", "w%d" % i)
+        ms, sid = create(KAGENT, url, "scratch", "w%d" % i)
         warm.append(ms)
         ids.append(sid)
-        ms, sid = create(kagent, url, "scratch-cold", "c%d" % i)
+        ms, sid = create(KAGENT, url, "scratch-cold", "c%d" % i)
         cold.append(ms)
         ids.append(sid)
         peer.append(bwrap_ms())
-        delete(kagent, url, ids)
+        delete(KAGENT, url, ids)
         ids = []
     hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
     if hits != runs:
@@ -156,29 +238,5 @@ def main():
     for p in (50, 99):
         line("cli_create_warm_p%d" % p, pct(warm, p), "bwrap", pct(peer, p))
         line("cli_create_cold_p%d" % p, pct(cold, p), "bwrap", pct(peer, p))
-
-    plat, _ = burst([BWRAP] * BURST, peer=True)
-    for template in ("scratch", "scratch-cold", "scratch-deep"):
-        wait_depth(url, 2)
-        if template == "scratch-deep":
-            wait_depth(url, BURST, 600, "kagent/scratch-deep")
-        hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
-        argvs = [[kagent, "--api-url", url, "sandbox", "create", template, "--request-id",
-                  "warmbench-%d-burst-%s-%d" % (os.getpid(), template, i), "-o", "json"]
-                 for i in range(BURST)]
-        lat, outs = burst(argvs)
-        recs = [json.loads(o) for o in outs]
-        if any(r["state"] != "RUNTIME_STATE_READY" for r in recs):
-            sys.exit("a burst create did not answer READY")
-        hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
-        if template == "scratch-deep" and hits != BURST:
-            sys.exit("only %d of the deep pool's %d burst creates were served warm" % (hits, BURST))
-        print("# burst %s: %d of %d creates served warm" % (template, hits, BURST), flush=True)
-        tag = {"scratch": "warm", "scratch-cold": "cold", "scratch-deep": "deep"}[template]
-        for p in (50, 99):
-            line("burst%d_%s_p%d" % (BURST, tag, p), pct(lat, p), "bwrap_burst%d" % BURST,
-                 pct(plat, p))
-        delete(kagent, url, [r["id"] for r in recs])
-
 
 main()
