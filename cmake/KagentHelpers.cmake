@@ -41,3 +41,21 @@ macro(kagent_add_subdirs)
     endif()
   endforeach()
 endmacro()
+
+# kagent_static_executable(target): links target statically, for programs that run inside any
+# tools image or before any library can be trusted (the guest, kagent-spawn). Sanitizers do not
+# support static executables, so they are stripped from the target in ASan builds.
+function(kagent_static_executable target)
+  get_target_property(_copts ${target} COMPILE_OPTIONS)
+  get_target_property(_lopts ${target} LINK_OPTIONS)
+  foreach(_v _copts _lopts)
+    if(${_v})
+      list(FILTER ${_v} EXCLUDE REGEX "sanitize")
+    else()
+      set(${_v} "")
+    endif()
+  endforeach()
+  set_target_properties(${target} PROPERTIES COMPILE_OPTIONS "${_copts}"
+                        LINK_OPTIONS "${_lopts};-static")
+  target_compile_options(${target} PRIVATE -fno-sanitize=all)
+endfunction()

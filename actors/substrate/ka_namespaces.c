@@ -2,62 +2,40 @@
 #include "ka_namespaces.h"
 #include "guest_proto.h"
 #include "ka_cgroup.h"
+#include "ka_spawn.h"
 #include "ka_tree.h"
 #include "ka_volume.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <linux/capability.h>
 #include <linux/filter.h>
-#include <linux/sched.h>
-#include <linux/seccomp.h>
-#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
-#include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "phases.h"
 
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
-#ifndef SECBIT_NOROOT
-#define SECBIT_NOROOT                 (1 << 0)
-#define SECBIT_NOROOT_LOCKED          (1 << 1)
-#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
-#define SECBIT_KEEP_CAPS_LOCKED       (1 << 5)
-#endif
-
 #define S_PATH        512 /* mount points in the child */
 #define S_SDIR        400 /* the state dir */
 #define S_DIR         470 /* a sandbox's dir */
-#define S_CDIR        480 /* the child's root and data */
 #define S_SANDBOX_UID KA_GP_UID
-#define S_MAX_LOWER   128 /* image layers */
 #define S_UID_BASE    1000000u
 #define S_UID_COUNT   65536u
 #define S_NOFILE      1024u
-#define S_KEEP_MAX    (3 + KA_CGROUP_MAX_DIRS + S_MAX_LOWER)
 
 typedef struct s_driver {
     ka_driver_t base;
@@ -68,10 +46,12 @@ typedef struct s_driver {
     uint32_t uid_base, uid_count, nofile;
     uint64_t tmp_bytes;
     char guest_dir[S_SDIR + 8];   /* <state>/.guest: the guest's read-only copy */
+    char spawn_dir[S_SDIR + 8];   /* <state>/.spawn: kagent-spawn, written from the node */
+    char spawn_path[S_SDIR + 32]; /* <state>/.spawn/kagent-spawn */
     char volume_dir[S_SDIR + 16]; /* <state>/.volumes */
     ka_volumes_t *volumes;
     char **guest_args;
-    struct sock_fprog filter; /* exported once; the child only installs it */
+    struct sock_fprog filter; /* exported once; kagent-spawn installs it */
     pthread_mutex_t lock;     /* guards the list of live sandboxes and the uid slots */
     struct ka_sandbox *live;
     struct s_kept *kept; /* sandboxes whose /data outlived them (park, or a crashed node) */
@@ -103,274 +83,11 @@ struct ka_sandbox {
     uint32_t uid;          /* host uid = gid of everything in the sandbox */
 };
 
-/* Everything the child needs, prepared by the parent: the child only makes syscalls. */
+/* A start's message to kagent-spawn (ka_spawn.h): the header and its tail. */
 typedef struct s_child {
-    const s_driver_t *d;
-    int sync_fd, channel_fd, log_fd;
-    int cg_fds[KA_CGROUP_MAX_DIRS];
-    int n_cg;
-    int keep[S_KEEP_MAX]; /* the descriptors the child keeps, ascending */
-    int n_keep;
-    uint32_t uid;
-    const char *hostname;
-    const char *const *lowerdirs; /* the image layers, named /proc/self/fd/N in the overlay */
-    int lower_fds[S_MAX_LOWER];   /* the N: the parent's open layers, reopened by the child */
-    size_t n_lower;
-    char root[S_CDIR], data[S_PATH + 8], overlay_opts[4096], tmp_opts[64];
-    char vol[S_PATH], guest[S_PATH]; /* the volume (cwd for the overlay) and the guest copy */
-    char mp_data[S_PATH], mp_run[S_PATH], mp_kagent[S_PATH], mp_guest[S_PATH];
-    char mp_proc[S_PATH], mp_dev[S_PATH], mp_tmp[S_PATH];
-    char *argv[32];
+    ka_spawn_msg_t m;
+    unsigned char tail[KA_SPAWN_TAIL_MAX];
 } s_child_t;
-
-/* Steps the child reports on failure (for the log). */
-enum {
-    S_STEP_CGROUP = 1,
-    S_STEP_CGROUPNS,
-    S_STEP_PRIVATE,
-    S_STEP_OVERLAY,
-    S_STEP_MKDIR,
-    S_STEP_DATA,
-    S_STEP_GUEST,
-    S_STEP_PROC,
-    S_STEP_DEV,
-    S_STEP_TMP,
-    S_STEP_UTS,
-    S_STEP_NET,
-    S_STEP_PIVOT,
-    S_STEP_USERNS,
-    S_STEP_CREDS,
-    S_STEP_FDS,
-    S_STEP_SECCOMP,
-    S_STEP_EXEC
-};
-
-typedef struct s_report {
-    char tag; /* 'U': map my ids, 'E': failed */
-    int step;
-    int err;
-} s_report_t;
-
-/* ------------------------------------------------------------------------------------------ */
-/* Child side (runs in the clone: syscalls only, no allocation)                               */
-
-__attribute__((noreturn)) static void s_fail(const s_child_t *c, int step)
-{
-    s_report_t r = {.tag = 'E', .step = step, .err = errno};
-    (void)!write(c->sync_fd, &r, sizeof(r));
-    _exit(127);
-}
-
-static int s_mknod_dev(const char *dev, const char *name, unsigned maj, unsigned min)
-{
-    char p[S_PATH + 16];
-    size_t n = strlen(dev);
-    memcpy(p, dev, n);
-    p[n] = '/';
-    strcpy(p + n + 1, name);
-    return mknod(p, S_IFCHR | 0666, makedev(maj, min));
-}
-
-static int s_at(const char *dir, const char *name, char *out)
-{
-    size_t n = strlen(dir), m = strlen(name);
-    if (n + m + 2 > S_PATH + 16)
-        return -1;
-    memcpy(out, dir, n);
-    out[n] = '/';
-    memcpy(out + n + 1, name, m + 1);
-    return 0;
-}
-
-static void s_child_dev(const s_child_t *c)
-{
-    const char *dev = c->mp_dev;
-    char p[S_PATH + 16];
-    if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536") < 0)
-        s_fail(c, S_STEP_DEV);
-    static const struct {
-        const char *name;
-        unsigned maj, min;
-    } nodes[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
-                 {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
-    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
-        if (s_mknod_dev(dev, nodes[i].name, nodes[i].maj, nodes[i].min) < 0)
-            s_fail(c, S_STEP_DEV);
-    s_at(dev, "pts", p);
-    if (mkdir(p, 0755) < 0 || mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
-                                    "newinstance,ptmxmode=0666,mode=620") < 0)
-        s_fail(c, S_STEP_DEV);
-    s_at(dev, "shm", p);
-    if (mkdir(p, 01777) < 0 ||
-        mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, c->tmp_opts) < 0)
-        s_fail(c, S_STEP_DEV);
-    static const char *const links[][2] = {{"ptmx", "pts/ptmx"},
-                                           {"fd", "/proc/self/fd"},
-                                           {"stdin", "/proc/self/fd/0"},
-                                           {"stdout", "/proc/self/fd/1"},
-                                           {"stderr", "/proc/self/fd/2"}};
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-        s_at(dev, links[i][0], p);
-        if (symlink(links[i][1], p) < 0)
-            s_fail(c, S_STEP_DEV);
-    }
-}
-
-static void s_child_lo_up(const s_child_t *c)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    strcpy(ifr.ifr_name, "lo");
-    if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
-        s_fail(c, S_STEP_NET);
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-        s_fail(c, S_STEP_NET);
-    close(fd);
-}
-
-/* Mount namespace: overlay root, /data, guest, /proc, /dev, /tmp; then pivot into it. */
-static void s_child_mounts(const s_child_t *c)
-{
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-        s_fail(c, S_STEP_PRIVATE);
-    /* upper and work dirs on the sandbox's volume, named relative to it and the layers by fd:
-     * the overlay's options in /proc/self/mountinfo name no host path */
-    for (size_t i = 0; i < c->n_lower; i++) { /* the layers as mounts of this namespace */
-        int fd = open(c->lowerdirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0 || dup3(fd, c->lower_fds[i], O_CLOEXEC) < 0)
-            s_fail(c, S_STEP_OVERLAY);
-        close(fd);
-    }
-    if (chdir(c->vol) < 0 ||
-        mount("overlay", c->root, "overlay", MS_NOSUID | MS_NODEV, c->overlay_opts) < 0)
-        s_fail(c, S_STEP_OVERLAY);
-    const char *dirs[] = {c->mp_data, c->mp_run, c->mp_kagent, c->mp_proc, c->mp_dev, c->mp_tmp};
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
-        if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST)
-            s_fail(c, S_STEP_MKDIR);
-    int fd = open(c->mp_guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0555);
-    if (fd < 0)
-        s_fail(c, S_STEP_MKDIR);
-    close(fd);
-    if (mount(c->data, c->mp_data, NULL, MS_BIND, NULL) < 0 ||
-        mount(NULL, c->mp_data, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL) < 0)
-        s_fail(c, S_STEP_DATA);
-    if (mount(c->guest, c->mp_guest, NULL, MS_BIND, NULL) < 0 ||
-        mount(NULL, c->mp_guest, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-              NULL) < 0)
-        s_fail(c, S_STEP_GUEST);
-    if (mount("proc", c->mp_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-        s_fail(c, S_STEP_PROC);
-    s_child_dev(c);
-    if (mount("tmpfs", c->mp_tmp, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_opts) < 0)
-        s_fail(c, S_STEP_TMP);
-    if (chdir(c->root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
-        umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
-        s_fail(c, S_STEP_PIVOT);
-}
-
-/* Becomes uid = gid `id` with no supplementary groups. Raw syscalls: the glibc wrappers
- * broadcast the change to every thread glibc knows of (__nptl_setxid), and after a raw clone3
- * those are the parent's threads: it can hang. A credential change clears the parent-death
- * signal, so it is armed again. */
-static void s_child_setid(const s_child_t *c, uint32_t id)
-{
-    if (syscall(SYS_setresgid, id, id, id) < 0 || syscall(SYS_setresuid, id, id, id) < 0 ||
-        prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-        s_fail(c, S_STEP_CREDS);
-}
-
-/* User namespace owned by the sandbox's own host uid, identity 65532 inside, no capabilities. */
-static void s_child_creds(const s_child_t *c)
-{
-    if (syscall(SYS_setgroups, 0, NULL) < 0)
-        s_fail(c, S_STEP_CREDS);
-    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    if (fd >= 0) { /* the guest survives a memory bomb; the guest resets its children to 0 */
-        (void)!write(fd, "-999", 4);
-        close(fd);
-    }
-    /* the last privileged steps: limits that hold for everything the sandbox starts */
-    struct rlimit nofile = {c->d->nofile, c->d->nofile};
-    struct rlimit nproc = {c->d->lim.pids_max, c->d->lim.pids_max};
-    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 ||
-        (c->d->lim.pids_max && setrlimit(RLIMIT_NPROC, &nproc) < 0))
-        s_fail(c, S_STEP_CREDS);
-    /* the namespace's owner is the sandbox's host uid: the kernel charges its per-user pools
-     * there, never to host root */
-    s_child_setid(c, c->uid);
-    if (unshare(CLONE_NEWUSER) < 0)
-        s_fail(c, S_STEP_USERNS);
-    s_report_t r = {.tag = 'U'};
-    char ack;
-    if (write(c->sync_fd, &r, sizeof(r)) != (ssize_t)sizeof(r) || read(c->sync_fd, &ack, 1) != 1)
-        _exit(126);
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            s_fail(c, S_STEP_CREDS);
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 ||
-        prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
-                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) < 0)
-        s_fail(c, S_STEP_CREDS);
-    s_child_setid(c, S_SANDBOX_UID);
-    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct data[2];
-    memset(data, 0, sizeof(data));
-    if (syscall(SYS_capset, &h, data) < 0)
-        s_fail(c, S_STEP_CREDS);
-}
-
-/* First thing in the clone: die with the node, and hold none of its descriptors (listening
- * socket, client connections, the parent's end of the sync socket). The parent may already be
- * gone: then the sync socket has hung up. */
-static void s_child_detach(const s_child_t *c)
-{
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-        _exit(125);
-    unsigned lo = 3;
-    for (int i = 0; i < c->n_keep; i++) {
-        if ((unsigned)c->keep[i] > lo)
-            syscall(SYS_close_range, lo, (unsigned)c->keep[i] - 1, 0);
-        lo = (unsigned)c->keep[i] + 1;
-    }
-    syscall(SYS_close_range, lo, ~0U, 0);
-    struct pollfd p = {.fd = c->sync_fd, .events = 0};
-    if (poll(&p, 1, 0) != 0)
-        _exit(125); /* POLLHUP: the node died before the signal was armed */
-}
-
-__attribute__((noreturn)) static void s_child_main(const s_child_t *c)
-{
-    s_child_detach(c);
-    umask(0);
-    for (int i = 0; i < c->n_cg; i++) /* join the sandbox's cgroups, before the cgroup ns */
-        if (write(c->cg_fds[i], "0", 1) != 1)
-            s_fail(c, S_STEP_CGROUP);
-    if (unshare(CLONE_NEWCGROUP) < 0)
-        s_fail(c, S_STEP_CGROUPNS);
-    s_child_mounts(c);
-    const char *hn = c->hostname ? c->hostname : "sandbox";
-    if (sethostname(hn, strlen(hn)) < 0)
-        s_fail(c, S_STEP_UTS);
-    s_child_lo_up(c);
-    s_child_creds(c);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(c->log_fd, 2) < 0 ||
-        dup2(c->channel_fd, KA_GP_CHANNEL_FD) < 0)
-        s_fail(c, S_STEP_FDS);
-    /* nothing of the node's may leak into the sandbox: every other fd closes at exec */
-    if (syscall(SYS_close_range, KA_GP_CHANNEL_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-        s_fail(c, S_STEP_FDS);
-    char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "HOME=" KA_GP_WORKSPACE, "LANG=C.UTF-8", NULL};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &c->d->filter) < 0)
-        s_fail(c, S_STEP_SECCOMP);
-    execve(KA_GP_GUEST_PATH, c->argv, envp);
-    s_fail(c, S_STEP_EXEC);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Parent side                                                                                */
@@ -497,74 +214,110 @@ static int s_release_volume(const s_driver_t *d, ka_sandbox_t *sb)
     return rc;
 }
 
+/* Appends n bytes to the message's tail. */
+static int s_tail_put(s_child_t *c, const void *p, size_t n)
+{
+    if (n > KA_SPAWN_TAIL_MAX - c->m.tail_len)
+        return -E2BIG;
+    memcpy(c->tail + c->m.tail_len, p, n);
+    c->m.tail_len += (uint32_t)n;
+    return 0;
+}
+
+/* The image layers: each opened here (its number reserved for kagent-spawn, which reopens the
+ * path in the sandbox's mount namespace onto it) and named by that number in the overlay. */
+static int s_prepare_layers(s_child_t *c, const ka_sandbox_spec_t *spec)
+{
+    ka_spawn_msg_t *m = &c->m;
+    if (spec->n_lower > KA_SPAWN_MAX_LOWER)
+        return -E2BIG;
+    size_t o = (size_t)snprintf(m->overlay_opts, sizeof(m->overlay_opts), "lowerdir=");
+    for (; m->n_lower < spec->n_lower; m->n_lower++) {
+        const char *dir = spec->lowerdirs[m->n_lower];
+        int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        m->lower_fds[m->n_lower] = fd;
+        o += (size_t)snprintf(m->overlay_opts + o, sizeof(m->overlay_opts) - o,
+                              "%s/proc/self/fd/%d", m->n_lower ? ":" : "", fd);
+        int rc = s_tail_put(c, dir, strlen(dir) + 1);
+        if (rc < 0)
+            return rc;
+    }
+    /* upper and work are relative to the volume, kagent-spawn's cwd when it mounts the overlay */
+    o += (size_t)snprintf(m->overlay_opts + o, sizeof(m->overlay_opts) - o,
+                          ",upperdir=upper/u,workdir=upper/w,volatile");
+    return o < sizeof(m->overlay_opts) ? 0 : -E2BIG;
+}
+
+/* The guest's arguments, then the seccomp program (8-aligned), into the tail. */
+static int s_prepare_tail(s_driver_t *d, s_child_t *c)
+{
+    int rc = 0;
+    for (size_t i = 0; d->guest_args && d->guest_args[i] && rc == 0; i++, c->m.n_args++)
+        rc = c->m.n_args < KA_SPAWN_MAX_ARGS
+                 ? s_tail_put(c, d->guest_args[i], strlen(d->guest_args[i]) + 1)
+                 : -E2BIG;
+    static const unsigned char pad[8];
+    if (rc == 0)
+        rc = s_tail_put(c, pad, (8u - c->m.tail_len % 8u) % 8u);
+    c->m.n_filter = d->filter.len;
+    return rc < 0 ? rc : s_tail_put(c, d->filter.filter, d->filter.len * sizeof(*d->filter.filter));
+}
+
 static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_t *sb,
                            s_child_t *c)
 {
-    c->d = d;
-    c->hostname = spec->hostname;
-    snprintf(c->root, sizeof(c->root), "%s/root", sb->dir);
-    snprintf(c->data, sizeof(c->data), "%s/data", sb->vol);
-    snprintf(c->vol, sizeof(c->vol), "%s", sb->vol);
-    snprintf(c->guest, sizeof(c->guest), "%s/guest", d->guest_dir);
-    snprintf(c->mp_data, S_PATH, "%s/data", c->root);
-    snprintf(c->mp_run, S_PATH, "%s/run", c->root);
-    snprintf(c->mp_kagent, S_PATH, "%s/run/kagent", c->root);
-    snprintf(c->mp_guest, S_PATH, "%s/run/kagent/guest", c->root);
-    snprintf(c->mp_proc, S_PATH, "%s/proc", c->root);
-    snprintf(c->mp_dev, S_PATH, "%s/dev", c->root);
-    snprintf(c->mp_tmp, S_PATH, "%s/tmp", c->root);
-    snprintf(c->tmp_opts, sizeof(c->tmp_opts), "mode=1777,size=%llu",
+    ka_spawn_msg_t *m = &c->m;
+    m->version = KA_SPAWN_VERSION;
+    const char *hn = spec->hostname ? spec->hostname : "sandbox";
+    if (strlen(hn) >= sizeof(m->hostname))
+        return -EINVAL;
+    strcpy(m->hostname, hn);
+    m->nofile = d->nofile;
+    m->pids_max = d->lim.pids_max;
+    snprintf(m->root, sizeof(m->root), "%s/root", sb->dir);
+    snprintf(m->data, sizeof(m->data), "%s/data", sb->vol);
+    snprintf(m->vol, sizeof(m->vol), "%s", sb->vol);
+    snprintf(m->guest, sizeof(m->guest), "%s/guest", d->guest_dir);
+    snprintf(m->mp_data, sizeof(m->mp_data), "%s/data", m->root);
+    snprintf(m->mp_run, sizeof(m->mp_run), "%s/run", m->root);
+    snprintf(m->mp_kagent, sizeof(m->mp_kagent), "%s/run/kagent", m->root);
+    snprintf(m->mp_guest, sizeof(m->mp_guest), "%s/run/kagent/guest", m->root);
+    snprintf(m->mp_proc, sizeof(m->mp_proc), "%s/proc", m->root);
+    snprintf(m->mp_dev, sizeof(m->mp_dev), "%s/dev", m->root);
+    snprintf(m->mp_tmp, sizeof(m->mp_tmp), "%s/tmp", m->root);
+    snprintf(m->tmp_opts, sizeof(m->tmp_opts), "mode=1777,size=%llu",
              (unsigned long long)d->tmp_bytes);
-    if (spec->n_lower > S_MAX_LOWER)
-        return -E2BIG;
-    size_t o = (size_t)snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=");
-    c->lowerdirs = spec->lowerdirs;
-    for (; c->n_lower < spec->n_lower; c->n_lower++) {
-        int fd = open(spec->lowerdirs[c->n_lower], O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-            return -errno;
-        c->lower_fds[c->n_lower] = fd;
-        o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
-                              "%s/proc/self/fd/%d", c->n_lower ? ":" : "", fd);
-    }
-    /* upper and work are relative to the volume, the child's cwd when it mounts the overlay */
-    o += (size_t)snprintf(c->overlay_opts + o, sizeof(c->overlay_opts) - o,
-                          ",upperdir=upper/u,workdir=upper/w,volatile");
-    if (o >= sizeof(c->overlay_opts))
-        return -E2BIG;
-    size_t a = 0;
-    c->argv[a++] = "kagent-sandbox-guest";
-    for (size_t i = 0; d->guest_args && d->guest_args[i] && a < 30; i++)
-        c->argv[a++] = d->guest_args[i];
-    c->argv[a] = NULL;
-    return 0;
+    int rc = s_prepare_layers(c, spec);
+    return rc < 0 ? rc : s_prepare_tail(d, c);
 }
 
 static void s_close_layers(s_child_t *c)
 {
-    for (size_t i = 0; i < c->n_lower; i++)
-        close(c->lower_fds[i]);
-    c->n_lower = 0;
+    for (size_t i = 0; i < c->m.n_lower; i++)
+        close(c->m.lower_fds[i]);
+    c->m.n_lower = 0;
 }
 
-/* The descriptors the child keeps, ascending: everything else of the node's it closes. */
-static void s_keep_list(s_child_t *c)
+/* The descriptors kagent-spawn keeps, ascending: everything else of the node's it closes. */
+static void s_keep_list(ka_spawn_msg_t *m)
 {
     int n = 0;
-    c->keep[n++] = c->sync_fd;
-    c->keep[n++] = c->channel_fd;
-    c->keep[n++] = c->log_fd;
-    for (int i = 0; i < c->n_cg; i++)
-        c->keep[n++] = c->cg_fds[i];
-    for (size_t i = 0; i < c->n_lower; i++) /* reserved for the layers, reopened in the child */
-        c->keep[n++] = c->lower_fds[i];
+    m->keep[n++] = m->sync_fd;
+    m->keep[n++] = m->channel_fd;
+    m->keep[n++] = m->log_fd;
+    for (int i = 0; i < m->n_cg; i++)
+        m->keep[n++] = m->cg_fds[i];
+    for (size_t i = 0; i < m->n_lower; i++) /* reserved for the layers */
+        m->keep[n++] = m->lower_fds[i];
     for (int i = 1; i < n; i++) /* insertion sort: a handful */
-        for (int j = i; j > 0 && c->keep[j - 1] > c->keep[j]; j--) {
-            int t = c->keep[j];
-            c->keep[j] = c->keep[j - 1];
-            c->keep[j - 1] = t;
+        for (int j = i; j > 0 && m->keep[j - 1] > m->keep[j]; j--) {
+            int t = m->keep[j];
+            m->keep[j] = m->keep[j - 1];
+            m->keep[j - 1] = t;
         }
-    c->n_keep = n;
+    m->n_keep = n;
 }
 
 /* Waits up to ms for one frame on fd and checks it is the guest's ready event. */
@@ -747,6 +500,92 @@ static int s_take_kept(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sandbox_
     return s_reuse_dirs(d, sb, spec->reuse_root);
 }
 
+/* The error of a report read as n bytes: its errno if it is a failed step's, else -EPROTO (and
+ * *r then names no step). */
+static int s_report_err(ssize_t n, ka_spawn_report_t *r)
+{
+    if (n == (ssize_t)sizeof(*r) && r->tag == 'E' && r->err > 0)
+        return -r->err;
+    *r = (ka_spawn_report_t){.tag = 'E', .step = -1, .err = EPROTO};
+    return -EPROTO;
+}
+
+/* Starts kagent-spawn with posix_spawn (a vfork: nothing of the node's memory is copied, so a
+ * start costs the same whatever the node's size), its kept descriptors open across the exec and
+ * every signal blocked until it execs the guest with this thread's mask, then sends it the
+ * message on sync. It answers with the guest's pid ('P') or a failed step ('E') and exits; it
+ * is reaped here. The guest's pid, or a negative errno (*r says the step, if one failed). */
+static int s_spawn(const s_driver_t *d, s_child_t *c, int sync, ka_spawn_report_t *r)
+{
+    ka_spawn_msg_t *m = &c->m;
+    sigset_t all, mine;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, NULL, &mine);
+    memcpy(&m->sigmask, &mine, sizeof(m->sigmask));
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    int err = 0;
+    for (int i = 0; i < m->n_keep && !err; i++) /* dup2 onto itself: clears close-on-exec */
+        err = posix_spawn_file_actions_adddup2(&fa, m->keep[i], m->keep[i]);
+    if (!err)
+        err = posix_spawnattr_setsigmask(&at, &all);
+    if (!err)
+        err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+    char fd[16];
+    snprintf(fd, sizeof(fd), "%d", m->sync_fd);
+    char *argv[] = {"kagent-spawn", fd, NULL}, *envp[] = {NULL};
+    pid_t helper = -1;
+    if (!err)
+        err = posix_spawn(&helper, d->spawn_path, &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (err) {
+        *r = (ka_spawn_report_t){.tag = 'E', .step = KA_SPAWN_STEP_SPAWN, .err = err};
+        return -err;
+    }
+    struct iovec iov[2] = {{m, sizeof(*m)}, {c->tail, m->tail_len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t n = -1;
+    if (sendmsg(sync, &mh, MSG_NOSIGNAL) == (ssize_t)(sizeof(*m) + m->tail_len))
+        n = read(sync, r, sizeof(*r));
+    else
+        kill(helper, SIGKILL);
+    while (waitpid(helper, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (n == (ssize_t)sizeof(*r) && r->tag == 'P' && r->pid > 0)
+        return r->pid;
+    return s_report_err(n, r);
+}
+
+/* The guest's setup asks for its id maps once in its user namespace, then execs the guest: EOF
+ * on the sync socket (close-on-exec) means the exec happened. 0 or a negative errno (*r says
+ * the step, if one failed). */
+static int s_handshake(const ka_sandbox_t *sb, int sync, ka_spawn_report_t *r)
+{
+    ssize_t n = read(sync, r, sizeof(*r));
+    if (n == (ssize_t)sizeof(*r) && r->tag == 'U') {
+        int rc = s_maps(sb, sb->pid);
+        if (rc < 0) {
+            *r = (ka_spawn_report_t){.tag = 'E', .step = -1};
+            return rc;
+        }
+        if (write(sync, "G", 1) != 1) {
+            *r = (ka_spawn_report_t){.tag = 'E', .step = -1};
+            return -EPIPE;
+        }
+        n = read(sync, r, sizeof(*r));
+    }
+    return n == 0 ? 0 : s_report_err(n, r);
+}
+
+static void s_setup_failed(const s_child_t *c, const ka_spawn_report_t *r)
+{
+    dprintf(c->m.log_fd, "{\"event\":\"sandbox_setup_failed\",\"step\":%d,\"errno\":%d}\n", r->step,
+            r->err);
+}
+
 static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_t **out)
 {
     s_driver_t *d = (s_driver_t *)base;
@@ -759,7 +598,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
         goto fail_free;
     sb->channel = -1;
     sb->slot = -1;
-    c->log_fd = -1;
+    c->m.log_fd = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", spec->id);
     snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->state_dir, spec->id);
     bool reused = false;
@@ -784,61 +623,37 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
         goto fail;
     char logp[S_PATH + 16];
     snprintf(logp, sizeof(logp), "%s/guest.log", sb->dir);
-    c->log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (c->log_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch) < 0 ||
+    c->m.log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (c->m.log_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch) < 0 ||
         socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sy) < 0) {
         rc = -errno;
         goto fail;
     }
-    c->channel_fd = ch[1];
-    c->sync_fd = sy[1];
-    rc = ka_cgroup_procs_fds(sb->cg, c->cg_fds);
+    c->m.channel_fd = ch[1];
+    c->m.sync_fd = sy[1];
+    rc = ka_cgroup_procs_fds(sb->cg, c->m.cg_fds);
     if (rc < 0)
         goto fail;
-    c->n_cg = rc;
-    c->uid = sb->uid;
-    s_keep_list(c);
+    c->m.n_cg = rc;
+    c->m.uid = sb->uid;
+    s_keep_list(&c->m);
 
-    struct clone_args ca;
-    memset(&ca, 0, sizeof(ca));
-    ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
-    ca.exit_signal = SIGCHLD;
-    long pid = syscall(SYS_clone3, &ca, sizeof(ca));
-    if (pid == 0)
-        s_child_main(c);
-    int clone_errno = errno;
+    ka_spawn_report_t r = {0};
+    rc = s_spawn(d, c, sy[0], &r);
     s_close_layers(c);
-    for (int i = 0; i < c->n_cg; i++)
-        close(c->cg_fds[i]);
+    for (int i = 0; i < c->m.n_cg; i++)
+        close(c->m.cg_fds[i]);
     close(ch[1]);
     close(sy[1]);
     ch[1] = sy[1] = -1;
-    if (pid < 0) {
-        rc = -clone_errno;
+    if (rc < 0) {
+        s_setup_failed(c, &r);
         goto fail;
     }
-    sb->pid = (pid_t)pid;
-
-    /* The child asks for its id maps once in its user namespace, then execs the guest: EOF on
-     * the sync socket (CLOEXEC) means the exec happened. */
-    s_report_t r;
-    ssize_t n = read(sy[0], &r, sizeof(r));
-    if (n == (ssize_t)sizeof(r) && r.tag == 'U') {
-        rc = s_maps(sb, sb->pid);
-        if (rc < 0)
-            goto fail;
-        if (write(sy[0], "G", 1) != 1) {
-            rc = -EPIPE;
-            goto fail;
-        }
-        n = read(sy[0], &r, sizeof(r));
-    }
-    if (n != 0) {
-        rc = n == (ssize_t)sizeof(r) && r.tag == 'E' ? -r.err : -EPROTO;
-        if (rc == 0)
-            rc = -EPROTO;
-        dprintf(c->log_fd, "{\"event\":\"sandbox_setup_failed\",\"step\":%d,\"errno\":%d}\n",
-                n == (ssize_t)sizeof(r) ? r.step : -1, n == (ssize_t)sizeof(r) ? r.err : 0);
+    sb->pid = (pid_t)rc;
+    rc = s_handshake(sb, sy[0], &r);
+    if (rc < 0) {
+        s_setup_failed(c, &r);
         goto fail;
     }
     sb->channel = ch[0];
@@ -849,7 +664,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
     if (rc < 0)
         goto fail;
     close(sy[0]);
-    close(c->log_fd);
+    close(c->m.log_fd);
     free(c);
     pthread_mutex_lock(&d->lock);
     sb->next = d->live;
@@ -878,8 +693,8 @@ fail_free:
         if (sy[i] >= 0)
             close(sy[i]);
     }
-    if (c && c->log_fd >= 0)
-        close(c->log_fd);
+    if (c && c->m.log_fd >= 0)
+        close(c->m.log_fd);
     free(c);
     if (sb)
         s_sandbox_free(sb);
@@ -1038,6 +853,8 @@ static void s_destroy(ka_driver_t *base)
     ka_volumes_destroy(&d->volumes);
     if (d->guest_dir[0])
         ka_volume_file_remove(d->guest_dir);
+    if (d->spawn_dir[0])
+        ka_volume_file_remove(d->spawn_dir);
     ka_cgroup_remove_parent(d->cgroup_name);
     free(d->filter.filter);
     if (d->guest_args) {
@@ -1319,6 +1136,27 @@ static void s_cleanup_leftovers(s_driver_t *d)
     closedir(dir);
 }
 
+/* Writes kagent-spawn from the node's own image (ka_spawn.h) to <state>/.spawn, a tmpfs of its
+ * own, read-only to everyone but root. */
+static int s_spawn_install(s_driver_t *d)
+{
+    int fd = memfd_create("kagent-spawn", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t len = (size_t)(ka_spawn_image_end - ka_spawn_image);
+    int rc = write(fd, ka_spawn_image, len) == (ssize_t)len ? 0 : -EIO; /* a memfd takes it all */
+    char src[64];
+    snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
+    snprintf(d->spawn_dir, sizeof(d->spawn_dir), "%s/.spawn", d->state_dir);
+    if (rc == 0)
+        rc = ka_volume_file(d->spawn_dir, src, "kagent-spawn");
+    close(fd);
+    if (rc < 0)
+        d->spawn_dir[0] = 0;
+    snprintf(d->spawn_path, sizeof(d->spawn_path), "%s/kagent-spawn", d->spawn_dir);
+    return rc;
+}
+
 ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
 {
     int rc = -EINVAL;
@@ -1392,6 +1230,8 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
         d->guest_dir[0] = 0;
         goto fail;
     }
+    if ((rc = s_spawn_install(d)) < 0)
+        goto fail;
     return &d->base;
 fail:
     if (d)
