@@ -20,12 +20,12 @@ int ka_reply_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const ch
     return krt_reply_error_to(ctx, to, ref, err, message ? message : "");
 }
 
-int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *message)
+int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message)
 {
-    ka_guest_reply_t f;
-    ka_frame_final(&f, code, message);
-    return ref ? krt_reply_to(ctx, to, ref, KA_SBX_GUEST, &f, sizeof f)
-               : krt_send(ctx, to, KA_SBX_GUEST_FRAME, &f, sizeof f);
+    ka_frame_fail_t f;
+    size_t len = ka_frame_final(&f, err, message);
+    return ref ? krt_reply_to(ctx, to, ref, KA_SBX_GUEST, &f, len)
+               : krt_send(ctx, to, KA_SBX_GUEST_FRAME, &f, len);
 }
 
 void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err, const char *fmt,
@@ -37,7 +37,7 @@ void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     if (type == KA_SBX_GUEST)
-        ka_guest_fail(ctx, to, ref, ka_err_code(err), why);
+        ka_guest_fail(ctx, to, ref, err, why);
     else
         ka_reply_fail(ctx, to, ref, err, why);
 }
