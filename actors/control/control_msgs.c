@@ -11,12 +11,15 @@ bool ka_reply_unanswered(int err)
            err == KRT_ESHUTDOWN || err == KRT_ETIMEDOUT;
 }
 
+int ka_err_unanswered(int err)
+{
+    return err == KRT_ETIMEDOUT ? KA_ETIMEOUT : KA_EUNAVAIL;
+}
+
 int ka_reply_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message)
 {
-    if (err == KRT_ETIMEDOUT)
-        err = KA_ETIMEOUT;
-    else if (err >= 0 || ka_reply_unanswered(err))
-        err = KA_EUNAVAIL;
+    if (err >= 0 || ka_reply_unanswered(err))
+        err = ka_err_unanswered(err);
     return krt_reply_error_to(ctx, to, ref, err, message ? message : "");
 }
 

@@ -65,6 +65,9 @@ void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err
              ...) __attribute__((format(printf, 6, 7)));
 /* True when err is one of the runtime's own failures: no actor answered. */
 bool ka_reply_unanswered(int err);
+/* A control actor's errno for the runtime's failure err: KA_ETIMEOUT for KRT_ETIMEDOUT, else
+ * KA_EUNAVAIL. */
+int ka_err_unanswered(int err);
 /* The outcome of a control actor's reply as a krt_reply_fn or krt_call_cb gets it (err, msg):
  * 0 when msg is a success reply of at least size bytes; the runtime's err (*why NULL) when no
  * actor answered; the actor's error and *why its message (borrowed from msg) for an error

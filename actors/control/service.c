@@ -206,7 +206,7 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
         rc = s_call_sync(svc->sys, to, type, body, len, s_left(timeout_ms, began), reply);
     }
     if (rc)
-        return rc == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
+        return ka_err_code(ka_err_unanswered(rc));
     if (reply->status)
         return ka_err_code(reply->status);
     s_observe(type, began, reply->body, reply->len);
