@@ -178,10 +178,10 @@ static void s_process_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_gp_fra
     if (pobj && ka_gp_process_decode(pobj, &p) == 0) {
         r->has_process = 1;
         s_process_info(&p, &r->process);
-    }
-    if (argv) {
-        r->tail_len = (uint32_t)tail;
-        s_argv_pack(argv, r->tail);
+        if (argv) {
+            r->tail_len = (uint32_t)tail;
+            s_argv_pack(argv, r->tail);
+        }
     }
     if (!ka_gp_get_u64(m, "written", &r->written))
         ka_gp_get_u64(m, "size", &r->written);

@@ -48,9 +48,12 @@ void ka_frames_clear(ka_frames_t *q)
 
 size_t ka_frame_set_failure(ka_guest_reply_t *f, int err, const char *message)
 {
+    const char *text = message ? message : "";
+    size_t n = strnlen(text, KA_MSG_LEN - 1);
     f->err = ka_err_canonical(err);
-    int n = snprintf(f->tail, KA_MSG_LEN, "%s", message ? message : "");
-    f->tail_len = (uint32_t)(n < 0 ? 1 : n < KA_MSG_LEN ? n + 1 : KA_MSG_LEN);
+    memcpy(f->tail, text, n);
+    f->tail[n] = '\0';
+    f->tail_len = (uint32_t)(n + 1);
     return sizeof *f + f->tail_len;
 }
 
