@@ -18,7 +18,7 @@ guest=${KAGENT_GUEST_BIN:-$build/actors/guest/kagent-sandbox-guest}
 [ -x "$tool" ] || die "$tool is missing: build the kagent-image target first"
 [ -f "$guest" ] || die "guest binary $guest is missing: build the kagent-sandbox-guest target first"
 command -v readelf >/dev/null || die "readelf (binutils) is required"
-if readelf -l "$guest" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+if readelf -l "$guest" 2>/dev/null | grep 'Requesting program interpreter' >/dev/null; then
   die "$guest is dynamically linked; the guest must be static to run in any tools image"
 fi
 readelf -h "$guest" >/dev/null 2>&1 || die "$guest is not an ELF executable"

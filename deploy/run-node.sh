@@ -106,7 +106,7 @@ spec:
 YAML
 "$kagent" "${cli[@]}" apply -f "$state/scratch.yaml" >&2
 for _ in $(seq 600); do
-  "$kagent" "${cli[@]}" get template scratch -o json 2>/dev/null | grep -q '"Prepared"' && break
+  "$kagent" "${cli[@]}" get template scratch -o json 2>/dev/null | grep '"Prepared"' >/dev/null && break
   sleep 0.2
 done
 "$kagent" "${cli[@]}" get template scratch >&2 || true

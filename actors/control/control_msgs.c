@@ -11,21 +11,24 @@ bool ka_reply_unanswered(int err)
            err == KRT_ESHUTDOWN || err == KRT_ETIMEDOUT;
 }
 
+int ka_err_unanswered(int err)
+{
+    return err == KRT_ETIMEDOUT ? KA_ETIMEOUT : KA_EUNAVAIL;
+}
+
 int ka_reply_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message)
 {
-    if (err == KRT_ETIMEDOUT)
-        err = KA_ETIMEOUT;
-    else if (err >= 0 || ka_reply_unanswered(err))
-        err = KA_EUNAVAIL;
+    if (err >= 0 || ka_reply_unanswered(err))
+        err = ka_err_unanswered(err);
     return krt_reply_error_to(ctx, to, ref, err, message ? message : "");
 }
 
-int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *message)
+int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message)
 {
-    ka_guest_reply_t f;
-    ka_frame_final(&f, code, message);
-    return ref ? krt_reply_to(ctx, to, ref, KA_SBX_GUEST, &f, sizeof f)
-               : krt_send(ctx, to, KA_SBX_GUEST_FRAME, &f, sizeof f);
+    ka_frame_fail_t f;
+    size_t len = ka_frame_final(&f, err, message);
+    return ref ? krt_reply_to(ctx, to, ref, KA_SBX_GUEST, &f, len)
+               : krt_send(ctx, to, KA_SBX_GUEST_FRAME, &f, len);
 }
 
 void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err, const char *fmt,
@@ -37,7 +40,7 @@ void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     if (type == KA_SBX_GUEST)
-        ka_guest_fail(ctx, to, ref, ka_err_code(err), why);
+        ka_guest_fail(ctx, to, ref, err, why);
     else
         ka_reply_fail(ctx, to, ref, err, why);
 }

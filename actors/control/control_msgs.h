@@ -5,7 +5,8 @@
  * A success reply is the struct its request names, nothing before it. A failure is an error
  * reply (ka_reply_fail): a negative errno in the envelope (ka_errors.h maps it to the gRPC
  * code at the edge) and the message the bridges pass to callers unchanged as the body; read
- * both with ka_reply_outcome. Guest stream frames (ka_guest_reply_t) carry their own status.
+ * both with ka_reply_outcome. A guest call answers with frames (ka_guest_reply_t): a failing one
+ * carries the negative errno and, as its tail, the message (svc_frames.h reads both).
  * Request bodies carry the caller's identity; ownership is checked by the actor that owns the
  * record, never by a bridge.
  */
@@ -42,13 +43,8 @@ typedef enum {
     KA_UNAUTHENTICATED = 16
 } ka_code_t;
 
+/* Bytes of a failure's message, its NUL included. */
 #define KA_MSG_LEN 512
-
-/* A guest frame's status (ka_guest_reply_t). */
-typedef struct ka_status {
-    int32_t code;             /* ka_code_t */
-    char message[KA_MSG_LEN]; /* "" when code is KA_OK */
-} ka_status_t;
 
 /* A control actor's UNAVAILABLE. The runtime's own failures (KRT_ENOACTOR, KRT_ENOCONN,
  * KRT_EREMOTE, KRT_ESHUTDOWN, KRT_ETIMEDOUT) mean that no actor answered; an actor never
@@ -60,15 +56,18 @@ typedef struct ka_status {
 /* Answers the request (to, ref) with the failure err (a negative errno) and message (NULL:
  * ""): an error reply, the runtime's own codes mapped as above. 0 or the send's error. */
 int ka_reply_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message);
-/* Ends a guest call (to, ref; ref 0: a stream reader) with a final frame of code (ka_code_t)
- * and message. 0 or the send's error. */
-int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *message);
+/* Ends a guest call (to, ref; ref 0: a stream reader) with a final frame of the failure err (a
+ * negative errno) and message (NULL: ""). 0 or the send's error. */
+int ka_guest_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *message);
 /* Answers request (to, ref) of `type` with the failure err (a negative errno) and a printf
  * message: a guest call (KA_SBX_GUEST) with a final frame, anything else with an error reply. */
 void ka_fail(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, uint32_t type, int err, const char *fmt,
              ...) __attribute__((format(printf, 6, 7)));
 /* True when err is one of the runtime's own failures: no actor answered. */
 bool ka_reply_unanswered(int err);
+/* A control actor's errno for the runtime's failure err: KA_ETIMEOUT for KRT_ETIMEDOUT, else
+ * KA_EUNAVAIL. */
+int ka_err_unanswered(int err);
 /* The outcome of a control actor's reply as a krt_reply_fn or krt_call_cb gets it (err, msg):
  * 0 when msg is a success reply of at least size bytes; the runtime's err (*why NULL) when no
  * actor answered; the actor's error and *why its message (borrowed from msg) for an error
@@ -313,9 +312,10 @@ enum { KA_STREAM_STDOUT = 1, KA_STREAM_STDERR = 2, KA_STREAM_FILE = 3, KA_STREAM
  * process for OUTPUT if it has exited). START with follow sends a frame with has_process (not
  * final, stream 0, no tail: the process runs), then the frames of OUTPUT with follow, ending
  * with its exit. A final frame with has_process carries the process's argv in tail as
- * NUL-terminated strings. */
+ * NUL-terminated strings. A failing frame (err) carries its message as the tail instead, at
+ * most KA_MSG_LEN bytes with the NUL (ka_frame_message reads it). */
 typedef struct ka_guest_reply {
-    ka_status_t status;
+    int32_t err; /* 0, or the failure: the canonical errno of its code (ka_err_canonical) */
     int32_t final;
     int32_t stream;  /* KA_STREAM_* for data frames */
     uint64_t offset; /* byte offset of this data in its stream */

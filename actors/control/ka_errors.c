@@ -43,20 +43,47 @@ static const s_row_t s_rows[] = {
     {-ENAMETOOLONG, 3 /* INVALID_ARGUMENT */},
 };
 
+/* A guest operation's errnos (ka_err_of_guest): the file and process calls in the sandbox. */
+static const s_row_t s_guest_rows[] = {
+    {-ENOENT, 5 /* NOT_FOUND */},
+    {-EAGAIN, 8 /* RESOURCE_EXHAUSTED */},
+    {-EFBIG, 8 /* RESOURCE_EXHAUSTED */},
+    {-ENOSPC, 8 /* RESOURCE_EXHAUSTED */},
+    {-EMFILE, 8 /* RESOURCE_EXHAUSTED */},
+    {-EINVAL, 3 /* INVALID_ARGUMENT */},
+    {-ENAMETOOLONG, 3 /* INVALID_ARGUMENT */},
+    {-EISDIR, 3 /* INVALID_ARGUMENT */},
+    {-EEXIST, 6 /* ALREADY_EXISTS */},
+    {-ENOTDIR, 9 /* FAILED_PRECONDITION */},
+    {-ENOTEMPTY, 9 /* FAILED_PRECONDITION */},
+    {-EPIPE, 9 /* FAILED_PRECONDITION */},  /* the process closed its stdin */
+    {-ENOTTY, 9 /* FAILED_PRECONDITION */}, /* a resize of a process without a terminal */
+    {-EACCES, 7 /* PERMISSION_DENIED */},
+    {-EPERM, 7 /* PERMISSION_DENIED */},
+    {-EBUSY, 10 /* ABORTED */},
+    {-ETIMEDOUT, 4 /* DEADLINE_EXCEEDED */},
+};
+
 static const char *const s_names[] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
     "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
     "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
     "DATA_LOSS", "UNAUTHENTICATED"};
 
-#define S_N_ROWS (sizeof s_rows / sizeof s_rows[0])
+#define S_N_ROWS       (sizeof s_rows / sizeof s_rows[0])
+#define S_N_GUEST_ROWS (sizeof s_guest_rows / sizeof s_guest_rows[0])
+
+static int s_code_in(const s_row_t *rows, size_t n, int err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].err == err)
+            return rows[i].code;
+    return 13; /* INTERNAL */
+}
 
 int ka_err_code(int err)
 {
-    for (size_t i = 0; i < S_N_ROWS; i++)
-        if (s_rows[i].err == err)
-            return s_rows[i].code;
-    return 13; /* INTERNAL */
+    return s_code_in(s_rows, S_N_ROWS, err);
 }
 
 int ka_err_of_code(int code)
@@ -76,4 +103,14 @@ const char *ka_code_name(int code)
 const char *ka_err_name(int err)
 {
     return ka_code_name(ka_err_code(err));
+}
+
+int ka_err_canonical(int err)
+{
+    return ka_err_of_code(ka_err_code(err));
+}
+
+int ka_err_of_guest(int err)
+{
+    return ka_err_of_code(s_code_in(s_guest_rows, S_N_GUEST_ROWS, err));
 }

@@ -15,5 +15,11 @@ int ka_err_of_code(int code);
 const char *ka_code_name(int code);
 /* ka_code_name(ka_err_code(err)). */
 const char *ka_err_name(int err);
+/* err's canonical errno: ka_err_of_code(ka_err_code(err)) (the same code, one errno per code). */
+int ka_err_canonical(int err);
+/* The canonical errno of a guest operation's failure err: an errno of the sandbox's system
+ * calls (EACCES is a denied permission there, not a missing identity), or the node's own in
+ * sending it. Its own rows in ka_errors.c; an errno not in them -> INTERNAL's. */
+int ka_err_of_guest(int err);
 
 #endif

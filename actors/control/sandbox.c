@@ -1212,7 +1212,7 @@ static void s_on_answer(krt_ctx_t *ctx, void *state, void *user, int err, const 
     if (self->op.phase == KA_PH_RUNTIME) {
         ev.type = EV_RUNTIME;
     } else {
-        ev.err = ka_store_outcome(err, msg, sizeof(ka_store_status_t), NULL);
+        ev.err = ka_store_outcome(err, msg, 0, NULL);
         ev.type = ev.err ? EV_STORE_FAILED : EV_STORE_DONE;
     }
     s_fire(ctx, self, &ev);

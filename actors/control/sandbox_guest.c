@@ -7,6 +7,7 @@
  */
 #include "sandbox_int.h"
 #include "sandbox_fs.h"
+#include "svc_frames.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,22 +29,18 @@ typedef struct s_waiter {
     int op;
 } s_waiter_t;
 
-static void s_copy(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
-}
-
-/* Ends guest call (to, ref; ref 0: a stream reader) with a final frame of code and message. */
-static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *fmt, ...)
+/* Ends guest call (to, ref; ref 0: a stream reader) with a final frame of the failure err (a
+ * negative errno) and message. */
+static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int code, const char *fmt, ...)
+static void s_final(krt_ctx_t *ctx, krt_addr_t to, uint64_t ref, int err, const char *fmt, ...)
 {
     char why[KA_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    ka_guest_fail(ctx, to, ref, code, why);
+    ka_guest_fail(ctx, to, ref, err, why);
 }
 
 static uint64_t s_idle_ms(const ka_sbx_t *self)
@@ -92,14 +89,14 @@ void ka_sbx_guest_detach(krt_ctx_t *ctx, ka_sbx_t *self)
     ka_guestconn_destroy(&self->gc);
 }
 
-/* Ends guest call c: its caller gets a final frame with code (nothing if KA_OK: the frame
- * went already). */
-static void s_end_call(krt_ctx_t *ctx, ka_sbx_t *self, ka_gc_call_t *c, int code,
+/* Ends guest call c: its caller gets a final frame with the failure err (nothing if 0: the
+ * frame went already). */
+static void s_end_call(krt_ctx_t *ctx, ka_sbx_t *self, ka_gc_call_t *c, int err,
                        const char *message)
 {
     s_waiter_t *w = c->user;
-    if (code != KA_OK)
-        s_final(ctx, w->to, w->ref, code, "%s", message);
+    if (err)
+        s_final(ctx, w->to, w->ref, err, "%s", message);
     free(w);
     ka_gc_remove(&self->calls, c);
 }
@@ -107,41 +104,7 @@ static void s_end_call(krt_ctx_t *ctx, ka_sbx_t *self, ka_gc_call_t *c, int code
 void ka_sbx_guest_fail_all(krt_ctx_t *ctx, ka_sbx_t *self, int err, const char *message)
 {
     while (self->calls.head)
-        s_end_call(ctx, self, self->calls.head, ka_err_code(err), message);
-}
-
-static int s_code_of_errno(int err)
-{
-    switch (err) {
-    case -ENOENT:
-        return KA_NOT_FOUND;
-    case -EAGAIN:
-    case -EFBIG:
-    case -ENOSPC:
-    case -EMFILE:
-        return KA_RESOURCE_EXHAUSTED;
-    case -EINVAL:
-    case -ENAMETOOLONG:
-    case -EISDIR:
-        return KA_INVALID_ARGUMENT;
-    case -EEXIST:
-        return KA_ALREADY_EXISTS;
-    case -ENOTDIR:
-    case -ENOTEMPTY:
-        return KA_FAILED_PRECONDITION;
-    case -EACCES:
-    case -EPERM:
-        return KA_PERMISSION_DENIED;
-    case -EPIPE:
-    case -ENOTTY:
-        return KA_FAILED_PRECONDITION;
-    case -EBUSY:
-        return KA_ABORTED;
-    case -ETIMEDOUT:
-        return KA_DEADLINE_EXCEEDED;
-    default:
-        return KA_INTERNAL;
-    }
+        s_end_call(ctx, self, self->calls.head, err, message);
 }
 
 static void s_process_info(const ka_gp_process_t *p, ka_process_info_t *out)
@@ -189,30 +152,36 @@ static void s_argv_pack(const msgpack_object *argv, char *out)
     }
 }
 
+/* The message of a guest failure err (a negative errno from the guest, or the node's own in
+ * sending the call) whose own text is message (may be NULL). */
+static const char *s_guest_why(int err, const char *message)
+{
+    return err == -EFBIG ? KA_MSG_FILE_TOO_LARGE : message;
+}
+
 /* Sends w the frame that carries a process (a final one with its argv in the tail) or ends
- * the call with the guest's status and counts. */
+ * the call with the guest's failure (its message the tail) and counts. */
 static void s_process_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_gp_frame_t *f,
                             const msgpack_object *pobj, bool final)
 {
     const msgpack_object *m = ka_gp_frame_map(f);
-    const msgpack_object *argv = pobj && final ? ka_gp_get(pobj, "argv") : NULL;
-    size_t tail = s_argv_size(argv);
+    int err = ka_gp_frame_err(f);
+    const msgpack_object *argv = pobj && final && !err ? ka_gp_get(pobj, "argv") : NULL;
+    size_t tail = err ? KA_MSG_LEN : s_argv_size(argv);
     ka_guest_reply_t *r = calloc(1, sizeof *r + tail);
     if (!r)
         return;
     r->final = final;
-    int err = ka_gp_frame_err(f);
-    if (err) {
-        r->status.code = s_code_of_errno(err);
-        s_copy(r->status.message, sizeof r->status.message,
-               err == -EFBIG ? KA_MSG_FILE_TOO_LARGE : ka_gp_frame_msg(f));
-    }
+    if (err)
+        ka_frame_set_failure(r, ka_err_of_guest(err), s_guest_why(err, ka_gp_frame_msg(f)));
     ka_gp_process_t p;
     if (pobj && ka_gp_process_decode(pobj, &p) == 0) {
         r->has_process = 1;
         s_process_info(&p, &r->process);
-        r->tail_len = (uint32_t)tail;
-        s_argv_pack(argv, r->tail);
+        if (argv) {
+            r->tail_len = (uint32_t)tail;
+            s_argv_pack(argv, r->tail);
+        }
     }
     if (!ka_gp_get_u64(m, "written", &r->written))
         ka_gp_get_u64(m, "size", &r->written);
@@ -254,7 +223,7 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
         if (r)
             s_send_frame(ctx, w, r, len);
         else
-            s_final(ctx, w->to, w->ref, KA_INTERNAL, "out of memory");
+            s_final(ctx, w->to, w->ref, -EIO, "out of memory");
         free(r);
         return true;
     }
@@ -318,7 +287,7 @@ static bool s_guest_frame(krt_ctx_t *ctx, ka_sbx_t *self, const ka_gp_frame_t *f
                       "sandbox=%s why=\"%s\" dropped=%llu", self->a.record.id, why,
                       (unsigned long long)self->dropped);
     if (v == KA_GC_DELIVER && s_route_frame(ctx, c->user, f))
-        s_end_call(ctx, self, c, KA_OK, "");
+        s_end_call(ctx, self, c, 0, "");
     return true;
 }
 
@@ -490,21 +459,21 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
                        const ka_guest_req_t *q)
 {
     if (!self->gc || krt_wall_ms() >= self->a.record.expires_ms) {
-        s_final(ctx, from, ref, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
+        s_final(ctx, from, ref, -EBUSY, KA_MSG_NOT_READY);
         return;
     }
     ka_gc_kind_t kind = s_guest_kind(q);
     bool streams = ka_gc_kind_streams(kind);
     if (self->calls.n >= MAX_GUEST_CALLS ||
         (streams && self->calls.n_streams >= MAX_GUEST_STREAMS)) {
-        s_final(ctx, from, ref, KA_RESOURCE_EXHAUSTED,
+        s_final(ctx, from, ref, -ENOSPC,
                 "too many open calls on this sandbox (%d streams and %d calls at most); "
                 "retry when one has ended",
                 MAX_GUEST_STREAMS, MAX_GUEST_CALLS);
         return;
     }
     if (kind == KA_GC_WATCH && ka_gc_count(&self->calls, KA_GC_WATCH) >= KA_GP_MAX_WATCHES) {
-        s_final(ctx, from, ref, KA_RESOURCE_EXHAUSTED,
+        s_final(ctx, from, ref, -ENOSPC,
                 "too many watches on this sandbox (%d at most); end one first", KA_GP_MAX_WATCHES);
         return;
     }
@@ -524,8 +493,7 @@ void ka_sbx_guest_call(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from, uint64_t
     }
     if (rc) {
         free(w);
-        s_final(ctx, from, ref, s_code_of_errno(rc), "%s",
-                rc == -EFBIG ? KA_MSG_FILE_TOO_LARGE : strerror(-rc));
+        s_final(ctx, from, ref, ka_err_of_guest(rc), "%s", s_guest_why(rc, strerror(-rc)));
         return;
     }
     w->to = from;
@@ -559,7 +527,7 @@ void ka_sbx_guest_cancel(krt_ctx_t *ctx, ka_sbx_t *self, krt_addr_t from)
     while ((c = s_call_of(self, from))) {
         if (self->gc && ka_gc_kind_streams(c->kind))
             ka_guestconn_cancel(self->gc, c->id, NULL);
-        s_end_call(ctx, self, c, KA_OK, "");
+        s_end_call(ctx, self, c, 0, "");
     }
     s_guest_flush(ctx, self);
 }
@@ -589,12 +557,11 @@ void ka_sbx_guest_sweep(krt_ctx_t *ctx, ka_sbx_t *self)
         ka_gc_call_t *next = c->next;
         bool blocked = c->credit == 0;
         if (!self->gc)
-            s_end_call(ctx, self, c, KA_UNAVAILABLE, "the sandbox guest is not running");
+            s_end_call(ctx, self, c, -ENOTCONN, "the sandbox guest is not running");
         else if (self->state != KA_SBX_PAUSED && !blocked && now - c->last_ms > s_idle_ms(self)) {
             if (ka_gc_kind_streams(c->kind))
                 ka_guestconn_cancel(self->gc, c->id, NULL);
-            s_end_call(ctx, self, c, KA_DEADLINE_EXCEEDED,
-                       "the sandbox guest did not answer in time");
+            s_end_call(ctx, self, c, -ETIMEDOUT, "the sandbox guest did not answer in time");
         }
         c = next;
     }

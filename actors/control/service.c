@@ -206,7 +206,7 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
         rc = s_call_sync(svc->sys, to, type, body, len, s_left(timeout_ms, began), reply);
     }
     if (rc)
-        return rc == KRT_ETIMEDOUT ? KA_DEADLINE_EXCEEDED : KA_UNAVAILABLE;
+        return ka_err_code(ka_err_unanswered(rc));
     if (reply->status)
         return ka_err_code(reply->status);
     s_observe(type, began, reply->body, reply->len);
@@ -256,17 +256,17 @@ static const char *s_op_name(int op)
 static void s_sink_final(krt_ctx_t *ctx, s_sink_t *self, const ka_guest_reply_t *f, size_t len)
 {
     ka_metric_observe(KA_METRIC_GUEST_CALL, s_op_name(self->op),
-                      ka_metric_code_name(f->status.code), ka_metric_now() - self->began);
+                      ka_metric_code_name(ka_err_code(f->err)), ka_metric_now() - self->began);
     self->done = true;
     self->a.cb(self->a.user, f, len);
     krt_exit(ctx, KRT_EXIT_NORMAL);
 }
 
-static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int code, const char *message)
+static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int err, const char *message)
 {
-    ka_guest_reply_t f;
-    ka_frame_final(&f, code, message);
-    s_sink_final(ctx, self, &f, sizeof f);
+    ka_frame_fail_t f;
+    size_t len = ka_frame_final(&f, err, message);
+    s_sink_final(ctx, self, &f.frame, len);
 }
 
 /* Sends the call to its sandbox's actor (direct, when one is registered) or to the manager;
@@ -311,10 +311,10 @@ static void s_sink_down(krt_ctx_t *ctx, s_sink_t *self)
     self->monitor = 0;
     if (self->direct && !self->sandbox) {
         if (s_sink_send(ctx, self, false))
-            s_sink_fail(ctx, self, KA_UNAVAILABLE, "the sandbox service is not running; retry");
+            s_sink_fail(ctx, self, -ENOTCONN, "the sandbox service is not running; retry");
         return;
     }
-    s_sink_fail(ctx, self, KA_UNAVAILABLE,
+    s_sink_fail(ctx, self, -ENOTCONN,
                 "the sandbox went away while the call was open (deleted, stopped or "
                 "restarting); the call may have had effects");
 }
@@ -339,11 +339,11 @@ static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
                ((const krt_down_t *)msg->body)->ref == self->monitor) {
         s_sink_down(ctx, self);
     } else if (msg->type == MSG_BIND_TIMEOUT) {
-        s_sink_fail(ctx, self, KA_UNAVAILABLE, "the sandbox did not take the call; retry");
+        s_sink_fail(ctx, self, -ENOTCONN, "the sandbox did not take the call; retry");
     } else if (msg->type == MSG_STREAM_CANCEL) {
         krt_send(ctx, self->sandbox ? self->sandbox : self->to, KA_SBX_GUEST_CANCEL, &self->a.key,
                  sizeof self->a.key);
-        s_sink_fail(ctx, self, KA_CANCELLED, "the call was cancelled");
+        s_sink_fail(ctx, self, -ECANCELED, "the call was cancelled");
     }
 }
 
@@ -360,10 +360,10 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     if (rc) { /* terminate does not run after a failed init: the caller learns it here */
         free(self->a.req);
         self->a.req = NULL;
-        ka_guest_reply_t f;
-        ka_frame_final(&f, KA_UNAVAILABLE, "the sandbox service is not running; retry");
+        ka_frame_fail_t f;
+        size_t len = ka_frame_final(&f, -ENOTCONN, "the sandbox service is not running; retry");
         self->done = true;
-        self->a.cb(self->a.user, &f, sizeof f);
+        self->a.cb(self->a.user, &f.frame, len);
     }
     return rc;
 }
@@ -372,10 +372,10 @@ static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
 {
     s_sink_t *self = state;
     if (!self->done) { /* stopped before its end (node shutting down) */
-        ka_guest_reply_t f;
-        ka_frame_final(&f, KA_UNAVAILABLE, "the sandbox service stopped");
+        ka_frame_fail_t f;
+        size_t len = ka_frame_final(&f, -ENOTCONN, "the sandbox service stopped");
         self->done = true;
-        self->a.cb(self->a.user, &f, sizeof f);
+        self->a.cb(self->a.user, &f.frame, len);
     }
     free(self->a.req);
 }

@@ -46,10 +46,33 @@ void ka_frames_clear(ka_frames_t *q)
         free(i);
 }
 
-void ka_frame_final(ka_guest_reply_t *f, int code, const char *message)
+size_t ka_frame_set_failure(ka_guest_reply_t *f, int err, const char *message)
+{
+    const char *text = message ? message : "";
+    size_t n = strnlen(text, KA_MSG_LEN - 1);
+    f->err = ka_err_canonical(err);
+    memcpy(f->tail, text, n);
+    f->tail[n] = '\0';
+    f->tail_len = (uint32_t)(n + 1);
+    return sizeof *f + f->tail_len;
+}
+
+size_t ka_frame_final(ka_frame_fail_t *f, int err, const char *message)
 {
     memset(f, 0, sizeof *f);
-    f->final = 1;
-    f->status.code = code;
-    snprintf(f->status.message, sizeof f->status.message, "%s", message ? message : "");
+    f->frame.final = 1;
+    return ka_frame_set_failure(&f->frame, err, message);
+}
+
+const char *ka_frame_message(const ka_guest_reply_t *f, size_t len)
+{
+    bool text =
+        f->err && f->tail_len && len >= sizeof *f + f->tail_len && f->tail[f->tail_len - 1] == '\0';
+    return text ? f->tail : "";
+}
+
+void ka_frame_end(ka_frame_end_t *end, const ka_guest_reply_t *f, size_t len)
+{
+    end->err = f->err;
+    snprintf(end->message, sizeof end->message, "%s", ka_frame_message(f, len));
 }

@@ -8,6 +8,7 @@
 #include "checks.h"
 #include "ka_errors.h"
 #include "sandboxes.h"
+#include "svc_frames.h"
 #include "template_doc.h"
 
 _Static_assert(KA_INVALID_ARGUMENT == 3 && KA_UNAVAILABLE == 14 && KA_UNAUTHENTICATED == 16,
@@ -30,9 +31,9 @@ static ka_svc_status_t s_unavailable(void)
     return (ka_svc_status_t){-ENOTCONN, S_NOT_RUNNING};
 }
 
-ka_svc_status_t ka_svc_status_of(const ka_status_t *st)
+ka_svc_status_t ka_svc_status_of(const ka_guest_reply_t *f, size_t len)
 {
-    return (ka_svc_status_t){ka_err_of_code(st->code), st->code ? st->message : NULL};
+    return (ka_svc_status_t){f->err, f->err ? ka_frame_message(f, len) : NULL};
 }
 
 static int s_timeout(const ka_svc_caller_t *who)
@@ -396,7 +397,7 @@ static void s_on_guest_final(void *user, const ka_guest_reply_t *f, size_t len)
     s_guest_t *g = user;
     if (!f->final)
         return;
-    ka_svc_status_t st = ka_svc_status_of(&f->status);
+    ka_svc_status_t st = ka_svc_status_of(f, len);
     bool ok = !st.err && len >= sizeof *f + f->tail_len;
     if (!st.err && !ok)
         st = s_short;

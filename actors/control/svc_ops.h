@@ -227,7 +227,7 @@ ka_svc_status_t ka_svc_file_write(ka_service_t *svc, const ka_svc_caller_t *who,
 /* The rules of ka_svc_file_write without sending (a client stream's first message). */
 ka_svc_status_t ka_svc_file_write_check(const ka_svc_write_args_t *a);
 
-/* A guest frame's ka_status_t as a service status (message borrowed from st). */
-ka_svc_status_t ka_svc_status_of(const ka_status_t *st);
+/* Guest frame f's (len bytes) outcome as a service status (message borrowed from f). */
+ka_svc_status_t ka_svc_status_of(const ka_guest_reply_t *f, size_t len);
 
 #endif

@@ -519,7 +519,7 @@ static bool s_still_desired(s_tpl_t *self, const s_op_t *op)
 static void s_on_prep_mark(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_tpl_t *self = state;
-    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_status_t), "store revision");
+    s_op_t *op = s_stored(ctx, self, user, err, msg, sizeof(ka_store_blob_t), "store revision");
     if (!op)
         return;
     bool ok = strcmp(op->reason, KA_READY_PREPARED) == 0;

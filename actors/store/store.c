@@ -153,7 +153,7 @@ int ka_store_outcome(int err, const krt_msg_t *msg, size_t size, const char **wh
         if (msg && msg->type == KRT_MSG_ERROR && msg->len &&
             ((const char *)msg->body)[msg->len - 1] == '\0')
             text = msg->body;
-    } else if (!msg || msg->len < size || msg->len < sizeof(ka_store_status_t)) {
+    } else if (!msg || msg->len < size) {
         err = KA_STORE_EINVAL;
         text = "malformed store reply";
     }
@@ -987,7 +987,6 @@ static void s_subscribe(s_store_t *self, const krt_msg_t *msg)
 {
     S_BODY(ka_store_subscribe_t, b);
     krt_addr_t who = b->who ? b->who : msg->from;
-    ka_store_status_t st = {0};
     bool known = false;
     for (int i = 0; i < self->nsubs; i++)
         known |= self->subs[i] == who;
@@ -1001,7 +1000,7 @@ static void s_subscribe(s_store_t *self, const krt_msg_t *msg)
     }
     if (!known)
         self->subs[self->nsubs++] = who;
-    s_reply_to(self, msg->from, msg->ref, msg->type, &st, sizeof(st));
+    s_reply_to(self, msg->from, msg->ref, msg->type, NULL, 0);
 }
 
 static void s_info(s_store_t *self, const krt_msg_t *msg)

@@ -7,9 +7,9 @@
  * committed: many creates share one round trip and one WAL flush. A reply is sent only once
  * the change is committed. Nothing blocks a scheduler: migrations run on a job thread.
  *
- * A success reply has the request's message type and a body that starts with ka_store_status_t
- * (err 0, message ""). A failure is an error reply (krt_reply_error: the code in the envelope,
- * the message as the body, nothing padded to the success shape); read either with
+ * A success reply has the request's message type and its reply struct alone as the body
+ * (KA_STORE_SUBSCRIBE: empty). A failure is an error reply (krt_reply_error: the code in the
+ * envelope, the message as the body, nothing padded to the success shape); read either with
  * ka_store_outcome. The codes:
  *   KA_STORE_EUNAVAIL   the database is unreachable or the connection was lost while the
  *                       request was in flight (the outcome of a write may be unknown; every
@@ -20,7 +20,7 @@
  *   KA_STORE_EINVAL     malformed request body or field
  *   KA_STORE_ECONFLICT  serialization conflicts persisted after retries
  *   KA_STORE_EDB        any other database error (message says which)
- * and message is a human-readable explanation ("" on success).
+ * and the message is a human-readable explanation.
  *
  * Strings in bodies are NUL-terminated inside fixed arrays; a request with an unterminated
  * field is refused with KA_STORE_EINVAL. Times are Unix epoch milliseconds.
@@ -89,7 +89,7 @@ enum {
     KA_STORE_NODE_PUT,        /* ka_store_node_t -> ka_store_node_list_t (one item) */
     KA_STORE_NODE_HEARTBEAT,  /* ka_store_node_heartbeat_t -> ka_store_node_list_t */
     KA_STORE_NODE_LIST,       /* empty -> ka_store_node_list_t */
-    KA_STORE_SUBSCRIBE,       /* ka_store_subscribe_t -> ka_store_status_t */
+    KA_STORE_SUBSCRIBE,       /* ka_store_subscribe_t -> empty */
     KA_STORE_EVENT,           /* sent to subscribers: ka_store_event_t (no reply) */
     KA_STORE_INFO,            /* empty -> ka_store_info_t */
     KA_STORE_NODE_TAKEOVER,   /* ka_store_takeover_t -> ka_store_sandbox_list_t (moved) */
@@ -131,12 +131,6 @@ typedef enum {
 } ka_rev_state_t;
 const char *ka_rev_state_name(int st); /* "PREPARING" ... */
 int ka_rev_state_parse(const char *name);
-
-/* Start of every reply body. */
-typedef struct ka_store_status {
-    int32_t err;                        /* 0 or KA_STORE_E* */
-    char message[KA_STORE_MESSAGE_LEN]; /* "" on success */
-} ka_store_status_t;
 
 /* A store request's outcome as its krt_request callback (err, msg) or krt_call sees it: 0 when
  * msg is the store's success reply of at least `size` bytes; else a KA_STORE_E* code (or
@@ -183,7 +177,6 @@ typedef struct ka_store_sandbox_create {
 } ka_store_sandbox_create_t;
 
 typedef struct ka_store_sandbox_reply {
-    ka_store_status_t status;
     int32_t created; /* create: 1 if this call inserted it */
     ka_store_sandbox_t sandbox;
 } ka_store_sandbox_reply_t;
@@ -228,7 +221,6 @@ typedef struct ka_store_expiry_query {
 } ka_store_expiry_query_t;
 
 typedef struct ka_store_sandbox_list {
-    ka_store_status_t status;
     uint32_t count; /* items that follow */
     int32_t more;   /* 1 if another page exists */
     ka_store_sandbox_t items[];
@@ -259,7 +251,6 @@ typedef struct ka_store_sandbox_update {
 /* A reply carrying zero or more variable-size records, each 8-byte aligned. Iterate with
  * ka_store_blob_next. */
 typedef struct ka_store_blob {
-    ka_store_status_t status;
     uint32_t count;                   /* records */
     uint32_t bytes;                   /* bytes of data */
     int32_t more;                     /* lists: another page exists */
@@ -385,7 +376,6 @@ typedef struct ka_store_pool {
 } ka_store_pool_t;
 
 typedef struct ka_store_pool_list {
-    ka_store_status_t status;
     uint32_t count;
     ka_store_pool_t items[];
 } ka_store_pool_list_t;
@@ -424,7 +414,6 @@ typedef struct ka_store_node_heartbeat {
  * removed (count 0: nothing was). */
 
 typedef struct ka_store_node_list {
-    ka_store_status_t status;
     uint32_t count;
     ka_store_node_t items[];
 } ka_store_node_list_t;
@@ -458,7 +447,6 @@ typedef struct ka_store_event {
 } ka_store_event_t;
 
 typedef struct ka_store_info {
-    ka_store_status_t status;
     int32_t conn_state; /* ka_pgconn_state_t */
     int32_t schema_version;
     ka_pgconn_stats_t stats;

@@ -62,7 +62,7 @@ spec:
 YAML
   "$KAGENT" --api-url "${API[1]}" apply -f "$CLUSTER_DIR/t.yaml" >/dev/null || fail "apply"
   for _ in $(seq 300); do
-    "$KAGENT" --api-url "${API[1]}" get template bench -o json | grep -q '"Prepared"' && break
+    "$KAGENT" --api-url "${API[1]}" get template bench -o json | grep '"Prepared"' >/dev/null && break
     sleep 0.1
   done
   until [ "$("$KAGENT" --api-url "${API[1]}" runtime nodes -o json | grep -c '"alive": *true')" = "$n" ]; do

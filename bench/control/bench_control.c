@@ -456,7 +456,7 @@ static int s_guest(ka_guest_req_t *q, ka_guest_reply_t *final)
         return -1;
     }
     *final = w.final;
-    return w.final.status.code;
+    return ka_err_code(w.final.err);
 }
 
 /* `true` through the service layer in one guest round trip: START with follow (the process,

@@ -26,7 +26,7 @@ for _ in $(seq "$runs"); do
 done
 k sandbox delete "$id" >/dev/null
 node_stop
-grep -c "event=sandbox_unpaused .*rc=0" "$WORK/node.log" | grep -qx "$runs" || node_fail "not $runs thaws in the log"
+grep -c "event=sandbox_unpaused .*rc=0" "$WORK/node.log" | grep -x "$runs" >/dev/null || node_fail "not $runs thaws in the log"
 us() { sed -n "s/.*event=$1 .*rc=0 us=\([0-9]*\).*/\1/p" "$WORK/node.log"; }
 thaw=$(us sandbox_unpaused | p50)
 freeze=$(us sandbox_paused | p50)

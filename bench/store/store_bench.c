@@ -37,7 +37,7 @@ static int s_issue(void);
 static void s_done(void *user, int err, const krt_msg_t *reply)
 {
     const ka_store_sandbox_reply_t *r = reply ? reply->body : NULL;
-    bool ok = !err && r && reply->len == sizeof(*r) && r->status.err == 0 && r->created;
+    bool ok = !err && r && reply->len == sizeof(*r) && r->created;
     if (atomic_load(&s_counting))
         atomic_fetch_add(ok ? &s_ok : &s_err, 1);
     if (krt_now_ms() < atomic_load(&s_end) && s_issue() == 0)

@@ -16,11 +16,6 @@ kb_grpc_code_t kb_api_code(int ka_code)
                                                          : KB_GRPC_UNKNOWN;
 }
 
-void kb_api_fail(kb_grpc_call_t *call, const ka_status_t *st)
-{
-    kb_grpc_fail(call, kb_api_code(st->code), st->message);
-}
-
 void kb_api_fail_err(kb_grpc_call_t *call, const ka_svc_status_t *st)
 {
     kb_grpc_fail(call, kb_api_code(ka_err_code(st->err)),

@@ -8,6 +8,7 @@
  * sees an OVERFLOW event once it reads again.
  */
 #include "api_int.h"
+#include "svc_frames.h"
 #include "checks.h"
 #include "ka_fsframes.h"
 #include "kagent/files/v1/files.pb-c.h"
@@ -103,8 +104,9 @@ static void s_unary_frame(void *user, const ka_guest_reply_t *f, size_t len)
     s_unary_t *u = user;
     if (!f->final)
         return;
-    if (f->status.code != KA_OK)
-        kb_api_fail(u->call, &f->status);
+    ka_svc_status_t st = ka_svc_status_of(f, len);
+    if (st.err)
+        kb_api_fail_err(u->call, &st);
     else
         s_answer(u, f);
     free(u);
@@ -235,7 +237,7 @@ typedef struct {
     bool sending;
     uint32_t in_flight; /* bytes of the event being sent (credit once it is done) */
     bool final_seen, gone, cancel_wanted;
-    ka_status_t final;
+    ka_frame_end_t final;
 } s_watch_t;
 
 static void s_watch_free(s_watch_t *w)
@@ -289,9 +291,9 @@ static bool s_pump(s_watch_t *w)
     }
     if (w->sending || !w->final_seen || (w->head && !w->gone))
         return false;
-    ka_status_t st = w->final;
+    ka_frame_end_t st = w->final;
     pthread_mutex_unlock(&w->lock);
-    kb_grpc_finish(w->call, kb_api_code(st.code), st.message);
+    kb_grpc_finish(w->call, kb_api_code(ka_err_code(st.err)), st.message);
     s_watch_free(w);
     return true;
 }
@@ -340,9 +342,9 @@ static void s_watch_frame(void *user, const ka_guest_reply_t *f, size_t len)
     }
     if (f->final) {
         w->final_seen = true;
-        w->final = f->status;
-        if (w->gone && w->final.code == KA_OK)
-            w->final.code = KA_CANCELLED;
+        ka_frame_end(&w->final, f, len);
+        if (w->gone && !w->final.err)
+            w->final.err = -ECANCELED;
     }
     if (!s_pump(w))
         pthread_mutex_unlock(&w->lock);

@@ -40,7 +40,7 @@ typedef struct {
     bool sending;
     uint64_t in_flight; /* data bytes of the send in flight (credit once it is done) */
     bool final_seen;
-    ka_status_t final;
+    ka_frame_end_t final;
     bool gone; /* the client went away: drop data, wait for the final frame */
     /* client streams */
     bool started; /* first message seen */
@@ -231,9 +231,9 @@ static bool s_pump(s_call_t *c)
     }
     if (c->sending || !c->final_seen || (!ka_frames_empty(&c->queue) && !c->gone))
         return false;
-    ka_status_t st = c->final;
+    ka_frame_end_t st = c->final;
     pthread_mutex_unlock(&c->lock);
-    kb_grpc_finish(c->call, kb_api_code(st.code), st.message);
+    kb_grpc_finish(c->call, kb_api_code(ka_err_code(st.err)), st.message);
     s_call_free(c);
     return true;
 }
@@ -267,15 +267,14 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
     pthread_mutex_lock(&c->lock);
     bool exit_kind = c->kind == K_OUTPUT || c->kind == K_EXEC; /* the exit is a message */
     if (!c->gone &&
-        (!f->final ||
-         (exit_kind && f->has_process && f->status.code == KA_OK && f->process.state == 2)) &&
+        (!f->final || (exit_kind && f->has_process && !f->err && f->process.state == 2)) &&
         ka_frames_push(&c->queue, f, len))
         c->gone = true;
     if (f->final) {
         c->final_seen = true;
-        c->final = f->status;
-        if (c->gone && c->final.code == KA_OK)
-            c->final.code = KA_CANCELLED;
+        ka_frame_end(&c->final, f, len);
+        if (c->gone && !c->final.err)
+            c->final.err = -ECANCELED;
     }
     if (!s_pump(c))
         pthread_mutex_unlock(&c->lock);

@@ -27,8 +27,6 @@ int kb_api_caller(kb_api_t *api, kb_grpc_call_t *call, char *out, size_t cap);
  * returns -1. */
 int kb_api_guest_target(kb_api_t *api, kb_grpc_call_t *call, char *caller, size_t ccap, char *id,
                         size_t icap);
-/* Answers a call with a control-plane status. */
-void kb_api_fail(kb_grpc_call_t *call, const ka_status_t *st);
 /* Answers a call with a service status (its errno through ka_errors' table). */
 void kb_api_fail_err(kb_grpc_call_t *call, const ka_svc_status_t *st);
 /* The call's deadline as a service timeout (ms, at most KA_SVC_TIMEOUT_MS). */

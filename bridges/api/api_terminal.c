@@ -20,6 +20,7 @@
  * final frame. The call is completed exactly once (answered).
  */
 #include "api_int.h"
+#include "svc_frames.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -40,12 +41,12 @@ typedef struct {
     kb_grpc_call_t *call;
     char caller[KB_AUTH_ID_MAX + 1];
     char sandbox[KA_STORE_ID_LEN];
-    bool begun;        /* the first message (start or attach) came */
-    bool attached;     /* an attach: going away leaves the process running */
-    uint64_t proc;     /* the process; 0 until a start's process frame */
-    krt_addr_t stream; /* the output stream */
-    bool final_seen;   /* its final frame came */
-    ka_status_t final; /* ... with this status */
+    bool begun;           /* the first message (start or attach) came */
+    bool attached;        /* an attach: going away leaves the process running */
+    uint64_t proc;        /* the process; 0 until a start's process frame */
+    krt_addr_t stream;    /* the output stream */
+    bool final_seen;      /* its final frame came */
+    ka_frame_end_t final; /* ... with this outcome */
     s_out_t *head, *tail;
     bool sending;       /* a send to the client is in flight */
     uint64_t in_flight; /* data bytes of that send (credit once it is done) */
@@ -56,7 +57,7 @@ typedef struct {
     bool answered;      /* the call was completed (or is, at the next s_unlock) */
     bool fin_due;       /* ... by s_unlock, with: */
     kb_grpc_code_t fin_code;
-    char fin_msg[sizeof(((ka_status_t *)0)->message)];
+    char fin_msg[KA_MSG_LEN];
 } s_term_t;
 
 static void s_unref(s_term_t *t)
@@ -195,7 +196,7 @@ static void s_pump(s_term_t *t)
         }
     }
     if (!t->sending && t->final_seen && (!t->head || t->gone))
-        s_answer(t, t->gone ? KB_GRPC_CANCELLED : kb_api_code(t->final.code),
+        s_answer(t, t->gone ? KB_GRPC_CANCELLED : kb_api_code(ka_err_code(t->final.err)),
                  t->gone ? "the client went away" : t->final.message);
 }
 
@@ -245,7 +246,7 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 {
     s_term_t *t = user;
     pthread_mutex_lock(&t->lock);
-    bool exited = f->has_process && f->status.code == KA_OK && f->process.state == 2;
+    bool exited = f->has_process && !f->err && f->process.state == 2;
     if (f->has_process && !f->final && !t->proc) {
         t->proc = f->process.proc;
         if (t->gone)
@@ -255,7 +256,7 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
         s_queue(t, f, len);
     if (f->final) {
         t->final_seen = true;
-        t->final = f->status;
+        ka_frame_end(&t->final, f, len);
     }
     s_pump(t);
     s_resume(t);

@@ -65,10 +65,11 @@ static ka_guest_req_t *f_req(kb_mcp_call_t *c, json_t *args, int op, const char 
 static ka_fs_page_t *f_paged(kb_mcp_call_t *c, ka_guest_req_t *q, json_t **res)
 {
     ka_guest_reply_t fin;
+    ka_frame_end_t end;
     void *tail = NULL;
-    if (kb_mcp_guest_call(c, q, &fin, &tail) != KA_OK) {
+    if (kb_mcp_guest_call(c, q, &fin, &end, &tail) != KA_OK) {
         free(tail);
-        *res = kb_mcp_status_error(&fin.status);
+        *res = kb_mcp_status_error(&end);
         return NULL;
     }
     ka_fs_page_t *pg = tail;
@@ -122,9 +123,10 @@ static json_t *t_files_stat(kb_mcp_call_t *c, json_t *args)
 static json_t *f_change(kb_mcp_call_t *c, ka_guest_req_t *q, json_t *obj)
 {
     ka_guest_reply_t fin;
-    if (kb_mcp_guest_call(c, q, &fin, NULL) != KA_OK) {
+    ka_frame_end_t end;
+    if (kb_mcp_guest_call(c, q, &fin, &end, NULL) != KA_OK) {
         json_decref(obj);
-        return kb_mcp_status_error(&fin.status);
+        return kb_mcp_status_error(&end);
     }
     return kb_mcp_ok(c, obj);
 }

@@ -12,6 +12,7 @@
 
 #include "mcp.h"
 #include "service.h"
+#include "svc_frames.h"
 
 #define KB_MCP_FILE_CAP      ((size_t)1 << 20) /* MCP transfers: 1 MiB of decoded data */
 #define KB_MCP_OUTPUT_CAP    ((size_t)1 << 20) /* read_sandbox_outputs: stdout+stderr per call */
@@ -104,14 +105,16 @@ typedef struct {
 extern const kb_mcp_tool_t kb_mcp_file_tools[KB_MCP_FILE_TOOLS_N];
 
 /* Helpers of mcp_tools.c for the tools of other files: an isError result "<CODE>: message";
- * the result of a failed status; a success result of obj (stolen); a guest request for args'
+ * the result of a failed call's end; a success result of obj (stolen); a guest request for args'
  * sandbox_id (NULL with *err, a result, set); a guest call (q consumed) returning the final
- * status code, its header in *fin and a copy of its tail in *tail (malloc'd, may be NULL). */
+ * status code, its header in *fin, its outcome in *end and a copy of its tail in *tail
+ * (malloc'd, may be NULL). */
 json_t *kb_mcp_error(int code, const char *message);
-json_t *kb_mcp_status_error(const ka_status_t *st);
+json_t *kb_mcp_status_error(const ka_frame_end_t *end);
 json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj);
 ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t tail, json_t **err);
-int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin, void **tail);
+int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin,
+                      ka_frame_end_t *end, void **tail);
 
 /* The tools/list array (new reference). */
 json_t *kb_mcp_tools_list(void);

@@ -225,7 +225,7 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
     s_wait_t *w = user;
     pthread_mutex_lock(&w->mu);
     if (ka_frames_push(&w->frames, f, len) && f->final) { /* out of memory: still end */
-        ka_svc_status_t st = ka_svc_status_of(&f->status);
+        ka_svc_status_t st = ka_svc_status_of(f, len);
         s_wait_end(w, &st);
     }
     pthread_cond_signal(&w->cv);
@@ -235,18 +235,29 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
 /* Takes data frames; returns false when it needs no more (the stream is then cancelled). */
 typedef bool (*s_data_fn)(void *u, const ka_guest_reply_t *f);
 
+/* A call that ended without a final frame from the sandbox: *fin and *end as if one failing
+ * with err and message had come. */
+static void s_no_final(ka_guest_reply_t *fin, ka_frame_end_t *end, int err, const char *message)
+{
+    ka_frame_fail_t f;
+    size_t len = ka_frame_final(&f, err, message);
+    ka_frame_end(end, &f.frame, len);
+    *fin = f.frame;
+    fin->tail_len = 0;
+}
+
 /* Drains a started stream: data frames go to on_data; *fin receives the final frame's header,
- * and *tail (when not NULL) a copy of its tail (malloc'd, fin->tail_len bytes; NULL if none).
- * Returns the final status code (ka_code_t). */
+ * *end its outcome, and *tail (when not NULL) a copy of its tail (malloc'd, fin->tail_len
+ * bytes; NULL if none). Returns the final status code (ka_code_t). */
 static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_addr_t stream,
-                   s_data_fn on_data, void *u, ka_guest_reply_t *fin, void **tail)
+                   s_data_fn on_data, void *u, ka_guest_reply_t *fin, ka_frame_end_t *end,
+                   void **tail)
 {
     if (tail)
         *tail = NULL;
-    memset(fin, 0, sizeof *fin);
     if (started.err) {
-        ka_frame_final(fin, ka_err_code(started.err), started.message);
-        return fin->status.code;
+        s_no_final(fin, end, started.err, started.message);
+        return ka_err_code(end->err);
     }
     int64_t deadline = krt_mono_ms() + KB_MCP_GUEST_WAIT_MS;
     bool cancelled = false, have_final = false;
@@ -266,6 +277,7 @@ static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_a
         if (f->final) {
             *fin = *f;
             fin->tail_len = 0;
+            ka_frame_end(end, f, fr->len);
             have_final = true;
             if (tail && f->tail_len && fr->len >= sizeof *f + f->tail_len &&
                 (*tail = malloc(f->tail_len))) {
@@ -282,15 +294,9 @@ static int s_drain(kb_mcp_call_t *c, s_wait_t *w, ka_svc_status_t started, krt_a
         pthread_mutex_lock(&w->mu);
     }
     if (!have_final)
-        ka_frame_final(fin, ka_err_code(w->err), w->msg);
+        s_no_final(fin, end, w->err, w->msg);
     pthread_mutex_unlock(&w->mu);
-    return fin->status.code;
-}
-
-static json_t *s_frame_error(const ka_guest_reply_t *fin)
-{
-    return s_error(fin->status.code ? fin->status.code : KA_INTERNAL, "%s",
-                   fin->status.message[0] ? fin->status.message : "the call failed");
+    return ka_err_code(end->err);
 }
 
 /* ---- results shared by tools ---------------------------------------------------------------- */
@@ -667,11 +673,12 @@ static json_t *t_read_outputs(kb_mcp_call_t *c, json_t *args)
     krt_addr_t stream = KRT_ADDR_NONE;
     ka_svc_status_t st = ka_svc_output(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_drain(c, &w, st, stream, s_outputs_data, &o, &fin, NULL);
+    ka_frame_end_t end;
+    int code = s_drain(c, &w, st, stream, s_outputs_data, &o, &fin, &end, NULL);
     s_wait_fini(&w);
     if (code != KA_OK && !(code == KA_CANCELLED && o.truncated)) {
         kb_mcp_outputs_free(&o);
-        return s_frame_error(&fin);
+        return kb_mcp_status_error(&end);
     }
     char *b0 = kb_mcp_b64_encode(o.buf[0], o.len[0]), *b1 = kb_mcp_b64_encode(o.buf[1], o.len[1]);
     bool exited = code == KA_OK && fin.has_process && fin.process.state == 2;
@@ -882,11 +889,12 @@ static json_t *t_read_file(kb_mcp_call_t *c, json_t *args)
     krt_addr_t stream = KRT_ADDR_NONE;
     ka_svc_status_t st = ka_svc_file_read(c->svc, &who, &a, s_on_frame, &w, &stream);
     ka_guest_reply_t fin;
-    int code = s_drain(c, &w, st, stream, s_read_data, &x, &fin, NULL);
+    ka_frame_end_t end;
+    int code = s_drain(c, &w, st, stream, s_read_data, &x, &fin, &end, NULL);
     s_wait_fini(&w);
     json_t *res;
     if (code != KA_OK && !(code == KA_CANCELLED && r.page_done)) {
-        res = s_frame_error(&fin);
+        res = kb_mcp_status_error(&end);
     } else if (r.oom) {
         res = s_error(KA_INTERNAL, "out of memory");
     } else {
@@ -1306,10 +1314,11 @@ json_t *kb_mcp_error(int code, const char *message)
     return s_error(code, "%s", message);
 }
 
-json_t *kb_mcp_status_error(const ka_status_t *st)
+json_t *kb_mcp_status_error(const ka_frame_end_t *end)
 {
-    return s_error(st->code ? st->code : KA_INTERNAL, "%s",
-                   st->message[0] ? st->message : "the call failed");
+    int code = ka_err_code(end->err);
+    return s_error(code ? code : KA_INTERNAL, "%s",
+                   end->message[0] ? end->message : "the call failed");
 }
 
 json_t *kb_mcp_ok(kb_mcp_call_t *c, json_t *obj)
@@ -1330,13 +1339,14 @@ ka_guest_req_t *kb_mcp_guest_req(kb_mcp_call_t *c, json_t *args, int op, size_t 
     return q;
 }
 
-int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin, void **tail)
+int kb_mcp_guest_call(kb_mcp_call_t *c, ka_guest_req_t *q, ka_guest_reply_t *fin,
+                      ka_frame_end_t *end, void **tail)
 {
     s_wait_t w;
     s_wait_init(&w);
     krt_addr_t stream = KRT_ADDR_NONE;
     ka_svc_status_t st = ka_svc_guest_send(c->svc, q, s_on_frame, &w, &stream);
-    int code = s_drain(c, &w, st, stream, NULL, NULL, fin, tail);
+    int code = s_drain(c, &w, st, stream, NULL, NULL, fin, end, tail);
     s_wait_fini(&w);
     return code;
 }

@@ -20,12 +20,9 @@
 static void s_answer_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     if (msg->type == KA_SBX_GUEST) {
-        ka_guest_reply_t f;
-        memset(&f, 0, sizeof f);
-        f.final = 1;
-        f.status.code = KA_NOT_FOUND;
-        snprintf(f.status.message, sizeof f.status.message, "%s", KA_MSG_NOT_FOUND);
-        krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, sizeof f);
+        ka_frame_fail_t f;
+        size_t len = ka_frame_final(&f, -ENOENT, KA_MSG_NOT_FOUND);
+        krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, len);
     } else if (msg->ref) {
         krt_reply_error(ctx, msg, -ENOENT, KA_MSG_NOT_FOUND);
     }

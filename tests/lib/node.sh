@@ -9,6 +9,8 @@
 # Hooks: a function node_prestart, if defined, runs once WORK exists (before the config is
 # written); NODE_LISTEN_YAML is added under `listen:` and NODE_EXTRA_YAML at the end of the
 # config; NODE_SCHEME (http) starts API; NODE_CLI_FLAGS are passed to every kagent call here.
+# Under pipefail a check is `cmd | grep X >/dev/null`, never `| grep -q`: grep -q quits at the
+# first match, cmd can then die of SIGPIPE and fail the check although the text matched.
 set -euo pipefail
 # shellcheck source=uids.sh
 . "$(dirname "${BASH_SOURCE[0]}")/uids.sh"
@@ -95,7 +97,7 @@ YAML
     node_fail "apply $name"
   for _ in $(seq 300); do
     # shellcheck disable=SC2086
-    "$KAGENT" ${NODE_CLI_FLAGS:-} --api-url "$API" get template "$name" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
+    "$KAGENT" ${NODE_CLI_FLAGS:-} --api-url "$API" get template "$name" -o json 2>/dev/null | grep '"Prepared"' >/dev/null && return 0
     sleep 0.1
   done
   node_fail "template $name never became Ready"

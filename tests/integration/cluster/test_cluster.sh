@@ -104,7 +104,7 @@ import json, sys
 roots = [n["path"].split("/")[0] for n in json.load(sys.stdin)]
 assert roots[0] == "node-2" and set(roots) == {"node-1", "node-2", "node-3"}, roots
 ' || fail "runtime tree across the cluster"
-"$KAGENT" --api-url "${API[2]}" runtime tree | grep -q '^node-3' ||
+"$KAGENT" --api-url "${API[2]}" runtime tree | grep '^node-3' >/dev/null ||
   fail "the drawn cluster tree has no node-3: $("$KAGENT" --api-url "${API[2]}" runtime tree | head)"
 err=$("$KAGENT" --api-url "${API[2]}" runtime tree --node 999 2>&1) && fail "a tree of node 999"
 [[ $err == *"code = Unavailable desc = node 999 did not answer"* ]] || fail "node 999: $err"
@@ -184,7 +184,7 @@ until [ "$(seen 1 node-2 2)" = 1 ] && [ "$(seen 1 node-2 4)" = 1 ] && [ "$(seen 
   [ "$(ms_since "$t0")" -lt 20000 ] || fail "node-2 did not rejoin: $(view 1)"
   sleep 0.2
 done
-"$KAGENT" --api-url "${API[1]}" runtime tree --node "$id2" -o json | grep -q '"node-2/supervisor"' ||
+"$KAGENT" --api-url "${API[1]}" runtime tree --node "$id2" -o json | grep '"node-2/supervisor"' >/dev/null ||
   fail "node 1 cannot reach node 2's tree after it rejoined"
 
 # ---- 5. a clean stop (SIGTERM) of node 2 ends its lease at once, not a lease later ------------

@@ -137,7 +137,7 @@ spec:
 YAML
   k "$1" apply -f "$CLUSTER_DIR/$2.yaml" >/dev/null || fail "apply $2"
   for _ in $(seq 300); do
-    k "$1" get template "$2" -o json 2>/dev/null | grep -q '"Prepared"' && return 0
+    k "$1" get template "$2" -o json 2>/dev/null | grep '"Prepared"' >/dev/null && return 0
     sleep 0.1
   done
   fail "template $2 never became Ready"
@@ -183,8 +183,8 @@ print(d["sandboxes"][0]["id"])') || fail "fork through node 2"
 [ "$(get 1 "$fork" node)" = node-3 ] && [ "$(get 1 "$fork" state)" = RUNTIME_STATE_READY ] ||
   fail "the fork through node 2: $(get 1 "$fork" node) $(get 1 "$fork" state)"
 [ "$(k 1 sandbox exec "$fork" -- sh -c 'wc -c < data/blob')" = 67108864 ] || fail "the fork's /data"
-k 1 sandbox list -o json | grep -q "$sbx" || fail "list through node 1"
-k 3 sandbox list -o json | grep -q "$sbx" || fail "list through node 3"
+k 1 sandbox list -o json | grep "$sbx" >/dev/null || fail "list through node 1"
+k 3 sandbox list -o json | grep "$sbx" >/dev/null || fail "list through node 3"
 mcp() { # i tool arguments-json -> the tool result's text (fails on a JSON-RPC or tool error)
   curl -fsS -X POST -H 'content-type: application/json' -H 'accept: application/json' \
     -H 'x-user-id: admin@kagent.dev' "${API[$1]}/mcp" -d "{\"jsonrpc\":\"2.0\",\"id\":7,
@@ -210,9 +210,9 @@ err=$("$KAGENT" --api-url "${API[2]}" --user-id mallory@example.com sandbox exec
 [[ $err == *NotFound* ]] || fail "another identity's exec through node 2: $err"
 
 # ---- 3. drain ------------------------------------------------------------------------------------
-k 3 runtime drain "$id1" | grep -q "node $id1 (node-1) drained" || fail "drain node 1"
+k 3 runtime drain "$id1" | grep "node $id1 (node-1) drained" >/dev/null || fail "drain node 1"
 t0=$(date +%s%N)
-until k 1 runtime nodes | grep -q 'node-1 .*true (draining)'; do
+until k 1 runtime nodes | grep 'node-1 .*true (draining)' >/dev/null; do
   [ "$(ms_since "$t0")" -lt 60000 ] || fail "node 1 does not show draining"; sleep 0.2
 done
 for n in 1 2 3 4; do

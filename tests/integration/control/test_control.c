@@ -30,6 +30,7 @@
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
+#include "svc_frames.h"
 #include "templates_actor.h"
 
 #define NS      "kagent"
@@ -80,10 +81,16 @@ static void s_images(int type, const char *arg, const char *name, ka_images_repl
         fail_msg("images request %d %s: %s", type, arg, out->message);
 }
 
+/* A call's outcome as the tests read it: its code and message ("" on success). */
+typedef struct {
+    int code;
+    char message[KA_MSG_LEN];
+} t_status_t;
+
 /* A sandbox call's answer as the tests read it: its status, then the success reply's fields
  * (zero for a failure, which is an error reply: its message only). */
 typedef struct {
-    ka_status_t status;
+    t_status_t status;
     ka_store_sandbox_t sandbox;
     uint8_t paused;
 } t_reply_t;
@@ -91,7 +98,7 @@ typedef struct {
 /* Unary call; returns the code; copies a success reply (up to cap) into out, and the message
  * of an error reply into *st (may be NULL). */
 static int s_call_st(uint32_t type, const void *body, size_t len, void *out, size_t cap,
-                     ka_status_t *st)
+                     t_status_t *st)
 {
     krt_reply_t r;
     int code = ka_svc_call_sync(T.svc, type, body, len, TIMEOUT, &r);
@@ -160,7 +167,7 @@ static char *s_template_yaml(const char *name, const char *image, const char *po
     return y;
 }
 
-static int s_apply(const char *yaml, ka_status_t *st)
+static int s_apply(const char *yaml, t_status_t *st)
 {
     size_t yl = strlen(yaml);
     ka_tpl_apply_t *a = calloc(1, sizeof *a + yl + 1);
@@ -244,7 +251,8 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool done;
-    ka_guest_reply_t final;
+    ka_guest_reply_t final; /* its header */
+    ka_frame_end_t end;     /* its outcome */
     char out[65536];
     size_t out_len;
     char err[4096];
@@ -257,6 +265,7 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
     pthread_mutex_lock(&c->lock);
     if (f->final) {
         c->final = *f;
+        ka_frame_end(&c->end, f, len);
         c->done = true;
         pthread_cond_signal(&c->cond);
     } else if (f->stream == KA_STREAM_STDERR) {
@@ -293,7 +302,7 @@ static int s_guest(ka_guest_req_t *q, s_frames_t *c)
         }
     pthread_mutex_unlock(&c->lock);
     free(q);
-    return c->final.status.code;
+    return ka_err_code(c->end.err);
 }
 
 /* Starts argv (NULL-terminated) in sandbox id as caller; returns the code, proc in *proc. */
@@ -463,7 +472,7 @@ static int s_teardown(void **state)
 
 static void test_template_validation_and_ready(void **unused)
 {
-    ka_status_t st;
+    t_status_t st;
     char *bad = s_template_yaml("tagged", "registry.example.com/tools:1.0", "kagent-default");
     assert_int_equal(s_apply(bad, &st), KA_INVALID_ARGUMENT);
     assert_non_null(strstr(st.message, "spec.workload.image: Invalid value"));
@@ -651,7 +660,7 @@ static void s_race_frame(void *user, const ka_guest_reply_t *f, size_t len)
     if (!f->final)
         return;
     pthread_mutex_lock(&c->race->lock);
-    c->race->codes[c->i] = f->status.code;
+    c->race->codes[c->i] = ka_err_code(f->err);
     c->race->answered++;
     pthread_cond_broadcast(&c->race->cond);
     pthread_mutex_unlock(&c->race->lock);
@@ -955,7 +964,7 @@ static void test_suspend_ends_open_guest_calls(void **unused)
     bool done = c->done;
     pthread_mutex_unlock(&c->lock);
     assert_true(done);
-    assert_int_equal(c->final.status.code, KA_FAILED_PRECONDITION);
+    assert_int_equal(ka_err_code(c->end.err), KA_FAILED_PRECONDITION);
     free(c);
     assert_int_equal(s_lifecycle(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
 }

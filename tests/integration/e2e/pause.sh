@@ -27,7 +27,7 @@ pid=$(k sandbox exec "$id" -- cat pid 2>/dev/null)
 [[ $pid =~ ^[0-9]+$ ]] || fail "no pid from the counter: '$pid'"
 hostpid() { # the counter as the host sees it: the task in the cgroup whose cmdline is the loop
   for p in $(cat "$cg/cgroup.procs"); do
-    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q 'mv c.tmp counter'; then
+    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep 'mv c.tmp counter' >/dev/null; then
       grep -q "^NSpid:.*[[:space:]]$pid\$" "/proc/$p/status" && { echo "$p"; return; }
     fi
   done
@@ -77,7 +77,7 @@ k sandbox pause "$id" -o json | python3 -c 'import json,sys; d=json.load(sys.std
 k sandbox get "$id" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["state"] == "RUNTIME_STATE_READY" and not d["guest"].get("processExecution", False), d' ||
   fail "get of a paused sandbox: guest capabilities not off"
 check_paused cli
-k sandbox unpause "$id" | grep -q "^paused: no" || fail "unpause output"
+k sandbox unpause "$id" | grep "^paused: no" >/dev/null || fail "unpause output"
 check_counting cli
 
 # 2. MCP's tools (same identity as the CLI's default)
@@ -120,7 +120,7 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["isError"]
 
 # 3. delete while paused: gone, with its cgroup
 k sandbox pause "$id" >/dev/null
-k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete of a paused sandbox"
+k sandbox delete "$id" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete of a paused sandbox"
 for d in "$cg" "$frz" "$acct"; do [ ! -d "$d" ] || fail "the paused sandbox's cgroup $d is left behind"; done
 kill -0 "$hp" 2>/dev/null && fail "the counter's process $hp outlived the delete"
 

@@ -18,7 +18,7 @@ short=$(k sandbox create scratch --request-id short --ttl 3s -o json | field id)
 live_exp=$(k sandbox get "$live" -o json | field expiresAt)
 k sandbox exec "$susp" -- sh -c 'echo kept > /data/workspace/k.txt' >/dev/null 2>&1 || fail "exec"
 k sandbox exec "$live" -- sh -c 'echo acked > /data/workspace/live.txt' >/dev/null 2>&1 || fail "exec"
-k sandbox suspend "$susp" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend"
+k sandbox suspend "$susp" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend"
 
 kill -KILL "$NODE_PID"
 wait "$NODE_PID" 2>/dev/null || true
@@ -30,20 +30,20 @@ state() { k sandbox get "$1" -o json | field state; }
 settled() { k sandbox get "$1" -o json | python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('state',''), d.get('operation','RUNTIME_OPERATION_NONE'))"; }
 for _ in $(seq 100); do [ "$(settled "$live")" = "RUNTIME_STATE_SUSPENDED RUNTIME_OPERATION_NONE" ] && break; sleep 0.1; done
 [ "$(state "$live")" = RUNTIME_STATE_SUSPENDED ] || fail "live sandbox is $(state "$live"), want SUSPENDED"
-k sandbox get "$live" -o json | grep -q ComputeLost || fail "no ComputeLost reason"
+k sandbox get "$live" -o json | grep ComputeLost >/dev/null || fail "no ComputeLost reason"
 [ "$(k sandbox get "$live" -o json | field expiresAt)" = "$live_exp" ] || fail "expiry changed"
 for _ in $(seq 100); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done
 [ "$(state "$short")" = RUNTIME_STATE_DELETED ] || fail "expired sandbox is $(state "$short")"
 [ "$(state "$susp")" = RUNTIME_STATE_SUSPENDED ] || fail "suspended sandbox is $(state "$susp")"
-k sandbox resume "$susp" | grep -q RUNTIME_STATE_READY || fail "resume after restart"
+k sandbox resume "$susp" | grep RUNTIME_STATE_READY >/dev/null || fail "resume after restart"
 out=$(k sandbox exec "$susp" -- cat /data/workspace/k.txt 2>/dev/null)
 [ "$out" = kept ] || fail "/data lost across the restart: '$out'"
-k sandbox list | grep -q "$live" || fail "record lost"
-k sandbox resume "$live" | grep -q RUNTIME_STATE_READY || fail "resume of the lost sandbox"
+k sandbox list | grep "$live" >/dev/null || fail "record lost"
+k sandbox resume "$live" | grep RUNTIME_STATE_READY >/dev/null || fail "resume of the lost sandbox"
 [ "$(k sandbox get "$live" -o json | field expiresAt)" = "$live_exp" ] || fail "resume changed the expiry"
 out=$(k sandbox exec "$live" -- cat /data/workspace/live.txt 2>/dev/null)
 [ "$out" = acked ] || fail "the crash lost /data: '$out'"
-k sandbox delete "$live" | grep -q RUNTIME_STATE_DELETED || fail "delete the resumed sandbox"
+k sandbox delete "$live" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete the resumed sandbox"
 k sandbox delete "$susp" >/dev/null
 node_stop
 echo "PASS restart"

@@ -19,16 +19,16 @@ TOOLS_REF=$(k image import "$WORK/tools.tar" --name kagent/tools -o json | jq -r
 [[ $TOOLS_REF == kagent/tools@sha256:* ]] || fail "image import gave '$TOOLS_REF'"
 node_apply_template scratch
 
-k sandbox templates | grep -q "^kagent  *scratch  *kagent/tools@sha256:" || fail "templates"
+k sandbox templates | grep "^kagent  *scratch  *kagent/tools@sha256:" >/dev/null || fail "templates"
 export SANDBOX_ID=$(k sandbox create scratch --request-id my-first-sandbox -o json | jq -r '.id')
 [[ $SANDBOX_ID =~ ^[0-9a-f-]{36}$ ]] || fail "create gave '$SANDBOX_ID'"
-k sandbox exec "$SANDBOX_ID" -- python --version 2>/dev/null | grep -q "^Python 3\." || fail "python --version"
+k sandbox exec "$SANDBOX_ID" -- python --version 2>/dev/null | grep "^Python 3\." >/dev/null || fail "python --version"
 printf 'b\na\nc\n' > "$WORK/in.txt"
 k sandbox upload "$SANDBOX_ID" "$WORK/in.txt" in.txt >/dev/null || fail "upload"
 k sandbox exec "$SANDBOX_ID" -- python -c \
   'open("out.txt","w").write("".join(sorted(open("in.txt"))))' >/dev/null 2>&1 || fail "exec python"
 k sandbox download "$SANDBOX_ID" out.txt "$WORK/out.txt" >/dev/null || fail "download"
 [ "$(cat "$WORK/out.txt")" = "$(printf 'a\nb\nc')" ] || fail "download content: $(cat "$WORK/out.txt")"
-k sandbox delete "$SANDBOX_ID" | grep -q RUNTIME_STATE_DELETED || fail "delete"
+k sandbox delete "$SANDBOX_ID" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete"
 node_stop
 echo "PASS seed walkthrough with python"

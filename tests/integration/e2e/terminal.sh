@@ -23,21 +23,21 @@ id=$(k sandbox create scratch --request-id tty-test -o json 0<&- | python3 -c 'i
 # until CMD succeeds, at most $1 seconds
 until_ok() { local t=$1; shift; local end=$((SECONDS + t)); until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done; }
 screen() { T capture-pane -p -t tty; }
-shows() { screen | grep -q -- "$1"; }
+shows() { screen | grep -- "$1" >/dev/null; }
 
 # --- a shell on a terminal, in tmux -----------------------------------------------------------
 T new-session -d -s tty -x 100 -y 30 \
   "'$KAGENT' --api-url '$API' sandbox exec -it '$id' -- sh -i; echo \$? > '$WORK/exit1'; sleep 600"
 until_ok 20 shows 'workspace \$' || fail "no prompt on the terminal: $(screen)"
 T send-keys -t tty 'echo $((6*7))' Enter
-until_ok 10 eval 'screen | grep -qx "42"' || fail "echo \$((6*7)) did not print 42: $(screen)"
+until_ok 10 eval 'screen | grep -x "42" >/dev/null' || fail "echo \$((6*7)) did not print 42: $(screen)"
 T send-keys -t tty 'stty size' Enter
-until_ok 10 eval 'screen | grep -qx "30 100"' || fail "stty size is not 30 100: $(screen)"
+until_ok 10 eval 'screen | grep -x "30 100" >/dev/null' || fail "stty size is not 30 100: $(screen)"
 T resize-window -t tty -x 120 -y 40
 until_ok 10 eval '[ "$(T display -p -t tty "#{pane_height} #{pane_width}")" = "40 120" ]' ||
   fail "tmux did not resize"
 T send-keys -t tty 'clear; stty size' Enter
-until_ok 10 eval 'screen | grep -qx "40 120"' || fail "stty size did not follow the resize: $(screen)"
+until_ok 10 eval 'screen | grep -x "40 120" >/dev/null' || fail "stty size did not follow the resize: $(screen)"
 T send-keys -t tty C-d
 until_ok 10 test -s "$WORK/exit1" || fail "Ctrl-D did not end the session: $(screen)"
 [ "$(cat "$WORK/exit1")" = 0 ] || fail "exec -it exited $(cat "$WORK/exit1") after Ctrl-D, want 0"

@@ -10,8 +10,8 @@ node_apply_template scratch
 k() { "$KAGENT" --api-url "$API" "$@"; }
 
 # 1. templates
-k sandbox templates -n kagent | grep -q "^kagent  *scratch  *test/tools@sha256:" || fail "templates table"
-k get template scratch | grep -q "Prepared" || fail "get template shows Ready"
+k sandbox templates -n kagent | grep "^kagent  *scratch  *test/tools@sha256:" >/dev/null || fail "templates table"
+k get template scratch | grep "Prepared" >/dev/null || fail "get template shows Ready"
 
 # 2. create (idempotent)
 id=$(k sandbox create scratch --request-id my-first-sandbox -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
@@ -35,8 +35,8 @@ set +e; k sandbox exec "$id" -- no-such-program >/dev/null 2>&1; rc=$?; set -e
 
 # 4. upload / download
 head -c 300000 /dev/urandom > "$WORK/blob.bin"
-k sandbox upload "$id" "$WORK/blob.bin" data/blob.bin | grep -q "Wrote 300000 bytes" || fail "upload"
-k sandbox exec "$id" -- sh -c 'wc -c < data/blob.bin' 2>/dev/null | grep -q 300000 || fail "uploaded size"
+k sandbox upload "$id" "$WORK/blob.bin" data/blob.bin | grep "Wrote 300000 bytes" >/dev/null || fail "upload"
+k sandbox exec "$id" -- sh -c 'wc -c < data/blob.bin' 2>/dev/null | grep 300000 >/dev/null || fail "uploaded size"
 echo old > "$WORK/back.bin"
 k sandbox download "$id" data/blob.bin "$WORK/back.bin" >/dev/null || fail "download"
 cmp -s "$WORK/blob.bin" "$WORK/back.bin" || fail "download differs"
@@ -47,20 +47,20 @@ set +e; k sandbox download "$id" data/missing.bin "$WORK/back.bin" >/dev/null 2>
 k sandbox list > "$WORK/list"
 grep -q "^ID .* OPERATION  *NODE  *EXPIRES" "$WORK/list" || fail "list has no NODE column: $(cat "$WORK/list")"
 grep -q "^$id .* node-1  " "$WORK/list" || fail "list lacks the sandbox on node-1: $(cat "$WORK/list")"
-k --user-id bob@example.com sandbox list | grep -q "$id" && fail "another user lists it"
+k --user-id bob@example.com sandbox list | grep "$id" >/dev/null && fail "another user lists it"
 set +e; k --user-id bob@example.com sandbox get "$id" >/dev/null 2>"$WORK/err"; rc=$?; set -e
 [ $rc != 0 ] && grep -q "NotFound" "$WORK/err" || fail "another user can get it: $(cat "$WORK/err")"
 set +e; k --user-id bob@example.com sandbox exec "$id" -- true >/dev/null 2>"$WORK/err"; rc=$?; set -e
 [ $rc != 0 ] || fail "another user can exec"
 
 # 6. delete: DELETED, guest refused, create replay returns the tombstone
-k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
+k sandbox delete "$id" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete"
 set +e; k sandbox exec "$id" -- true >/dev/null 2>"$WORK/err"; rc=$?; set -e
 [ $rc != 0 ] && grep -q "Sandbox is not ready or has expired" "$WORK/err" || fail "exec after delete: $(cat "$WORK/err")"
-k sandbox create scratch --request-id my-first-sandbox | grep -q "$id.*RUNTIME_STATE_DELETED" || fail "replay after delete"
+k sandbox create scratch --request-id my-first-sandbox | grep "$id.*RUNTIME_STATE_DELETED" >/dev/null || fail "replay after delete"
 
 # 7. the operator's view
-k runtime tree | grep -q sandboxes || fail "runtime tree"
+k runtime tree | grep sandboxes >/dev/null || fail "runtime tree"
 curl -fsS "$API/metrics" > "$WORK/metrics" || fail "metrics" # (grep -q on a pipe: SIGPIPE)
 grep -q '^kagent_sandboxes_live ' "$WORK/metrics" || fail "metrics: no kagent_sandboxes_live"
 

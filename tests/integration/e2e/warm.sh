@@ -81,11 +81,11 @@ ttl = ts(s["expiresAt"]) - ts(s["createdAt"])
 assert abs(ttl - 600) < 2, ttl
 PY
 k --user-id bob@example.com sandbox get "$id" >/dev/null 2>&1 && fail "another user sees the warm-claimed sandbox"
-k sandbox list | grep -q "$id" || fail "its owner does not list it"
+k sandbox list | grep "$id" >/dev/null || fail "its owner does not list it"
 
 # the template env reaches its processes, never PID 1
 [ "$(k sandbox exec "$id" -- sh -c 'echo $WARM_PROBE')" = one ] || fail "WARM_PROBE not in the process env"
-k sandbox exec "$id" -- cat /proc/self/environ | tr '\0' '\n' | grep -qx WARM_PROBE=one || fail "WARM_PROBE not in /proc/self/environ"
+k sandbox exec "$id" -- cat /proc/self/environ | tr '\0' '\n' | grep -x WARM_PROBE=one >/dev/null || fail "WARM_PROBE not in /proc/self/environ"
 cg=$(cgroup_of "$id")
 [ -n "$cg" ] || fail "no cgroup for $id"
 init=

@@ -93,7 +93,7 @@ echo "MCP: ok"
 # ---- the kagent CLI ------------------------------------------------------------------------
 k() { "$KAGENT" --api-url "$API" --user-id alice@example.com "$@"; }
 for c in ls stat rm mkdir mv watch; do
-  k sandbox "$c" --help | grep -q "kagent sandbox $c" || node_fail "kagent sandbox $c --help"
+  k sandbox "$c" --help | grep "kagent sandbox $c" >/dev/null || node_fail "kagent sandbox $c --help"
 done
 [ "$(k sandbox ls "$sid" many | wc -l)" = 1500 ] || node_fail "ls many: not 1500 lines"
 k sandbox ls "$sid" many | sort -c || node_fail "ls many: not in name order"
@@ -103,7 +103,7 @@ assert len(e) == 1500 and e[0]["name"] == "f0" and e[0]["type"] == "FILE_TYPE_FI
   node_fail "ls -o json"
 k sandbox mkdir -p --mode 0750 "$sid" cli/x/y
 k sandbox ls -l "$sid" cli/x | grep -Eq '^dir +0750 +[0-9]+ .* y$' || node_fail "ls -l: $(k sandbox ls -l "$sid" cli/x)"
-k sandbox stat "$sid" cli/x/y | grep -q '^Type: *dir' || node_fail "stat"
+k sandbox stat "$sid" cli/x/y | grep '^Type: *dir' >/dev/null || node_fail "stat"
 k sandbox stat -o json "$sid" cli/x/y | python3 -c 'import json,sys
 j = json.load(sys.stdin)
 assert j["name"] == "y" and j["mode"] == 0o750, j' || node_fail "stat -o json"
@@ -128,7 +128,7 @@ expect_fail PermissionDenied sandbox ls "$sid" ../..
 expect_fail PermissionDenied sandbox ls "$sid" badlink/
 expect_fail PermissionDenied sandbox rm -r "$sid" /etc
 expect_fail PermissionDenied sandbox stat "$sid" uplink/etc/passwd
-k sandbox rm -r -o json "$sid" cli | grep -q '"removed": "cli"' || node_fail "rm -r -o json"
+k sandbox rm -r -o json "$sid" cli | grep '"removed": "cli"' >/dev/null || node_fail "rm -r -o json"
 expect_fail NotFound sandbox ls "$sid" cli
 # watch: one line per event until Ctrl-C (SIGINT), which ends it with status 0
 k sandbox mkdir "$sid" wcli

@@ -15,16 +15,16 @@ build=${KAGENT_BUILD_DIR:?}
 uid_base=$(test_uid_base)
 
 # --help / --version / bad flag
-"$kagentd" --help | grep -q -- '--config FILE' || fail "--help lacks --config"
-"$kagentd" --version | grep -qE '^kagentd [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+"$kagentd" --help | grep -- '--config FILE' >/dev/null || fail "--help lacks --config"
+"$kagentd" --version | grep -E '^kagentd [0-9]+\.[0-9]+\.[0-9]+$' >/dev/null || fail "--version"
 set +e; "$kagentd" --bogus 2>"$work/err"; rc=$?; set -e
 [ $rc = 2 ] || fail "unknown flag exits $rc, want 2"
 
 # the example config, with a digest, is valid as shipped
 sed "s|    digest: \"\"|    digest: \"$digest\"|; s|stateDir: /var/lib/kagent|stateDir: $work/state|" \
   "$src/deploy/kagentd.example.yaml" > "$work/good.yaml"
-"$kagentd" --config "$work/good.yaml" --check-config | grep -q valid || fail "example config refused"
-"$kagentd" --config "$work/good.yaml" --print-config | grep -q "digest: \"$digest\"" || fail "--print-config"
+"$kagentd" --config "$work/good.yaml" --check-config | grep valid >/dev/null || fail "example config refused"
+"$kagentd" --config "$work/good.yaml" --print-config | grep "digest: \"$digest\"" >/dev/null || fail "--print-config"
 
 # a misspelt key and a wrong type are refused with key and line
 printf 'sandbox:\n  guestImage:\n    digest: %s\nlisten:\n  prot: 80\n' "$digest" > "$work/typo.yaml"

@@ -110,7 +110,7 @@ m0=$(metrics_now)
 
 # --- suspend: objects written, checked by awscli
 t0=$(ms)
-k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend"
+k sandbox suspend "$id" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend"
 t1=$(ms)
 keys=$(awsls "$id")
 grep -qx "kagent/$id/manifest.json" <<< "$keys" || fail "no manifest in the bucket: $keys"
@@ -142,7 +142,7 @@ m1=$(metrics_now)
 
 # --- resume: /data byte for byte
 t2=$(ms)
-k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume"
+k sandbox resume "$id" | grep RUNTIME_STATE_READY >/dev/null || fail "resume"
 t3=$(ms)
 [ "$(sum "$id")" = "$before" ] || fail "/data differs after resume"
 k sandbox exec "$id" -- sh -c '[ -L /data/workspace/link ] && [ -d /data/workspace/d/e ] &&
@@ -152,11 +152,11 @@ echo "BENCH name=snapshot_s3_suspend_64MiB_10kfiles value=$((t1 - t0)) unit=ms"
 echo "BENCH name=snapshot_s3_resume_64MiB_10kfiles value=$((t3 - t2)) unit=ms"
 
 # --- a second suspend replaces the archive (the old one deleted after the new is referenced)
-k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 2"
+k sandbox suspend "$id" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend 2"
 keys=$(awsls "$id")
 [ "$(echo "$keys" | grep -c '\.tar\.zst$')" = 1 ] || fail "want one archive after the second suspend: $keys"
 grep -qx "$first" <<< "$keys" && fail "the old archive is still there"
-k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume 2"
+k sandbox resume "$id" | grep RUNTIME_STATE_READY >/dev/null || fail "resume 2"
 [ "$(sum "$id")" = "$before" ] || fail "/data differs after the second resume"
 # the failures below need the big file only: the small files go (they cost each transfer time)
 k sandbox exec "$id" -- sh -c 'chmod -R u+rwx many && rm -rf many' >/dev/null 2>&1 || fail "rm the small files"
@@ -172,7 +172,7 @@ echo "suspend without storage: $out"
 s3_start
 
 # --- storage unreachable during resume: clear error, SUSPENDED; back: resume works
-k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 3"
+k sandbox suspend "$id" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend 3"
 s3_stop
 out=$(k sandbox resume "$id" 2>&1) && fail "resume without storage succeeded: $out"
 grep -qi 'unreachable' <<< "$out" || fail "unclear resume error: $out"
@@ -199,7 +199,7 @@ grep -q 'InvalidAccessKeyId' <<< "$out" || fail "unclear credentials error on re
 echo "wrong credentials on resume: $out"
 [ "$(state "$id")" = RUNTIME_STATE_SUSPENDED ] || fail "after refused credentials on resume the sandbox is $(state "$id")"
 creds S3RVER "$S3PORT"
-k sandbox resume "$id" | grep -q RUNTIME_STATE_READY || fail "resume after the failed ones"
+k sandbox resume "$id" | grep RUNTIME_STATE_READY >/dev/null || fail "resume after the failed ones"
 [ "$(sum "$id")" = "$before" ] || fail "/data differs after the resume that followed the failed ones"
 
 # --- storage killed mid-transfer during a suspend: a clear error, READY with its /data, the
@@ -217,7 +217,7 @@ echo "storage killed during suspend: $out"
 s3_aws s3 cp "s3://snaps/kagent/$id/manifest.json" "$WORK/manifest.after" >/dev/null || fail "aws s3 cp"
 cmp -s "$WORK/manifest.before" "$WORK/manifest.after" || fail "the manifest changed in a suspend cut off"
 named=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["object"])' "$WORK/manifest.after")
-awsls "$id" | grep -qx "kagent/$named" || fail "the archive the manifest names is gone: $(awsls "$id")"
+awsls "$id" | grep -x "kagent/$named" >/dev/null || fail "the archive the manifest names is gone: $(awsls "$id")"
 
 # --- wrong credentials on a suspend: a clear error, READY
 creds WRONGKEY "$S3PORT"
@@ -228,16 +228,16 @@ echo "wrong credentials on suspend: $out"
 creds S3RVER "$S3PORT"
 
 # --- delete removes every object of the sandbox
-k sandbox suspend "$id" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend 4"
+k sandbox suspend "$id" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend 4"
 [ -n "$(awsls "$id")" ] || fail "objects missing before delete"
-k sandbox delete "$id" | grep -q RUNTIME_STATE_DELETED || fail "delete"
+k sandbox delete "$id" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete"
 [ -z "$(awsls "$id")" ] || fail "objects left after delete: $(awsls "$id")"
 
 # --- expiry removes the objects too
 # (a TTL that outlasts the exec, suspend and listing below on a loaded machine: 15 s did not)
 short=$(k sandbox create s3tpl --request-id s3-short --ttl 45s -o json | field id)
 k sandbox exec "$short" -- sh -c 'echo x > /data/workspace/x' >/dev/null 2>&1 || fail "write short"
-k sandbox suspend "$short" | grep -q RUNTIME_STATE_SUSPENDED || fail "suspend short"
+k sandbox suspend "$short" | grep RUNTIME_STATE_SUSPENDED >/dev/null || fail "suspend short"
 [ -n "$(awsls "$short")" ] || fail "no objects for the short-lived sandbox"
 [ "$(state "$short")" = RUNTIME_STATE_SUSPENDED ] || fail "the short-lived sandbox expired before its objects were listed"
 for _ in $(seq 900); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break; sleep 0.1; done

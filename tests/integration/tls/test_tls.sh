@@ -107,10 +107,10 @@ tls="  address: 0.0.0.0"
 refuse "off loopback without TLS" "listen.tls: required when listen.address (0.0.0.0) is not loopback"
 
 # --- 2. the kagent CLI
-K --help | grep -q -- '--cert-file' && K --help | grep -q -- '--server-name' &&
-  K --help | grep -q -- '--ca-file' && K --help | grep -q -- '--key-file' || node_fail "--help lacks TLS flags"
-K --token tok-bob sandbox templates | grep -q tlstest || node_fail "CLI over TLS"
-K --token tok-bob --server-name kagent.test sandbox templates | grep -q tlstest ||
+K --help | grep -- '--cert-file' >/dev/null && K --help | grep -- '--server-name' >/dev/null &&
+  K --help | grep -- '--ca-file' >/dev/null && K --help | grep -- '--key-file' >/dev/null || node_fail "--help lacks TLS flags"
+K --token tok-bob sandbox templates | grep tlstest >/dev/null || node_fail "CLI over TLS"
+K --token tok-bob --server-name kagent.test sandbox templates | grep tlstest >/dev/null ||
   node_fail "CLI --server-name kagent.test"
 ! K --token tok-bob --server-name wrong.test --timeout 10s sandbox list 2>"$WORK/err" ||
   node_fail "CLI --server-name wrong.test succeeded"
@@ -206,12 +206,12 @@ kill -HUP "$NODE_PID"
 for _ in $(seq 50); do grep -q 'event=reloaded' "$WORK/node.log" && break; sleep 0.1; done
 grep -q 'event=reloaded' "$WORK/node.log" || node_fail "no reload logged after SIGHUP"
 [ "$(served)" = "$(serial "$T/server2.pem")" ] || node_fail "after SIGHUP the old certificate is still served"
-K --token tok-bob sandbox templates | grep -q tlstest || node_fail "CLI after the reload"
+K --token tok-bob sandbox templates | grep tlstest >/dev/null || node_fail "CLI after the reload"
 ok "SIGHUP reload: $(serial "$T/server.pem") -> $(served)"
 echo garbage > "$T/live/cert.pem"
 kill -HUP "$NODE_PID"
 for _ in $(seq 50); do grep -q 'event=reload_failed' "$WORK/node.log" && break; sleep 0.1; done
-grep 'event=reload_failed' "$WORK/node.log" | grep -qF "certificate file $T/live/cert.pem" ||
+grep 'event=reload_failed' "$WORK/node.log" | grep -F "certificate file $T/live/cert.pem" >/dev/null ||
   node_fail "a broken certificate did not log reload_failed naming the file"
 [ "$(served)" = "$(serial "$T/server2.pem")" ] || node_fail "a failed reload changed the served certificate"
 kill -0 "$NODE_PID" || node_fail "kagentd died on a failed reload"

@@ -110,7 +110,7 @@ PY
 k --token "$ALICE" runtime tree -o json > "$WORK/alice-tree.json"
 grep -q "$a" "$WORK/alice-tree.json" || fail "alice's tree lacks her sandbox"
 ! grep -q "$b" "$WORK/alice-tree.json" || fail "alice's tree shows bob's sandbox"
-k --token "$OPS" runtime tree | grep -q "$b \[sandbox\]" || fail "the operator's tree lacks bob's sandbox"
+k --token "$OPS" runtime tree | grep "$b \[sandbox\]" >/dev/null || fail "the operator's tree lacks bob's sandbox"
 
 # delete: gone from the view; logout clears the cookie
 k --token "$ALICE" sandbox delete "$a" >/dev/null

@@ -62,5 +62,5 @@ if "$kagent" "${api[@]}" sandbox download "$sid" broken "$tmp/keep" 2>"$tmp/err"
   fail "broken download succeeded"
 fi
 [ "$(cat "$tmp/keep")" = OLD ] || fail "old file replaced"
-! ls -a "$tmp" | grep -q kagent-download || fail "temporary file left"
+! ls -a "$tmp" | grep kagent-download >/dev/null || fail "temporary file left"
 echo "interop with python3-grpcio: OK"

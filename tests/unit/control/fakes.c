@@ -405,7 +405,8 @@ static void s_error(ka_sandbox_t *sb, uint64_t id, int err, const char *msg)
 }
 
 /* "start": argv[0] says what the process does: "echo" prints its other arguments, "hang" never
- * ends, "die" kills the guest (its channel closes) once it runs. Returns false to exit. */
+ * ends, "die" kills the guest (its channel closes) once it runs; "deny" (EACCES) and "huge"
+ * (EFBIG) are refused by the guest. Returns false to exit. */
 static bool s_start(ka_sandbox_t *sb, uint64_t id, const msgpack_object *m)
 {
     const msgpack_object *argv = ka_gp_get(m, "argv");
@@ -418,6 +419,12 @@ static bool s_start(ka_sandbox_t *sb, uint64_t id, const msgpack_object *m)
     const msgpack_object_str *a0 = &argv->via.array.ptr[0].via.str;
     char prog[32];
     snprintf(prog, sizeof prog, "%.*s", (int)(a0->size < 31 ? a0->size : 31), a0->ptr);
+    if (!strcmp(prog, "deny") || !strcmp(prog, "huge")) {
+        bool deny = !strcmp(prog, "deny");
+        s_error(sb, id, deny ? -EACCES : -EFBIG,
+                deny ? "permission denied by the guest" : "the guest's own words");
+        return true;
+    }
     uint64_t proc = ++sb->next_proc;
     s_frame_t f;
     s_frame_begin(&f, id, follow ? 1 : 2);

@@ -24,6 +24,7 @@
 #include "sandboxes.h"
 #include "service.h"
 #include "store.h"
+#include "svc_frames.h"
 
 #define ALICE   "alice@example.com"
 #define BOB     "bob@example.com"
@@ -41,10 +42,16 @@ static struct {
 
 /* ---- answers ------------------------------------------------------------------------------- */
 
+/* A call's outcome as the tests read it: its code and message ("" on success). */
+typedef struct {
+    int code;
+    char message[KA_MSG_LEN];
+} t_status_t;
+
 /* A sandbox call's answer as the tests read it: its status, then the success reply's fields
  * (zero for a failure). */
 typedef struct {
-    ka_status_t status;
+    t_status_t status;
     ka_store_sandbox_t sandbox;
     uint8_t paused;
 } t_reply_t;
@@ -144,8 +151,10 @@ static void s_create(const char *request_id, int64_t ttl_ms, t_reply_t *out)
 typedef struct {
     int finals;
     int frames;
-    bool had_process; /* a non-final frame carried the process */
-    ka_guest_reply_t final;
+    bool had_process;       /* a non-final frame carried the process */
+    ka_guest_reply_t final; /* its header */
+    size_t final_len;       /* its bytes, the tail included */
+    ka_frame_end_t end;     /* its outcome */
     char out[512];
     size_t out_len;
 } s_stream_t;
@@ -158,6 +167,8 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
     if (f->final) {
         s->finals++;
         s->final = *f;
+        s->final_len = len;
+        ka_frame_end(&s->end, f, len);
     } else if (f->has_process) {
         s->had_process = true;
     } else if (f->tail_len && s->out_len + f->tail_len < sizeof s->out) {
@@ -188,7 +199,18 @@ static int s_stream_wait(s_stream_t *s, int ms)
     int finals = s->finals;
     pthread_mutex_unlock(&F.lock);
     assert_int_equal(finals, 1);
-    return s->final.status.code;
+    return ka_err_code(s->end.err);
+}
+
+/* Stream s ended with a failing final frame of code and message: its canonical errno, the
+ * message as its whole tail, nothing padded. */
+static void s_assert_frame_failure(const s_stream_t *s, int code, const char *message)
+{
+    assert_true(s->final.final);
+    assert_int_equal(s->final.err, ka_err_of_code(code));
+    assert_int_equal(s->final.tail_len, strlen(message) + 1);
+    assert_int_equal(s->final_len, sizeof s->final + s->final.tail_len);
+    assert_string_equal(s->end.message, message);
 }
 
 /* START with follow: the process, its output and its exit in one guest round trip. */
@@ -342,7 +364,7 @@ static void test_lifecycle_and_one_round_trip_exec(void **unused)
     assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_SUSPENDED);
     assert_int_equal(s_file(id, KA_GUEST_READ, "kept.txt", NULL, &s), KA_FAILED_PRECONDITION);
-    assert_string_equal(s.final.status.message, KA_MSG_NOT_READY);
+    s_assert_frame_failure(&s, KA_FAILED_PRECONDITION, KA_MSG_NOT_READY);
     assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_OK);
     assert_int_equal(o.sandbox.state, KA_STATE_READY);
     assert_int_equal(s_file(id, KA_GUEST_READ, "kept.txt", NULL, &s), KA_OK);
@@ -428,6 +450,33 @@ static void test_failures_are_error_replies(void **unused)
     assert_int_equal(ok.len, sizeof(ka_sbx_reply_t));
     assert_string_equal(((const ka_sbx_reply_t *)ok.body)->sandbox.id, r.sandbox.id);
     krt_reply_free(&ok);
+}
+
+/* A guest's failure reaches its caller as a failing final frame: the guest's errno through the
+ * guest's rows of the one table (EACCES is PERMISSION_DENIED there, not UNAUTHENTICATED), its
+ * message the frame's tail, nothing padded; a success's final frame carries no failure. */
+static void test_guest_failures_are_failing_frames(void **unused)
+{
+    s_spawn_manager();
+    t_reply_t r;
+    s_create("guest-errors", 0, &r);
+    const char *id = r.sandbox.id;
+    s_stream_t s;
+    const char *deny[] = {"deny", NULL};
+    assert_int_equal(s_exec(id, deny, &s), KA_PERMISSION_DENIED);
+    s_assert_frame_failure(&s, KA_PERMISSION_DENIED, "permission denied by the guest");
+    assert_false(s.had_process);
+    const char *huge[] = {"huge", NULL};
+    assert_int_equal(s_exec(id, huge, &s), KA_RESOURCE_EXHAUSTED);
+    s_assert_frame_failure(&s, KA_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    assert_int_equal(s_file(id, KA_GUEST_READ, "missing.txt", NULL, &s), KA_NOT_FOUND);
+    s_assert_frame_failure(&s, KA_NOT_FOUND, "cannot open");
+    const char *echo[] = {"echo", "on", NULL};
+    assert_int_equal(s_exec(id, echo, &s), KA_OK); /* the sandbox serves on */
+    assert_int_equal(s.final.err, 0);
+    assert_string_equal(s.end.message, "");
+    assert_true(s.final.has_process);
+    assert_int_equal(s.final_len, sizeof s.final + s.final.tail_len); /* its argv, if any */
 }
 
 /* A delete (and its duplicate, a suspend, a guest call, a replayed create) while the create
@@ -910,9 +959,9 @@ static void test_pause_unpause(void **unused)
     assert_true(o.paused);
     assert_int_equal(o.sandbox.state, KA_STATE_READY);
     assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
-    assert_string_equal(s.final.status.message, "sandbox is paused; unpause it first");
+    assert_string_equal(s.end.message, "sandbox is paused; unpause it first");
     assert_int_equal(s_file(id, KA_GUEST_READ, "x", NULL, &s), KA_FAILED_PRECONDITION);
-    assert_string_equal(s.final.status.message, "sandbox is paused; unpause it first");
+    assert_string_equal(s.end.message, "sandbox is paused; unpause it first");
     assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, id, &o), KA_FAILED_PRECONDITION);
     assert_string_equal(o.status.message, "sandbox is paused; unpause it first");
     assert_int_equal(s_life(KA_SBX_RESUME, ALICE, id, &o), KA_FAILED_PRECONDITION);
@@ -1479,11 +1528,9 @@ static void s_standin_mgr_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *m
 {
     s_standin_count();
     if (msg->type == KA_SBX_GUEST && !msg->ref) {
-        ka_guest_reply_t f;
-        memset(&f, 0, sizeof f);
-        f.status.code = KA_UNAVAILABLE;
-        f.final = 1;
-        krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, sizeof f);
+        ka_frame_fail_t f;
+        size_t len = ka_frame_final(&f, -ENOTCONN, "");
+        krt_send(ctx, msg->from, KA_SBX_GUEST_FRAME, &f, len);
     } else if (msg->ref) {
         krt_reply_error(ctx, msg, KA_EUNAVAIL, "stand-in");
     }
@@ -1642,7 +1689,7 @@ static void test_not_live_answered_by_the_manager(void **unused)
     s_stream_t s;
     const char *echo[] = {"echo", "x", NULL};
     assert_int_equal(s_exec(id, echo, &s), KA_FAILED_PRECONDITION);
-    assert_string_equal(s.final.status.message, KA_MSG_NOT_READY);
+    assert_string_equal(s.end.message, KA_MSG_NOT_READY);
     ka_sandbox_name(name, far.id);
     assert_int_equal(krt_whereis(T.sys, name), KRT_ADDR_NONE);
     assert_int_equal(s_life(KA_SBX_GET, ALICE, far.id, &o), KA_OK);
@@ -1715,6 +1762,8 @@ int main(void)
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_failures_are_error_replies, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_guest_failures_are_failing_frames, s_setup,
+                                        s_teardown),
         cmocka_unit_test_setup_teardown(test_delete_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_ttl_during_create, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_guest_exit_during_create, s_setup, s_teardown),

@@ -116,7 +116,7 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
         g->data_len += f->tail_len;
     }
     if (f->final) {
-        ka_svc_status_t st = ka_svc_status_of(&f->status);
+        ka_svc_status_t st = ka_svc_status_of(f, len);
         if (f->has_process)
             g->proc = f->process;
         g->written = f->written;
@@ -427,6 +427,45 @@ static void test_error_table(void **unused)
     assert_int_equal(ka_err_code(KA_STORE_ENOTFOUND), KA_NOT_FOUND);
     assert_int_equal(ka_err_code(KA_EUNAVAIL), KA_UNAVAILABLE); /* a control actor's */
     assert_int_equal(ka_err_code(KA_ETIMEOUT), KA_DEADLINE_EXCEEDED);
+    for (int code = 0; code <= KA_UNAUTHENTICATED; code++)
+        assert_int_equal(ka_err_canonical(ka_err_of_code(code)), ka_err_of_code(code));
+    assert_int_equal(ka_err_canonical(KRT_ETIMEDOUT), ka_err_of_code(KA_DEADLINE_EXCEEDED));
+    assert_int_equal(ka_err_canonical(KA_STORE_ECONFLICT), ka_err_of_code(KA_ABORTED));
+}
+
+/* A guest's errnos are its system calls': where they mean another thing than the node's own,
+ * the guest's rows win (EACCES is a denied permission, not a missing identity). */
+static void test_guest_errors(void **unused)
+{
+    static const struct {
+        int err, code;
+    } rows[] = {
+        {-EACCES, KA_PERMISSION_DENIED},
+        {-EPERM, KA_PERMISSION_DENIED},
+        {-EBUSY, KA_ABORTED},
+        {-EAGAIN, KA_RESOURCE_EXHAUSTED},
+        {-EMFILE, KA_RESOURCE_EXHAUSTED},
+        {-EFBIG, KA_RESOURCE_EXHAUSTED},
+        {-ENOSPC, KA_RESOURCE_EXHAUSTED},
+        {-EISDIR, KA_INVALID_ARGUMENT},
+        {-ENAMETOOLONG, KA_INVALID_ARGUMENT},
+        {-EINVAL, KA_INVALID_ARGUMENT},
+        {-ENOTDIR, KA_FAILED_PRECONDITION},
+        {-ENOTEMPTY, KA_FAILED_PRECONDITION},
+        {-EPIPE, KA_FAILED_PRECONDITION},
+        {-ENOTTY, KA_FAILED_PRECONDITION},
+        {-ENOENT, KA_NOT_FOUND},
+        {-EEXIST, KA_ALREADY_EXISTS},
+        {-ETIMEDOUT, KA_DEADLINE_EXCEEDED},
+        {-ENOMEM, KA_INTERNAL}, /* not a guest row */
+        {-EPROTO, KA_INTERNAL},
+        {-12345, KA_INTERNAL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int err = ka_err_of_guest(rows[i].err);
+        assert_int_equal(err, ka_err_of_code(rows[i].code)); /* canonical */
+        assert_int_equal(ka_err_code(err), rows[i].code);
+    }
 }
 
 static void test_frames(void **unused)
@@ -439,19 +478,39 @@ static void test_frames(void **unused)
     f->tail_len = 3;
     memcpy(f->tail, "abc", 3);
     assert_int_equal(ka_frames_push(&q, f, sizeof buf), 0);
-    ka_frame_final(f, KA_CANCELLED, "gone");
-    assert_int_equal(ka_frames_push(&q, f, sizeof *f), 0);
+    assert_string_equal(ka_frame_message(f, sizeof buf), ""); /* a data frame: no failure */
+    ka_frame_fail_t fail;
+    size_t len = ka_frame_final(&fail, KRT_ETIMEDOUT, "gone");
+    assert_int_equal(len, sizeof(ka_guest_reply_t) + sizeof "gone"); /* nothing padded */
+    assert_int_equal(ka_frames_push(&q, &fail.frame, len), 0);
     ka_frame_t *a = ka_frames_pop(&q);
     assert_int_equal(a->len, sizeof buf);
     assert_memory_equal(a->frame.tail, "abc", 3);
     ka_frame_t *b = ka_frames_pop(&q);
     assert_true(b->frame.final);
-    assert_int_equal(b->frame.status.code, KA_CANCELLED);
-    assert_string_equal(b->frame.status.message, "gone");
+    assert_int_equal(b->frame.err, ka_err_of_code(KA_DEADLINE_EXCEEDED)); /* canonical */
+    assert_int_equal(b->frame.tail_len, sizeof "gone");
+    assert_string_equal(ka_frame_message(&b->frame, b->len), "gone");
+    assert_string_equal(ka_frame_message(&b->frame, b->len - 1), ""); /* short: not read */
+    ka_frame_end_t end;
+    ka_frame_end(&end, &b->frame, b->len);
+    assert_int_equal(end.err, b->frame.err);
+    assert_string_equal(end.message, "gone");
+    ka_svc_status_t st = ka_svc_status_of(&b->frame, b->len);
+    assert_int_equal(st.err, b->frame.err);
+    assert_string_equal(st.message, "gone");
     assert_null(ka_frames_pop(&q));
     free(a);
     free(b);
-    assert_int_equal(ka_frames_push(&q, f, sizeof *f), 0);
+    char long_msg[KA_MSG_LEN + 100];
+    memset(long_msg, 'x', sizeof long_msg - 1);
+    long_msg[sizeof long_msg - 1] = '\0';
+    len = ka_frame_final(&fail, -EINVAL, long_msg); /* cut to its room */
+    assert_int_equal(len, sizeof fail);
+    assert_int_equal(strlen(ka_frame_message(&fail.frame, len)), KA_MSG_LEN - 1);
+    assert_int_equal(ka_frame_final(&fail, -EINVAL, NULL), sizeof(ka_guest_reply_t) + 1);
+    assert_string_equal(ka_frame_message(&fail.frame, sizeof fail), "");
+    assert_int_equal(ka_frames_push(&q, &fail.frame, len), 0);
     ka_frames_clear(&q);
     assert_true(ka_frames_empty(&q));
 }
@@ -463,6 +522,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sandbox_ops, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_process_ops, s_setup, s_teardown),
         cmocka_unit_test(test_error_table),
+        cmocka_unit_test(test_guest_errors),
         cmocka_unit_test(test_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,7 @@
 #include "ka_guestcalls.h"
 #include "sandboxes.h"
 #include "service.h"
+#include "svc_frames.h"
 
 /* ---- the test guest's side of the channel ------------------------------------------------- */
 
@@ -523,17 +524,16 @@ typedef struct {
     pthread_cond_t cv;
     size_t data;
     bool done;
-    ka_status_t st;
+    ka_frame_end_t end; /* the final frame's outcome */
 } sink_t;
 
 static void sink_cb(void *user, const ka_guest_reply_t *f, size_t len)
 {
-    (void)len;
     sink_t *s = user;
     pthread_mutex_lock(&s->mu);
     if (f->final) {
         s->done = true;
-        s->st = f->status;
+        ka_frame_end(&s->end, f, len);
     } else {
         s->data += f->tail_len;
     }
@@ -660,7 +660,7 @@ static void test_actor_drops_forged_then_kills_malformed(void **state)
     g_data(s_guest_fd, r.id, "chunk", 100, NULL);
     g_end(s_guest_fd, r.id, "size", 100);
     sink_wait(&rd, true, 0);
-    assert_int_equal(rd.st.code, KA_OK);
+    assert_int_equal(ka_err_code(rd.end.err), KA_OK);
     assert_int_equal(rd.data, 100); /* the forged chunk went nowhere */
     ka_gc_stats(&after);
     assert_int_equal(after.forged - before.forged, 1);
@@ -674,8 +674,8 @@ static void test_actor_drops_forged_then_kills_malformed(void **state)
     static const uint8_t junk[] = {0x81, 0xa2, 'i', 'd', 0xc1};
     g_raw(s_guest_fd, sizeof junk, junk, sizeof junk);
     sink_wait(&get, true, 0);
-    assert_int_equal(get.st.code, KA_UNAVAILABLE);
-    assert_non_null(strstr(get.st.message, "broke the protocol"));
+    assert_int_equal(ka_err_code(get.end.err), KA_UNAVAILABLE);
+    assert_non_null(strstr(get.end.message, "broke the protocol"));
     assert_int_equal(atomic_load(&s_kills), 1);
     for (int i = 0; i < 200 && s_rec_state() != KA_STATE_FAILED; i++)
         s_sleep_ms(10);
@@ -687,7 +687,7 @@ static void test_actor_drops_forged_then_kills_malformed(void **state)
     sink_t again;
     at_call(&a, KA_GUEST_GET, 3, &again);
     sink_wait(&again, true, 0);
-    assert_int_equal(again.st.code, KA_FAILED_PRECONDITION);
+    assert_int_equal(ka_err_code(again.end.err), KA_FAILED_PRECONDITION);
     at_down(&a);
 }
 
@@ -714,7 +714,7 @@ static void test_actor_credit_and_flood(void **state)
     assert_int_equal(atomic_load(&s_kills), 0);
     g_data(s_guest_fd, id, "chunk", 1, NULL); /* one byte past its credit */
     sink_wait(&rd, true, 0);
-    assert_int_equal(rd.st.code, KA_UNAVAILABLE);
+    assert_int_equal(ka_err_code(rd.end.err), KA_UNAVAILABLE);
     assert_int_equal(atomic_load(&s_kills), 1);
     at_down(&a);
 }
@@ -730,13 +730,13 @@ static void test_actor_gone_ends_calls(void **state)
     g_recv(s_guest_fd, &r); /* the guest never answers; then the sandbox actor goes away */
     assert_int_equal(krt_system_kill(a.sys, a.sbx, KRT_EXIT_KILLED), 0);
     sink_wait(&rd, true, 0);
-    assert_int_equal(rd.st.code, KA_UNAVAILABLE);
+    assert_int_equal(ka_err_code(rd.end.err), KA_UNAVAILABLE);
     /* a call to an actor that is gone ends at once (and one whose message is dropped on the
      * way, at the sink's KA_SVC_BIND_MS deadline) */
     sink_t late;
     at_call(&a, KA_GUEST_GET, 1, &late);
     sink_wait_s(&late, true, 0, KA_SVC_BIND_MS / 1000 + 5);
-    assert_int_equal(late.st.code, KA_UNAVAILABLE);
+    assert_int_equal(ka_err_code(late.end.err), KA_UNAVAILABLE);
     at_down(&a);
 }
 

@@ -102,13 +102,18 @@ static void s_sandbox(const char *id, const char *caller, ka_store_sandbox_t *sb
 static void s_frame(krt_ctx_t *ctx, krt_addr_t to, int final, int code, int stream, uint64_t offset,
                     const void *data, size_t len, const ka_guest_reply_t *tmpl)
 {
+    if (code != KA_OK) { /* a failing frame: its errno and message only */
+        ka_frame_fail_t e;
+        size_t n = ka_frame_final(&e, ka_err_of_code(code),
+                                  code == KA_NOT_FOUND ? "no such file or directory" : "");
+        e.frame.final = final;
+        krt_send(ctx, to, KA_SBX_GUEST_FRAME, &e, n);
+        return;
+    }
     ka_guest_reply_t *f = calloc(1, sizeof *f + len);
     if (tmpl)
         *f = *tmpl;
     f->final = final;
-    f->status.code = code;
-    if (code == KA_NOT_FOUND)
-        snprintf(f->status.message, sizeof f->status.message, "no such file or directory");
     f->stream = stream;
     f->offset = offset;
     f->tail_len = (uint32_t)len;
@@ -124,10 +129,7 @@ static void s_fake_guest(krt_ctx_t *ctx, const krt_msg_t *msg)
     ka_guest_reply_t t;
     memset(&t, 0, sizeof t);
     if (strcmp(q->caller, ALICE) != 0) {
-        ka_guest_reply_t e;
-        memset(&e, 0, sizeof e);
-        snprintf(e.status.message, sizeof e.status.message, KA_MSG_NOT_FOUND);
-        s_frame(ctx, msg->from, 1, KA_NOT_FOUND, 0, 0, NULL, 0, &e);
+        s_frame(ctx, msg->from, 1, KA_NOT_FOUND, 0, 0, NULL, 0, NULL);
         return;
     }
     if (strcmp(q->sandbox_id, SLOW) == 0)
