@@ -6,11 +6,8 @@
 # Usage: bench/control/run.sh BUILD_DIR   (needs root; bubblewrap for the peer figure)
 # Sizes: CTL_BENCH_CREATES (200) CTL_BENCH_EXECS (500) CTL_BENCH_RATE (300)
 #        CTL_BENCH_THREADS (8) CTL_BENCH_IDLE (200)
-#        CTL_BENCH_GRPC (0): runs of `true` via gRPC (kb_grpc + kb_api on loopback, the CLI's
-#        C-core client) for exec_roundtrip_grpc_p50. Off by default: bridges/api/api_guest.c
-#        s_open() locks c->lock after ka_svc_stream() returned, when a fast final frame may
-#        already have freed c (s_on_frame -> s_call_free), so a long gRPC run can hang or abort
-#        with heap corruption; turn it on once that is fixed.
+#        CTL_BENCH_GRPC (300): runs of `true` via gRPC (kb_grpc + kb_api on loopback, a C-core
+#        client) for exec_roundtrip_grpc_p50; 0 leaves it out.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
@@ -28,4 +25,4 @@ envs=$(PG_SYNC=1 "$here/deploy/pg-private" start) || {
 }
 eval "$envs"
 "$bin" "$guest" "${CTL_BENCH_CREATES:-200}" "${CTL_BENCH_EXECS:-500}" "${CTL_BENCH_RATE:-300}" \
-  "${CTL_BENCH_THREADS:-8}" "${CTL_BENCH_IDLE:-200}" "${CTL_BENCH_GRPC:-0}"
+  "${CTL_BENCH_THREADS:-8}" "${CTL_BENCH_IDLE:-200}" "${CTL_BENCH_GRPC:-300}"

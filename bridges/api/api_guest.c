@@ -122,9 +122,10 @@ static void s_open(s_call_t *c, s_stream_fn start)
     }
     c->stream = stream;
     bool cancel = c->cancel_wanted && !c->final_seen;
+    ka_service_t *svc = c->api->o.svc; /* c may be freed once unlocked (its final frame) */
     pthread_mutex_unlock(&c->lock);
     if (cancel)
-        ka_svc_stream_cancel(c->api->o.svc, stream);
+        ka_svc_stream_cancel(svc, stream);
 }
 
 /* ---- unary answers ------------------------------------------------------------------------- */
