@@ -772,6 +772,40 @@ static void test_credentials_file_overrides(void **unused)
     setenv("AWS_ENDPOINT_URL_S3", ep, 1);
 }
 
+/* gs:// is GCS's XML API: path-style, signed with HMAC keys the AWS way; its endpoint comes from
+ * the credentials file (or GCS itself), never from AWS_ENDPOINT_URL*. The mock stands in for
+ * GCS: a round trip of put, get and delete, every request's signature checked. */
+static void test_gcs_location(void **unused)
+{
+    (void)unused;
+    char path[] = "/tmp/ka-creds-XXXXXX";
+    int fd = mkstemp(path);
+    dprintf(fd,
+            "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\nregion = %s\n"
+            "endpoint_url = http://127.0.0.1:%d\n",
+            KEY_ID, SECRET, REGION, M.port);
+    close(fd);
+    setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1); /* S3's, not GCS's */
+    assert_int_equal(ka_objstore_set_credentials_file(path), 0);
+    ka_objstore_t *s = s_client("gs://bkt/gsnaps/", 0);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/bkt/", M.port);
+    assert_string_equal(s->base, base);
+    assert_int_equal(ka_objstore_put(s, "a/obj", "gcs", 3), 0);
+    assert_non_null(m_find("gsnaps/a/obj", false));
+    char buf[16];
+    assert_int_equal(ka_objstore_get_small(s, "a/obj", buf, sizeof buf), 0);
+    assert_string_equal(buf, "gcs");
+    assert_int_equal(ka_objstore_delete(s, "a/obj"), 0);
+    assert_null(m_find("gsnaps/a/obj", false));
+    assert_int_equal(M.sig_failures, 0);
+    ka_objstore_destroy(&s);
+    ka_objstore_set_credentials_file("");
+    unlink(path);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", M.port);
+    setenv("AWS_ENDPOINT_URL_S3", base, 1);
+}
+
 /* AWS itself is addressed virtual-hosted, GCS and custom endpoints path-style. */
 static void test_addressing(void **unused)
 {
@@ -806,6 +840,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_and_unreachable, m_start, m_stop),
         cmocka_unit_test_setup_teardown(test_list_pages_and_delete, m_start, m_stop),
         cmocka_unit_test_setup_teardown(test_credentials_file_overrides, m_start, m_stop),
+        cmocka_unit_test_setup_teardown(test_gcs_location, m_start, m_stop),
         cmocka_unit_test_setup_teardown(test_addressing, m_start, m_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
