@@ -83,8 +83,9 @@ def status_kb(pid, key):
     sys.exit(f"xferbench: no {key} for {pid}")
 
 
-def guest_pid(node_pid):
-    """The host pid of the one sandbox guest (a child of kagentd running the guest binary)."""
+def guest_pid(node_pid, marker):
+    """The host pid of the sandbox's guest: the child of kagentd running the guest binary whose
+    workspace holds marker (a warm pool keeps other guests beside it)."""
     found = []
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -93,10 +94,12 @@ def guest_pid(node_pid):
             exe = os.readlink(f"/proc/{d}/exe")
         except OSError:
             continue
-        if int(st[st.rindex(")") + 2:].split()[1]) == node_pid and "guest" in exe:
+        if int(st[st.rindex(")") + 2:].split()[1]) == node_pid and "guest" in exe and \
+                os.path.exists(f"/proc/{d}/root/data/workspace/{marker}"):
             found.append(int(d))
     if len(found) != 1:
-        sys.exit(f"xferbench: expected one guest under kagentd {node_pid}, found {found}")
+        sys.exit(f"xferbench: expected one guest with {marker} under kagentd {node_pid}, "
+                 f"found {found}")
     return found[0]
 
 
@@ -114,9 +117,9 @@ def main():
     k = [kagent, "--api-url", api, "sandbox"]
     times = {n: [] for n in ("upload", "download", "cat_pipe", "cp")}
     cpu = {"upload": [], "download": []}
-    g = guest_pid(int(node_pid))
-    server = (int(node_pid), g)
     timed(k + ["upload", sid, src, "warmup"])  # the guest's first allocations, untimed
+    g = guest_pid(int(node_pid), "warmup")
+    server = (int(node_pid), g)
     for _ in range(runs):
         times["upload"].append(timed(k + ["upload", sid, src, "xfer.bin"], server, cpu["upload"]))
         if os.path.exists(dl):
