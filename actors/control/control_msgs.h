@@ -121,6 +121,9 @@ enum {
     KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
     KA_SBX_GUEST_BOUND,  /* sandbox actor -> stream sink, empty: the call is open (monitor me) */
     KA_SBX_GUEST_CREDIT, /* stream sink -> sandbox actor: ka_sbx_credit_t, data consumed */
+    /* sandbox actor -> stream sink on the same node: a KA_SBX_GUEST_FRAME as a pointer
+     * (krt_send_ptr) to a malloc'ed ka_guest_reply_t (+ tail), not a copy */
+    KA_SBX_GUEST_FRAME_PTR,
     /* the sandbox's actor, as above (beyond the reference) */
     KA_SBX_PAUSE,   /* ka_sbx_key_t -> ka_sbx_reply_t (paused true): processes frozen */
     KA_SBX_UNPAUSE, /* ka_sbx_key_t -> ka_sbx_reply_t (paused false): thawed */

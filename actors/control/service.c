@@ -324,12 +324,14 @@ static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     s_sink_t *self = state;
     if (self->done)
         return;
-    if (msg->type == KA_SBX_GUEST_FRAME && msg->len >= sizeof(ka_guest_reply_t)) {
+    bool ptr = msg->type == KA_SBX_GUEST_FRAME_PTR && msg->body;
+    if (ptr || (msg->type == KA_SBX_GUEST_FRAME && msg->len >= sizeof(ka_guest_reply_t))) {
         const ka_guest_reply_t *f = msg->body;
+        size_t len = ptr ? sizeof *f + f->tail_len : msg->len;
         if (f->final)
-            s_sink_final(ctx, self, f, msg->len);
+            s_sink_final(ctx, self, f, len);
         else
-            self->a.cb(self->a.user, f, msg->len);
+            self->a.cb(self->a.user, f, len);
     } else if (msg->type == KA_SBX_GUEST_BOUND) {
         s_sink_bound(ctx, self, msg->from);
     } else if (msg->type == MSG_STREAM_ACK && msg->len == sizeof(uint64_t) && self->sandbox) {
@@ -388,18 +390,20 @@ static const krt_behaviour_t s_sink_behaviour = {
     .terminate = s_sink_terminate,
 };
 
-int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
-                  void *user, krt_addr_t *stream)
+int ka_svc_stream(ka_service_t *svc, ka_guest_req_t **req_p, ka_svc_frame_cb cb, void *user,
+                  krt_addr_t *stream)
 {
-    if (len < sizeof *req)
+    ka_guest_req_t *req = *req_p;
+    *req_p = NULL;
+    if (!req)
         return KRT_EINVAL;
     s_sink_args_t *a = calloc(1, sizeof *a);
-    if (!a || !(a->req = malloc(len))) {
-        free(a);
+    if (!a) {
+        free(req);
         return KRT_ENOMEM;
     }
-    memcpy(a->req, req, len);
-    a->len = len;
+    a->req = req;
+    a->len = sizeof *req + req->tail_len;
     a->cb = cb;
     a->user = user;
     a->sandboxes = svc->sandboxes;

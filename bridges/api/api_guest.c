@@ -409,15 +409,22 @@ static void s_client_fail(s_call_t *c, kb_grpc_code_t code, const char *message)
     c->answered = true;
 }
 
+/* False (after answering) if n more bytes would pass the 64 MiB cap. */
+static bool s_fits(s_call_t *c, size_t n)
+{
+    if (c->sent + c->pending + c->len + n <= KB_API_MAX_FILE)
+        return true;
+    s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    return false;
+}
+
 /* Appends bytes to the chunk; false (after answering) past the 64 MiB cap. */
 static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 {
     if (n == 0) /* a message with only a close flag, or the first with only a path */
         return true;
-    if (c->sent + c->pending + c->len + n > KB_API_MAX_FILE) {
-        s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    if (!s_fits(c, n))
         return false;
-    }
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 1 << 16;
         while (cap < c->len + n)
@@ -437,11 +444,12 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 
 static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written);
 
-/* Sends the gathered chunk as one guest request (the last one once the client half-closed).
- * Called with c->lock held and receiving paused; false (after answering) if it failed. */
-static bool s_send_chunk(s_call_t *c)
+/* Sends data (the gathered chunk, or a whole message's bytes when nothing was gathered: the
+ * service copies them into its request) as one guest request (the last one once the client
+ * half-closed). Called with c->lock held and receiving paused; false (after answering) if it
+ * failed. */
+static bool s_send_chunk(s_call_t *c, const char *data, size_t len)
 {
-    size_t len = c->len;
     c->pending = len;
     c->len = 0;
     c->writing = true;
@@ -451,10 +459,10 @@ static bool s_send_chunk(s_call_t *c)
     if (c->kind == K_WRITE) {
         /* seek 0 only for the first chunk: it truncates */
         ka_svc_write_args_t a = {c->sandbox, c->path, c->mode, c->seek + (int64_t)c->sent,
-                                 c->data,    len};
+                                 data,       len};
         st = ka_svc_file_write(c->api->o.svc, &who, &a, s_on_chunk, c);
     } else {
-        ka_svc_input_args_t a = {c->sandbox, c->proc, c->data, len, c->ended && c->close_input};
+        ka_svc_input_args_t a = {c->sandbox, c->proc, data, len, c->ended && c->close_input};
         st = ka_svc_input(c->api->o.svc, &who, &a, s_on_chunk, c);
     }
     if (st.err) {
@@ -501,7 +509,7 @@ static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written)
     }
     c->sent += c->kind == K_WRITE ? written : st->err ? 0 : c->pending;
     c->pending = 0;
-    if (c->answered || c->last || (c->ended && !s_send_chunk(c))) {
+    if (c->answered || c->last || (c->ended && !s_send_chunk(c, c->data, c->len))) {
         s_client_done(c);
         return;
     }
@@ -549,19 +557,21 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
     }
     pthread_mutex_lock(&c->lock);
     bool ok = c->started || s_first(c, m);
-    if (ok && c->kind == K_WRITE) {
-        const Ateenv__V1alpha__WriteFileRequest *w = (const void *)m;
-        ok = s_gather(c, w->chunk.data, w->chunk.len);
-    } else if (ok) {
+    const ProtobufCBinaryData *b;
+    if (c->kind == K_WRITE) {
+        b = &((const Ateenv__V1alpha__WriteFileRequest *)(const void *)m)->chunk;
+    } else {
         const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
         c->close_input = c->close_input || in->close;
-        ok = s_gather(c, in->data.data, in->data.len);
+        b = &in->data;
+    }
+    bool whole = ok && c->len == 0 && b->len >= KB_API_CHUNK; /* sent as it is: no gather */
+    ok = ok && (whole ? s_fits(c, b->len) : s_gather(c, b->data, b->len));
+    if (ok && (whole || c->len >= KB_API_CHUNK)) {
+        kb_grpc_call_pause_recv(call); /* before the send: its answer may resume at once */
+        s_send_chunk(c, whole ? (const char *)b->data : c->data, whole ? b->len : c->len);
     }
     protobuf_c_message_free_unpacked(m, NULL);
-    if (ok && c->len >= KB_API_CHUNK) {
-        kb_grpc_call_pause_recv(call); /* before the send: its answer may resume at once */
-        s_send_chunk(c);
-    }
     if (c->answered && !c->writing) {
         s_client_done(c);
         return;
@@ -584,7 +594,7 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
                       c->kind == K_WRITE ? "the first message must name the path"
                                          : "the first message must name the process");
     else if (!c->writing) /* else the chunk in flight sends the last one when it ends */
-        s_send_chunk(c);
+        s_send_chunk(c, c->data, c->len);
     if (c->answered && !c->writing) {
         s_client_done(c);
         return;
