@@ -58,6 +58,7 @@
 #define S_UID_COUNT   65536u
 #define S_NOFILE      1024u
 #define S_KEEP_MAX    (3 + KA_CGROUP_MAX_DIRS + S_MAX_LOWER)
+#define S_CHANNEL_BUF (2 << 20) /* bytes each end of the guest channel may queue */
 
 typedef struct s_driver {
     ka_driver_t base;
@@ -540,6 +541,19 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
     return 0;
 }
 
+/* Each end of the guest channel may queue S_CHANNEL_BUF bytes, so an upload chunk (1 MiB) or a
+ * read frame goes in one write instead of one per default buffer (~208 KiB), each a wake-up of
+ * the node's poller and actor and of the guest. SO_SNDBUFFORCE passes net.core.wmem_max where
+ * the node may (CAP_NET_ADMIN); else SO_SNDBUF up to it. Best effort: the default works,
+ * slower. Only what is queued uses memory. */
+static void s_channel_buffers(const int ch[2])
+{
+    int bytes = S_CHANNEL_BUF;
+    for (int i = 0; i < 2; i++)
+        if (setsockopt(ch[i], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) < 0)
+            (void)setsockopt(ch[i], SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
 static void s_close_layers(s_child_t *c)
 {
     for (size_t i = 0; i < c->n_lower; i++)
@@ -790,6 +804,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
         rc = -errno;
         goto fail;
     }
+    s_channel_buffers(ch);
     c->channel_fd = ch[1];
     c->sync_fd = sy[1];
     rc = ka_cgroup_procs_fds(sb->cg, c->cg_fds);
