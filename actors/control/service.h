@@ -75,5 +75,8 @@ void ka_svc_stream_ack(ka_service_t *svc, krt_addr_t stream, uint64_t bytes);
 /* Builds a guest request with a tail of `tail_len` bytes (zeroed). Free with free(). */
 ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,
                                  size_t tail_len);
+/* Drops one reference of a ka_guest_req_ref_t (void *: a krt_send_ptr free function); the
+ * last frees the request and the reference. */
+void ka_guest_req_unref(void *ref);
 
 #endif
