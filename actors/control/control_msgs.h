@@ -14,6 +14,7 @@
 #define KA_CONTROL_MSGS_H
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -120,6 +121,12 @@ enum {
     KA_SBX_GUEST_CANCEL, /* stream sink -> sandbox: ka_sbx_key_t; ends the sink's streams */
     KA_SBX_GUEST_BOUND,  /* sandbox actor -> stream sink, empty: the call is open (monitor me) */
     KA_SBX_GUEST_CREDIT, /* stream sink -> sandbox actor: ka_sbx_credit_t, data consumed */
+    /* sandbox actor -> stream sink on the same node: a KA_SBX_GUEST_FRAME as a pointer
+     * (krt_send_ptr) to a malloc'ed ka_guest_reply_t (+ tail), not a copy */
+    KA_SBX_GUEST_FRAME_PTR,
+    /* stream sink -> sandbox actor on the same node: a KA_SBX_GUEST as a pointer
+     * (krt_send_ptr) to a ka_guest_req_ref_t, not a copy of the request */
+    KA_SBX_GUEST_PTR,
     /* the sandbox's actor, as above (beyond the reference) */
     KA_SBX_PAUSE,   /* ka_sbx_key_t -> ka_sbx_reply_t (paused true): processes frozen */
     KA_SBX_UNPAUSE, /* ka_sbx_key_t -> ka_sbx_reply_t (paused false): thawed */
@@ -288,6 +295,14 @@ typedef struct ka_guest_req {
     uint32_t tail_len;
     char tail[];
 } ka_guest_req_t;
+
+/* A guest request shared by its stream sink (which may still have to send it to the manager)
+ * and a KA_SBX_GUEST_PTR message (valid through the receiver's turn): the last to let go
+ * (ka_guest_req_unref) frees it. */
+typedef struct ka_guest_req_ref {
+    atomic_uint refs;
+    ka_guest_req_t *req;
+} ka_guest_req_ref_t;
 
 /* Flow control: the reader of a stream consumed `bytes` of its data frames' tails. */
 typedef struct ka_sbx_credit {

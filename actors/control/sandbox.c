@@ -1323,6 +1323,11 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_FORK_COPY_:
         s_on_request(ctx, self, msg->type, msg->from, msg->ref, msg->body, msg->len);
         break;
+    case KA_SBX_GUEST_PTR: { /* a sink on this node: the request, valid through this turn */
+        const ka_guest_req_t *q = ((const ka_guest_req_ref_t *)msg->body)->req;
+        s_on_request(ctx, self, KA_SBX_GUEST, msg->from, msg->ref, q, sizeof *q + q->tail_len);
+        break;
+    }
     case KA_SBX_GUEST_CANCEL:
         ka_sbx_guest_cancel(ctx, self, msg->from);
         break;

@@ -117,12 +117,21 @@ static void s_process_info(const ka_gp_process_t *p, ka_process_info_t *out)
     out->finished_ms = (int64_t)p->finished_ms;
 }
 
-static void s_send_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_guest_reply_t *r, size_t len)
+/* Sends w frame r (consumed; sizeof *r + its tail): a sink on this node gets the pointer (a
+ * data frame is not copied again), a sink on another node and a one-reply caller a copy. */
+static void s_send_frame(krt_ctx_t *ctx, const s_waiter_t *w, ka_guest_reply_t *r)
 {
+    size_t len = sizeof *r + r->tail_len;
+    bool local = krt_addr_node(w->to) == krt_system_node_id(krt_ctx_system(ctx));
+    if (!w->ref && local) {
+        krt_send_ptr(ctx, w->to, KA_SBX_GUEST_FRAME_PTR, r, free);
+        return;
+    }
     if (w->ref && r->final)
         krt_reply_to(ctx, w->to, w->ref, KA_SBX_GUEST, r, len);
     else if (!w->ref)
         krt_send(ctx, w->to, KA_SBX_GUEST_FRAME, r, len);
+    free(r);
 }
 
 /* Bytes to hold a process's argv as NUL-terminated strings (0 if absent or malformed). */
@@ -185,8 +194,7 @@ static void s_process_frame(krt_ctx_t *ctx, const s_waiter_t *w, const ka_gp_fra
     }
     if (!ka_gp_get_u64(m, "written", &r->written))
         ka_gp_get_u64(m, "size", &r->written);
-    s_send_frame(ctx, w, r, sizeof *r + r->tail_len);
-    free(r);
+    s_send_frame(ctx, w, r);
 }
 
 /* Turns one guest frame into a data frame and/or a final frame for its waiter. Returns true
@@ -213,18 +221,16 @@ static bool s_route_frame(krt_ctx_t *ctx, s_waiter_t *w, const ka_gp_frame_t *f)
         ka_gp_get_u64(m, "offset", &r->offset);
         r->tail_len = (uint32_t)n;
         memcpy(r->tail, p, n);
-        s_send_frame(ctx, w, r, sizeof *r + n);
-        free(r);
+        s_send_frame(ctx, w, r);
     }
     bool end = ka_gp_frame_is_end(f);
     if (end && !ka_gp_frame_err(f) && (w->op == KA_GUEST_LIST || w->op == KA_GUEST_STAT)) {
         size_t len;
         ka_guest_reply_t *r = ka_sbx_fs_final(f, &len);
         if (r)
-            s_send_frame(ctx, w, r, len);
+            s_send_frame(ctx, w, r);
         else
             s_final(ctx, w->to, w->ref, -EIO, "out of memory");
-        free(r);
         return true;
     }
     const msgpack_object *pobj = ka_gp_get(m, "process");

@@ -227,9 +227,9 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
 typedef struct {
     ka_svc_frame_cb cb;
     void *user;
-    const char *sandboxes; /* the manager's registered name */
-    ka_sbx_key_t key;      /* for the cancel message */
-    ka_guest_req_t *req;   /* kept until an actor takes the call: the manager may get it then */
+    const char *sandboxes;   /* the manager's registered name */
+    ka_sbx_key_t key;        /* for the cancel message */
+    ka_guest_req_ref_t *req; /* kept until an actor takes the call: the manager may get it then */
     size_t len;
 } s_sink_args_t;
 
@@ -269,23 +269,33 @@ static void s_sink_fail(krt_ctx_t *ctx, s_sink_t *self, int err, const char *mes
     s_sink_final(ctx, self, &f.frame, len);
 }
 
+/* Sends the call to the sandbox's actor: a pointer to the request when the actor is on this node
+ * (the message holds a reference: an upload chunk is not copied again), else a copy. */
+static int s_sink_push(krt_ctx_t *ctx, s_sink_t *self)
+{
+    if (krt_addr_node(self->to) != krt_system_node_id(krt_ctx_system(ctx)))
+        return krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req->req, self->a.len);
+    atomic_fetch_add(&self->a.req->refs, 1);
+    return krt_send_ptr(ctx, self->to, KA_SBX_GUEST_PTR, self->a.req, ka_guest_req_unref);
+}
+
 /* Sends the call to its sandbox's actor (direct, when one is registered) or to the manager;
  * a direct send that finds the actor gone goes to the manager. 0, or the manager's send error. */
 static int s_sink_send(krt_ctx_t *ctx, s_sink_t *self, bool direct)
 {
     krt_system_t *sys = krt_ctx_system(ctx);
-    self->to = direct ? s_sandbox_actor(sys, KA_SBX_GUEST, self->a.req, self->a.len) : 0;
+    self->to = direct ? s_sandbox_actor(sys, KA_SBX_GUEST, self->a.req->req, self->a.len) : 0;
     self->direct = self->to != KRT_ADDR_NONE;
     if (self->direct) {
         self->monitor = krt_monitor(ctx, self->to);
-        if (krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req, self->a.len) == 0)
+        if (s_sink_push(ctx, self) == 0)
             return 0;
         krt_demonitor(ctx, self->monitor); /* a DOWN already queued no longer matches */
         self->monitor = 0;
         self->direct = false;
     }
     self->to = krt_whereis(sys, self->a.sandboxes);
-    return krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req, self->a.len);
+    return krt_send(ctx, self->to, KA_SBX_GUEST, self->a.req->req, self->a.len);
 }
 
 static void s_sink_bound(krt_ctx_t *ctx, s_sink_t *self, krt_addr_t sandbox)
@@ -300,7 +310,7 @@ static void s_sink_bound(krt_ctx_t *ctx, s_sink_t *self, krt_addr_t sandbox)
         self->monitor = krt_monitor(ctx, sandbox);
     }
     self->direct = false;
-    free(self->a.req);
+    ka_guest_req_unref(self->a.req);
     self->a.req = NULL;
 }
 
@@ -324,12 +334,14 @@ static void s_sink_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     s_sink_t *self = state;
     if (self->done)
         return;
-    if (msg->type == KA_SBX_GUEST_FRAME && msg->len >= sizeof(ka_guest_reply_t)) {
+    bool ptr = msg->type == KA_SBX_GUEST_FRAME_PTR && msg->body;
+    if (ptr || (msg->type == KA_SBX_GUEST_FRAME && msg->len >= sizeof(ka_guest_reply_t))) {
         const ka_guest_reply_t *f = msg->body;
+        size_t len = ptr ? sizeof *f + f->tail_len : msg->len;
         if (f->final)
-            s_sink_final(ctx, self, f, msg->len);
+            s_sink_final(ctx, self, f, len);
         else
-            self->a.cb(self->a.user, f, msg->len);
+            self->a.cb(self->a.user, f, len);
     } else if (msg->type == KA_SBX_GUEST_BOUND) {
         s_sink_bound(ctx, self, msg->from);
     } else if (msg->type == MSG_STREAM_ACK && msg->len == sizeof(uint64_t) && self->sandbox) {
@@ -352,13 +364,13 @@ static int s_sink_init(krt_ctx_t *ctx, void *state, void *arg)
     s_sink_t *self = state;
     self->a = *(s_sink_args_t *)arg;
     free(arg);
-    self->op = self->a.req->op;
+    self->op = self->a.req->req->op;
     self->began = ka_metric_now();
     int rc = s_sink_send(ctx, self, true);
     if (!rc)
         rc = krt_timer_arm(ctx, &self->bind, KA_SVC_BIND_MS, MSG_BIND_TIMEOUT, 0);
     if (rc) { /* terminate does not run after a failed init: the caller learns it here */
-        free(self->a.req);
+        ka_guest_req_unref(self->a.req);
         self->a.req = NULL;
         ka_frame_fail_t f;
         size_t len = ka_frame_final(&f, -ENOTCONN, "the sandbox service is not running; retry");
@@ -377,7 +389,7 @@ static void s_sink_terminate(krt_ctx_t *ctx, void *state, int reason)
         self->done = true;
         self->a.cb(self->a.user, &f.frame, len);
     }
-    free(self->a.req);
+    ka_guest_req_unref(self->a.req);
 }
 
 static const krt_behaviour_t s_sink_behaviour = {
@@ -388,18 +400,22 @@ static const krt_behaviour_t s_sink_behaviour = {
     .terminate = s_sink_terminate,
 };
 
-int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
-                  void *user, krt_addr_t *stream)
+int ka_svc_stream(ka_service_t *svc, ka_guest_req_t **req_p, ka_svc_frame_cb cb, void *user,
+                  krt_addr_t *stream)
 {
-    if (len < sizeof *req)
+    ka_guest_req_t *req = *req_p;
+    *req_p = NULL;
+    if (!req)
         return KRT_EINVAL;
     s_sink_args_t *a = calloc(1, sizeof *a);
-    if (!a || !(a->req = malloc(len))) {
+    if (!a || !(a->req = malloc(sizeof *a->req))) {
         free(a);
+        free(req);
         return KRT_ENOMEM;
     }
-    memcpy(a->req, req, len);
-    a->len = len;
+    atomic_init(&a->req->refs, 1);
+    a->req->req = req;
+    a->len = sizeof *req + req->tail_len;
     a->cb = cb;
     a->user = user;
     a->sandboxes = svc->sandboxes;
@@ -408,7 +424,7 @@ int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_s
     krt_addr_t addr = KRT_ADDR_NONE;
     int rc = krt_system_spawn(svc->sys, &s_sink_behaviour, a, NULL, &addr);
     if (rc) { /* init never ran: the arguments are still ours */
-        free(a->req);
+        ka_guest_req_unref(a->req);
         free(a);
         return rc;
     }
@@ -426,6 +442,15 @@ void ka_svc_stream_ack(ka_service_t *svc, krt_addr_t stream, uint64_t bytes)
 {
     if (bytes)
         krt_system_send(svc->sys, stream, MSG_STREAM_ACK, &bytes, sizeof bytes);
+}
+
+void ka_guest_req_unref(void *ref)
+{
+    ka_guest_req_ref_t *r = ref;
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+        free(r->req);
+        free(r);
+    }
 }
 
 ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,

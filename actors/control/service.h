@@ -63,8 +63,9 @@ int ka_svc_call_sync(ka_service_t *svc, uint32_t type, const void *body, size_t 
  * UNAVAILABLE when the sandbox's actor goes away or never takes the call, or
  * DEADLINE_EXCEEDED when the guest stops answering (see actors/substrate/README.md). */
 typedef void (*ka_svc_frame_cb)(void *user, const ka_guest_reply_t *frame, size_t len);
-int ka_svc_stream(ka_service_t *svc, const ka_guest_req_t *req, size_t len, ka_svc_frame_cb cb,
-                  void *user, krt_addr_t *stream);
+/* Consumes *req_p (NULLs it, also on failure): the stream holds the request itself, no copy. */
+int ka_svc_stream(ka_service_t *svc, ka_guest_req_t **req_p, ka_svc_frame_cb cb, void *user,
+                  krt_addr_t *stream);
 /* Ends a stream early: the callback gets one final CANCELLED frame unless the final frame was
  * already delivered. Safe to call at any time, also after the end (then it does nothing). */
 void ka_svc_stream_cancel(ka_service_t *svc, krt_addr_t stream);
@@ -74,5 +75,8 @@ void ka_svc_stream_ack(ka_service_t *svc, krt_addr_t stream, uint64_t bytes);
 /* Builds a guest request with a tail of `tail_len` bytes (zeroed). Free with free(). */
 ka_guest_req_t *ka_guest_req_new(const char *caller, const char *sandbox_id, int op,
                                  size_t tail_len);
+/* Drops one reference of a ka_guest_req_ref_t (void *: a krt_send_ptr free function); the
+ * last frees the request and the reference. */
+void ka_guest_req_unref(void *ref);
 
 #endif

@@ -370,8 +370,7 @@ static ka_guest_req_t *s_guest_req(const ka_svc_caller_t *who, const char *sandb
 static ka_svc_status_t s_stream(ka_service_t *svc, ka_guest_req_t *q, ka_svc_frame_cb cb,
                                 void *user, krt_addr_t *stream)
 {
-    int rc = ka_svc_stream(svc, q, sizeof *q + q->tail_len, cb, user, stream);
-    free(q);
+    int rc = ka_svc_stream(svc, &q, cb, user, stream);
     return rc ? s_unavailable() : s_ok();
 }
 

@@ -88,10 +88,10 @@
 #define KA_GP_MAX_REPLY                                                                            \
     ((2u << 20) + (64u << 10))               /* guest -> node: a chunk, or a process + argv        \
                                               */
-#define KA_GP_WINDOW       (1u << 20)        /* data bytes in flight per stream (credit) */
+#define KA_GP_WINDOW       (2u << 20)        /* data bytes in flight per stream (credit) */
 #define KA_GP_KEEPALIVE_MS 15000             /* a quiet stream's keepalive period */
 #define KA_GP_FILE_CAP     (64u << 20)       /* file read/write transfer cap */
-#define KA_GP_CHUNK        (256u << 10)      /* bytes per output / read chunk frame */
+#define KA_GP_CHUNK        (512u << 10)      /* bytes per output / read chunk frame */
 #define KA_GP_MAX_PROCS    10                /* concurrent running processes (default) */
 #define KA_GP_TIMEOUT_MS   (3600u * 1000u)   /* default process timeout */
 #define KA_GP_SPOOL_CAP    (10u << 20)       /* bytes spooled per stream (default) */

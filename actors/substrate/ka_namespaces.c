@@ -36,6 +36,7 @@
 #define S_UID_BASE    1000000u
 #define S_UID_COUNT   65536u
 #define S_NOFILE      1024u
+#define S_CHANNEL_BUF (2 << 20) /* bytes each end of the guest channel may queue */
 
 typedef struct s_driver {
     ka_driver_t base;
@@ -291,6 +292,19 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
              (unsigned long long)d->tmp_bytes);
     int rc = s_prepare_layers(c, spec);
     return rc < 0 ? rc : s_prepare_tail(d, c);
+}
+
+/* Each end of the guest channel may queue S_CHANNEL_BUF bytes, so an upload chunk (1 MiB) or a
+ * read frame goes in one write instead of one per default buffer (~208 KiB), each a wake-up of
+ * the node's poller and actor and of the guest. SO_SNDBUFFORCE passes net.core.wmem_max where
+ * the node may (CAP_NET_ADMIN); else SO_SNDBUF up to it. Best effort: the default works,
+ * slower. Only what is queued uses memory. */
+static void s_channel_buffers(const int ch[2])
+{
+    int bytes = S_CHANNEL_BUF;
+    for (int i = 0; i < 2; i++)
+        if (setsockopt(ch[i], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) < 0)
+            (void)setsockopt(ch[i], SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
 }
 
 static void s_close_layers(s_child_t *c)
@@ -629,6 +643,7 @@ static int s_start(ka_driver_t *base, const ka_sandbox_spec_t *spec, ka_sandbox_
         rc = -errno;
         goto fail;
     }
+    s_channel_buffers(ch);
     c->m.channel_fd = ch[1];
     c->m.sync_fd = sy[1];
     rc = ka_cgroup_procs_fds(sb->cg, c->m.cg_fds);

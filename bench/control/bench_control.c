@@ -440,8 +440,7 @@ static int s_guest(ka_guest_req_t *q, ka_guest_reply_t *final)
 {
     s_wait_t w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     krt_addr_t stream;
-    int rc = ka_svc_stream(B.svc, q, sizeof *q + q->tail_len, s_on_frame, &w, &stream);
-    free(q);
+    int rc = ka_svc_stream(B.svc, &q, s_on_frame, &w, &stream);
     if (rc)
         return -1;
     struct timespec until;

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Upload and download through the real `kagent` CLI, beside `cat FILE | cat > OUT` and `cp` of
-the same file in the same run (the peers: what the machine's own pipes and page cache do).
+the same file in the same run (the peers: what the machine's own pipes and page cache do), and
+beside the sandbox's own file system: SIZE_MIB written in 1 MiB pwrites and read back by a
+python3 in the sandbox (`sbx_write`, `sbx_read`, timed inside it: no exec round trip), the
+most an upload or download can do, since the guest writes and reads that file the same way.
 
   xferbench.py KAGENT API_URL SANDBOX_ID WORKDIR SIZE_MIB RUNS NODE_PID
 
@@ -13,8 +16,27 @@ and BENCH lines (MB/s = 10^6 bytes/s, p50 over RUNS).
 """
 import filecmp
 import os
+import subprocess
 import sys
 import time
+
+# Run in the sandbox: the seconds a SIZE_MIB write (1 MiB pwrites, as the guest's upload
+# chunks) of peer.bin and a read of xfer.bin take there.
+SANDBOX_PEER = r"""
+import os, sys, time
+n, d = int(sys.argv[1]), os.urandom(1 << 20)
+t0 = time.perf_counter()
+fd = os.open("peer.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(n):
+    os.pwrite(fd, d, i << 20)
+os.close(fd)
+t1 = time.perf_counter()
+fd = os.open("xfer.bin", os.O_RDONLY)
+while os.read(fd, 256 << 10):
+    pass
+os.close(fd)
+print("sbx_peer", t1 - t0, time.perf_counter() - t1)
+"""
 
 
 def spawn(argv, stdin=None, stdout=None):
@@ -83,8 +105,9 @@ def status_kb(pid, key):
     sys.exit(f"xferbench: no {key} for {pid}")
 
 
-def guest_pid(node_pid):
-    """The host pid of the one sandbox guest (a child of kagentd running the guest binary)."""
+def guest_pid(node_pid, marker):
+    """The host pid of the sandbox's guest: the child of kagentd running the guest binary whose
+    workspace holds marker (a warm pool keeps other guests beside it)."""
     found = []
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -93,11 +116,23 @@ def guest_pid(node_pid):
             exe = os.readlink(f"/proc/{d}/exe")
         except OSError:
             continue
-        if int(st[st.rindex(")") + 2:].split()[1]) == node_pid and "guest" in exe:
+        if int(st[st.rindex(")") + 2:].split()[1]) == node_pid and "guest" in exe and \
+                os.path.exists(f"/proc/{d}/root/data/workspace/{marker}"):
             found.append(int(d))
     if len(found) != 1:
-        sys.exit(f"xferbench: expected one guest under kagentd {node_pid}, found {found}")
+        sys.exit(f"xferbench: expected one guest with {marker} under kagentd {node_pid}, "
+                 f"found {found}")
     return found[0]
+
+
+def sandbox_peer(k, sid, size_mib):
+    """The sandbox's own write and read seconds (SANDBOX_PEER through `kagent sandbox exec`)."""
+    r = subprocess.run(k + ["exec", sid, "--", "python3", "-c", SANDBOX_PEER, str(size_mib)],
+                       capture_output=True, text=True, check=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("sbx_peer "):
+            return [float(x) for x in line.split()[1:3]]
+    sys.exit(f"xferbench: no sbx_peer line from the sandbox: {r.stdout!r}")
 
 
 def p50(xs):
@@ -112,11 +147,11 @@ def main():
     with open(src, "wb") as f:
         f.write(os.urandom(size))
     k = [kagent, "--api-url", api, "sandbox"]
-    times = {n: [] for n in ("upload", "download", "cat_pipe", "cp")}
+    times = {n: [] for n in ("upload", "download", "cat_pipe", "cp", "sbx_write", "sbx_read")}
     cpu = {"upload": [], "download": []}
-    g = guest_pid(int(node_pid))
-    server = (int(node_pid), g)
     timed(k + ["upload", sid, src, "warmup"])  # the guest's first allocations, untimed
+    g = guest_pid(int(node_pid), "warmup")
+    server = (int(node_pid), g)
     for _ in range(runs):
         times["upload"].append(timed(k + ["upload", sid, src, "xfer.bin"], server, cpu["upload"]))
         if os.path.exists(dl):
@@ -130,6 +165,9 @@ def main():
             if os.path.exists(out):
                 os.unlink(out)
             times[n].append(fn())
+        w, r = sandbox_peer(k, sid, size_mib)
+        times["sbx_write"].append(w)
+        times["sbx_read"].append(r)
     mbs = {n: size / 1e6 / p50(t) for n, t in times.items()}
     print(f"{'figure':<12} {'p50 MB/s':>10} {'p50 ms':>10}  ({runs} runs of {size_mib} MiB)")
     for n, t in times.items():
@@ -139,9 +177,10 @@ def main():
     peak, now = status_kb(g, "VmHWM"), status_kb(g, "VmRSS")
     print(f"guest RSS: peak {peak} KB, after {now} KB")
     name = f"{size_mib}mib"
-    for op in ("upload", "download"):
-        for peer in ("cat_pipe", "cp"):
-            print(f"BENCH name=transfer_{op}_{name}{'' if peer == 'cat_pipe' else '_vs_cp'} "
+    for op, own in (("upload", "sbx_write"), ("download", "sbx_read")):
+        for peer in ("cat_pipe", "cp", own):
+            tail = "" if peer == "cat_pipe" else "_vs_cp" if peer == "cp" else "_vs_sandbox"
+            print(f"BENCH name=transfer_{op}_{name}{tail} "
                   f"value={mbs[op]:.1f} unit=MB/s peer={peer} peer_value={mbs[peer]:.1f} "
                   f"ratio={mbs[op] / mbs[peer]:.3f}")
     for op, c in cpu.items():

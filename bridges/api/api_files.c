@@ -156,8 +156,7 @@ static void s_unary(kb_api_t *api, kb_grpc_call_t *call, ka_guest_req_t *q)
     }
     u->call = call;
     u->op = q->op;
-    int rc = ka_svc_stream(api->o.svc, q, sizeof *q + q->tail_len, s_unary_frame, u, NULL);
-    free(q);
+    int rc = ka_svc_stream(api->o.svc, &q, s_unary_frame, u, NULL);
     if (rc) {
         free(u);
         kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
@@ -370,8 +369,7 @@ static void s_watch(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     /* frames wait on the lock until the stream's address is recorded */
     pthread_mutex_lock(&w->lock);
     krt_addr_t stream = KRT_ADDR_NONE;
-    int rc = ka_svc_stream(api->o.svc, q, sizeof *q + q->tail_len, s_watch_frame, w, &stream);
-    free(q);
+    int rc = ka_svc_stream(api->o.svc, &q, s_watch_frame, w, &stream);
     if (rc) {
         pthread_mutex_unlock(&w->lock);
         kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");

@@ -9,10 +9,11 @@
  * as credit once gRPC core has taken them (ka_svc_stream_ack), so the queue never holds more
  * than the stream's window: a client that does not read stalls its own stream, end to end;
  * client streams (WriteFile, WriteProcessInput) go to the guest in chunks of what arrived
- * (KB_API_CHUNK or more): while one chunk's guest request is in flight the call reads no
+ * (KB_API_CHUNK or more): while as many chunks' guest requests are in flight as may be (two
+ * for a file once its first chunk is written, one for process input) the call reads no
  * further message, so the client's HTTP/2 window holds the rest and the node never holds
  * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
- * written before it).
+ * written before it, and what a chunk already in flight writes).
  */
 #include "api_int.h"
 #include "svc_frames.h"
@@ -25,7 +26,19 @@
 
 typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_EXEC, K_READ, K_INPUT, K_WRITE } s_kind_t;
 
+#define KB_API_CHUNK     (1u << 20)
+#define KB_API_IN_FLIGHT 2 /* a file's chunks in flight at once (process input: 1) */
+
+typedef struct s_call s_call_t;
+
+/* A chunk whose guest request is in flight (the request's user). */
 typedef struct {
+    s_call_t *c;
+    size_t len;
+    bool busy;
+} s_chunk_t;
+
+struct s_call {
     pthread_mutex_t lock;
     kb_api_t *api;
     kb_grpc_call_t *call;
@@ -51,15 +64,14 @@ typedef struct {
     bool close_input;
     char *data; /* the chunk being gathered */
     size_t len, cap;
-    uint64_t sent;  /* bytes the guest has taken */
-    bool writing;   /* a chunk's guest request is in flight (receiving is paused) */
-    bool ended;     /* the client half-closed */
-    bool last;      /* the chunk in flight is the last one */
-    bool answered;  /* the call was completed (c lives on while a chunk is in flight) */
-    size_t pending; /* bytes of the chunk in flight */
-} s_call_t;
-
-#define KB_API_CHUNK (1u << 20)
+    uint64_t sent;    /* bytes the guest has taken */
+    unsigned writing; /* chunks in flight (receiving pauses while no more may go) */
+    bool ended;       /* the client half-closed */
+    bool last;        /* the last chunk was sent */
+    bool answered;    /* the call was completed (c lives on while a chunk is in flight) */
+    size_t pending;   /* bytes of the chunks in flight */
+    s_chunk_t chunk[KB_API_IN_FLIGHT];
+};
 
 static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
 {
@@ -409,15 +421,22 @@ static void s_client_fail(s_call_t *c, kb_grpc_code_t code, const char *message)
     c->answered = true;
 }
 
+/* False (after answering) if n more bytes would pass the 64 MiB cap. */
+static bool s_fits(s_call_t *c, size_t n)
+{
+    if (c->sent + c->pending + c->len + n <= KB_API_MAX_FILE)
+        return true;
+    s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    return false;
+}
+
 /* Appends bytes to the chunk; false (after answering) past the 64 MiB cap. */
 static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 {
     if (n == 0) /* a message with only a close flag, or the first with only a path */
         return true;
-    if (c->sent + c->pending + c->len + n > KB_API_MAX_FILE) {
-        s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    if (!s_fits(c, n))
         return false;
-    }
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 1 << 16;
         while (cap < c->len + n)
@@ -437,28 +456,57 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
 
 static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written);
 
-/* Sends the gathered chunk as one guest request (the last one once the client half-closed).
- * Called with c->lock held and receiving paused; false (after answering) if it failed. */
-static bool s_send_chunk(s_call_t *c)
+/* Whether another chunk may go to the guest now. Process input goes in order, one chunk at a
+ * time. A file's chunks carry their offsets, so the order they reach the guest in does not
+ * matter, once the first (it truncates the file) has been written: then two are in flight, and
+ * the client's next chunk arrives while the guest writes one. */
+static bool s_may_send(const s_call_t *c)
 {
-    size_t len = c->len;
-    c->pending = len;
+    unsigned most = c->kind == K_WRITE && c->sent > 0 ? KB_API_IN_FLIGHT : 1;
+    return c->writing < most;
+}
+
+/* A free chunk slot for len bytes (s_may_send holds: there is one). */
+static s_chunk_t *s_chunk_take(s_call_t *c, size_t len)
+{
+    s_chunk_t *k = c->chunk;
+    while (k->busy)
+        k++;
+    *k = (s_chunk_t){c, len, true};
+    c->writing++;
+    c->pending += len;
+    return k;
+}
+
+static void s_chunk_put(s_chunk_t *k)
+{
+    k->c->writing--;
+    k->c->pending -= k->len;
+    k->busy = false;
+}
+
+/* Sends data (the gathered chunk, or a whole message's bytes when nothing was gathered: the
+ * service copies them into its request) as one guest request (the last one once the client
+ * half-closed). Called with c->lock held when s_may_send; false (after answering) if it
+ * failed. */
+static bool s_send_chunk(s_call_t *c, const char *data, size_t len)
+{
+    int64_t at = c->seek + (int64_t)(c->sent + c->pending);
+    s_chunk_t *k = s_chunk_take(c, len);
     c->len = 0;
-    c->writing = true;
     c->last = c->ended;
     ka_svc_caller_t who = s_who(c);
     ka_svc_status_t st;
     if (c->kind == K_WRITE) {
         /* seek 0 only for the first chunk: it truncates */
-        ka_svc_write_args_t a = {c->sandbox, c->path, c->mode, c->seek + (int64_t)c->sent,
-                                 c->data,    len};
-        st = ka_svc_file_write(c->api->o.svc, &who, &a, s_on_chunk, c);
+        ka_svc_write_args_t a = {c->sandbox, c->path, c->mode, at, data, len};
+        st = ka_svc_file_write(c->api->o.svc, &who, &a, s_on_chunk, k);
     } else {
-        ka_svc_input_args_t a = {c->sandbox, c->proc, c->data, len, c->ended && c->close_input};
-        st = ka_svc_input(c->api->o.svc, &who, &a, s_on_chunk, c);
+        ka_svc_input_args_t a = {c->sandbox, c->proc, data, len, c->ended && c->close_input};
+        st = ka_svc_input(c->api->o.svc, &who, &a, s_on_chunk, k);
     }
     if (st.err) {
-        c->writing = false;
+        s_chunk_put(k);
         kb_grpc_call_set_data(c->call, NULL);
         kb_api_fail_err(c->call, &st);
         c->answered = true;
@@ -488,24 +536,28 @@ static void s_client_done(s_call_t *c)
     s_call_free(c);
 }
 
-/* A chunk's guest request ended: read on, send the last chunk, or answer. */
+/* A chunk's guest request ended: read on, send the last chunk, or answer once none is in
+ * flight. */
 static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written)
 {
-    s_call_t *c = user;
+    s_chunk_t *k = user;
+    s_call_t *c = k->c;
     pthread_mutex_lock(&c->lock);
-    c->writing = false;
+    size_t len = k->len;
+    s_chunk_put(k);
     if (!c->answered && st->err) {
         kb_grpc_call_set_data(c->call, NULL);
         kb_api_fail_err(c->call, st);
         c->answered = true;
     }
-    c->sent += c->kind == K_WRITE ? written : st->err ? 0 : c->pending;
-    c->pending = 0;
-    if (c->answered || c->last || (c->ended && !s_send_chunk(c))) {
+    c->sent += c->kind == K_WRITE ? written : st->err ? 0 : len;
+    if (!c->answered && !c->last && c->ended)
+        s_send_chunk(c, c->data, c->len);
+    if ((c->answered || c->last) && !c->writing) {
         s_client_done(c);
         return;
     }
-    bool resume = !c->ended; /* else the last chunk is in flight */
+    bool resume = !c->answered && !c->ended && s_may_send(c);
     pthread_mutex_unlock(&c->lock);
     if (resume)
         kb_grpc_call_resume_recv(c->call);
@@ -549,19 +601,21 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
     }
     pthread_mutex_lock(&c->lock);
     bool ok = c->started || s_first(c, m);
-    if (ok && c->kind == K_WRITE) {
-        const Ateenv__V1alpha__WriteFileRequest *w = (const void *)m;
-        ok = s_gather(c, w->chunk.data, w->chunk.len);
-    } else if (ok) {
+    const ProtobufCBinaryData *b;
+    if (c->kind == K_WRITE) {
+        b = &((const Ateenv__V1alpha__WriteFileRequest *)(const void *)m)->chunk;
+    } else {
         const Ateenv__V1alpha__WriteProcessInputRequest *in = (const void *)m;
         c->close_input = c->close_input || in->close;
-        ok = s_gather(c, in->data.data, in->data.len);
+        b = &in->data;
     }
+    bool whole = ok && c->len == 0 && b->len >= KB_API_CHUNK; /* sent as it is: no gather */
+    ok = ok && (whole ? s_fits(c, b->len) : s_gather(c, b->data, b->len));
+    if (ok && (whole || c->len >= KB_API_CHUNK)) /* receiving goes on only while s_may_send */
+        s_send_chunk(c, whole ? (const char *)b->data : c->data, whole ? b->len : c->len);
+    if (!c->answered && !s_may_send(c)) /* under c->lock: a chunk's end resumes after this */
+        kb_grpc_call_pause_recv(call);
     protobuf_c_message_free_unpacked(m, NULL);
-    if (ok && c->len >= KB_API_CHUNK) {
-        kb_grpc_call_pause_recv(call); /* before the send: its answer may resume at once */
-        s_send_chunk(c);
-    }
     if (c->answered && !c->writing) {
         s_client_done(c);
         return;
@@ -583,8 +637,8 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
         s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
                       c->kind == K_WRITE ? "the first message must name the path"
                                          : "the first message must name the process");
-    else if (!c->writing) /* else the chunk in flight sends the last one when it ends */
-        s_send_chunk(c);
+    else if (s_may_send(c)) /* else a chunk in flight sends the last one when it ends */
+        s_send_chunk(c, c->data, c->len);
     if (c->answered && !c->writing) {
         s_client_done(c);
         return;

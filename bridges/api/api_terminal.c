@@ -116,8 +116,7 @@ static int s_guest(s_term_t *t, ka_guest_req_t *q, ka_svc_frame_cb cb, krt_addr_
     if (!q)
         return -1;
     t->refs++;
-    int rc = ka_svc_stream(t->api->o.svc, q, sizeof *q + q->tail_len, cb, t, stream);
-    free(q);
+    int rc = ka_svc_stream(t->api->o.svc, &q, cb, t, stream);
     if (rc)
         t->refs--;
     return rc ? -1 : 0;

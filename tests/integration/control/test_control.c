@@ -287,7 +287,8 @@ static int s_guest(ka_guest_req_t *q, s_frames_t *c)
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     krt_addr_t stream;
-    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q + q->tail_len, s_on_frame, c, &stream), 0);
+    int op = q->op;
+    assert_int_equal(ka_svc_stream(T.svc, &q, s_on_frame, c, &stream), 0);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 60;
@@ -298,10 +299,9 @@ static int s_guest(ka_guest_req_t *q, s_frames_t *c)
             char *tree = krt_tree_json(T.sys, KRT_ADDR_NONE);
             fprintf(stderr, "actor tree at the timeout: %s\n", tree ? tree : "(none)");
             free(tree);
-            fail_msg("guest call (op %d) timed out", q->op);
+            fail_msg("guest call (op %d) timed out", op);
         }
     pthread_mutex_unlock(&c->lock);
-    free(q);
     return ka_err_code(c->end.err);
 }
 
@@ -680,8 +680,7 @@ static void *s_race_sender(void *arg)
         q->proc = 999999; /* no such process: the guest answers NOT_FOUND */
         calls[i] = (s_race_call_t){r, i};
         r->codes[i] = -1;
-        assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_race_frame, &calls[i], NULL), 0);
-        free(q);
+        assert_int_equal(ka_svc_stream(T.svc, &q, s_race_frame, &calls[i], NULL), 0);
         pthread_mutex_lock(&r->lock);
         r->sent++;
         pthread_mutex_unlock(&r->lock);
@@ -951,8 +950,7 @@ static void test_suspend_ends_open_guest_calls(void **unused)
     s_frames_t *c = calloc(1, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
-    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q, s_on_frame, c, NULL), 0);
-    free(q);
+    assert_int_equal(ka_svc_stream(T.svc, &q, s_on_frame, c, NULL), 0);
     usleep(200 * 1000); /* the follow is with the guest */
     assert_int_equal(s_lifecycle(KA_SBX_SUSPEND, ALICE, id, &o), KA_OK);
     struct timespec until;

@@ -187,8 +187,7 @@ static bool s_stream_done(void *arg)
 static void s_stream_start(ka_guest_req_t *q, s_stream_t *s)
 {
     memset(s, 0, sizeof *s);
-    assert_int_equal(ka_svc_stream(T.svc, q, sizeof *q + q->tail_len, s_on_frame, s, NULL), 0);
-    free(q);
+    assert_int_equal(ka_svc_stream(T.svc, &q, s_on_frame, s, NULL), 0);
 }
 
 static int s_stream_wait(s_stream_t *s, int ms)

@@ -575,8 +575,7 @@ static krt_addr_t at_call(at_t *a, int op, uint64_t proc, sink_t *s)
     q->proc = proc;
     snprintf(q->path, sizeof q->path, "f");
     krt_addr_t stream = KRT_ADDR_NONE;
-    assert_int_equal(ka_svc_stream(a->svc, q, sizeof *q, sink_cb, s, &stream), 0);
-    free(q);
+    assert_int_equal(ka_svc_stream(a->svc, &q, sink_cb, s, &stream), 0);
     return stream;
 }
 
