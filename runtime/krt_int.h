@@ -82,6 +82,7 @@ typedef void (*krt_free_fn)(void *);
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
 #define KRT_POOL_BATCH 256
+#define KRT_OUT_BATCH  64 /* messages to one actor pushed at once from a turn (krt_send.c) */
 
 /* Call refs (krt_call from outside any actor) have the top bit set. */
 #define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
@@ -281,7 +282,15 @@ struct krt_sched {
     size_t acache_bytes;           /* held in acache */
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
-    uint32_t turn_sends;      /* sends during the current turn (wake policy) */
+    uint32_t turn_sends; /* sends during the current turn (wake policy) */
+    /* The handler's outgoing batch (krt_send.c): consecutive sends to one local actor, which
+     * is pinned, are chained here and pushed with one exchange when the target changes, the
+     * batch is full, the handler returns, or before krt__out_sync. */
+    bool out_on;        /* in a turn: local sends are batched */
+    uint32_t out_n;     /* nodes in the batch (0: none, nothing pinned) */
+    krt_addr_t out_to;  /* the batch's target */
+    krt_actor_t *out_a; /* ... pinned */
+    krt_mlink_t *out_head, *out_tail;
     _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
     bool remote_dirty;        /* sent remotely since the last transport flush */
     krt_transport_t rt;       /* ... through this transport */
@@ -314,6 +323,7 @@ struct krt_system {
     krt_actor_t *root;
     _Atomic int started, stopping, quit, stopped;
     _Atomic uint32_t n_parked;
+    _Atomic uint32_t n_idle; /* schedulers polling for work or parked */
     _Atomic uint32_t rr;
     _Atomic uint64_t ext_spawned, ext_exited;
     _Atomic int64_t ext_bytes;
@@ -333,8 +343,15 @@ struct krt_system {
     struct krt_remote *remote; /* actors with remote relations (krt_remote.c) */
 };
 
-/* Thread-local: the scheduler this thread runs, or NULL. */
-krt_sched_t *krt__self_sched(krt_system_t *sys);
+/* The scheduler the calling thread runs (krt_sched.c), NULL on other threads. */
+extern __thread krt_sched_t *krt__tls;
+
+/* Thread-local: the scheduler this thread runs for sys, or NULL. */
+static inline krt_sched_t *krt__self_sched(krt_system_t *sys)
+{
+    krt_sched_t *s = krt__tls;
+    return (s && s->sys == sys) ? s : NULL;
+}
 
 /* *dl = now on clock + timeout_ms (>= 0; a negative timeout leaves now), for timed waits. */
 static inline void krt__deadline(clockid_t clock, int timeout_ms, struct timespec *dl)
@@ -372,11 +389,19 @@ static inline void krt__mb_init(krt_actor_t *a)
     a->mb_tail = &a->mb_stub;
 }
 
+/* Appends the chain first..last (linked through next, last->next unset) in one exchange. The
+ * links inside the chain were stored before the exchange, which is a release: the consumer
+ * reaches them only through prev->next (acquire), so it sees them. */
+static inline void krt__mb_push_chain(krt_actor_t *a, krt_mlink_t *first, krt_mlink_t *last)
+{
+    atomic_store_explicit(&last->next, NULL, memory_order_relaxed);
+    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, last, memory_order_seq_cst);
+    atomic_store_explicit(&prev->next, first, memory_order_release);
+}
+
 static inline void krt__mb_push(krt_actor_t *a, krt_mlink_t *n)
 {
-    atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
-    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, n, memory_order_seq_cst);
-    atomic_store_explicit(&prev->next, n, memory_order_release);
+    krt__mb_push_chain(a, n, n);
 }
 
 /* NULL when empty, or when a producer is between its two steps (the caller retries later). */
@@ -502,15 +527,23 @@ void krt__futex_wake(_Atomic uint32_t *w);
 /* A scheduler thread's body (arg: its krt_sched_t). */
 void *krt__sched_main(void *arg);
 
-/* Pushes to an actor known to be alive (pinned, or a timer fire under the wheel lock). */
-static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+/* Pushes the count messages first..last to an actor known to be alive (pinned, or a timer fire
+ * under the wheel lock), and makes sure it runs. */
+static inline void krt__push_chain(krt_system_t *sys, krt_actor_t *a, krt_mlink_t *first,
+                                   krt_mlink_t *last, uint32_t count)
 {
     /* approximate under concurrent producers (introspection only): no locked instruction */
-    atomic_store_explicit(&a->pushed, atomic_load_explicit(&a->pushed, memory_order_relaxed) + 1,
+    atomic_store_explicit(&a->pushed,
+                          atomic_load_explicit(&a->pushed, memory_order_relaxed) + count,
                           memory_order_relaxed);
-    krt__mb_push(a, &n->link);
+    krt__mb_push_chain(a, first, last);
     if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
         krt__schedule(sys, a, false);
+}
+
+static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+{
+    krt__push_chain(sys, a, &n->link, &n->link, 1);
 }
 
 /* Actors (krt_actor.c). */
@@ -522,8 +555,20 @@ void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
 /* A runtime message to the running actor itself. */
 void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
                     const void *body, size_t len);
-/* Pushes n to the actor at `to` (local or remote); consumes n in every case. */
+/* Pushes n to the actor at `to` (local or remote); consumes n in every case. In a turn a local
+ * n may wait in the scheduler's outgoing batch until krt__out_flush. */
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
+/* Pushes the scheduler's outgoing batch and releases its target. */
+void krt__out_flush(krt_sched_t *s);
+
+/* Before the running handler hands something to another thread or actor by another way than a
+ * message (a krt_call's reply, a spawn, a job): what it sent so far is pushed first. */
+static inline void krt__out_sync(krt_system_t *sys)
+{
+    krt_sched_t *s = krt__self_sched(sys);
+    if (s && s->out_n)
+        krt__out_flush(s);
+}
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
                    uint16_t kind, const void *body, size_t len);
 /* A message with its whole envelope (kind from the node kind; status for replies). */

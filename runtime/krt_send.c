@@ -48,17 +48,55 @@ int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
     return rc;
 }
 
+void krt__out_flush(krt_sched_t *s)
+{
+    if (!s->out_n)
+        return;
+    krt__push_chain(s->sys, s->out_a, s->out_head, s->out_tail, s->out_n);
+    krt__release(s->sys, s->out_to);
+    s->out_n = 0;
+}
+
+/* Adds n to the turn's outgoing batch. The target stays pinned while the batch holds messages
+ * for it, so a send either fails with KRT_ENOACTOR here or lands before the target's final
+ * drain, as an unbatched one; a reaper of the target waits at most until this turn's messages
+ * are handled or KRT_OUT_BATCH more sends. */
+static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
+{
+    if (s->out_n && s->out_to != to)
+        krt__out_flush(s);
+    if (!s->out_n) {
+        krt_actor_t *a = krt__acquire(s->sys, to);
+        if (!a) {
+            krt__node_free(s, n);
+            return KRT_ENOACTOR;
+        }
+        s->out_a = a;
+        s->out_to = to;
+        s->out_head = &n->link;
+    } else {
+        atomic_store_explicit(&s->out_tail->next, &n->link, memory_order_relaxed);
+    }
+    s->out_tail = &n->link;
+    if (++s->out_n == KRT_OUT_BATCH)
+        krt__out_flush(s);
+    return 0;
+}
+
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
 {
+    krt_sched_t *me = krt__self_sched(sys);
     if (to == KRT_ADDR_NONE) {
-        krt__node_free(krt__self_sched(sys), n);
+        krt__node_free(me, n);
         return KRT_ENOACTOR;
     }
     if (krt_addr_node(to) != sys->node_id)
         return krt__send_remote(sys, to, n);
+    if (me && me->out_on)
+        return s_out_add(me, to, n);
     krt_actor_t *a = krt__acquire(sys, to);
     if (!a) {
-        krt__node_free(krt__self_sched(sys), n);
+        krt__node_free(me, n);
         return KRT_ENOACTOR;
     }
     krt__push(sys, a, n);
@@ -134,8 +172,10 @@ void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref
                     const void *body, size_t len)
 {
     krt_node_t *n = s_sys_node(ctx->sched, from, kind, ref, aux, body, len);
-    if (n)
-        krt__push(ctx->sys, ctx->actor, n);
+    if (!n)
+        return;
+    krt__out_flush(ctx->sched); /* after what this handler sent to itself so far */
+    krt__push(ctx->sys, ctx->actor, n);
 }
 
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)
