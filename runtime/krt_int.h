@@ -82,7 +82,11 @@ typedef void (*krt_free_fn)(void *);
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
 #define KRT_POOL_BATCH 256
-#define KRT_OUT_BATCH  64 /* messages to one actor pushed at once from a turn (krt_send.c) */
+#define KRT_POOL_CAP   (2 * KRT_POOL_BATCH) /* a scheduler's free nodes, at most */
+/* A new node is taken from the top of the free stack; the one this many below it is fetched
+ * for writing meanwhile (a node freed on another core costs a cache miss to reuse). */
+#define KRT_POOL_PREFETCH 8
+#define KRT_OUT_BATCH     64 /* messages to one actor pushed at once from a turn (krt_send.c) */
 
 /* Call refs (krt_call from outside any actor) have the top bit set. */
 #define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
@@ -239,7 +243,7 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
-#define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
+#define KRT_POOL_MAX_BATCHES 64 /* spare malloc'd message nodes kept, in batches */
 /* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
  * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
  * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
@@ -272,8 +276,7 @@ struct krt_sched {
     krt_ctx_t ctx;
     uint64_t next_ref;
     uint64_t clock_ms; /* krt_now_ms() for the timers the current message arms; 0 until read */
-    krt_mlink_t *pool; /* free message nodes */
-    uint32_t pool_n;
+    uint32_t pool_n;   /* free message nodes in pool */
     uint32_t *free_slots;
     uint32_t n_free_slots, cap_free_slots;
     uint32_t fresh_next, fresh_end;
@@ -296,13 +299,11 @@ struct krt_sched {
     krt_transport_t rt;       /* ... through this transport */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
+    /* Free message nodes, a stack of pointers: freeing a node never writes to it, so the core
+     * that sent it finds the line unmodified when it reuses the node. */
+    krt_node_t *pool[KRT_POOL_CAP];
     char pad_[64];
 };
-
-typedef struct krt_batch {
-    krt_mlink_t *head;
-    uint32_t n;
-} krt_batch_t;
 
 typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
 typedef struct krt_reg krt_reg_t;
@@ -329,8 +330,8 @@ struct krt_system {
     _Atomic int64_t ext_bytes;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
-    struct krt_batch *batches; /* spare node batches */
-    uint32_t n_batches, cap_batches;
+    krt_node_t **spare; /* spare message nodes, exchanged a batch at a time (pool_lock) */
+    uint32_t n_spare, cap_spare;
     struct krt_slab *slabs; /* node slabs, freed with the system */
     pthread_mutex_t transport_lock;
     krt_transport_t transport;
@@ -418,6 +419,7 @@ static inline krt_mlink_t *krt__mb_pop(krt_actor_t *a)
     }
     if (next) {
         a->mb_tail = next;
+        __builtin_prefetch(next); /* the next pop reads it: fetch it while tail is handled */
         return tail;
     }
     if (tail != atomic_load_explicit(&a->mb_head, memory_order_acquire))
@@ -449,31 +451,42 @@ static inline bool krt__mb_head_busy(krt_actor_t *a)
 krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len);
 void krt__node_free_slow(krt_sched_t *s, krt_node_t *n);
 
+/* Clears n's header for a new message (kind USER) with the given flags. */
+static inline krt_node_t *krt__node_reset(krt_node_t *n, uint16_t flags)
+{
+    memset(&n->msg, 0, sizeof n->msg);
+    n->kind = KRT_NK_USER;
+    n->flags = flags;
+    n->aux = 0;
+    return n;
+}
+
+/* The top of s's free stack (s->pool_n > 0). */
+static inline krt_node_t *krt__pool_pop(krt_sched_t *s)
+{
+    krt_node_t *n = s->pool[--s->pool_n];
+    if (s->pool_n >= KRT_POOL_PREFETCH)
+        __builtin_prefetch(s->pool[s->pool_n - KRT_POOL_PREFETCH], 1);
+    return n;
+}
+
 /* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
 static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
 {
-    if (len > KRT_INLINE_CAP || !s || !s->pool)
+    if (len > KRT_INLINE_CAP || !s || !s->pool_n)
         return krt__node_new_slow(s, len);
-    krt_node_t *n = (krt_node_t *)s->pool;
-    s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
-    s->pool_n--;
-    memset(&n->msg, 0, sizeof n->msg);
-    n->kind = KRT_NK_USER;
-    n->flags &= KRT_NF_SLAB;
-    n->aux = 0;
-    return n;
+    krt_node_t *n = krt__pool_pop(s);
+    return krt__node_reset(n, n->flags); /* a free node's flags are SLAB or 0 */
 }
 
 /* Frees n (running a pointer body's free_fn unless it was taken). */
 static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
-    if (!s || n->flags != KRT_NF_SLAB || s->pool_n + 1 >= 2 * KRT_POOL_BATCH) {
+    if (!s || n->flags != KRT_NF_SLAB || s->pool_n == KRT_POOL_CAP) {
         krt__node_free_slow(s, n);
         return;
     }
-    atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
-    s->pool = &n->link;
-    s->pool_n++;
+    s->pool[s->pool_n++] = n;
 }
 /* Frees every node the system and its schedulers keep (system destroy). */
 void krt__nodes_fini(krt_system_t *sys);
