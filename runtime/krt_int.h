@@ -86,7 +86,7 @@ typedef void (*krt_free_fn)(void *);
 /* A new node is taken from the top of the free stack; the one this many below it is fetched
  * for writing meanwhile (a node freed on another core costs a cache miss to reuse). */
 #define KRT_POOL_PREFETCH 8
-#define KRT_OUT_BATCH     64 /* messages to one actor pushed at once from a turn (krt_send.c) */
+#define KRT_OUT_BATCH     64 /* a handler's messages to one actor pushed at once, at most */
 
 /* Call refs (krt_call from outside any actor) have the top bit set. */
 #define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
@@ -286,13 +286,14 @@ struct krt_sched {
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
     uint32_t turn_sends; /* sends during the current turn (wake policy) */
-    /* The handler's outgoing batch (krt_send.c): consecutive sends to one local actor, which
-     * is pinned, are chained here and pushed with one exchange when the target changes, the
-     * batch is full, the handler returns, or before krt__out_sync. */
-    bool out_on;        /* in a turn: local sends are batched */
-    uint32_t out_n;     /* nodes in the batch (0: none, nothing pinned) */
-    krt_addr_t out_to;  /* the batch's target */
-    krt_actor_t *out_a; /* ... pinned */
+    /* The handler's outgoing batch (krt_send.c): its second and later sends in a row to one
+     * local actor, which is pinned, are chained here and pushed with one exchange when the
+     * target changes, the batch is full, the handler returns, or before krt__out_sync. */
+    bool out_on;         /* in a turn: local sends are batched */
+    krt_addr_t out_last; /* the handler's last local target (NONE at its start) */
+    uint32_t out_n;      /* nodes in the batch (0: none, nothing pinned) */
+    krt_addr_t out_to;   /* the batch's target */
+    krt_actor_t *out_a;  /* ... pinned */
     krt_mlink_t *out_head, *out_tail;
     _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
     bool remote_dirty;        /* sent remotely since the last transport flush */
@@ -573,9 +574,12 @@ void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 /* Pushes the scheduler's outgoing batch and releases its target. */
 void krt__out_flush(krt_sched_t *s);
+/* The handler returned: its batch is pushed, its next sends start afresh. */
+void krt__out_end(krt_sched_t *s);
 
 /* Before the running handler hands something to another thread or actor by another way than a
- * message (a krt_call's reply, a spawn, a job): what it sent so far is pushed first. */
+ * local message (a krt_call's reply, a spawn, a job, a remote send): what it sent so far is
+ * pushed first. */
 static inline void krt__out_sync(krt_system_t *sys)
 {
     krt_sched_t *s = krt__self_sched(sys);

@@ -361,7 +361,7 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
                               memory_order_relaxed);
         n++;
         s_dispatch(s, a, (krt_node_t *)l);
-        krt__out_flush(s); /* what the handler sent; before a reap, as the batch may pin a */
+        krt__out_end(s); /* what the handler sent; before a reap, as the batch may pin a */
         if (a->flags & KRT_AF_EXITING)
             break;
     }

@@ -57,14 +57,18 @@ void krt__out_flush(krt_sched_t *s)
     s->out_n = 0;
 }
 
-/* Adds n to the turn's outgoing batch. The target stays pinned while the batch holds messages
- * for it, so a send either fails with KRT_ENOACTOR here or lands before the target's final
- * drain, as an unbatched one; a reaper of the target waits at most until this turn's messages
- * are handled or KRT_OUT_BATCH more sends. */
+void krt__out_end(krt_sched_t *s)
+{
+    krt__out_flush(s);
+    s->out_last = KRT_ADDR_NONE;
+}
+
+/* Adds n to the handler's outgoing batch to `to`, starting one if it holds nothing. The target
+ * stays pinned while the batch holds messages for it, so a send either fails with KRT_ENOACTOR
+ * here or lands before the target's final drain, as an unbatched one; a reaper of the target
+ * waits at most until the handler returns or KRT_OUT_BATCH more sends. */
 static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
 {
-    if (s->out_n && s->out_to != to)
-        krt__out_flush(s);
     if (!s->out_n) {
         krt_actor_t *a = krt__acquire(s->sys, to);
         if (!a) {
@@ -83,6 +87,19 @@ static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
     return 0;
 }
 
+/* Whether a handler's send to `to` joins the outgoing batch: it does from its second send in a
+ * row to one actor on, so a handler that sends an actor one message pushes it at once. */
+static bool s_out_joins(krt_sched_t *s, krt_addr_t to)
+{
+    if (s->out_n && s->out_to == to)
+        return true;
+    krt__out_flush(s);
+    if (s->out_last == to)
+        return true;
+    s->out_last = to;
+    return false;
+}
+
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
 {
     krt_sched_t *me = krt__self_sched(sys);
@@ -90,9 +107,11 @@ int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
         krt__node_free(me, n);
         return KRT_ENOACTOR;
     }
-    if (krt_addr_node(to) != sys->node_id)
+    if (krt_addr_node(to) != sys->node_id) {
+        krt__out_sync(sys);
         return krt__send_remote(sys, to, n);
-    if (me && me->out_on)
+    }
+    if (me && me->out_on && s_out_joins(me, to))
         return s_out_add(me, to, n);
     krt_actor_t *a = krt__acquire(sys, to);
     if (!a) {

@@ -175,11 +175,12 @@ static void test_concurrent_senders(void **unused)
     krt_system_destroy(&sys);
 }
 
-/* Batched sends: senders send runs of 1-150 messages to one of four targets at a time (a
- * turn's batch is pushed when the target changes, when it holds KRT_OUT_BATCH, and at the end
- * of the turn), interleaved with sends to themselves. Every target checks that each sender's
- * numbers arrive in order and without gaps; two targets stop after 5,000 messages while the
- * senders keep sending to them (their reaper waits for the senders' pins). */
+/* Batched sends: senders send runs of 1-150 messages to one of four targets at a time (from
+ * the second message of a run on, a handler's sends are batched; the batch is pushed when the
+ * target changes, when it holds KRT_OUT_BATCH, and when the handler returns), then one to
+ * themselves. Every target checks that each sender's numbers arrive in order and without gaps;
+ * two targets stop after 5,000 messages while the senders keep sending to them (their reaper
+ * waits for the senders' pins). */
 #define BS_SENDERS 6
 #define BS_TARGETS 4
 #define BS_MORTAL  2 /* targets [BS_TARGETS - BS_MORTAL, BS_TARGETS) stop early */
