@@ -271,6 +271,7 @@ struct krt_sched {
     uint32_t next_streak;
     uint32_t spin; /* idle polls before parking, KRT_SPIN_MIN..KRT_SPIN_MAX */
     _Atomic uint32_t parked;
+    _Atomic bool idle;     /* polling for work or parked (owner writes) */
     _Atomic uint32_t wake; /* futex word */
     krt_wheel_t wheel;
     krt_ctx_t ctx;
@@ -325,7 +326,6 @@ struct krt_system {
     krt_actor_t *root;
     _Atomic int started, stopping, quit, stopped;
     _Atomic uint32_t n_parked;
-    _Atomic uint32_t n_idle; /* schedulers polling for work or parked */
     _Atomic uint32_t rr;
     _Atomic uint64_t ext_spawned, ext_exited;
     _Atomic int64_t ext_bytes;

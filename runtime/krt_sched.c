@@ -107,10 +107,20 @@ static void s_wake_one(krt_system_t *sys, krt_sched_t *except)
     }
 }
 
+/* Whether a scheduler other than me polls for work or is parked. */
+static bool s_any_idle(krt_system_t *sys, krt_sched_t *me)
+{
+    for (int i = 0; i < sys->n_sched; i++)
+        if (&sys->scheds[i] != me &&
+            atomic_load_explicit(&sys->scheds[i].idle, memory_order_relaxed))
+            return true;
+    return false;
+}
+
 /* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
 void krt__share_work(krt_system_t *sys, krt_sched_t *me)
 {
-    if (!atomic_load_explicit(&sys->n_idle, memory_order_relaxed))
+    if (!s_any_idle(sys, me))
         return;
     if (me->next) { /* a polling scheduler steals it from the queue; a parked one is woken */
         s_rq_push(me, me->next);
@@ -431,7 +441,7 @@ static void s_timers(krt_sched_t *s)
  * whose work comes back within a spin keeps spinning. */
 static void s_idle(krt_sched_t *s)
 {
-    atomic_fetch_add_explicit(&s->sys->n_idle, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->idle, true, memory_order_relaxed);
     bool soon = s->next != NULL;
     for (uint32_t i = 0; i < s->spin && !soon; i++) {
         krt__relax();
@@ -443,7 +453,7 @@ static void s_idle(krt_sched_t *s)
         s->spin = s->spin * 2 < KRT_SPIN_MAX ? s->spin * 2 : KRT_SPIN_MAX;
     else
         s->spin = s->spin / 2 > KRT_SPIN_MIN ? s->spin / 2 : KRT_SPIN_MIN;
-    atomic_fetch_sub_explicit(&s->sys->n_idle, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->idle, false, memory_order_relaxed);
 }
 
 void *krt__sched_main(void *arg)
