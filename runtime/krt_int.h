@@ -271,7 +271,6 @@ struct krt_sched {
     uint32_t next_streak;
     uint32_t spin; /* idle polls before parking, KRT_SPIN_MIN..KRT_SPIN_MAX */
     _Atomic uint32_t parked;
-    _Atomic bool idle;     /* polling for work or parked (owner writes) */
     _Atomic uint32_t wake; /* futex word */
     krt_wheel_t wheel;
     krt_ctx_t ctx;
@@ -290,13 +289,14 @@ struct krt_sched {
     /* The handler's outgoing batch (krt_send.c): its second and later sends in a row to one
      * local actor, which is pinned, are chained here and pushed with one exchange when the
      * target changes, the batch is full, the handler returns, or before krt__out_sync. */
+    uint32_t out_n;      /* nodes in the batch (0: none, nothing pinned) */
     bool out_on;         /* in a turn: local sends are batched */
     krt_addr_t out_last; /* the handler's last local target (NONE at its start) */
-    uint32_t out_n;      /* nodes in the batch (0: none, nothing pinned) */
     krt_addr_t out_to;   /* the batch's target */
     krt_actor_t *out_a;  /* ... pinned */
     krt_mlink_t *out_head, *out_tail;
     _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
+    _Atomic bool idle;        /* polling for work or parked (owner writes) */
     bool remote_dirty;        /* sent remotely since the last transport flush */
     krt_transport_t rt;       /* ... through this transport */
     _Atomic uint64_t handled, spawned, exited;

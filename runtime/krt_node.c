@@ -40,13 +40,13 @@ static bool s_spare_put(krt_system_t *sys, krt_node_t **v, uint32_t n)
         uint32_t cap = sys->cap_spare ? sys->cap_spare : 16 * KRT_POOL_BATCH;
         while (cap < sys->n_spare + n)
             cap *= 2;
-        krt_node_t **ns = realloc(sys->spare, cap * sizeof *ns);
+        krt_node_t **ns = realloc(sys->spare, cap * sizeof(krt_node_t *));
         if (!ns)
             return false;
         sys->spare = ns;
         sys->cap_spare = cap;
     }
-    memcpy(sys->spare + sys->n_spare, v, n * sizeof *v);
+    memcpy(sys->spare + sys->n_spare, v, n * sizeof(krt_node_t *));
     sys->n_spare += n;
     return true;
 }
@@ -80,7 +80,7 @@ static bool s_pool_refill(krt_sched_t *s)
     uint32_t n = sys->n_spare < KRT_POOL_BATCH ? sys->n_spare : KRT_POOL_BATCH;
     sys->n_spare -= n;
     if (n)
-        memcpy(s->pool, sys->spare + sys->n_spare, n * sizeof *s->pool);
+        memcpy(s->pool, sys->spare + sys->n_spare, n * sizeof(krt_node_t *));
     pthread_mutex_unlock(&sys->pool_lock);
     s->pool_n = n;
     return n || s_pool_carve(s);

@@ -199,6 +199,7 @@ typedef struct {
 
 static int bs_target_init(krt_ctx_t *ctx, void *state, void *arg)
 {
+    (void)ctx;
     ((bs_target_t *)state)->mortal = arg != NULL;
     return 0;
 }
@@ -272,6 +273,7 @@ static const krt_behaviour_t bs_sender_b = {.kind = "bs_sender",
 
 static void test_batched_sends(void **unused)
 {
+    (void)unused;
     krt_system_t *sys = rt_system(2);
     bs_arg_t args[BS_SENDERS];
     for (int t = 0; t < BS_TARGETS; t++) {
