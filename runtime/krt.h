@@ -214,7 +214,12 @@ krt_system_t *krt_ctx_system(krt_ctx_t *ctx);
 int krt_spawn(krt_ctx_t *ctx, const krt_behaviour_t *b, void *arg, const krt_spawn_opts_t *opts,
               krt_addr_t *out);
 
-/* Sends a copy of body (len bytes). Works for local and remote addresses alike. */
+/* Sends a copy of body (len bytes). Works for local and remote addresses alike. Messages from
+ * one actor to another arrive in the order sent. A handler's second and later sends in a row to
+ * one local actor may be held and pushed together (every 64 messages, and before its next send
+ * elsewhere, its krt_spawn, a reply that completes a krt_call, a job, or when it returns):
+ * effects the handler has on other threads by other means (its own pipes, sockets, locks) may be
+ * seen before those. */
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len);
 /* Sends a pointer without copying (local addresses only). Ownership moves to the message:
  * if the receiver does not krt_msg_take() it, free_fn(ptr) runs after its handler (or when the

@@ -80,6 +80,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     if (atomic_load(&sys->stopping))
         return KRT_ESHUTDOWN;
     krt_sched_t *s = ctx ? ctx->sched : krt__self_sched(sys);
+    krt__out_sync(sys); /* the child may send to the actors its spawner sent to */
     krt_actor_t *a = s_actor_alloc(s, s_actor_size(b));
     krt_node_t *init = krt__node_new(s, sizeof(krt_free_fn));
     uint32_t idx = 0;

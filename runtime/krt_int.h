@@ -82,6 +82,11 @@ typedef void (*krt_free_fn)(void *);
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
 #define KRT_POOL_BATCH 256
+#define KRT_POOL_CAP   (2 * KRT_POOL_BATCH) /* a scheduler's free nodes, at most */
+/* A new node is taken from the top of the free stack; the one this many below it is fetched
+ * for writing meanwhile (a node freed on another core costs a cache miss to reuse). */
+#define KRT_POOL_PREFETCH 8
+#define KRT_OUT_BATCH     64 /* a handler's messages to one actor pushed at once, at most */
 
 /* Call refs (krt_call from outside any actor) have the top bit set. */
 #define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
@@ -238,7 +243,7 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
-#define KRT_POOL_MAX_BATCHES 64 /* spare message-node batches kept by the system */
+#define KRT_POOL_MAX_BATCHES 64 /* spare malloc'd message nodes kept, in batches */
 /* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
  * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
  * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
@@ -271,8 +276,7 @@ struct krt_sched {
     krt_ctx_t ctx;
     uint64_t next_ref;
     uint64_t clock_ms; /* krt_now_ms() for the timers the current message arms; 0 until read */
-    krt_mlink_t *pool; /* free message nodes */
-    uint32_t pool_n;
+    uint32_t pool_n;   /* free message nodes in pool */
     uint32_t *free_slots;
     uint32_t n_free_slots, cap_free_slots;
     uint32_t fresh_next, fresh_end;
@@ -281,19 +285,27 @@ struct krt_sched {
     size_t acache_bytes;           /* held in acache */
     struct krt_pending *pend_free; /* spare pending-request entries (krt_request.c) */
     uint32_t n_pend_free;
-    uint32_t turn_sends;      /* sends during the current turn (wake policy) */
+    uint32_t turn_sends; /* sends during the current turn (wake policy) */
+    /* The handler's outgoing batch (krt_send.c): its second and later sends in a row to one
+     * local actor, which is pinned, are chained here and pushed with one exchange when the
+     * target changes, the batch is full, the handler returns, or before krt__out_sync. */
+    uint32_t out_n;      /* nodes in the batch (0: none, nothing pinned) */
+    bool out_on;         /* in a turn: local sends are batched */
+    krt_addr_t out_last; /* the handler's last local target (NONE at its start) */
+    krt_addr_t out_to;   /* the batch's target */
+    krt_actor_t *out_a;  /* ... pinned */
+    krt_mlink_t *out_head, *out_tail;
     _Atomic uint64_t wakeups; /* times this scheduler left a park (tests count idle wake-ups) */
+    _Atomic bool idle;        /* polling for work or parked (owner writes) */
     bool remote_dirty;        /* sent remotely since the last transport flush */
     krt_transport_t rt;       /* ... through this transport */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
+    /* Free message nodes, a stack of pointers: freeing a node never writes to it, so the core
+     * that sent it finds the line unmodified when it reuses the node. */
+    krt_node_t *pool[KRT_POOL_CAP];
     char pad_[64];
 };
-
-typedef struct krt_batch {
-    krt_mlink_t *head;
-    uint32_t n;
-} krt_batch_t;
 
 typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
 typedef struct krt_reg krt_reg_t;
@@ -319,8 +331,8 @@ struct krt_system {
     _Atomic int64_t ext_bytes;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
-    struct krt_batch *batches; /* spare node batches */
-    uint32_t n_batches, cap_batches;
+    krt_node_t **spare; /* spare message nodes, exchanged a batch at a time (pool_lock) */
+    uint32_t n_spare, cap_spare;
     struct krt_slab *slabs; /* node slabs, freed with the system */
     pthread_mutex_t transport_lock;
     krt_transport_t transport;
@@ -333,8 +345,15 @@ struct krt_system {
     struct krt_remote *remote; /* actors with remote relations (krt_remote.c) */
 };
 
-/* Thread-local: the scheduler this thread runs, or NULL. */
-krt_sched_t *krt__self_sched(krt_system_t *sys);
+/* The scheduler the calling thread runs (krt_sched.c), NULL on other threads. */
+extern __thread krt_sched_t *krt__tls;
+
+/* Thread-local: the scheduler this thread runs for sys, or NULL. */
+static inline krt_sched_t *krt__self_sched(krt_system_t *sys)
+{
+    krt_sched_t *s = krt__tls;
+    return (s && s->sys == sys) ? s : NULL;
+}
 
 /* *dl = now on clock + timeout_ms (>= 0; a negative timeout leaves now), for timed waits. */
 static inline void krt__deadline(clockid_t clock, int timeout_ms, struct timespec *dl)
@@ -372,11 +391,19 @@ static inline void krt__mb_init(krt_actor_t *a)
     a->mb_tail = &a->mb_stub;
 }
 
+/* Appends the chain first..last (linked through next, last->next unset) in one exchange. The
+ * links inside the chain were stored before the exchange, which is a release: the consumer
+ * reaches them only through prev->next (acquire), so it sees them. */
+static inline void krt__mb_push_chain(krt_actor_t *a, krt_mlink_t *first, krt_mlink_t *last)
+{
+    atomic_store_explicit(&last->next, NULL, memory_order_relaxed);
+    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, last, memory_order_seq_cst);
+    atomic_store_explicit(&prev->next, first, memory_order_release);
+}
+
 static inline void krt__mb_push(krt_actor_t *a, krt_mlink_t *n)
 {
-    atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
-    krt_mlink_t *prev = atomic_exchange_explicit(&a->mb_head, n, memory_order_seq_cst);
-    atomic_store_explicit(&prev->next, n, memory_order_release);
+    krt__mb_push_chain(a, n, n);
 }
 
 /* NULL when empty, or when a producer is between its two steps (the caller retries later). */
@@ -393,6 +420,7 @@ static inline krt_mlink_t *krt__mb_pop(krt_actor_t *a)
     }
     if (next) {
         a->mb_tail = next;
+        __builtin_prefetch(next); /* the next pop reads it: fetch it while tail is handled */
         return tail;
     }
     if (tail != atomic_load_explicit(&a->mb_head, memory_order_acquire))
@@ -424,31 +452,42 @@ static inline bool krt__mb_head_busy(krt_actor_t *a)
 krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len);
 void krt__node_free_slow(krt_sched_t *s, krt_node_t *n);
 
+/* Clears n's header for a new message (kind USER) with the given flags. */
+static inline krt_node_t *krt__node_reset(krt_node_t *n, uint16_t flags)
+{
+    memset(&n->msg, 0, sizeof n->msg);
+    n->kind = KRT_NK_USER;
+    n->flags = flags;
+    n->aux = 0;
+    return n;
+}
+
+/* The top of s's free stack (s->pool_n > 0). */
+static inline krt_node_t *krt__pool_pop(krt_sched_t *s)
+{
+    krt_node_t *n = s->pool[--s->pool_n];
+    if (s->pool_n >= KRT_POOL_PREFETCH)
+        __builtin_prefetch(s->pool[s->pool_n - KRT_POOL_PREFETCH], 1);
+    return n;
+}
+
 /* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
 static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
 {
-    if (len > KRT_INLINE_CAP || !s || !s->pool)
+    if (len > KRT_INLINE_CAP || !s || !s->pool_n)
         return krt__node_new_slow(s, len);
-    krt_node_t *n = (krt_node_t *)s->pool;
-    s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
-    s->pool_n--;
-    memset(&n->msg, 0, sizeof n->msg);
-    n->kind = KRT_NK_USER;
-    n->flags &= KRT_NF_SLAB;
-    n->aux = 0;
-    return n;
+    krt_node_t *n = krt__pool_pop(s);
+    return krt__node_reset(n, n->flags); /* a free node's flags are SLAB or 0 */
 }
 
 /* Frees n (running a pointer body's free_fn unless it was taken). */
 static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
-    if (!s || n->flags != KRT_NF_SLAB || s->pool_n + 1 >= 2 * KRT_POOL_BATCH) {
+    if (!s || n->flags != KRT_NF_SLAB || s->pool_n == KRT_POOL_CAP) {
         krt__node_free_slow(s, n);
         return;
     }
-    atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
-    s->pool = &n->link;
-    s->pool_n++;
+    s->pool[s->pool_n++] = n;
 }
 /* Frees every node the system and its schedulers keep (system destroy). */
 void krt__nodes_fini(krt_system_t *sys);
@@ -502,15 +541,23 @@ void krt__futex_wake(_Atomic uint32_t *w);
 /* A scheduler thread's body (arg: its krt_sched_t). */
 void *krt__sched_main(void *arg);
 
-/* Pushes to an actor known to be alive (pinned, or a timer fire under the wheel lock). */
-static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+/* Pushes the count messages first..last to an actor known to be alive (pinned, or a timer fire
+ * under the wheel lock), and makes sure it runs. */
+static inline void krt__push_chain(krt_system_t *sys, krt_actor_t *a, krt_mlink_t *first,
+                                   krt_mlink_t *last, uint32_t count)
 {
     /* approximate under concurrent producers (introspection only): no locked instruction */
-    atomic_store_explicit(&a->pushed, atomic_load_explicit(&a->pushed, memory_order_relaxed) + 1,
+    atomic_store_explicit(&a->pushed,
+                          atomic_load_explicit(&a->pushed, memory_order_relaxed) + count,
                           memory_order_relaxed);
-    krt__mb_push(a, &n->link);
+    krt__mb_push_chain(a, first, last);
     if (atomic_load(&a->sched) == 0 && atomic_exchange(&a->sched, 1) == 0)
         krt__schedule(sys, a, false);
+}
+
+static inline void krt__push(krt_system_t *sys, krt_actor_t *a, krt_node_t *n)
+{
+    krt__push_chain(sys, a, &n->link, &n->link, 1);
 }
 
 /* Actors (krt_actor.c). */
@@ -522,8 +569,23 @@ void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
 /* A runtime message to the running actor itself. */
 void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref, uint32_t aux,
                     const void *body, size_t len);
-/* Pushes n to the actor at `to` (local or remote); consumes n in every case. */
+/* Pushes n to the actor at `to` (local or remote); consumes n in every case. In a turn a local
+ * n may wait in the scheduler's outgoing batch until krt__out_flush. */
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
+/* Pushes the scheduler's outgoing batch and releases its target. */
+void krt__out_flush(krt_sched_t *s);
+/* The handler returned: its batch is pushed, its next sends start afresh. */
+void krt__out_end(krt_sched_t *s);
+
+/* Before the running handler hands something to another thread or actor by another way than a
+ * local message (a krt_call's reply, a spawn, a job, a remote send): what it sent so far is
+ * pushed first. */
+static inline void krt__out_sync(krt_system_t *sys)
+{
+    krt_sched_t *s = krt__self_sched(sys);
+    if (s && s->out_n)
+        krt__out_flush(s);
+}
 int krt__send_copy(krt_system_t *sys, krt_addr_t to, krt_addr_t from, uint32_t type, uint64_t ref,
                    uint16_t kind, const void *body, size_t len);
 /* A message with its whole envelope (kind from the node kind; status for replies). */

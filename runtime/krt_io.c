@@ -107,6 +107,7 @@ static void s_finish(krt_system_t *sys, uint64_t ref, int err, krt_addr_t from, 
                      int32_t status, const void *body, size_t len, bool *found)
 {
     krt_io_t *io = sys->io;
+    krt__out_sync(sys); /* the caller may send next to an actor the replier just sent to */
     pthread_mutex_lock(&io->call_lock);
     krt_callrec_t *r = s_call_take(io, ref);
     bool async = r && r->async; /* a blocking record may vanish once we unlock */
@@ -450,6 +451,7 @@ int krt_job_submit(krt_ctx_t *ctx, int (*fn)(void *arg), void *arg, uint64_t *re
     j->arg = arg;
     j->to = ctx->actor->addr;
     j->ref = krt__new_ref(ctx);
+    krt__out_sync(ctx->sys);
     uint64_t r = j->ref; /* j belongs to the job thread once queued: never read it after */
     pthread_mutex_lock(&io->job_lock);
     if (io->jquit) {

@@ -1,5 +1,5 @@
 /*
- * Message nodes: per-scheduler free lists carved from slabs, batches exchanged through the
+ * Message nodes: per-scheduler free stacks carved from slabs, batches exchanged through the
  * system (see krt_int.h).
  */
 #include "krt_int.h"
@@ -8,134 +8,119 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------- */
-/* Message nodes: per-scheduler free lists, batches exchanged through the system.
+/* Message nodes: per-scheduler free stacks, batches exchanged through the system.
  * Scheduler threads carve small nodes from slabs (KRT_NF_SLAB: never freed one by one; the
  * slabs go with the system). Other threads malloc them; a scheduler frees such a node when its
- * own free list already holds a batch, and the system frees those in batches past
- * KRT_POOL_MAX_BATCHES spares. */
+ * own free stack already holds a batch, and the system frees those past
+ * KRT_POOL_MAX_BATCHES batches of spares. A node's memory is written only by whoever fills it
+ * for a message: the free stacks and the spares are arrays of pointers. */
 
 typedef struct krt_slab {
     struct krt_slab *next;
-    _Alignas(16) unsigned char nodes[];
+    _Alignas(64) unsigned char nodes[];
 } krt_slab_t;
 
-/* Frees the malloc'd nodes of a chain and returns the slab ones, relinked, counting them. */
-static krt_mlink_t *s_free_chain(krt_mlink_t *l, uint32_t *kept)
+/* Frees the malloc'd nodes among v[0..n) and packs the slab ones to the front; their count. */
+static uint32_t s_free_loose(krt_node_t **v, uint32_t n)
 {
-    krt_mlink_t *keep = NULL;
-    uint32_t n = 0;
-    while (l) {
-        krt_mlink_t *next = atomic_load_explicit(&l->next, memory_order_relaxed);
-        if (((krt_node_t *)l)->flags & KRT_NF_SLAB) {
-            atomic_store_explicit(&l->next, keep, memory_order_relaxed);
-            keep = l;
-            n++;
-        } else {
-            free(l);
-        }
-        l = next;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (v[i]->flags & KRT_NF_SLAB)
+            v[kept++] = v[i];
+        else
+            free(v[i]);
     }
-    if (kept)
-        *kept = n;
-    return keep;
+    return kept;
 }
 
-/* Adds a batch of n nodes to the system's spares (pool_lock held); false if out of memory. */
-static bool s_batch_put(krt_system_t *sys, krt_mlink_t *batch, uint32_t n)
+/* Adds v[0..n) to the system's spares (pool_lock held); false if out of memory. */
+static bool s_spare_put(krt_system_t *sys, krt_node_t **v, uint32_t n)
 {
-    if (sys->n_batches == sys->cap_batches) {
-        uint32_t cap = sys->cap_batches ? sys->cap_batches * 2 : 16;
-        krt_batch_t *nb = realloc(sys->batches, cap * sizeof *nb);
-        if (!nb)
+    if (sys->n_spare + n > sys->cap_spare) {
+        uint32_t cap = sys->cap_spare ? sys->cap_spare : 16 * KRT_POOL_BATCH;
+        while (cap < sys->n_spare + n)
+            cap *= 2;
+        krt_node_t **ns = realloc(sys->spare, cap * sizeof(krt_node_t *));
+        if (!ns)
             return false;
-        sys->batches = nb;
-        sys->cap_batches = cap;
+        sys->spare = ns;
+        sys->cap_spare = cap;
     }
-    sys->batches[sys->n_batches++] = (krt_batch_t){batch, n};
+    memcpy(sys->spare + sys->n_spare, v, n * sizeof(krt_node_t *));
+    sys->n_spare += n;
     return true;
 }
 
+/* A new slab's nodes onto s's (empty) free stack, the lowest address on top. */
+static bool s_pool_carve(krt_sched_t *s)
+{
+    krt_system_t *sys = s->sys;
+    /* cache-line aligned: a node's header and its first body bytes share one line */
+    krt_slab_t *slab = aligned_alloc(64, sizeof *slab + (size_t)KRT_POOL_BATCH * KRT_NODE_SIZE);
+    if (!slab)
+        return false;
+    for (uint32_t i = 0; i < KRT_POOL_BATCH; i++) {
+        krt_node_t *n = (krt_node_t *)(slab->nodes + (size_t)i * KRT_NODE_SIZE);
+        n->flags = KRT_NF_SLAB;
+        s->pool[KRT_POOL_BATCH - 1 - i] = n;
+    }
+    s->pool_n = KRT_POOL_BATCH;
+    pthread_mutex_lock(&sys->pool_lock);
+    slab->next = sys->slabs;
+    sys->slabs = slab;
+    pthread_mutex_unlock(&sys->pool_lock);
+    return true;
+}
+
+/* Refills s's empty free stack with a batch of spares, or a new slab. */
 static bool s_pool_refill(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
-    krt_batch_t b = {NULL, 0};
     pthread_mutex_lock(&sys->pool_lock);
-    if (sys->n_batches)
-        b = sys->batches[--sys->n_batches];
+    uint32_t n = sys->n_spare < KRT_POOL_BATCH ? sys->n_spare : KRT_POOL_BATCH;
+    sys->n_spare -= n;
+    if (n)
+        memcpy(s->pool, sys->spare + sys->n_spare, n * sizeof(krt_node_t *));
     pthread_mutex_unlock(&sys->pool_lock);
-    if (!b.head) {
-        krt_slab_t *slab = malloc(sizeof *slab + (size_t)KRT_POOL_BATCH * KRT_NODE_SIZE);
-        if (!slab)
-            return false;
-        for (uint32_t i = 0; i < KRT_POOL_BATCH; i++) {
-            krt_node_t *n = (krt_node_t *)(slab->nodes + (size_t)i * KRT_NODE_SIZE);
-            n->flags = KRT_NF_SLAB;
-            atomic_store_explicit(&n->link.next, b.head, memory_order_relaxed);
-            b.head = &n->link;
-        }
-        b.n = KRT_POOL_BATCH;
-        pthread_mutex_lock(&sys->pool_lock);
-        slab->next = sys->slabs;
-        sys->slabs = slab;
-        pthread_mutex_unlock(&sys->pool_lock);
-    }
-    s->pool = b.head;
-    s->pool_n = b.n;
-    return true;
+    s->pool_n = n;
+    return n || s_pool_carve(s);
 }
 
+/* s's free stack is full: its top batch goes to the system's spares. */
 static void s_pool_spill(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
-    krt_mlink_t *batch = s->pool, *last = batch;
+    krt_node_t **batch = s->pool + s->pool_n - KRT_POOL_BATCH;
     uint32_t n = KRT_POOL_BATCH;
-    for (uint32_t i = 1; i < n; i++)
-        last = atomic_load_explicit(&last->next, memory_order_relaxed);
-    s->pool = atomic_load_explicit(&last->next, memory_order_relaxed);
-    atomic_store_explicit(&last->next, NULL, memory_order_relaxed);
-    s->pool_n -= n;
+    s->pool_n -= KRT_POOL_BATCH;
     pthread_mutex_lock(&sys->pool_lock);
-    if (sys->n_batches >= KRT_POOL_MAX_BATCHES) {
+    if (sys->n_spare >= KRT_POOL_MAX_BATCHES * KRT_POOL_BATCH) {
         pthread_mutex_unlock(&sys->pool_lock);
-        batch = s_free_chain(batch, &n);
-        if (!batch)
+        n = s_free_loose(batch, n);
+        if (!n)
             return;
         pthread_mutex_lock(&sys->pool_lock);
     }
-    if (!s_batch_put(sys, batch, n)) {
-        pthread_mutex_unlock(&sys->pool_lock);
-        s_free_chain(batch, NULL); /* slab nodes stay with their slab */
-        return;
-    }
+    bool kept = s_spare_put(sys, batch, n);
     pthread_mutex_unlock(&sys->pool_lock);
+    if (!kept)
+        s_free_loose(batch, n); /* slab nodes stay with their slab */
 }
 
 krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len)
 {
-    krt_node_t *n;
-    uint16_t flags = 0;
     if (len <= KRT_INLINE_CAP) {
-        if (s && (s->pool || s_pool_refill(s))) {
-            n = (krt_node_t *)s->pool;
-            s->pool = atomic_load_explicit(&s->pool->next, memory_order_relaxed);
-            s->pool_n--;
-            flags = n->flags & KRT_NF_SLAB;
-        } else {
-            n = malloc(KRT_NODE_SIZE);
+        if (s && (s->pool_n || s_pool_refill(s))) {
+            krt_node_t *n = krt__pool_pop(s);
+            return krt__node_reset(n, n->flags);
         }
-    } else {
-        if (len > UINT32_MAX)
-            return NULL;
-        n = malloc(sizeof(krt_node_t) + len);
-        flags = KRT_NF_BIG;
+        krt_node_t *n = malloc(KRT_NODE_SIZE);
+        return n ? krt__node_reset(n, 0) : NULL;
     }
-    if (!n)
+    if (len > UINT32_MAX)
         return NULL;
-    memset(&n->msg, 0, sizeof n->msg);
-    n->kind = KRT_NK_USER;
-    n->flags = flags;
-    n->aux = 0;
-    return n;
+    krt_node_t *n = malloc(sizeof(krt_node_t) + len);
+    return n ? krt__node_reset(n, KRT_NF_BIG) : NULL;
 }
 
 void krt__node_free_slow(krt_sched_t *s, krt_node_t *n)
@@ -157,26 +142,24 @@ void krt__node_free_slow(krt_sched_t *s, krt_node_t *n)
         return; /* a slab node freed off-scheduler stays unused until its slab goes */
     }
     if (!(n->flags & KRT_NF_SLAB) && s->pool_n >= KRT_POOL_BATCH) {
-        free(n); /* made off the schedulers: keep it only while the free list is short */
+        free(n); /* made off the schedulers: keep it only while the free stack is short */
         return;
     }
-    atomic_store_explicit(&n->link.next, s->pool, memory_order_relaxed);
-    s->pool = &n->link;
-    if (++s->pool_n >= 2 * KRT_POOL_BATCH)
+    if (s->pool_n == KRT_POOL_CAP)
         s_pool_spill(s);
+    s->pool[s->pool_n++] = n;
 }
 
 void krt__nodes_fini(krt_system_t *sys)
 {
     for (int i = 0; sys->scheds && i < sys->n_sched; i++) {
-        s_free_chain(sys->scheds[i].pool, NULL);
-        sys->scheds[i].pool = NULL;
+        s_free_loose(sys->scheds[i].pool, sys->scheds[i].pool_n);
+        sys->scheds[i].pool_n = 0;
     }
-    for (uint32_t i = 0; i < sys->n_batches; i++)
-        s_free_chain(sys->batches[i].head, NULL);
-    free(sys->batches);
-    sys->batches = NULL;
-    sys->n_batches = 0;
+    s_free_loose(sys->spare, sys->n_spare);
+    free(sys->spare);
+    sys->spare = NULL;
+    sys->n_spare = sys->cap_spare = 0;
     while (sys->slabs) {
         krt_slab_t *slab = sys->slabs;
         sys->slabs = slab->next;

@@ -238,6 +238,7 @@ static bool s_queue_error(krt_ctx_t *ctx, const krt_pending_t *p, int err)
     n->msg = (krt_msg_t){KRT_MSG_ERROR, (uint32_t)len, p->to,         p->timer.ref,
                          n->data,       err,           KRT_KIND_REPLY};
     memcpy(n->data, why, len);
+    krt__out_flush(ctx->sched); /* after what this handler sent to itself so far */
     krt__push(ctx->sys, ctx->actor, n);
     return true;
 }

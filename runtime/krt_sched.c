@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static __thread krt_sched_t *s_tls;
+__thread krt_sched_t *krt__tls;
 
 static void s_futex_wait(_Atomic uint32_t *w, uint32_t val, int timeout_ms)
 {
@@ -20,11 +20,6 @@ static void s_futex_wait(_Atomic uint32_t *w, uint32_t val, int timeout_ms)
 void krt__futex_wake(_Atomic uint32_t *w)
 {
     syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-krt_sched_t *krt__self_sched(krt_system_t *sys)
-{
-    return (s_tls && s_tls->sys == sys) ? s_tls : NULL;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -112,16 +107,26 @@ static void s_wake_one(krt_system_t *sys, krt_sched_t *except)
     }
 }
 
+/* Whether a scheduler other than me polls for work or is parked. */
+static bool s_any_idle(krt_system_t *sys, krt_sched_t *me)
+{
+    for (int i = 0; i < sys->n_sched; i++)
+        if (&sys->scheds[i] != me &&
+            atomic_load_explicit(&sys->scheds[i].idle, memory_order_relaxed))
+            return true;
+    return false;
+}
+
 /* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
 void krt__share_work(krt_system_t *sys, krt_sched_t *me)
 {
-    if (!atomic_load(&sys->n_parked))
+    if (!s_any_idle(sys, me))
         return;
-    if (me->next) {
+    if (me->next) { /* a polling scheduler steals it from the queue; a parked one is woken */
         s_rq_push(me, me->next);
         me->next = NULL;
     }
-    if (atomic_load_explicit(&me->rq_len, memory_order_relaxed))
+    if (atomic_load(&sys->n_parked) && atomic_load_explicit(&me->rq_len, memory_order_relaxed))
         s_wake_one(sys, me);
 }
 
@@ -349,6 +354,7 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
     s->ctx.actor = a;
     s->ctx.node = NULL;
     s->turn_sends = 0;
+    s->out_on = true;
     uint32_t n = 0;
     while (n < sys->budget) {
         s->clock_ms = 0; /* timers armed from here count from a new clock reading */
@@ -365,9 +371,11 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
                               memory_order_relaxed);
         n++;
         s_dispatch(s, a, (krt_node_t *)l);
+        krt__out_end(s); /* what the handler sent; before a reap, as the batch may pin a */
         if (a->flags & KRT_AF_EXITING)
             break;
     }
+    s->out_on = false;
     if (n) {
         atomic_store_explicit(&s->handled,
                               atomic_load_explicit(&s->handled, memory_order_relaxed) + n,
@@ -382,8 +390,11 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
         return;
     }
     /* Going idle. Once sched is 0 another scheduler may run a, stop it and free it: our
-     * hazard pointer makes that reaper wait while we re-check for late messages. */
-    atomic_store(&s->hazard, a);
+     * hazard pointer makes that reaper wait while we re-check for late messages. The hazard
+     * store needs no fence of its own: a reaper runs a only after an exchange of sched that
+     * reads our store of 0 (directly or through the inspector's CAS, which read it), so it
+     * happens before the reaper's loads of the hazard. */
+    atomic_store_explicit(&s->hazard, a, memory_order_relaxed);
     atomic_store(&a->sched, 0);
     if ((krt__mb_head_busy(a) || atomic_load(&a->sig)) && atomic_exchange(&a->sched, 1) == 0)
         s_rq_push(s, a);
@@ -430,6 +441,7 @@ static void s_timers(krt_sched_t *s)
  * whose work comes back within a spin keeps spinning. */
 static void s_idle(krt_sched_t *s)
 {
+    atomic_store_explicit(&s->idle, true, memory_order_relaxed);
     bool soon = s->next != NULL;
     for (uint32_t i = 0; i < s->spin && !soon; i++) {
         krt__relax();
@@ -441,13 +453,14 @@ static void s_idle(krt_sched_t *s)
         s->spin = s->spin * 2 < KRT_SPIN_MAX ? s->spin * 2 : KRT_SPIN_MAX;
     else
         s->spin = s->spin / 2 > KRT_SPIN_MIN ? s->spin / 2 : KRT_SPIN_MIN;
+    atomic_store_explicit(&s->idle, false, memory_order_relaxed);
 }
 
 void *krt__sched_main(void *arg)
 {
     krt_sched_t *s = arg;
     krt_system_t *sys = s->sys;
-    s_tls = s;
+    krt__tls = s;
     uint32_t turns = 0;
     while (!atomic_load_explicit(&sys->quit, memory_order_relaxed)) {
         krt_actor_t *a = s->next;
@@ -475,6 +488,6 @@ void *krt__sched_main(void *arg)
         s_flush(s);
         s_idle(s);
     }
-    s_tls = NULL;
+    krt__tls = NULL;
     return NULL;
 }

@@ -48,17 +48,74 @@ int krt__send_remote(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
     return rc;
 }
 
+void krt__out_flush(krt_sched_t *s)
+{
+    if (!s->out_n)
+        return;
+    krt__push_chain(s->sys, s->out_a, s->out_head, s->out_tail, s->out_n);
+    krt__release(s->sys, s->out_to);
+    s->out_n = 0;
+}
+
+void krt__out_end(krt_sched_t *s)
+{
+    krt__out_flush(s);
+    s->out_last = KRT_ADDR_NONE;
+}
+
+/* Adds n to the handler's outgoing batch to `to`, starting one if it holds nothing. The target
+ * stays pinned while the batch holds messages for it, so a send either fails with KRT_ENOACTOR
+ * here or lands before the target's final drain, as an unbatched one; a reaper of the target
+ * waits at most until the handler returns or KRT_OUT_BATCH more sends. */
+static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
+{
+    if (!s->out_n) {
+        krt_actor_t *a = krt__acquire(s->sys, to);
+        if (!a) {
+            krt__node_free(s, n);
+            return KRT_ENOACTOR;
+        }
+        s->out_a = a;
+        s->out_to = to;
+        s->out_head = &n->link;
+    } else {
+        atomic_store_explicit(&s->out_tail->next, &n->link, memory_order_relaxed);
+    }
+    s->out_tail = &n->link;
+    if (++s->out_n == KRT_OUT_BATCH)
+        krt__out_flush(s);
+    return 0;
+}
+
+/* Whether a handler's send to `to` joins the outgoing batch: it does from its second send in a
+ * row to one actor on, so a handler that sends an actor one message pushes it at once. */
+static bool s_out_joins(krt_sched_t *s, krt_addr_t to)
+{
+    if (s->out_n && s->out_to == to)
+        return true;
+    krt__out_flush(s);
+    if (s->out_last == to)
+        return true;
+    s->out_last = to;
+    return false;
+}
+
 int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n)
 {
+    krt_sched_t *me = krt__self_sched(sys);
     if (to == KRT_ADDR_NONE) {
-        krt__node_free(krt__self_sched(sys), n);
+        krt__node_free(me, n);
         return KRT_ENOACTOR;
     }
-    if (krt_addr_node(to) != sys->node_id)
+    if (krt_addr_node(to) != sys->node_id) {
+        krt__out_sync(sys);
         return krt__send_remote(sys, to, n);
+    }
+    if (me && me->out_on && s_out_joins(me, to))
+        return s_out_add(me, to, n);
     krt_actor_t *a = krt__acquire(sys, to);
     if (!a) {
-        krt__node_free(krt__self_sched(sys), n);
+        krt__node_free(me, n);
         return KRT_ENOACTOR;
     }
     krt__push(sys, a, n);
@@ -134,8 +191,10 @@ void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref
                     const void *body, size_t len)
 {
     krt_node_t *n = s_sys_node(ctx->sched, from, kind, ref, aux, body, len);
-    if (n)
-        krt__push(ctx->sys, ctx->actor, n);
+    if (!n)
+        return;
+    krt__out_flush(ctx->sched); /* after what this handler sent to itself so far */
+    krt__push(ctx->sys, ctx->actor, n);
 }
 
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)

@@ -446,6 +446,48 @@ static void test_request_to_self(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* A request that cannot be sent fails through an error reply the runtime queues to the caller
+ * itself: it comes after what the caller sent itself earlier in the same handler (which may
+ * still wait in the scheduler's outgoing batch). */
+typedef struct {
+    int seen; /* T_ECHO messages handled */
+} order_t;
+static void order_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *reply)
+{
+    (void)ctx;
+    (void)user;
+    (void)reply;
+    rt_ev(EV_DONE, err, ((order_t *)state)->seen, 0);
+}
+static int order_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        krt_send(ctx, krt_self(ctx), T_ECHO, NULL, 0);
+    return krt_request(ctx, *(const krt_addr_t *)arg, T_ECHO, NULL, 0, 1000, order_done, NULL);
+}
+static void order_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    (void)ctx;
+    if (msg->type == T_ECHO)
+        ((order_t *)state)->seen++;
+}
+static const krt_behaviour_t order_b = {
+    .kind = "order", .state_size = sizeof(order_t), .init = order_init, .handle = order_handle};
+
+static void test_error_after_own_sends(void **unused)
+{
+    (void)unused;
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t gone = krt_node_addr(2); /* another node, and no transport: KRT_EREMOTE */
+    s_spawn(sys, &order_b, &gone);
+    rt_ev_t ev = {0};
+    assert_true(rt_wait(EV_DONE, 5000, &ev));
+    assert_int_equal(ev.a, KRT_EREMOTE);
+    assert_int_equal(ev.b, 3);
+    krt_system_destroy(&sys);
+}
+
 /* Invalid arguments start nothing; an error reply needs a negative status. */
 typedef struct {
     int rc_nofn, rc_status, rc_body;
@@ -490,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_many_concurrent),
         cmocka_unit_test(test_timeout_racing_reply),
         cmocka_unit_test(test_request_to_self),
+        cmocka_unit_test(test_error_after_own_sends),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,12 +1,13 @@
 /*
  * Scale: 1 M actors spawned and stopped (zero leaks under ASan: every block is freed when the
- * system is destroyed), a skynet tree of 100,000 leaves with the right sum, and many
- * concurrent senders to one actor.
+ * system is destroyed), a skynet tree of 100,000 leaves with the right sum, many concurrent
+ * senders to one actor, and a turn's batched sends (runs to one target, target switches,
+ * targets that stop while senders hold them) keeping every sender's order.
  */
 #include "../runtime/rt_test.h"
 
-enum { T_GO = KRT_MSG_USER, T_RESULT, T_INC, T_GET };
-enum { EV_DONE = 1 };
+enum { T_GO = KRT_MSG_USER, T_RESULT, T_INC, T_GET, T_SEQ, T_DONE };
+enum { EV_DONE = 1, EV_SENT, EV_BAD };
 
 #define MILLION 1000000
 
@@ -174,12 +175,144 @@ static void test_concurrent_senders(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* Batched sends: senders send runs of 1-150 messages to one of four targets at a time (from
+ * the second message of a run on, a handler's sends are batched; the batch is pushed when the
+ * target changes, when it holds KRT_OUT_BATCH, and when the handler returns), then one to
+ * themselves. Every target checks that each sender's numbers arrive in order and without gaps;
+ * two targets stop after 5,000 messages while the senders keep sending to them (their reaper
+ * waits for the senders' pins). */
+#define BS_SENDERS 6
+#define BS_TARGETS 4
+#define BS_MORTAL  2 /* targets [BS_TARGETS - BS_MORTAL, BS_TARGETS) stop early */
+#define BS_ROUNDS  200
+
+typedef struct {
+    int32_t sender;
+    int32_t seq;
+} bs_msg_t;
+
+typedef struct {
+    int64_t handled;
+    int32_t expect[BS_SENDERS];
+    bool mortal;
+} bs_target_t;
+
+static int bs_target_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    (void)ctx;
+    ((bs_target_t *)state)->mortal = arg != NULL;
+    return 0;
+}
+
+static void bs_target_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    bs_target_t *t = state;
+    if (msg->type == T_GET) {
+        krt_reply(ctx, msg, T_GET, &t->handled, sizeof t->handled);
+        return;
+    }
+    const bs_msg_t *m = msg->body;
+    if (msg->type != T_SEQ || m->sender < 0 || m->sender >= BS_SENDERS ||
+        m->seq != t->expect[m->sender]++)
+        rt_ev(EV_BAD, msg->type, m->sender, m->seq);
+    if (++t->handled == 5000 && t->mortal)
+        krt_exit(ctx, KRT_EXIT_NORMAL);
+}
+static const krt_behaviour_t bs_target_b = {.kind = "bs_target",
+                                            .state_size = sizeof(bs_target_t),
+                                            .init = bs_target_init,
+                                            .handle = bs_target_handle};
+
+typedef struct {
+    krt_addr_t to[BS_TARGETS];
+    int32_t id;
+} bs_arg_t;
+
+typedef struct {
+    bs_arg_t arg;
+    int32_t seq[BS_TARGETS];
+    int64_t ok[BS_TARGETS]; /* sends that returned 0 */
+    int round;
+} bs_sender_t;
+
+static int bs_sender_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    bs_sender_t *s = state;
+    s->arg = *(const bs_arg_t *)arg;
+    return krt_send(ctx, krt_self(ctx), T_GO, NULL, 0);
+}
+
+static void bs_sender_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    bs_sender_t *s = state;
+    if (msg->type == T_DONE) { /* the last sends were pushed when the last T_GO returned */
+        rt_ev(EV_SENT, s->ok[0], s->ok[1], 0);
+        krt_exit(ctx, KRT_EXIT_NORMAL);
+        return;
+    }
+    for (int k = 0; k < 4; k++) {
+        int t = (s->round * 7 + k + s->arg.id) % BS_TARGETS;
+        int run = 1 + (s->round * 31 + k * 17 + s->arg.id * 5) % 150;
+        for (int i = 0; i < run; i++) {
+            bs_msg_t m = {s->arg.id, s->seq[t]};
+            int rc = krt_send(ctx, s->arg.to[t], T_SEQ, &m, sizeof m);
+            if (rc == 0) {
+                s->seq[t]++;
+                s->ok[t]++;
+            } else if (rc != KRT_ENOACTOR || t < BS_TARGETS - BS_MORTAL) {
+                rt_ev(EV_BAD, rc, s->arg.id, t);
+            }
+        }
+    }
+    krt_send(ctx, krt_self(ctx), ++s->round < BS_ROUNDS ? T_GO : T_DONE, NULL, 0);
+}
+static const krt_behaviour_t bs_sender_b = {.kind = "bs_sender",
+                                            .state_size = sizeof(bs_sender_t),
+                                            .init = bs_sender_init,
+                                            .handle = bs_sender_handle};
+
+static void test_batched_sends(void **unused)
+{
+    (void)unused;
+    krt_system_t *sys = rt_system(2);
+    bs_arg_t args[BS_SENDERS];
+    for (int t = 0; t < BS_TARGETS; t++) {
+        void *mortal = t >= BS_TARGETS - BS_MORTAL ? (void *)1 : NULL;
+        assert_int_equal(krt_system_spawn(sys, &bs_target_b, mortal, NULL, &args[0].to[t]), 0);
+    }
+    for (int i = 0; i < BS_SENDERS; i++) {
+        memcpy(args[i].to, args[0].to, sizeof args[i].to);
+        args[i].id = i;
+        assert_int_equal(krt_system_spawn(sys, &bs_sender_b, &args[i], NULL, NULL), 0);
+    }
+    int64_t ok[2] = {0, 0};
+    for (int i = 0; i < BS_SENDERS; i++) {
+        rt_ev_t ev = {0};
+        assert_true(rt_wait(EV_SENT, 60000, &ev));
+        ok[0] += ev.a;
+        ok[1] += ev.b;
+    }
+    for (int t = 0; t < 2; t++) {
+        krt_reply_t r;
+        assert_int_equal(krt_call(sys, args[0].to[t], T_GET, NULL, 0, 10000, &r), 0);
+        assert_int_equal(*(int64_t *)r.body, ok[t]);
+        krt_reply_free(&r);
+    }
+    for (int t = BS_TARGETS - BS_MORTAL; t < BS_TARGETS; t++) {
+        int rc = krt_system_wait(sys, args[0].to[t], 10000); /* gone, or going */
+        assert_true(rc == KRT_ENOACTOR || rc == KRT_EXIT_NORMAL);
+    }
+    assert_int_equal(rt_count(EV_BAD), 0);
+    krt_system_destroy(&sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_million_actors),
         cmocka_unit_test(test_skynet),
         cmocka_unit_test(test_concurrent_senders),
+        cmocka_unit_test(test_batched_sends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
