@@ -743,19 +743,27 @@ static void test_list_pages_and_delete(void **unused)
     ka_objstore_destroy(&s);
 }
 
-static void test_credentials_file_overrides(void **unused)
+/* Makes the client's credentials file (named in path; unlink it after): a decoy profile, then
+ * the mock's keys, region and endpoint; AWS_ENDPOINT_URL_S3 then points nowhere useful. */
+static void m_creds_file(char path[static 21])
 {
-    (void)unused;
-    char path[] = "/tmp/ka-creds-XXXXXX";
+    strcpy(path, "/tmp/ka-creds-XXXXXX");
     int fd = mkstemp(path);
     dprintf(fd,
             "# test\n[other]\naws_access_key_id = NOPE\n[default]\naws_access_key_id = %s\n"
             "aws_secret_access_key=%s\nregion = %s\nendpoint_url = http://127.0.0.1:%d/\n",
             KEY_ID, SECRET, REGION, M.port);
     close(fd);
-    setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
     setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1);
     assert_int_equal(ka_objstore_set_credentials_file(path), 0);
+}
+
+static void test_credentials_file_overrides(void **unused)
+{
+    (void)unused;
+    char path[21];
+    m_creds_file(path);
+    setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
     ka_objstore_t *s = s_client("s3://bkt", 0);
     assert_int_equal(ka_objstore_put(s, "k", "v", 1), 0);
     assert_int_equal(M.sig_failures, 0);
@@ -778,15 +786,8 @@ static void test_credentials_file_overrides(void **unused)
 static void test_gcs_location(void **unused)
 {
     (void)unused;
-    char path[] = "/tmp/ka-creds-XXXXXX";
-    int fd = mkstemp(path);
-    dprintf(fd,
-            "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\nregion = %s\n"
-            "endpoint_url = http://127.0.0.1:%d\n",
-            KEY_ID, SECRET, REGION, M.port);
-    close(fd);
-    setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1); /* S3's, not GCS's */
-    assert_int_equal(ka_objstore_set_credentials_file(path), 0);
+    char path[21];
+    m_creds_file(path); /* AWS_ENDPOINT_URL_S3 is S3's, not GCS's: never used for gs:// */
     ka_objstore_t *s = s_client("gs://bkt/gsnaps/", 0);
     char base[64];
     snprintf(base, sizeof base, "http://127.0.0.1:%d/bkt/", M.port);
