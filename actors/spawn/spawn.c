@@ -77,11 +77,16 @@ static int s_at(const char *dir, const char *name, char *out)
     return 0;
 }
 
+/* /dev is one tmpfs holding the device nodes and /dev/shm, a sticky directory: every file
+ * system a sandbox mounts registers a memory-cgroup-aware shrinker, and since Linux 6.7 every
+ * memory cgroup keeps 1 KiB per 64 of them, so the host's memory grows with the square of the
+ * sandbox count (the README's Density section). /dev/shm was a tmpfs of its own; it now shares
+ * /dev's, sized as /tmp, writable only there (/dev itself stays 0755 root). */
 static void s_child_dev(const ka_spawn_msg_t *c)
 {
     const char *dev = c->mp_dev;
     char p[KA_SPAWN_PATH + 16];
-    if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536") < 0)
+    if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, c->dev_opts) < 0)
         s_fail(c, KA_SPAWN_STEP_DEV);
     static const struct {
         const char *name;
@@ -96,8 +101,7 @@ static void s_child_dev(const ka_spawn_msg_t *c)
                                     "newinstance,ptmxmode=0666,mode=620") < 0)
         s_fail(c, KA_SPAWN_STEP_DEV);
     s_at(dev, "shm", p);
-    if (mkdir(p, 01777) < 0 ||
-        mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, c->tmp_opts) < 0)
+    if (mkdir(p, 0755) < 0 || chmod(p, 01777) < 0) /* chmod: mkdir's mode passes the umask */
         s_fail(c, KA_SPAWN_STEP_DEV);
     static const char *const links[][2] = {{"ptmx", "pts/ptmx"},
                                            {"fd", "/proc/self/fd"},
@@ -292,9 +296,9 @@ static bool s_fields_valid(const ka_spawn_msg_t *m)
         return false;
 #define S_ENDS(f) (memchr(m->f, 0, sizeof(m->f)) != NULL)
     if (!(S_ENDS(hostname) && S_ENDS(root) && S_ENDS(data) && S_ENDS(vol) && S_ENDS(guest) &&
-          S_ENDS(tmp_opts) && S_ENDS(overlay_opts) && S_ENDS(mp_data) && S_ENDS(mp_run) &&
-          S_ENDS(mp_kagent) && S_ENDS(mp_guest) && S_ENDS(mp_proc) && S_ENDS(mp_dev) &&
-          S_ENDS(mp_tmp)))
+          S_ENDS(tmp_opts) && S_ENDS(dev_opts) && S_ENDS(overlay_opts) && S_ENDS(mp_data) &&
+          S_ENDS(mp_run) && S_ENDS(mp_kagent) && S_ENDS(mp_guest) && S_ENDS(mp_proc) &&
+          S_ENDS(mp_dev) && S_ENDS(mp_tmp)))
         return false;
 #undef S_ENDS
     for (int i = 0; i < m->n_keep; i++)

@@ -9,7 +9,9 @@
 #      each run, checked by the hit counter) and cold, p50/p99;
 #   2. a burst of 100 concurrent creates (100 CLI processes at once): warm: 2 (2 hits, 98 cold),
 #      cold, and deep (warm: 100, every create a hit);
-#   3. bubblewrap (`bwrap ... true`) in the same run as the peer, alone and 100 at once.
+#   3. sustained creates/s: 8 CLI processes creating one after another for 10 s, cold and from
+#      the deep pool;
+#   4. bubblewrap (`bwrap ... true`) in the same run as the peer, alone, 100 at once, sustained.
 # Usage: bench/warm/run.sh BUILD_DIR. BENCH_WARM_RUNS runs per figure (100). State in
 # var/bench-warm (the tools image is built there once, or copied from var/bench-cli).
 set -euo pipefail

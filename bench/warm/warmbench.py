@@ -15,12 +15,16 @@ The burst starts 100 CLI processes at once (spawned first, each held by a shell 
 then released together by closing it); each one's latency runs from the release to its exit
 (what a leaderboard's burst measures), all must answer READY. The bursts run
 first, each once the node is quiet; the peer's burst is 100 `bwrap ... true` at once.
+Then sustained creates: BENCH_SUSTAINED_WORKERS (8) CLI processes at a time, each creating one
+sandbox after another for BENCH_SUSTAINED_SECONDS (10), cold and from the deep pool (its 100 warm
+sandboxes, then cold creates as it runs dry), beside as many `bwrap ... true` for as long.
 BENCH_WARM_RUNS (default 100) sets the rounds.
 """
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -208,6 +212,62 @@ def burst_creates(url, node, template, plat):
     delete(KAGENT, url, [r["id"] for r in recs])
 
 
+def sustained(workers, seconds, argv_of):
+    """workers threads each run argv_of(i) (i counts across threads), one after another, until
+    seconds pass: (completions per second, outputs). Any failed process ends the run."""
+    outs, lock, n = [], threading.Lock(), [0]
+    until = time.monotonic() + seconds
+    failed = []
+
+    def loop():
+        while time.monotonic() < until and not failed:
+            with lock:
+                i = n[0]
+                n[0] += 1
+            r = subprocess.run(argv_of(i), capture_output=True)
+            if r.returncode != 0:
+                failed.append(r.stderr.decode(errors="replace"))
+                return
+            with lock:
+                outs.append(r.stdout)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=loop) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        sys.exit("a sustained process failed: %s" % failed[0])
+    return len(outs) / (time.monotonic() - t0), outs
+
+
+def sustained_creates(url, node, template, peer_rate):
+    """Creates of template by SUSTAINED_WORKERS CLI processes at a time for SUSTAINED_SECONDS,
+    from a quiet node (the deep pool full): creates/s with the warm hits said, then deletes."""
+    workers = int(os.environ.get("BENCH_SUSTAINED_WORKERS", "8"))
+    seconds = float(os.environ.get("BENCH_SUSTAINED_SECONDS", "10"))
+    if template == "scratch-deep":
+        wait_depth(url, BURST, 600, "kagent/scratch-deep")
+    wait_quiet(node)
+    hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
+    c0 = cpu_ms(node)
+    rate, outs = sustained(workers, seconds, lambda i: [
+        KAGENT, "--api-url", url, "sandbox", "create", template, "--request-id",
+        "warmbench-%d-sust-%s-%d" % (os.getpid(), template, i), "-o", "json"])
+    recs = [json.loads(o) for o in outs]
+    if any(r["state"] != "RUNTIME_STATE_READY" for r in recs):
+        sys.exit("a sustained create did not answer READY")
+    hits = metric(metrics(url), "kagent_warm_pool_hits_total") - hits0
+    tag = {"scratch-cold": "cold", "scratch-deep": "warm100"}[template]
+    print("# sustained %s: %d creates by %d processes in %.0f s, %d served warm, kagentd CPU "
+          "%.2f ms per create" % (tag, len(recs), workers, seconds, hits,
+                                  (cpu_ms(node) - c0) / max(1, len(recs))), flush=True)
+    print("BENCH name=sustained_creates_%s value=%.1f unit=creates/s peer=bwrap_true "
+          "peer_value=%.1f ratio=%.2f" % (tag, rate, peer_rate, rate / peer_rate), flush=True)
+    delete(KAGENT, url, [r["id"] for r in recs])
+
+
 def main():
     global KAGENT
     KAGENT, url = os.path.abspath(sys.argv[1]), sys.argv[2]
@@ -219,6 +279,12 @@ def main():
     plat, _ = burst([BWRAP] * BURST, peer=True)
     for template in ("scratch-deep", "scratch", "scratch-cold"):
         burst_creates(url, node, template, plat)
+    prate, _ = sustained(int(os.environ.get("BENCH_SUSTAINED_WORKERS", "8")),
+                         float(os.environ.get("BENCH_SUSTAINED_SECONDS", "10")),
+                         lambda i: BWRAP)
+    print("# sustained bwrap true: %.1f /s" % prate, flush=True)
+    for template in ("scratch-cold", "scratch-deep"):
+        sustained_creates(url, node, template, prate)
     wait_quiet(node)
     hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
     for i in range(runs):

@@ -489,6 +489,22 @@ static void test_df_shows_quota(void **unused)
     assert_true(inodes >= S_INODES && inodes < S_INODES * 2);
 }
 
+/* /dev/shm is a sticky directory on /dev's tmpfs, writable by the sandbox while /dev is not; the
+ * sandbox has 6 file systems of its own (overlay root, volume, proc, /dev, devpts, /tmp) and the
+ * node's guest binary: each one costs every memory cgroup on the host a shrinker slot. */
+static void test_dev_shm(void **unused)
+{
+    (void)unused;
+    sbx_out_t o;
+    assert_int_equal(s_in_a("ls -ld /dev/shm /dev | cut -c1-10; echo hi > /dev/shm/f && "
+                            "cat /dev/shm/f; touch /dev/evil 2>/dev/null && echo WROTE; "
+                            "cut -d' ' -f3 /proc/self/mountinfo | sort -u | wc -l",
+                            &o),
+                     0);
+    assert_string_equal(o.out, "drwxr-xr-x\ndrwxrwxrwt\nhi\n7\n");
+    sbx_out_free(&o);
+}
+
 /* /proc/self/mountinfo inside names none of the host's paths: not the state dir, not the image
  * layers, not the guest binary's home. */
 static void test_mountinfo_no_host_paths(void **unused)
@@ -618,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_disk_upper_and_data_together),
         cmocka_unit_test(test_disk_inodes),
         cmocka_unit_test(test_df_shows_quota),
+        cmocka_unit_test(test_dev_shm),
         cmocka_unit_test(test_mountinfo_no_host_paths),
         cmocka_unit_test(test_signal_guest),
         cmocka_unit_test(test_kernel_pools_per_sandbox),
