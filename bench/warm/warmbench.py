@@ -212,24 +212,25 @@ def burst_creates(url, node, template, plat):
     delete(KAGENT, url, [r["id"] for r in recs])
 
 
-def sustained(workers, seconds, argv_of):
+def sustained(workers, seconds, argv_of, peer=False):
     """workers threads each run argv_of(i) (i counts across threads), one after another, until
-    seconds pass: (completions per second, outputs). Any failed process ends the run."""
+    seconds pass: (completions per second, outputs). Any failure of ours ends the run; a peer's
+    are counted and said (bwrap's recursive bind of / fails when a mount under it changes)."""
     outs, lock, n = [], threading.Lock(), [0]
     until = time.monotonic() + seconds
     failed = []
 
     def loop():
-        while time.monotonic() < until and not failed:
+        while time.monotonic() < until and (peer or not failed):
             with lock:
                 i = n[0]
                 n[0] += 1
             r = subprocess.run(argv_of(i), capture_output=True)
-            if r.returncode != 0:
-                failed.append(r.stderr.decode(errors="replace"))
-                return
             with lock:
-                outs.append(r.stdout)
+                if r.returncode != 0:
+                    failed.append(r.stderr.decode(errors="replace"))
+                else:
+                    outs.append(r.stdout)
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=loop) for _ in range(workers)]
@@ -237,8 +238,11 @@ def sustained(workers, seconds, argv_of):
         t.start()
     for t in threads:
         t.join()
-    if failed:
+    if failed and not peer:
         sys.exit("a sustained process failed: %s" % failed[0])
+    if failed:
+        print("# peer sustained: %d of %d failed (%s), not counted" %
+              (len(failed), len(failed) + len(outs), failed[0].strip()), flush=True)
     return len(outs) / (time.monotonic() - t0), outs
 
 
@@ -277,12 +281,12 @@ def main():
     wait_depth(url, BURST, 600, "kagent/scratch-deep")  # its boots done before anything is timed
     wait_quiet(node)
     plat, _ = burst([BWRAP] * BURST, peer=True)
-    for template in ("scratch-deep", "scratch", "scratch-cold"):
-        burst_creates(url, node, template, plat)
     prate, _ = sustained(int(os.environ.get("BENCH_SUSTAINED_WORKERS", "8")),
                          float(os.environ.get("BENCH_SUSTAINED_SECONDS", "10")),
-                         lambda i: BWRAP)
+                         lambda i: BWRAP, peer=True)
     print("# sustained bwrap true: %.1f /s" % prate, flush=True)
+    for template in ("scratch-deep", "scratch", "scratch-cold"):
+        burst_creates(url, node, template, plat)
     for template in ("scratch-cold", "scratch-deep"):
         sustained_creates(url, node, template, prate)
     wait_quiet(node)
