@@ -110,8 +110,12 @@ def cgroups():
 
 def du_kb(path):
     """Host disk under path: -x, so the volumes' images count and their mounted contents not."""
-    out = subprocess.run(["du", "-skx", path], capture_output=True, text=True, check=True).stdout
-    return int(out.split()[0])
+    r = subprocess.run(["du", "-skx", path], capture_output=True, text=True)
+    # du exits 1 also when a file it listed went away before its stat: the node empties and
+    # recycles volumes while it walks; its total is still printed then
+    if r.returncode not in (0, 1) or not r.stdout.split():
+        sys.exit("du -skx %s failed: %s" % (path, r.stderr.strip()))
+    return int(r.stdout.split()[0])
 
 
 def tasks():
