@@ -244,6 +244,17 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
 #define KRT_POOL_MAX_BATCHES 64 /* spare malloc'd message nodes kept, in batches */
+/* Actors spawned on a scheduler and not yet run wait on its young stack, newest on top: a
+ * spawning tree runs depth-first (skynet: ~70 actors wait at once instead of a million, so
+ * blocks and nodes are reused while hot), thieves take the oldest (the largest subtrees). Past
+ * the cap the oldest moves to the FIFO queue. */
+#define KRT_YOUNG_CAP 256
+/* Every KRT_YOUNG_AGE-th pop takes the young stack's oldest instead, so an actor under a stack
+ * that keeps growing and shrinking above it still runs (within (its place from the bottom + 1)
+ * times this many pops). Rare, as each such pop starts another subtree on top: every 64th or 1024th
+ * pop pushed skynet past the cap into the FIFO queue, breadth-first again (190-330 ns/actor, not
+ * ~110). */
+#define KRT_YOUNG_AGE 16384
 /* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
  * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
  * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
@@ -264,10 +275,12 @@ struct krt_sched {
     int idx;
     pthread_t thread;
     pthread_mutex_t rq_lock;
-    krt_actor_t *rq_head, *rq_tail;
-    _Atomic uint32_t rq_len;
-    krt_actor_t *next;           /* LIFO slot, owner only */
-    krt_actor_t *_Atomic hazard; /* actor being re-checked after going idle */
+    krt_actor_t *rq_head, *rq_tail; /* FIFO queue (rq_lock) */
+    _Atomic uint32_t rq_len;        /* actors in the FIFO queue and the young stack */
+    uint32_t young_lo, young_hi;    /* young[lo % CAP] oldest .. young[(hi - 1) % CAP] newest */
+    uint32_t pops;                  /* queue pops, owner only (fairness between the two) */
+    krt_actor_t *next;              /* LIFO slot, owner only */
+    krt_actor_t *_Atomic hazard;    /* actor being re-checked after going idle */
     uint32_t next_streak;
     uint32_t spin; /* idle polls before parking, KRT_SPIN_MIN..KRT_SPIN_MAX */
     _Atomic uint32_t parked;
@@ -304,6 +317,7 @@ struct krt_sched {
     /* Free message nodes, a stack of pointers: freeing a node never writes to it, so the core
      * that sent it finds the line unmodified when it reuses the node. */
     krt_node_t *pool[KRT_POOL_CAP];
+    krt_actor_t *young[KRT_YOUNG_CAP]; /* rq_lock */
     char pad_[64];
 };
 
@@ -530,9 +544,9 @@ void krt__slot_free(krt_system_t *sys, krt_sched_t *s, uint32_t idx);
 void krt__slot_kill(krt_system_t *sys, krt_actor_t *a);
 
 /* Schedulers (krt_sched.c). */
-/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
- * must start after those spawned before it. */
-void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo);
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. spawned: a new actor
+ * (on a scheduler, it goes to the young stack). */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned);
 /* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
 void krt__share_work(krt_system_t *sys, krt_sched_t *me);
 /* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */

@@ -1,6 +1,7 @@
 /*
- * Schedulers: run queues with a LIFO slot, work stealing, waking and parking on a futex, and
- * running an actor: one turn of its mailbox, each message dispatched by kind, signals, reaping.
+ * Schedulers: run queues (FIFO, a young stack for spawns) with a LIFO slot, work stealing, waking
+ * and parking on a futex, and running an actor: one turn of its mailbox, each message dispatched by
+ * kind, signals, reaping.
  */
 #include "krt_int.h"
 
@@ -25,36 +26,123 @@ void krt__futex_wake(_Atomic uint32_t *w)
 /* ---------------------------------------------------------------------------------------- */
 /* Run queues, waking and parking                                                            */
 
-static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
+/* Appends the chain first..last (linked through run_next) to s's FIFO queue; rq_lock held. */
+static void s_fifo_append(krt_sched_t *s, krt_actor_t *first, krt_actor_t *last)
 {
-    a->run_next = NULL;
-    pthread_mutex_lock(&s->rq_lock);
+    last->run_next = NULL;
     if (s->rq_tail)
-        s->rq_tail->run_next = a;
+        s->rq_tail->run_next = first;
     else
-        s->rq_head = a;
-    s->rq_tail = a;
-    atomic_fetch_add(&s->rq_len, 1);
-    pthread_mutex_unlock(&s->rq_lock);
+        s->rq_head = first;
+    s->rq_tail = last;
 }
 
-static krt_actor_t *s_rq_pop(krt_sched_t *s)
+static krt_actor_t *s_fifo_take(krt_sched_t *s)
 {
-    if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
-        return NULL;
-    pthread_mutex_lock(&s->rq_lock);
     krt_actor_t *a = s->rq_head;
     if (a) {
         s->rq_head = a->run_next;
         if (!s->rq_head)
             s->rq_tail = NULL;
-        atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
     }
+    return a;
+}
+
+/* Puts a on top of s's young stack; a full stack's oldest moves to the FIFO queue. rq_lock
+ * held; the caller counts a in rq_len. */
+static void s_young_put(krt_sched_t *s, krt_actor_t *a)
+{
+    if (s->young_hi - s->young_lo == KRT_YOUNG_CAP) {
+        krt_actor_t *old = s->young[s->young_lo++ % KRT_YOUNG_CAP];
+        s_fifo_append(s, old, old);
+    }
+    s->young[s->young_hi++ % KRT_YOUNG_CAP] = a;
+}
+
+/* The newest young actor, or the oldest; NULL if there is none. rq_lock held. */
+static krt_actor_t *s_young_take(krt_sched_t *s, bool oldest)
+{
+    if (s->young_lo == s->young_hi)
+        return NULL;
+    return oldest ? s->young[s->young_lo++ % KRT_YOUNG_CAP]
+                  : s->young[--s->young_hi % KRT_YOUNG_CAP];
+}
+
+static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
+{
+    pthread_mutex_lock(&s->rq_lock);
+    s_fifo_append(s, a, a);
+    atomic_fetch_add(&s->rq_len, 1);
+    pthread_mutex_unlock(&s->rq_lock);
+}
+
+/* The owner's next actor from its queues: the newest young one, except that every other pop
+ * serves the FIFO queue first and every KRT_YOUNG_AGE-th takes the oldest young one, so neither
+ * the queue nor the bottom of the stack waits for a spawning tree to finish. */
+static krt_actor_t *s_rq_pop(krt_sched_t *s)
+{
+    if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
+        return NULL;
+    uint32_t tick = ++s->pops;
+    pthread_mutex_lock(&s->rq_lock);
+    krt_actor_t *a = (tick & 1) ? s_fifo_take(s) : NULL;
+    if (!a)
+        a = s_young_take(s, tick % KRT_YOUNG_AGE == 0);
+    if (!a)
+        a = s_fifo_take(s);
+    if (a)
+        atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
     pthread_mutex_unlock(&s->rq_lock);
     return a;
 }
 
-/* Takes half of a victim's queue: returns one actor and queues the rest locally. */
+/* Takes the older half of v's young stack (v->rq_lock held, released here): returns the
+ * oldest, the rest go onto s's young stack in their order. NULL if v has none. */
+static krt_actor_t *s_steal_young(krt_sched_t *s, krt_sched_t *v)
+{
+    krt_actor_t *got[KRT_YOUNG_CAP / 2];
+    uint32_t take = (v->young_hi - v->young_lo + 1) / 2;
+    for (uint32_t k = 0; k < take; k++)
+        got[k] = v->young[v->young_lo++ % KRT_YOUNG_CAP];
+    atomic_fetch_sub(&v->rq_len, take);
+    pthread_mutex_unlock(&v->rq_lock);
+    if (take > 1) {
+        pthread_mutex_lock(&s->rq_lock);
+        for (uint32_t k = 1; k < take; k++)
+            s_young_put(s, got[k]);
+        atomic_fetch_add(&s->rq_len, take - 1);
+        pthread_mutex_unlock(&s->rq_lock);
+    }
+    return take ? got[0] : NULL;
+}
+
+/* Takes the first half of v's FIFO queue (v->rq_lock held, released here): returns the first,
+ * the rest join s's queue. NULL if v's queue is empty. */
+static krt_actor_t *s_steal_fifo(krt_sched_t *s, krt_sched_t *v)
+{
+    krt_actor_t *first = v->rq_head, *last = first;
+    uint32_t take = 1;
+    if (first) {
+        uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
+        for (; take < (len + 1) / 2 && last->run_next; take++)
+            last = last->run_next;
+        v->rq_head = last->run_next;
+        if (!v->rq_head)
+            v->rq_tail = NULL;
+        atomic_fetch_sub(&v->rq_len, take);
+    }
+    pthread_mutex_unlock(&v->rq_lock);
+    if (first && first != last) {
+        pthread_mutex_lock(&s->rq_lock);
+        s_fifo_append(s, first->run_next, last);
+        atomic_fetch_add(&s->rq_len, take - 1);
+        pthread_mutex_unlock(&s->rq_lock);
+    }
+    return first;
+}
+
+/* Takes half of a victim's young stack (its oldest), else half of its FIFO queue: returns one
+ * actor and queues the rest locally. */
 static krt_actor_t *s_steal(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
@@ -64,28 +152,9 @@ static krt_actor_t *s_steal(krt_sched_t *s)
             continue;
         if (pthread_mutex_trylock(&v->rq_lock) != 0)
             continue;
-        uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
-        uint32_t take = (len + 1) / 2;
-        krt_actor_t *first = v->rq_head, *last = first;
-        if (!first) {
-            pthread_mutex_unlock(&v->rq_lock);
-            continue;
-        }
-        for (uint32_t k = 1; k < take; k++)
-            last = last->run_next;
-        v->rq_head = last->run_next;
-        if (!v->rq_head)
-            v->rq_tail = NULL;
-        atomic_fetch_sub(&v->rq_len, take);
-        pthread_mutex_unlock(&v->rq_lock);
-        last->run_next = NULL;
-        krt_actor_t *rest = first->run_next;
-        while (rest) {
-            krt_actor_t *next = rest->run_next;
-            s_rq_push(s, rest);
-            rest = next;
-        }
-        return first;
+        krt_actor_t *a = v->young_lo != v->young_hi ? s_steal_young(s, v) : s_steal_fifo(s, v);
+        if (a)
+            return a;
     }
     return NULL;
 }
@@ -130,15 +199,17 @@ void krt__share_work(krt_system_t *sys, krt_sched_t *me)
         s_wake_one(sys, me);
 }
 
-/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
- * must start after those spawned before it. */
-void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo)
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. spawned: a new actor
+ * (on a scheduler, it goes to the young stack). */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned)
 {
     krt_sched_t *me = krt__self_sched(sys);
-    if (me && fifo) {
-        s_rq_push(me, a);
-        if (atomic_load(&sys->n_parked) &&
-            atomic_load_explicit(&me->rq_len, memory_order_relaxed) > 1)
+    if (me && spawned) {
+        pthread_mutex_lock(&me->rq_lock);
+        s_young_put(me, a);
+        uint32_t len = atomic_fetch_add(&me->rq_len, 1) + 1;
+        pthread_mutex_unlock(&me->rq_lock);
+        if (len > 1 && atomic_load(&sys->n_parked))
             s_wake_one(sys, me);
         return;
     }
