@@ -92,6 +92,39 @@ typedef void (*krt_free_fn)(void *);
 #define KRT_CALL_REF_BIT (UINT64_C(1) << 63)
 
 /* ---------------------------------------------------------------------------------------- */
+/* Spin locks                                                                                 */
+
+/* A test-and-set lock for critical sections of a few stores (run queues, timer wheels): an
+ * atomic exchange takes it and a release store gives it back, where an uncontended pthread
+ * mutex costs two locked instructions and ~50 others. A waiter spins briefly, then yields the
+ * CPU (the holder may be preempted). Unlike a mutex's unlock, the release store is no full
+ * barrier: a run queue push is seen by a parking scheduler through rq_len, updated seq_cst
+ * under the lock (the pair of s_park's seq_cst store to parked and load of rq_len). */
+typedef struct krt_spin {
+    _Atomic bool held;
+} krt_spin_t;
+
+/* The slow path of krt__spin_lock: spins, then yields, until it holds the lock. */
+void krt__spin_wait(krt_spin_t *l);
+
+static inline void krt__spin_lock(krt_spin_t *l)
+{
+    if (atomic_exchange_explicit(&l->held, true, memory_order_acquire))
+        krt__spin_wait(l);
+}
+
+static inline bool krt__spin_trylock(krt_spin_t *l)
+{
+    return !atomic_load_explicit(&l->held, memory_order_relaxed) &&
+           !atomic_exchange_explicit(&l->held, true, memory_order_acquire);
+}
+
+static inline void krt__spin_unlock(krt_spin_t *l)
+{
+    atomic_store_explicit(&l->held, false, memory_order_release);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* Timers                                                                                     */
 
 typedef struct krt_tlist {
@@ -120,11 +153,11 @@ _Static_assert(sizeof(krt_tmr_t) <= sizeof(krt_timer_t), "krt_timer_t too small"
 #define KRT_WHEEL_SLOTS  (1u << KRT_WHEEL_BITS)
 #define KRT_WHEEL_LEVELS 6
 
-/* A wheel's lock is a test-and-set spin lock: arm and cancel hold it for a few stores (an
- * uncontended pthread mutex cost as much as the arm itself), firing holds it while it pushes
- * the due timers' messages. A waiter spins briefly, then yields the CPU. */
+/* A wheel's lock is a spin lock: arm and cancel hold it for a few stores (an uncontended
+ * pthread mutex cost as much as the arm itself), firing holds it while it pushes the due
+ * timers' messages. */
 typedef struct krt_wheel {
-    _Atomic bool lock;
+    krt_spin_t lock;
     uint64_t now;   /* last processed tick */
     uint64_t count; /* timers in the wheel */
     krt_tlist_t slots[KRT_WHEEL_LEVELS][KRT_WHEEL_SLOTS];
@@ -133,18 +166,15 @@ typedef struct krt_wheel {
 typedef void (*krt_fire_fn)(void *user, krt_tmr_t *t);
 
 void krt__wheel_init(krt_wheel_t *w, uint64_t now);
-/* The slow path of krt__wheel_lock: spins, then yields, until it holds the lock. */
-void krt__wheel_lock_wait(krt_wheel_t *w);
 
 static inline void krt__wheel_lock(krt_wheel_t *w)
 {
-    if (atomic_exchange_explicit(&w->lock, true, memory_order_acquire))
-        krt__wheel_lock_wait(w);
+    krt__spin_lock(&w->lock);
 }
 
 static inline void krt__wheel_unlock(krt_wheel_t *w)
 {
-    atomic_store_explicit(&w->lock, false, memory_order_release);
+    krt__spin_unlock(&w->lock);
 }
 
 /* The four below need the wheel's lock held. */
@@ -249,6 +279,9 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * blocks and nodes are reused while hot), thieves take the oldest (the largest subtrees). Past
  * the cap the oldest moves to the FIFO queue. */
 #define KRT_YOUNG_CAP 256
+/* A thief takes at most this many actors of a victim's FIFO queue (it walks them under the
+ * victim's run queue lock, a spin lock). */
+#define KRT_STEAL_MAX 64
 /* Every KRT_YOUNG_AGE-th pop takes the young stack's oldest instead, so an actor under a stack
  * that keeps growing and shrinking above it still runs (within (its place from the bottom + 1)
  * times this many pops). Rare, as each such pop starts another subtree on top: every 64th or 1024th
@@ -274,7 +307,7 @@ struct krt_sched {
     krt_system_t *sys;
     int idx;
     pthread_t thread;
-    pthread_mutex_t rq_lock;
+    krt_spin_t rq_lock;
     krt_actor_t *rq_head, *rq_tail; /* FIFO queue (rq_lock) */
     _Atomic uint32_t rq_len;        /* actors in the FIFO queue and the young stack */
     uint32_t young_lo, young_hi;    /* young[lo % CAP] oldest .. young[(hi - 1) % CAP] newest */

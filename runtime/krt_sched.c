@@ -26,6 +26,18 @@ void krt__futex_wake(_Atomic uint32_t *w)
 /* ---------------------------------------------------------------------------------------- */
 /* Run queues, waking and parking                                                            */
 
+void krt__spin_wait(krt_spin_t *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (krt__spin_trylock(l))
+            return;
+        if (spins < 64)
+            krt__relax();
+        else
+            sched_yield(); /* the holder may be preempted: let it run */
+    }
+}
+
 /* Appends the chain first..last (linked through run_next) to s's FIFO queue; rq_lock held. */
 static void s_fifo_append(krt_sched_t *s, krt_actor_t *first, krt_actor_t *last)
 {
@@ -70,10 +82,10 @@ static krt_actor_t *s_young_take(krt_sched_t *s, bool oldest)
 
 static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
 {
-    pthread_mutex_lock(&s->rq_lock);
+    krt__spin_lock(&s->rq_lock);
     s_fifo_append(s, a, a);
     atomic_fetch_add(&s->rq_len, 1);
-    pthread_mutex_unlock(&s->rq_lock);
+    krt__spin_unlock(&s->rq_lock);
 }
 
 /* The owner's next actor from its queues: the newest young one, except that every other pop
@@ -84,7 +96,7 @@ static krt_actor_t *s_rq_pop(krt_sched_t *s)
     if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
         return NULL;
     uint32_t tick = ++s->pops;
-    pthread_mutex_lock(&s->rq_lock);
+    krt__spin_lock(&s->rq_lock);
     krt_actor_t *a = (tick & 1) ? s_fifo_take(s) : NULL;
     if (!a)
         a = s_young_take(s, tick % KRT_YOUNG_AGE == 0);
@@ -92,7 +104,7 @@ static krt_actor_t *s_rq_pop(krt_sched_t *s)
         a = s_fifo_take(s);
     if (a)
         atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&s->rq_lock);
+    krt__spin_unlock(&s->rq_lock);
     return a;
 }
 
@@ -105,38 +117,38 @@ static krt_actor_t *s_steal_young(krt_sched_t *s, krt_sched_t *v)
     for (uint32_t k = 0; k < take; k++)
         got[k] = v->young[v->young_lo++ % KRT_YOUNG_CAP];
     atomic_fetch_sub(&v->rq_len, take);
-    pthread_mutex_unlock(&v->rq_lock);
+    krt__spin_unlock(&v->rq_lock);
     if (take > 1) {
-        pthread_mutex_lock(&s->rq_lock);
+        krt__spin_lock(&s->rq_lock);
         for (uint32_t k = 1; k < take; k++)
             s_young_put(s, got[k]);
         atomic_fetch_add(&s->rq_len, take - 1);
-        pthread_mutex_unlock(&s->rq_lock);
+        krt__spin_unlock(&s->rq_lock);
     }
     return take ? got[0] : NULL;
 }
 
-/* Takes the first half of v's FIFO queue (v->rq_lock held, released here): returns the first,
- * the rest join s's queue. NULL if v's queue is empty. */
+/* Takes the first half of v's FIFO queue, at most KRT_STEAL_MAX (v->rq_lock held, released
+ * here): returns the first, the rest join s's queue. NULL if v's queue is empty. */
 static krt_actor_t *s_steal_fifo(krt_sched_t *s, krt_sched_t *v)
 {
     krt_actor_t *first = v->rq_head, *last = first;
     uint32_t take = 1;
     if (first) {
         uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
-        for (; take < (len + 1) / 2 && last->run_next; take++)
+        for (; take < (len + 1) / 2 && take < KRT_STEAL_MAX && last->run_next; take++)
             last = last->run_next;
         v->rq_head = last->run_next;
         if (!v->rq_head)
             v->rq_tail = NULL;
         atomic_fetch_sub(&v->rq_len, take);
     }
-    pthread_mutex_unlock(&v->rq_lock);
+    krt__spin_unlock(&v->rq_lock);
     if (first && first != last) {
-        pthread_mutex_lock(&s->rq_lock);
+        krt__spin_lock(&s->rq_lock);
         s_fifo_append(s, first->run_next, last);
         atomic_fetch_add(&s->rq_len, take - 1);
-        pthread_mutex_unlock(&s->rq_lock);
+        krt__spin_unlock(&s->rq_lock);
     }
     return first;
 }
@@ -150,7 +162,7 @@ static krt_actor_t *s_steal(krt_sched_t *s)
         krt_sched_t *v = &sys->scheds[(s->idx + i) % sys->n_sched];
         if (!atomic_load_explicit(&v->rq_len, memory_order_relaxed))
             continue;
-        if (pthread_mutex_trylock(&v->rq_lock) != 0)
+        if (!krt__spin_trylock(&v->rq_lock))
             continue;
         krt_actor_t *a = v->young_lo != v->young_hi ? s_steal_young(s, v) : s_steal_fifo(s, v);
         if (a)
@@ -205,10 +217,10 @@ void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned)
 {
     krt_sched_t *me = krt__self_sched(sys);
     if (me && spawned) {
-        pthread_mutex_lock(&me->rq_lock);
+        krt__spin_lock(&me->rq_lock);
         s_young_put(me, a);
         uint32_t len = atomic_fetch_add(&me->rq_len, 1) + 1;
-        pthread_mutex_unlock(&me->rq_lock);
+        krt__spin_unlock(&me->rq_lock);
         if (len > 1 && atomic_load(&sys->n_parked))
             s_wake_one(sys, me);
         return;

@@ -105,7 +105,6 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         s->sys = sys;
         s->idx = i;
         s->spin = KRT_SPIN_MAX;
-        pthread_mutex_init(&s->rq_lock, NULL);
         krt__wheel_init(&s->wheel, now);
         s->ctx.sys = sys;
         s->ctx.sched = s;
@@ -206,7 +205,6 @@ void krt_system_destroy(krt_system_t **sys_p)
         }
         free(s->free_slots);
         krt__requests_fini(s);
-        pthread_mutex_destroy(&s->rq_lock);
     }
     for (uint32_t i = 0; i < KRT_NCHUNKS; i++)
         free(atomic_load(&sys->chunks[i]));
