@@ -284,10 +284,12 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
 #define KRT_STEAL_MAX 64
 /* Every KRT_YOUNG_AGE-th pop takes the young stack's oldest instead, so an actor under a stack
  * that keeps growing and shrinking above it still runs (within (its place from the bottom + 1)
- * times this many pops). Rare, as each such pop starts another subtree on top: every 64th or 1024th
- * pop pushed skynet past the cap into the FIFO queue, breadth-first again (190-330 ns/actor, not
- * ~110). */
-#define KRT_YOUNG_AGE 16384
+ * times this many pops). Rare, as each such pop starts another subtree on top while the older
+ * ones wait half done: every 64th or 1024th pop pushed skynet past the cap into the FIFO queue,
+ * breadth-first again (190-330 ns/actor, not ~110); every 16384th, one scheduler's skynet kept
+ * thousands of actors alive and malloc'd 1.4 M of its 3.3 M blocks (150-196 ns/actor, against
+ * ~110 ns and 700 mallocs at 65536). */
+#define KRT_YOUNG_AGE 65536
 /* An idle scheduler polls the run queues between these many times (~25 µs at the most here)
  * before it parks; the count adapts to how soon work comes back (krt_sched.c): a park shorter
  * than KRT_PARK_SHORT_NS counts as work a longer spin would have found. */
