@@ -124,6 +124,33 @@ static inline void krt__spin_unlock(krt_spin_t *l)
     atomic_store_explicit(&l->held, false, memory_order_release);
 }
 
+/* A mutex for the actor tree, which every spawn and every stop takes once (~60 instructions a
+ * lock and unlock in glibc): Drepper's futex mutex ("Futexes Are Tricky", mutex 3) inline, one
+ * compare-exchange to take it and one exchange to give it back. A waiter spins briefly, then
+ * sleeps on the futex (a tree dump holds the lock for a whole walk). state: 0 free, 1 held,
+ * 2 held and maybe waited for. */
+typedef struct krt_lock {
+    _Atomic uint32_t state;
+} krt_lock_t;
+
+/* The slow path of krt__lock: spins, then sleeps, until it holds the lock. */
+void krt__lock_wait(krt_lock_t *l);
+void krt__futex_wake(_Atomic uint32_t *w);
+
+static inline void krt__lock(krt_lock_t *l)
+{
+    uint32_t unheld = 0;
+    if (!atomic_compare_exchange_strong_explicit(&l->state, &unheld, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        krt__lock_wait(l);
+}
+
+static inline void krt__unlock(krt_lock_t *l)
+{
+    if (atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2)
+        krt__futex_wake(&l->state);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Timers                                                                                     */
 
@@ -371,7 +398,7 @@ struct krt_system {
     pthread_mutex_t slot_lock; /* gfree */
     uint32_t *gfree;
     uint32_t n_gfree, cap_gfree;
-    pthread_mutex_t tree_lock;
+    krt_lock_t tree_lock;
     krt_actor_t *root;
     _Atomic int started, stopping, quit, stopped;
     _Atomic uint32_t n_parked;
@@ -586,7 +613,6 @@ void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned);
 void krt__share_work(krt_system_t *sys, krt_sched_t *me);
 /* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */
 void krt__signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits);
-void krt__futex_wake(_Atomic uint32_t *w);
 /* A scheduler thread's body (arg: its krt_sched_t). */
 void *krt__sched_main(void *arg);
 

@@ -38,6 +38,22 @@ void krt__spin_wait(krt_spin_t *l)
     }
 }
 
+void krt__lock_wait(krt_lock_t *l)
+{
+    for (int spins = 0; spins < 100; spins++) {
+        uint32_t unheld = 0;
+        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_weak_explicit(&l->state, &unheld, 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        krt__relax();
+    }
+    /* Marked as waited for, so that the holder's unlock wakes us; we hold the lock once the
+     * exchange finds it free (and it stays marked: at worst one wake-up too many). */
+    while (atomic_exchange_explicit(&l->state, 2, memory_order_acquire) != 0)
+        s_futex_wait(&l->state, 2, -1);
+}
+
 /* Appends the chain first..last (linked through run_next) to s's FIFO queue; rq_lock held. */
 static void s_fifo_append(krt_sched_t *s, krt_actor_t *first, krt_actor_t *last)
 {
@@ -406,7 +422,7 @@ static void s_signals(krt_sched_t *s, krt_actor_t *a)
         atomic_fetch_or(&a->aflags, KRT_AAF_SHUTDOWN);
     if (!(atomic_load(&a->aflags) & KRT_AAF_SHUTDOWN))
         return;
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     if (!a->first_child) {
         krt_exit(&s->ctx, KRT_EXIT_SHUTDOWN);
     } else if (a->flags & KRT_AF_SUPERVISOR) {
@@ -415,7 +431,7 @@ static void s_signals(krt_sched_t *s, krt_actor_t *a)
         for (krt_actor_t *c = a->first_child; c; c = c->next_sib)
             krt__signal(sys, c, KRT_SIG_SHUTDOWN);
     }
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
 }
 
 void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);
