@@ -241,9 +241,11 @@ static void s_drain(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 {
     int reason = a->exit_reason;
-    krt__timers_cancel_all(sys, a);
-    krt__requests_drop(sys, a);
-    krt__remote_forget(sys, a);
+    if (a->ext) { /* timers, requests, remote relations: most actors never had any */
+        krt__timers_cancel_all(sys, a);
+        krt__requests_drop(sys, a);
+        krt__remote_forget(sys, a);
+    }
     if (atomic_load(&a->aflags) & KRT_AAF_REGISTERED)
         krt__reg_release(sys, a->addr);
     for (uint32_t i = 0; a->ext && i < a->ext->n_rels; i++) {
