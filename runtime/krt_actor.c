@@ -132,9 +132,9 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
         if ((rc = krt_reg_insert(sys, opts->name, a->addr, a)) != 0)
             goto fail_slot;
     }
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     if (atomic_load(&sys->stopping)) {
-        pthread_mutex_unlock(&sys->tree_lock);
+        krt__unlock(&sys->tree_lock);
         if (atomic_load(&a->aflags) & KRT_AAF_REGISTERED)
             krt__reg_release(sys, a->addr);
         rc = KRT_ESHUTDOWN;
@@ -143,7 +143,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     s_tree_insert(ctx ? ctx->actor : sys->root, a);
     atomic_store_explicit(&slot->actor, a, memory_order_relaxed);
     atomic_store_explicit(&slot->word, (gen << 32) | KRT_SLOT_ALIVE, memory_order_release);
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
     if (s) {
         atomic_store_explicit(&s->spawned,
                               atomic_load_explicit(&s->spawned, memory_order_relaxed) + 1,
@@ -241,9 +241,11 @@ static void s_drain(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
 {
     int reason = a->exit_reason;
-    krt__timers_cancel_all(sys, a);
-    krt__requests_drop(sys, a);
-    krt__remote_forget(sys, a);
+    if (a->ext) { /* timers, requests, remote relations: most actors never had any */
+        krt__timers_cancel_all(sys, a);
+        krt__requests_drop(sys, a);
+        krt__remote_forget(sys, a);
+    }
     if (atomic_load(&a->aflags) & KRT_AAF_REGISTERED)
         krt__reg_release(sys, a->addr);
     for (uint32_t i = 0; a->ext && i < a->ext->n_rels; i++) {
@@ -259,7 +261,7 @@ void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
             krt__send_sys(sys, r->peer, a->addr, KRT_NK_DEMONITOR, r->ref, 0, NULL, 0);
         }
     }
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     krt_actor_t *p = a->parent;
     if (p) {
         s_tree_remove(a);
@@ -273,7 +275,7 @@ void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a)
         if (atomic_load(&sys->stopping))
             krt__signal(sys, c, KRT_SIG_SHUTDOWN);
     }
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
     s_drain(sys, s, a);
     if (atomic_load(&sys->n_waiters)) {
         pthread_mutex_lock(&sys->wait_lock);

@@ -114,7 +114,7 @@ char *krt_tree_json(krt_system_t *sys, krt_addr_t root)
     if (!f)
         return NULL;
     fputc('[', f);
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     if (root == KRT_ADDR_NONE) {
         krt_actor_t *c = sys->root->first_child;
         while (c && c->next_sib)
@@ -134,7 +134,7 @@ char *krt_tree_json(krt_system_t *sys, krt_addr_t root)
                 s_dump(sys, f, a, pp);
         }
     }
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
     fputc(']', f);
     if (fclose(f) != 0) {
         free(buf);

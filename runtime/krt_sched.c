@@ -1,6 +1,7 @@
 /*
- * Schedulers: run queues with a LIFO slot, work stealing, waking and parking on a futex, and
- * running an actor: one turn of its mailbox, each message dispatched by kind, signals, reaping.
+ * Schedulers: run queues (FIFO, a young stack for spawns) with a LIFO slot, work stealing, waking
+ * and parking on a futex, and running an actor: one turn of its mailbox, each message dispatched by
+ * kind, signals, reaping.
  */
 #include "krt_int.h"
 
@@ -25,36 +26,151 @@ void krt__futex_wake(_Atomic uint32_t *w)
 /* ---------------------------------------------------------------------------------------- */
 /* Run queues, waking and parking                                                            */
 
-static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
+void krt__spin_wait(krt_spin_t *l)
 {
-    a->run_next = NULL;
-    pthread_mutex_lock(&s->rq_lock);
-    if (s->rq_tail)
-        s->rq_tail->run_next = a;
-    else
-        s->rq_head = a;
-    s->rq_tail = a;
-    atomic_fetch_add(&s->rq_len, 1);
-    pthread_mutex_unlock(&s->rq_lock);
+    for (unsigned spins = 0;; spins++) {
+        if (krt__spin_trylock(l))
+            return;
+        if (spins < 64)
+            krt__relax();
+        else
+            sched_yield(); /* the holder may be preempted: let it run */
+    }
 }
 
-static krt_actor_t *s_rq_pop(krt_sched_t *s)
+void krt__lock_wait(krt_lock_t *l)
 {
-    if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
-        return NULL;
-    pthread_mutex_lock(&s->rq_lock);
+    for (int spins = 0; spins < 100; spins++) {
+        uint32_t unheld = 0;
+        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_weak_explicit(&l->state, &unheld, 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        krt__relax();
+    }
+    /* Marked as waited for, so that the holder's unlock wakes us; we hold the lock once the
+     * exchange finds it free (and it stays marked: at worst one wake-up too many). */
+    while (atomic_exchange_explicit(&l->state, 2, memory_order_acquire) != 0)
+        s_futex_wait(&l->state, 2, -1);
+}
+
+/* Appends the chain first..last (linked through run_next) to s's FIFO queue; rq_lock held. */
+static void s_fifo_append(krt_sched_t *s, krt_actor_t *first, krt_actor_t *last)
+{
+    last->run_next = NULL;
+    if (s->rq_tail)
+        s->rq_tail->run_next = first;
+    else
+        s->rq_head = first;
+    s->rq_tail = last;
+}
+
+static krt_actor_t *s_fifo_take(krt_sched_t *s)
+{
     krt_actor_t *a = s->rq_head;
     if (a) {
         s->rq_head = a->run_next;
         if (!s->rq_head)
             s->rq_tail = NULL;
-        atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&s->rq_lock);
     return a;
 }
 
-/* Takes half of a victim's queue: returns one actor and queues the rest locally. */
+/* Puts a on top of s's young stack; a full stack's oldest moves to the FIFO queue. rq_lock
+ * held; the caller counts a in rq_len. */
+static void s_young_put(krt_sched_t *s, krt_actor_t *a)
+{
+    if (s->young_hi - s->young_lo == KRT_YOUNG_CAP) {
+        krt_actor_t *old = s->young[s->young_lo++ % KRT_YOUNG_CAP];
+        s_fifo_append(s, old, old);
+    }
+    s->young[s->young_hi++ % KRT_YOUNG_CAP] = a;
+}
+
+/* The newest young actor, or the oldest; NULL if there is none. rq_lock held. */
+static krt_actor_t *s_young_take(krt_sched_t *s, bool oldest)
+{
+    if (s->young_lo == s->young_hi)
+        return NULL;
+    return oldest ? s->young[s->young_lo++ % KRT_YOUNG_CAP]
+                  : s->young[--s->young_hi % KRT_YOUNG_CAP];
+}
+
+static void s_rq_push(krt_sched_t *s, krt_actor_t *a)
+{
+    krt__spin_lock(&s->rq_lock);
+    s_fifo_append(s, a, a);
+    atomic_fetch_add(&s->rq_len, 1);
+    krt__spin_unlock(&s->rq_lock);
+}
+
+/* The owner's next actor from its queues: the newest young one, except that every other pop
+ * serves the FIFO queue first and every KRT_YOUNG_AGE-th takes the oldest young one, so neither
+ * the queue nor the bottom of the stack waits for a spawning tree to finish. */
+static krt_actor_t *s_rq_pop(krt_sched_t *s)
+{
+    if (!atomic_load_explicit(&s->rq_len, memory_order_relaxed))
+        return NULL;
+    uint32_t tick = ++s->pops;
+    krt__spin_lock(&s->rq_lock);
+    krt_actor_t *a = (tick & 1) ? s_fifo_take(s) : NULL;
+    if (!a)
+        a = s_young_take(s, tick % KRT_YOUNG_AGE == 0);
+    if (!a)
+        a = s_fifo_take(s);
+    if (a)
+        atomic_fetch_sub_explicit(&s->rq_len, 1, memory_order_relaxed);
+    krt__spin_unlock(&s->rq_lock);
+    return a;
+}
+
+/* Takes the older half of v's young stack (v->rq_lock held, released here): returns the
+ * oldest, the rest go onto s's young stack in their order. NULL if v has none. */
+static krt_actor_t *s_steal_young(krt_sched_t *s, krt_sched_t *v)
+{
+    krt_actor_t *got[KRT_YOUNG_CAP / 2];
+    uint32_t take = (v->young_hi - v->young_lo + 1) / 2;
+    for (uint32_t k = 0; k < take; k++)
+        got[k] = v->young[v->young_lo++ % KRT_YOUNG_CAP];
+    atomic_fetch_sub(&v->rq_len, take);
+    krt__spin_unlock(&v->rq_lock);
+    if (take > 1) {
+        krt__spin_lock(&s->rq_lock);
+        for (uint32_t k = 1; k < take; k++)
+            s_young_put(s, got[k]);
+        atomic_fetch_add(&s->rq_len, take - 1);
+        krt__spin_unlock(&s->rq_lock);
+    }
+    return take ? got[0] : NULL;
+}
+
+/* Takes the first half of v's FIFO queue, at most KRT_STEAL_MAX (v->rq_lock held, released
+ * here): returns the first, the rest join s's queue. NULL if v's queue is empty. */
+static krt_actor_t *s_steal_fifo(krt_sched_t *s, krt_sched_t *v)
+{
+    krt_actor_t *first = v->rq_head, *last = first;
+    uint32_t take = 1;
+    if (first) {
+        uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
+        for (; take < (len + 1) / 2 && take < KRT_STEAL_MAX && last->run_next; take++)
+            last = last->run_next;
+        v->rq_head = last->run_next;
+        if (!v->rq_head)
+            v->rq_tail = NULL;
+        atomic_fetch_sub(&v->rq_len, take);
+    }
+    krt__spin_unlock(&v->rq_lock);
+    if (first && first != last) {
+        krt__spin_lock(&s->rq_lock);
+        s_fifo_append(s, first->run_next, last);
+        atomic_fetch_add(&s->rq_len, take - 1);
+        krt__spin_unlock(&s->rq_lock);
+    }
+    return first;
+}
+
+/* Takes half of a victim's young stack (its oldest), else half of its FIFO queue: returns one
+ * actor and queues the rest locally. */
 static krt_actor_t *s_steal(krt_sched_t *s)
 {
     krt_system_t *sys = s->sys;
@@ -62,30 +178,11 @@ static krt_actor_t *s_steal(krt_sched_t *s)
         krt_sched_t *v = &sys->scheds[(s->idx + i) % sys->n_sched];
         if (!atomic_load_explicit(&v->rq_len, memory_order_relaxed))
             continue;
-        if (pthread_mutex_trylock(&v->rq_lock) != 0)
+        if (!krt__spin_trylock(&v->rq_lock))
             continue;
-        uint32_t len = atomic_load_explicit(&v->rq_len, memory_order_relaxed);
-        uint32_t take = (len + 1) / 2;
-        krt_actor_t *first = v->rq_head, *last = first;
-        if (!first) {
-            pthread_mutex_unlock(&v->rq_lock);
-            continue;
-        }
-        for (uint32_t k = 1; k < take; k++)
-            last = last->run_next;
-        v->rq_head = last->run_next;
-        if (!v->rq_head)
-            v->rq_tail = NULL;
-        atomic_fetch_sub(&v->rq_len, take);
-        pthread_mutex_unlock(&v->rq_lock);
-        last->run_next = NULL;
-        krt_actor_t *rest = first->run_next;
-        while (rest) {
-            krt_actor_t *next = rest->run_next;
-            s_rq_push(s, rest);
-            rest = next;
-        }
-        return first;
+        krt_actor_t *a = v->young_lo != v->young_hi ? s_steal_young(s, v) : s_steal_fifo(s, v);
+        if (a)
+            return a;
     }
     return NULL;
 }
@@ -130,15 +227,17 @@ void krt__share_work(krt_system_t *sys, krt_sched_t *me)
         s_wake_one(sys, me);
 }
 
-/* Puts a (whose sched flag the caller just set to 1) on a run queue. fifo: a new actor, which
- * must start after those spawned before it. */
-void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool fifo)
+/* Puts a (whose sched flag the caller just set to 1) on a run queue. spawned: a new actor
+ * (on a scheduler, it goes to the young stack). */
+void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned)
 {
     krt_sched_t *me = krt__self_sched(sys);
-    if (me && fifo) {
-        s_rq_push(me, a);
-        if (atomic_load(&sys->n_parked) &&
-            atomic_load_explicit(&me->rq_len, memory_order_relaxed) > 1)
+    if (me && spawned) {
+        krt__spin_lock(&me->rq_lock);
+        s_young_put(me, a);
+        uint32_t len = atomic_fetch_add(&me->rq_len, 1) + 1;
+        krt__spin_unlock(&me->rq_lock);
+        if (len > 1 && atomic_load(&sys->n_parked))
             s_wake_one(sys, me);
         return;
     }
@@ -323,7 +422,7 @@ static void s_signals(krt_sched_t *s, krt_actor_t *a)
         atomic_fetch_or(&a->aflags, KRT_AAF_SHUTDOWN);
     if (!(atomic_load(&a->aflags) & KRT_AAF_SHUTDOWN))
         return;
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     if (!a->first_child) {
         krt_exit(&s->ctx, KRT_EXIT_SHUTDOWN);
     } else if (a->flags & KRT_AF_SUPERVISOR) {
@@ -332,7 +431,7 @@ static void s_signals(krt_sched_t *s, krt_actor_t *a)
         for (krt_actor_t *c = a->first_child; c; c = c->next_sib)
             krt__signal(sys, c, KRT_SIG_SHUTDOWN);
     }
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
 }
 
 void krt__cleanup(krt_system_t *sys, krt_sched_t *s, krt_actor_t *a);

@@ -87,7 +87,6 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
     }
     atomic_init(&sys->next_slot, 1);
     pthread_mutex_init(&sys->slot_lock, NULL);
-    pthread_mutex_init(&sys->tree_lock, NULL);
     pthread_mutex_init(&sys->pool_lock, NULL);
     pthread_mutex_init(&sys->transport_lock, NULL);
     pthread_mutex_init(&sys->wait_lock, NULL);
@@ -105,7 +104,6 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         s->sys = sys;
         s->idx = i;
         s->spin = KRT_SPIN_MAX;
-        pthread_mutex_init(&s->rq_lock, NULL);
         krt__wheel_init(&s->wheel, now);
         s->ctx.sys = sys;
         s->ctx.sched = s;
@@ -137,11 +135,11 @@ int krt_system_start(krt_system_t *sys)
 static void s_force_cleanup(krt_system_t *sys)
 {
     for (;;) {
-        pthread_mutex_lock(&sys->tree_lock);
+        krt__lock(&sys->tree_lock);
         krt_actor_t *a = sys->root->first_child;
         while (a && a->first_child)
             a = a->first_child;
-        pthread_mutex_unlock(&sys->tree_lock);
+        krt__unlock(&sys->tree_lock);
         if (!a)
             break;
         if (a->exit_reason == 0)
@@ -157,11 +155,11 @@ void krt_system_stop(krt_system_t *sys)
         return;
     if (atomic_exchange(&sys->stopped, 1))
         return;
-    pthread_mutex_lock(&sys->tree_lock);
+    krt__lock(&sys->tree_lock);
     atomic_store(&sys->stopping, 1);
     for (krt_actor_t *c = sys->root->first_child; c; c = c->next_sib)
         krt__signal(sys, c, KRT_SIG_SHUTDOWN);
-    pthread_mutex_unlock(&sys->tree_lock);
+    krt__unlock(&sys->tree_lock);
     if (atomic_load(&sys->started)) {
         uint64_t deadline = krt_now_ms() + KRT_STOP_WAIT_MS;
         while (s_live(sys) > 0 && krt_now_ms() < deadline) {
@@ -206,7 +204,6 @@ void krt_system_destroy(krt_system_t **sys_p)
         }
         free(s->free_slots);
         krt__requests_fini(s);
-        pthread_mutex_destroy(&s->rq_lock);
     }
     for (uint32_t i = 0; i < KRT_NCHUNKS; i++)
         free(atomic_load(&sys->chunks[i]));
@@ -215,7 +212,6 @@ void krt_system_destroy(krt_system_t **sys_p)
     free(sys->root);
     free(sys->name);
     pthread_mutex_destroy(&sys->slot_lock);
-    pthread_mutex_destroy(&sys->tree_lock);
     pthread_mutex_destroy(&sys->pool_lock);
     pthread_mutex_destroy(&sys->transport_lock);
     pthread_mutex_destroy(&sys->wait_lock);

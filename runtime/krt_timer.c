@@ -12,7 +12,6 @@
  */
 #include "krt_int.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,25 +49,12 @@ static void s_tl_remove(krt_tlist_t *n)
 
 void krt__wheel_init(krt_wheel_t *w, uint64_t now)
 {
-    atomic_init(&w->lock, false);
+    atomic_init(&w->lock.held, false);
     w->now = now;
     w->count = 0;
     for (int l = 0; l < KRT_WHEEL_LEVELS; l++)
         for (unsigned i = 0; i < KRT_WHEEL_SLOTS; i++)
             s_tl_init(&w->slots[l][i]);
-}
-
-void krt__wheel_lock_wait(krt_wheel_t *w)
-{
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_load_explicit(&w->lock, memory_order_relaxed) &&
-            !atomic_exchange_explicit(&w->lock, true, memory_order_acquire))
-            return;
-        if (spins < 64)
-            krt__relax();
-        else
-            sched_yield(); /* the holder may be preempted: let it run */
-    }
 }
 
 /* Places t by its expiry relative to w->now (expiry >= now). */

@@ -1,8 +1,8 @@
 /*
  * Unit tests for the runtime core: spawn/send/call, links and monitors (including targets that
  * are already dead), request timeouts and late replies, registry, pointer messages, jobs and fd
- * readiness, tree dump, shutdown with live actors and full mailboxes, and the idle spin that
- * adapts.
+ * readiness, tree dump, shutdown with live actors and full mailboxes, the idle spin that
+ * adapts, and the order spawned actors run in.
  */
 #include "rt_test.h"
 
@@ -873,6 +873,87 @@ static void test_idle_spin_adapts(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Spawn order: a spawning tree runs depth-first (the young stack), yet neither the FIFO queue
+ * nor the oldest young actor waits for an endless chain of spawns above it. */
+
+static atomic_bool s_chain_stop;
+static atomic_long s_chain_len;
+
+static const krt_behaviour_t chain_b;
+/* Each link spawns the next and exits, until the stopper runs. */
+static int chain_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    atomic_fetch_add(&s_chain_len, 1);
+    if (!atomic_load(&s_chain_stop))
+        krt_spawn(ctx, &chain_b, NULL, NULL, NULL);
+    krt_exit(ctx, KRT_EXIT_NORMAL);
+    return 0;
+}
+static const krt_behaviour_t chain_b = {.kind = "chain", .init = chain_init, .handle = noop_handle};
+
+/* Stops the chain from its init (arg not NULL) or on a message; EV_OTHER: the chain's length. */
+static void stopper_stop(void)
+{
+    atomic_store(&s_chain_stop, true);
+    rt_ev(EV_OTHER, atomic_load(&s_chain_len), 0, 0);
+}
+static int stopper_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    if (arg)
+        stopper_stop();
+    return 0;
+}
+static void stopper_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    stopper_stop();
+}
+static const krt_behaviour_t stopper_b = {
+    .kind = "stopper", .init = stopper_init, .handle = stopper_handle};
+
+/* Spawns a stopper that stops the chain from its init (arg not NULL), then the chain. */
+static int chain_root_init(krt_ctx_t *ctx, void *state, void *arg)
+{
+    if (arg)
+        krt_spawn(ctx, &stopper_b, arg, NULL, NULL);
+    return krt_spawn(ctx, &chain_b, NULL, NULL, NULL);
+}
+static const krt_behaviour_t chain_root_b = {
+    .kind = "chain_root", .init = chain_root_init, .handle = noop_handle};
+
+/* One scheduler: the stopper, spawned first, sits under the chain's links on the young stack;
+ * the chain runs before it (newest first), and it still runs within KRT_YOUNG_AGE pops. */
+static void test_spawn_oldest_ages_out(void **unused)
+{
+    atomic_store(&s_chain_stop, false);
+    atomic_store(&s_chain_len, 0);
+    krt_system_t *sys = rt_system(1);
+    assert_int_equal(krt_system_spawn(sys, &chain_root_b, (void *)1, NULL, NULL), 0);
+    rt_ev_t ev;
+    assert_true(rt_wait(EV_OTHER, 10000, &ev));
+    assert_true(ev.a > 1);
+    assert_true(ev.a <= KRT_YOUNG_AGE);
+    krt_system_destroy(&sys);
+}
+
+/* One scheduler running an endless chain of spawns: an actor a message woke (FIFO queue) still
+ * runs. */
+static void test_spawn_chain_leaves_queue_served(void **unused)
+{
+    atomic_store(&s_chain_stop, false);
+    atomic_store(&s_chain_len, 0);
+    krt_system_t *sys = rt_system(1);
+    krt_addr_t stopper;
+    assert_int_equal(krt_system_spawn(sys, &stopper_b, NULL, NULL, &stopper), 0);
+    assert_int_equal(krt_system_spawn(sys, &chain_root_b, NULL, NULL, NULL), 0);
+    for (int i = 0; i < 5000 && atomic_load(&s_chain_len) < 1000; i++)
+        rt_sleep_ms(1);
+    assert_true(atomic_load(&s_chain_len) >= 1000);
+    assert_int_equal(krt_system_send(sys, stopper, T_PING, NULL, 0), 0);
+    assert_true(rt_wait(EV_OTHER, 10000, NULL));
+    krt_system_destroy(&sys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -893,6 +974,8 @@ int main(void)
         cmocka_unit_test(test_destroy_never_started),
         cmocka_unit_test(test_transport),
         cmocka_unit_test(test_idle_spin_adapts),
+        cmocka_unit_test(test_spawn_oldest_ages_out),
+        cmocka_unit_test(test_spawn_chain_leaves_queue_served),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
