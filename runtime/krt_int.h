@@ -622,7 +622,8 @@ void krt__slot_kill(krt_system_t *sys, krt_actor_t *a);
 /* Puts a (whose sched flag the caller just set to 1) on a run queue. spawned: a new actor
  * (on a scheduler, it goes to the young stack). */
 void krt__schedule(krt_system_t *sys, krt_actor_t *a, bool spawned);
-/* A long turn that keeps producing work: let an idle scheduler take our queued actors. */
+/* A long turn that keeps producing work: let an idle scheduler take our queued actors (not the
+ * one the turn keeps sending to). */
 void krt__share_work(krt_system_t *sys, krt_sched_t *me);
 /* Sets signal bits on a (kept alive by the caller) and makes sure it runs. */
 void krt__signal(krt_system_t *sys, krt_actor_t *a, uint32_t bits);
