@@ -219,7 +219,8 @@ int krt_spawn(krt_ctx_t *ctx, const krt_behaviour_t *b, void *arg, const krt_spa
  * one local actor may be held and pushed together (every 64 messages, and before its next send
  * elsewhere, its krt_spawn, a reply that completes a krt_call, a job, or when it returns):
  * effects the handler has on other threads by other means (its own pipes, sockets, locks) may be
- * seen before those. */
+ * seen before those. The actor such a run of sends goes to is not handed to an idle scheduler
+ * meanwhile: unless it already runs elsewhere, it handles them after the turn, on this core. */
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len);
 /* Sends a pointer without copying (local addresses only). Ownership moves to the message:
  * if the receiver does not krt_msg_take() it, free_fn(ptr) runs after its handler (or when the

@@ -10,9 +10,9 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Message nodes: per-scheduler free stacks, batches exchanged through the system.
  * Scheduler threads carve small nodes from slabs (KRT_NF_SLAB: never freed one by one; the
- * slabs go with the system). Other threads malloc them; a scheduler frees such a node when its
- * own free stack already holds a batch, and the system frees those past
- * KRT_POOL_MAX_BATCHES batches of spares. A node's memory is written only by whoever fills it
+ * slabs go with the system). Other threads malloc them; a scheduler frees such a node unless
+ * its own free stack is empty, and the system frees those past KRT_POOL_MAX_BATCHES batches of
+ * spares. A node's memory is written only by whoever fills it
  * for a message: the free stacks and the spares are arrays of pointers. */
 
 typedef struct krt_slab {
@@ -141,8 +141,12 @@ void krt__node_free_slow(krt_sched_t *s, krt_node_t *n)
             free(n);
         return; /* a slab node freed off-scheduler stays unused until its slab goes */
     }
-    if (!(n->flags & KRT_NF_SLAB) && s->pool_n >= KRT_POOL_BATCH) {
-        free(n); /* made off the schedulers: keep it only while the free stack is short */
+    if (!(n->flags & KRT_NF_SLAB) && s->pool_n > 0) {
+        /* Made off the schedulers: kept only by an empty free stack. On top of the stack it
+         * would carry every message of a one-at-a-time exchange (ping-pong reuses the top node
+         * over and over), each free through this slow path, and its header, not line-aligned
+         * like a slab node's, may straddle two cache lines that then both cross cores. */
+        free(n);
         return;
     }
     if (s->pool_n == KRT_POOL_CAP)

@@ -2,7 +2,7 @@
  * Unit tests for the runtime core: spawn/send/call, links and monitors (including targets that
  * are already dead), request timeouts and late replies, registry, pointer messages, jobs and fd
  * readiness, tree dump, shutdown with live actors and full mailboxes, the idle spin that
- * adapts, and the order spawned actors run in.
+ * adapts, work sharing that keeps a long turn's consumer, and the order spawned actors run in.
  */
 #include "rt_test.h"
 
@@ -874,6 +874,55 @@ static void test_idle_spin_adapts(void **unused)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Work sharing: a long turn's sends to one actor do not hand that actor to the idle scheduler
+ * (a producer and its consumer on two cores moved every message's line between them). */
+
+enum { STREAM_N = 20000 };
+static atomic_long s_tallied;
+
+static void tally_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    if (msg->type == T_INC)
+        atomic_fetch_add(&s_tallied, 1);
+    else if (msg->type == T_GET)
+        krt_reply(ctx, msg, T_GET, NULL, 0);
+}
+static const krt_behaviour_t tally_b = {.kind = "tally", .handle = tally_handle};
+
+/* On T_GO (body: the tally's address) sends it STREAM_N messages in one turn; EV_OTHER: how
+ * many it had handled when the turn's sends were done. */
+static void streamer_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    krt_addr_t to = *(const krt_addr_t *)msg->body;
+    for (int i = 0; i < STREAM_N; i++)
+        krt_send(ctx, to, T_INC, NULL, 0);
+    rt_ev(EV_OTHER, atomic_load(&s_tallied), 0, 0);
+}
+static const krt_behaviour_t streamer_b = {.kind = "streamer", .handle = streamer_handle};
+
+/* Two schedulers, one idle: the tally runs after the streamer's turn, and gets every message. */
+static void test_stream_target_not_shared(void **unused)
+{
+    atomic_store(&s_tallied, 0);
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t tally, streamer;
+    assert_int_equal(krt_system_spawn(sys, &tally_b, NULL, NULL, &tally), 0);
+    assert_int_equal(krt_system_spawn(sys, &streamer_b, NULL, NULL, &streamer), 0);
+    krt_reply_t r;
+    assert_int_equal(krt_call(sys, tally, T_GET, NULL, 0, 5000, &r), 0);
+    krt_reply_free(&r);
+    rt_sleep_ms(20); /* the tally has gone idle: it is not running elsewhere when sends start */
+    assert_int_equal(krt_system_send(sys, streamer, T_PING, &tally, sizeof tally), 0);
+    rt_ev_t ev;
+    assert_true(rt_wait(EV_OTHER, 10000, &ev));
+    assert_int_equal(ev.a, 0);
+    for (int i = 0; i < 5000 && atomic_load(&s_tallied) < STREAM_N; i++)
+        rt_sleep_ms(1);
+    assert_int_equal(atomic_load(&s_tallied), STREAM_N);
+    krt_system_destroy(&sys);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* Spawn order: a spawning tree runs depth-first (the young stack), yet neither the FIFO queue
  * nor the oldest young actor waits for an endless chain of spawns above it. */
 
@@ -974,6 +1023,7 @@ int main(void)
         cmocka_unit_test(test_destroy_never_started),
         cmocka_unit_test(test_transport),
         cmocka_unit_test(test_idle_spin_adapts),
+        cmocka_unit_test(test_stream_target_not_shared),
         cmocka_unit_test(test_spawn_oldest_ages_out),
         cmocka_unit_test(test_spawn_chain_leaves_queue_served),
     };
