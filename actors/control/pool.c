@@ -312,6 +312,15 @@ static void s_pump(krt_ctx_t *ctx, ka_pool_t *p)
     }
 }
 
+/* A boot held back by a pool's capacity waits for room: nothing else pumps once creates stop
+ * (a node full of sandboxes that are then deleted would keep its pools empty until the next
+ * create). */
+void ka_pool_freed(krt_ctx_t *ctx, ka_pool_t *p)
+{
+    if (p)
+        s_pump(ctx, p);
+}
+
 static void s_watch(krt_ctx_t *ctx, ka_pool_t *p, s_warm_t *w)
 {
     w->tag = ++p->next_tag;

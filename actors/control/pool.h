@@ -93,6 +93,8 @@ void ka_pool_release(krt_ctx_t *ctx, ka_pool_t *p, ka_pool_claim_t *c, bool reus
 void ka_pool_drop(ka_pool_t *p, ka_pool_claim_t *c);
 /* A cold create of a revision whose pool was empty. */
 void ka_pool_missed(ka_pool_t *p);
+/* A live sandbox went away: a pool held back by its capacity may boot again. */
+void ka_pool_freed(krt_ctx_t *ctx, ka_pool_t *p);
 
 /* Handles msg if it is the pool's (its jobs, fd watches, timer, store events): true then. */
 bool ka_pool_handle(krt_ctx_t *ctx, ka_pool_t *p, const krt_msg_t *msg);

@@ -985,12 +985,13 @@ static bool s_is_child(s_mgr_t *self, krt_addr_t who)
     return false;
 }
 
-static void s_on_down(s_mgr_t *self, const krt_msg_t *msg)
+static void s_on_down(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
     const krt_down_t *d = msg->body;
     for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
         if (a->addr == d->who) {
             zhashx_delete(self->live, zhashx_cursor(self->live));
+            ka_pool_freed(ctx, self->pool);
             return;
         }
 }
@@ -1007,6 +1008,7 @@ static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
             zhashx_delete(self->live, zhashx_cursor(self->live));
             krt_unlink(ctx, who);
             krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
+            ka_pool_freed(ctx, self->pool);
             return;
         }
 }
@@ -1050,7 +1052,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     }
     case KRT_MSG_DOWN:
-        s_on_down(self, msg);
+        s_on_down(ctx, self, msg);
         break;
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);

@@ -290,6 +290,10 @@ def main():
     for template in ("scratch-cold", "scratch-deep"):
         sustained_creates(url, node, template, prate)
     wait_quiet(node)
+    t0 = time.monotonic()
+    wait_depth(url, 1, 600)  # the pool refills once the sustained steps' sandboxes are gone
+    print("# the default pool's first refill after the sustained steps: %.1f s" %
+          (time.monotonic() - t0), flush=True)
     hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
     for i in range(runs):
         wait_depth(url, 1)

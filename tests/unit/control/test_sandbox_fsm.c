@@ -1266,7 +1266,8 @@ static void test_warm_zero_disables(void **unused)
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, b.sandbox.id, &o), KA_OK);
 }
 
-/* Live and warm sandboxes together stay within the pool's capacity. */
+/* Live and warm sandboxes together stay within the pool's capacity; a delete makes room, and
+ * the pool fills it with no create after it. */
 static void test_warm_within_capacity(void **unused)
 {
     s_warm_args(2, 2);
@@ -1278,6 +1279,7 @@ static void test_warm_within_capacity(void **unused)
     s_wait_depth("rev-1", 1);
     assert_int_equal(s_counter(&F.live), 2);
     assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+    s_wait_depth("rev-1", 2);
 }
 
 static bool s_none_live(void *arg)
