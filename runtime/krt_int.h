@@ -62,7 +62,7 @@ enum {
     KRT_NK_DOWN,        /* a monitored actor stopped; body krt_down_t */
     KRT_NK_NODEDOWN     /* node aux went down: break relations with it (krt_remote.c) */
 };
-enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8 };
+enum { KRT_NF_BIG = 1, KRT_NF_PTR = 2, KRT_NF_TAKEN = 4, KRT_NF_SLAB = 8, KRT_NF_SMALL = 16 };
 
 typedef struct krt_mlink {
     struct krt_mlink *_Atomic next;
@@ -82,8 +82,14 @@ typedef struct krt_node {
 
 typedef void (*krt_free_fn)(void *);
 
+/* Two classes of slab nodes: a message without a body (a signal, a tick, an increment) takes
+ * a header-only node, one cache line; any other of up to KRT_INLINE_CAP bytes a node of two.
+ * A long queue of body-less messages then costs half the memory and memory traffic. */
+enum { KRT_NC_SMALL, KRT_NC_LARGE, KRT_NCLASSES };
+#define KRT_NODE_SMALL 64
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
+_Static_assert(sizeof(krt_node_t) == KRT_NODE_SMALL, "a body-less node is one cache line");
 #define KRT_POOL_BATCH 256
 #define KRT_POOL_CAP   (2 * KRT_POOL_BATCH) /* a scheduler's free nodes, at most */
 /* A new node is taken from the top of the free stack; the one this many below it is fetched
@@ -360,7 +366,7 @@ struct krt_sched {
     krt_ctx_t ctx;
     uint64_t next_ref;
     uint64_t clock_ms; /* krt_now_ms() for the timers the current message arms; 0 until read */
-    uint32_t pool_n;   /* free message nodes in pool */
+    uint32_t pool_n[KRT_NCLASSES]; /* free message nodes in pool, by class */
     uint32_t *free_slots;
     uint32_t n_free_slots, cap_free_slots;
     uint32_t fresh_next, fresh_end;
@@ -387,10 +393,16 @@ struct krt_sched {
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
     /* Free message nodes, a stack of pointers: freeing a node never writes to it, so the core
      * that sent it finds the line unmodified when it reuses the node. */
-    krt_node_t *pool[KRT_POOL_CAP];
+    krt_node_t *pool[KRT_NCLASSES][KRT_POOL_CAP];
     krt_actor_t *young[KRT_YOUNG_CAP]; /* rq_lock */
     char pad_[64];
 };
+
+/* Spare free nodes of one class, exchanged between schedulers a batch at a time. */
+typedef struct krt_spares {
+    krt_node_t **v;
+    uint32_t n, cap;
+} krt_spares_t;
 
 typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
 typedef struct krt_reg krt_reg_t;
@@ -416,9 +428,8 @@ struct krt_system {
     _Atomic int64_t ext_bytes;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
-    krt_node_t **spare; /* spare message nodes, exchanged a batch at a time (pool_lock) */
-    uint32_t n_spare, cap_spare;
-    struct krt_slab *slabs; /* node slabs, freed with the system */
+    krt_spares_t spare[KRT_NCLASSES]; /* spare message nodes by class (pool_lock) */
+    struct krt_slab *slabs;           /* node slabs, freed with the system */
     pthread_mutex_t transport_lock;
     krt_transport_t transport;
     _Atomic int has_transport;
@@ -551,32 +562,47 @@ static inline krt_node_t *krt__node_reset(krt_node_t *n, uint16_t flags)
     return n;
 }
 
-/* The top of s's free stack (s->pool_n > 0). */
-static inline krt_node_t *krt__pool_pop(krt_sched_t *s)
+/* The class of a node for a body of len bytes (len <= KRT_INLINE_CAP). */
+static inline int krt__len_class(size_t len)
 {
-    krt_node_t *n = s->pool[--s->pool_n];
-    if (s->pool_n >= KRT_POOL_PREFETCH)
-        __builtin_prefetch(s->pool[s->pool_n - KRT_POOL_PREFETCH], 1);
-    return n;
+    return len ? KRT_NC_LARGE : KRT_NC_SMALL;
+}
+
+/* The class of node n (a free one, or one carrying a message). */
+static inline int krt__node_class(const krt_node_t *n)
+{
+    return n->flags & KRT_NF_SMALL ? KRT_NC_SMALL : KRT_NC_LARGE;
+}
+
+/* The top of s's free stack of class c (s->pool_n[c] > 0). */
+static inline krt_node_t *krt__pool_pop(krt_sched_t *s, int c)
+{
+    krt_node_t **pool = s->pool[c];
+    uint32_t k = --s->pool_n[c];
+    if (k >= KRT_POOL_PREFETCH)
+        __builtin_prefetch(pool[k - KRT_POOL_PREFETCH], 1);
+    return pool[k];
 }
 
 /* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
 static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
 {
-    if (len > KRT_INLINE_CAP || !s || !s->pool_n)
+    int c = krt__len_class(len);
+    if (len > KRT_INLINE_CAP || !s || !s->pool_n[c])
         return krt__node_new_slow(s, len);
-    krt_node_t *n = krt__pool_pop(s);
-    return krt__node_reset(n, n->flags); /* a free node's flags are SLAB or 0 */
+    krt_node_t *n = krt__pool_pop(s, c);
+    return krt__node_reset(n, n->flags); /* a free node's flags are SLAB, SMALL or 0 */
 }
 
 /* Frees n (running a pointer body's free_fn unless it was taken). */
 static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
-    if (!s || n->flags != KRT_NF_SLAB || s->pool_n == KRT_POOL_CAP) {
+    int c = krt__node_class(n);
+    if (!s || (n->flags & ~KRT_NF_SMALL) != KRT_NF_SLAB || s->pool_n[c] == KRT_POOL_CAP) {
         krt__node_free_slow(s, n);
         return;
     }
-    s->pool[s->pool_n++] = n;
+    s->pool[c][s->pool_n[c]++] = n;
 }
 /* Frees every node the system and its schedulers keep (system destroy). */
 void krt__nodes_fini(krt_system_t *sys);

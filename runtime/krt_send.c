@@ -84,8 +84,9 @@ static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
     s->out_tail = &n->link;
     /* The node KRT_CHAIN_AHEAD pops down the free stack will likely carry this batch's (or the
      * next one's) message that many links on: the consumer prefetches it from here. */
-    if (s->pool_n >= KRT_CHAIN_AHEAD)
-        n->ahead = s->pool[s->pool_n - KRT_CHAIN_AHEAD];
+    int c = krt__node_class(n);
+    if (s->pool_n[c] >= KRT_CHAIN_AHEAD)
+        n->ahead = s->pool[c][s->pool_n[c] - KRT_CHAIN_AHEAD];
     if (++s->out_n == KRT_OUT_BATCH)
         krt__out_flush(s);
     return 0;

@@ -252,22 +252,43 @@ static void driver_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 }
 static const krt_behaviour_t driver_b = {.kind = "driver", .handle = driver_handle};
 
-static double bench_counting(void)
+/* A million increments through the driver, then the count; msgs/s. */
+static double s_counting_run(krt_system_t *sys, krt_addr_t c, krt_addr_t d, int64_t before)
 {
-    krt_system_t *sys = s_sys();
-    krt_addr_t c, d;
-    krt_system_spawn(sys, &counter_b, NULL, NULL, &c);
-    krt_system_spawn(sys, &driver_b, NULL, NULL, &d);
     uint64_t t0 = s_ns();
     krt_system_send(sys, d, T_GO, &c, sizeof c);
-    int64_t n = s_wait();
+    int64_t n = s_wait() - before;
     uint64_t t1 = s_ns();
-    krt_system_destroy(&sys);
     if (n != 1000000) {
         fprintf(stderr, "counting: wrong count %lld\n", (long long)n);
         exit(1);
     }
     return 1000000.0 / ((double)(t1 - t0) / 1e9);
+}
+
+/* warm: the million timed is the system's second, as in the peer's VM after its first run
+ * (a fresh system's first million also pays the kernel for the pages its queue grows into) */
+static double s_counting(bool warm)
+{
+    krt_system_t *sys = s_sys();
+    krt_addr_t c, d;
+    krt_system_spawn(sys, &counter_b, NULL, NULL, &c);
+    krt_system_spawn(sys, &driver_b, NULL, NULL, &d);
+    double rate = s_counting_run(sys, c, d, 0);
+    if (warm)
+        rate = s_counting_run(sys, c, d, 1000000);
+    krt_system_destroy(&sys);
+    return rate;
+}
+
+static double bench_counting(void)
+{
+    return s_counting(true);
+}
+
+static double bench_counting_first(void)
+{
+    return s_counting(false);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -396,10 +417,10 @@ static const struct {
     const char *name;
     double (*fn)(void);
 } s_benches[] = {
-    {"spawn_skynet_1m", bench_skynet},   {"pingpong_1m", bench_pingpong},
-    {"request_reply_1m", bench_request}, {"counting_1m", bench_counting},
-    {"ring_100x100k", bench_ring},       {"timers_1m_arm_cancel", bench_timers},
-    {"idle_actor_bytes", bench_idle},
+    {"spawn_skynet_1m", bench_skynet},           {"pingpong_1m", bench_pingpong},
+    {"request_reply_1m", bench_request},         {"counting_1m", bench_counting},
+    {"counting_1m_first", bench_counting_first}, {"ring_100x100k", bench_ring},
+    {"timers_1m_arm_cancel", bench_timers},      {"idle_actor_bytes", bench_idle},
 };
 
 int main(int argc, char **argv)

@@ -35,6 +35,7 @@ awk -v peerfile="$tmp/peer" '
     unit["pingpong_1m"] = "msgs/s";            low["pingpong_1m"] = 0
     unit["request_reply_1m"] = "reqs/s";       low["request_reply_1m"] = 0
     unit["counting_1m"] = "msgs/s";            low["counting_1m"] = 0
+    unit["counting_1m_first"] = "msgs/s";      low["counting_1m_first"] = 0
     unit["ring_100x100k"] = "msgs/s";          low["ring_100x100k"] = 0
     unit["timers_1m_arm_cancel"] = "ns/op";    low["timers_1m_arm_cancel"] = 1
     unit["idle_actor_bytes"] = "bytes";        low["idle_actor_bytes"] = 1

@@ -2,7 +2,8 @@
  * Unit tests for the runtime core: spawn/send/call, links and monitors (including targets that
  * are already dead), request timeouts and late replies, registry, pointer messages, jobs and fd
  * readiness, tree dump, shutdown with live actors and full mailboxes, the idle spin that
- * adapts, work sharing that keeps a long turn's consumer, and the order spawned actors run in.
+ * adapts, work sharing that keeps a long turn's consumer, message node classes, and the order
+ * spawned actors run in.
  */
 #include "rt_test.h"
 
@@ -923,6 +924,77 @@ static void test_stream_target_not_shared(void **unused)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Message node classes: body-less, inline and big bodies in one stream, from an actor and from
+ * outside the schedulers, keep their bytes and their order through spills and refills of both
+ * classes' free stacks (a 64-byte node must never carry a body). */
+
+enum { MIX_N = 6000 };
+static const uint32_t s_mix_len[] = {0, 1, 0, 8, 0, KRT_INLINE_CAP, KRT_INLINE_CAP + 1, 300};
+enum { MIX_K = sizeof s_mix_len / sizeof s_mix_len[0] };
+
+static void mix_fill(unsigned char *b, uint32_t len, uint32_t seq)
+{
+    for (uint32_t i = 0; i < len; i++)
+        b[i] = (unsigned char)(seq * 31u + i * 7u);
+}
+
+/* Checks each stream (by sender) in order; EV_OTHER when both are done: (good, bad). */
+typedef struct {
+    uint32_t next[2];
+    long good, bad;
+} mixcheck_t;
+static void mixcheck_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    mixcheck_t *m = state;
+    int from_actor = msg->from != KRT_ADDR_NONE;
+    uint32_t seq = m->next[from_actor]++;
+    uint32_t len = s_mix_len[seq % MIX_K];
+    unsigned char want[400];
+    mix_fill(want, len, seq);
+    bool ok = msg->type == T_INC && msg->len == len && (!len || memcmp(msg->body, want, len) == 0);
+    if (ok)
+        m->good++;
+    else
+        m->bad++;
+    if (m->next[0] == MIX_N && m->next[1] == MIX_N)
+        rt_ev(EV_OTHER, m->good, m->bad, 0);
+}
+static const krt_behaviour_t mixcheck_b = {
+    .kind = "mixcheck", .state_size = sizeof(mixcheck_t), .handle = mixcheck_handle};
+
+static void mix_send_all(krt_ctx_t *ctx, krt_system_t *sys, krt_addr_t to)
+{
+    unsigned char b[400];
+    for (uint32_t seq = 0; seq < MIX_N; seq++) {
+        uint32_t len = s_mix_len[seq % MIX_K];
+        mix_fill(b, len, seq);
+        int rc = ctx ? krt_send(ctx, to, T_INC, len ? b : NULL, len)
+                     : krt_system_send(sys, to, T_INC, len ? b : NULL, len);
+        assert_int_equal(rc, 0);
+    }
+}
+static void mixsend_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
+{
+    mix_send_all(ctx, NULL, *(const krt_addr_t *)msg->body);
+}
+static const krt_behaviour_t mixsend_b = {.kind = "mixsend", .handle = mixsend_handle};
+
+static void test_node_classes(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    krt_addr_t check, sender;
+    assert_int_equal(krt_system_spawn(sys, &mixcheck_b, NULL, NULL, &check), 0);
+    assert_int_equal(krt_system_spawn(sys, &mixsend_b, NULL, NULL, &sender), 0);
+    assert_int_equal(krt_system_send(sys, sender, T_PING, &check, sizeof check), 0);
+    mix_send_all(NULL, sys, check);
+    rt_ev_t ev;
+    assert_true(rt_wait(EV_OTHER, 10000, &ev));
+    assert_int_equal(ev.a, 2 * MIX_N);
+    assert_int_equal(ev.b, 0);
+    krt_system_destroy(&sys);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* Spawn order: a spawning tree runs depth-first (the young stack), yet neither the FIFO queue
  * nor the oldest young actor waits for an endless chain of spawns above it. */
 
@@ -1024,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_transport),
         cmocka_unit_test(test_idle_spin_adapts),
         cmocka_unit_test(test_stream_target_not_shared),
+        cmocka_unit_test(test_node_classes),
         cmocka_unit_test(test_spawn_oldest_ages_out),
         cmocka_unit_test(test_spawn_chain_leaves_queue_served),
     };
