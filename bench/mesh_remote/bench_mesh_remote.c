@@ -9,6 +9,9 @@
  *   - mesh_remote_msgs_per_s: an actor on node 1 streams STREAM_N 16-byte messages to a
  *     counter on node 2 (BURST per turn: one mesh frame each); beside it ZeroMQ PUSH/PULL with
  *     STREAM_N 16-byte messages.
+ *   - zmq_spin_rtt_us: ZeroMQ REQ/REP again, both threads busy-polling (ZMQ_DONTWAIT) instead of
+ *     blocking: no wake-up of either application thread is left, only ZeroMQ's I/O threads'.
+ *     The lowest round trip of any design that keeps ZeroMQ as the transport on this host.
  *   - tcp_loopback_rtt_us: the floor under both: two threads echoing 8 bytes over one blocking
  *     TCP socket pair on loopback (TCP_NODELAY), p50 of RTT_N round trips.
  * ratio = times better than the peer (peer/value for latency, value/peer for throughput).
@@ -16,6 +19,7 @@
  */
 #include "krt.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -211,11 +215,27 @@ static uint64_t s_wakes(node_t *n)
 /* ------------------------------------------------------------------------------------------ */
 /* Plain ZeroMQ                                                                               */
 
-static void *zmq_rep_main(void *sock)
+/* zmq_recv, blocking or (spin) busy-polling. */
+static int s_zrecv(void *sock, char *buf, size_t cap, bool spin)
 {
+    int n;
+    while ((n = zmq_recv(sock, buf, cap, spin ? ZMQ_DONTWAIT : 0)) < 0 && zmq_errno() == EAGAIN)
+        ;
+    return n;
+}
+
+typedef struct {
+    void *sock;
+    bool spin;
+} zrep_t;
+
+static void *zmq_rep_main(void *arg)
+{
+    const zrep_t *z = arg;
+    void *sock = z->sock;
     char buf[64];
     for (int i = 0; i < RTT_N + 1; i++) {
-        int n = zmq_recv(sock, buf, sizeof buf, 0);
+        int n = s_zrecv(sock, buf, sizeof buf, z->spin);
         if (n < 0 || zmq_send(sock, buf, (size_t)n, 0) < 0)
             break;
     }
@@ -254,18 +274,19 @@ static void zmq_pair(void *ctx, int srv_type, int cli_type, bool curve, void **s
         s_die("zmq socket", -zmq_errno());
 }
 
-static double zmq_rtt_p50(void *ctx, bool curve, uint64_t *rtt)
+static double zmq_rtt_p50(void *ctx, bool curve, bool spin, uint64_t *rtt)
 {
     void *rep, *req;
     zmq_pair(ctx, ZMQ_REP, ZMQ_REQ, curve, &rep, &req);
     pthread_t t;
-    pthread_create(&t, NULL, zmq_rep_main, rep);
+    zrep_t z = {rep, spin};
+    pthread_create(&t, NULL, zmq_rep_main, &z);
     char buf[64];
     zmq_send(req, "warm", 4, 0); /* the connection is up */
     zmq_recv(req, buf, sizeof buf, 0);
     for (size_t i = 0; i < RTT_N; i++) {
         uint64_t t0 = s_ns();
-        if (zmq_send(req, &i, sizeof i, 0) < 0 || zmq_recv(req, buf, sizeof buf, 0) < 0)
+        if (zmq_send(req, &i, sizeof i, 0) < 0 || s_zrecv(req, buf, sizeof buf, spin) < 0)
             s_die("zmq req", -zmq_errno());
         rtt[i] = s_ns() - t0;
     }
@@ -344,7 +365,7 @@ static double tcp_rtt_p50(uint64_t *rtt)
 typedef struct figures {
     double rtt, rate;      /* p50 round trip (us), one-way msgs/s */
     double wakes, per_env; /* mesh: I/O wake-ups per round trip, envelopes per frame */
-    double zmq_rtt, zmq_rate;
+    double zmq_rtt, zmq_rate, zmq_spin_rtt;
 } figures_t;
 
 static void mesh_run(bool curve, uint64_t *rtt, figures_t *f)
@@ -389,7 +410,8 @@ static void mesh_run(bool curve, uint64_t *rtt, figures_t *f)
 static void zmq_run(bool curve, uint64_t *rtt, figures_t *f)
 {
     void *ctx = zmq_ctx_new();
-    f->zmq_rtt = zmq_rtt_p50(ctx, curve, rtt);
+    f->zmq_rtt = zmq_rtt_p50(ctx, curve, false, rtt);
+    f->zmq_spin_rtt = zmq_rtt_p50(ctx, curve, true, rtt);
     f->zmq_rate = zmq_push_rate(ctx, curve);
     zmq_ctx_term(ctx);
 }
@@ -421,6 +443,9 @@ int main(void)
     for (int c = 0; c < 2; c++)
         printf("%-28s %6s %12.1f %12.1f %7.2fx\n", "request rtt p50 (us)", c ? "on" : "off",
                f[c].rtt, f[c].zmq_rtt, f[c].zmq_rtt / f[c].rtt);
+    for (int c = 0; c < 2; c++)
+        printf("%-28s %6s %12s %12.1f\n", "busy-polling rtt p50 (us)", c ? "on" : "off", "",
+               f[c].zmq_spin_rtt);
     printf("%-28s %6s %12s %12.1f\n", "raw tcp rtt p50 (us)", "off", "", floor_us);
     for (int c = 0; c < 2; c++)
         printf("%-28s %6s %12.0f %12.0f %7.2fx\n", "one-way msgs/s", c ? "on" : "off", f[c].rate,
@@ -434,6 +459,8 @@ int main(void)
     s_print("mesh_remote_msgs_per_s", "msgs/s", "zmq_push_pull", f[0].rate, f[0].zmq_rate, false);
     s_print("mesh_remote_msgs_per_s_curve", "msgs/s", "zmq_push_pull_curve", f[1].rate,
             f[1].zmq_rate, false);
+    printf("BENCH name=zmq_spin_rtt_us value=%.1f unit=us\n", f[0].zmq_spin_rtt);
+    printf("BENCH name=zmq_spin_rtt_us_curve value=%.1f unit=us\n", f[1].zmq_spin_rtt);
     printf("BENCH name=tcp_loopback_rtt_us value=%.1f unit=us\n", floor_us);
     printf("BENCH name=mesh_rtt_io_wakeups value=%.1f unit=wakeups/roundtrip\n", f[0].wakes);
     printf("BENCH name=mesh_rtt_io_wakeups_curve value=%.1f unit=wakeups/roundtrip\n", f[1].wakes);
