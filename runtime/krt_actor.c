@@ -94,7 +94,7 @@ int krt__spawn(krt_system_t *sys, krt_ctx_t *ctx, const krt_behaviour_t *b, void
     krt_slot_t *slot = krt__slot(sys, idx);
     uint64_t gen = atomic_load(&slot->word) >> 32;
     if (!gen)
-        gen = 1;
+        gen = sys->gen_base;
     a->addr = ((uint64_t)sys->node_id << 48) | (gen << KRT_SLOT_BITS) | idx;
     a->b = b;
     a->spawner = ctx ? ctx->actor->addr : KRT_ADDR_NONE;

@@ -416,6 +416,9 @@ struct krt_system {
     krt_sched_t *scheds;
     krt_slot_t *_Atomic chunks[KRT_NCHUNKS];
     _Atomic uint32_t next_slot;
+    /* A fresh slot's first generation, random per system: addresses handed out by an earlier
+     * life of this node (a restart) name other generations and reach nobody. */
+    uint32_t gen_base;
     pthread_mutex_t slot_lock; /* gfree */
     uint32_t *gfree;
     uint32_t n_gfree, cap_gfree;

@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,15 @@ static int64_t s_live(krt_system_t *sys)
     return n;
 }
 
+/* 1 .. 2^23: every slot still has at least 2^23 generations before it retires. */
+static uint32_t s_gen_base(void)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+        r = (uint32_t)krt_wall_ms() ^ ((uint32_t)getpid() << 8);
+    return 1 + (r & ((UINT32_C(1) << 23) - 1));
+}
+
 krt_system_t *krt_system_new(const krt_config_t *cfg)
 {
     krt_config_t c = cfg ? *cfg : (krt_config_t){0};
@@ -86,6 +96,7 @@ krt_system_t *krt_system_new(const krt_config_t *cfg)
         sys->name = strdup(buf);
     }
     atomic_init(&sys->next_slot, 1);
+    sys->gen_base = s_gen_base();
     pthread_mutex_init(&sys->slot_lock, NULL);
     pthread_mutex_init(&sys->pool_lock, NULL);
     pthread_mutex_init(&sys->transport_lock, NULL);

@@ -623,7 +623,7 @@ static void test_node_down_sigstop(void **unused)
 }
 
 /* A peer process killed and started again on the same endpoint: with heartbeats off, only its
- * new incarnation tells node 1 that the old actors are gone. */
+ * new incarnation tells node 1 that the old actors are gone; their addresses reach nobody. */
 static void test_node_restart_incarnation(void **unused)
 {
     node_t a;
@@ -647,6 +647,10 @@ static void test_node_restart_incarnation(void **unused)
     krt_reply_t r;
     assert_int_equal(krt_call(a.sys, svc2, T_PING, "x", 1, WAIT_MS, &r), 0);
     krt_reply_free(&r);
+    /* the old life's address names no actor of the new one, though the new svc took the same
+     * slot: a call to it fails instead of reaching the new svc */
+    assert_int_not_equal(svc2, svc);
+    assert_int_equal(krt_call(a.sys, svc, T_PING, "x", 1, WAIT_MS, &r), KRT_ENOACTOR);
     peer_kill(&p);
     node_stop(&a);
 }
