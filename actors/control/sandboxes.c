@@ -1103,6 +1103,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);
         break;
+    case KA_SBX_RELEASED_:
+        ka_mgr_released(ctx, self, msg->from);
+        break;
     case KRT_MSG_EXIT: { /* trapped: a child's exit is handled by DOWN; anyone else's stops us */
         const krt_exit_t *e = msg->body;
         if (msg->len == sizeof *e && !s_is_child(self, e->who))

@@ -4,11 +4,15 @@
  * one rule for both).
  *
  * What counts against a pool's capacity on this node ("used"):
- *  - every sandbox actor of the pool this manager runs (self->live): CREATING, READY, PAUSED,
- *    SUSPENDING/SUSPENDED/RESUMING (its /data stays here and a resume boots it here), FAILED
- *    (its compute is kept until delete) and DELETING. A delete takes it out once its tombstone
- *    is written (KA_SBX_RETIRE_), an actor that stops takes itself out (DOWN), a fenced node
- *    drops them all. Each actor's slot points at the counter it is in, and its destructor takes
+ *  - every sandbox actor of the pool this manager runs (self->live) that runs compute here or
+ *    may run it here again without a create: CREATING, READY, PAUSED, FORKING, SUSPENDING,
+ *    SUSPENDED and RESUMING (its /data stays here and a resume boots it here, so a resume
+ *    needs no room of its own), DELETING, and FAILED while it still holds its compute (a guest
+ *    that exited: the compute is kept until delete). A FAILED one with no compute never runs
+ *    again (a failed boot, resume or suspend; a record recovered FAILED): it leaves the count
+ *    when it says so (KA_SBX_RELEASED_). A delete takes it out once its tombstone is written
+ *    (KA_SBX_RETIRE_), an actor that stops takes itself out (DOWN), a fenced node drops them
+ *    all. Each actor's slot points at the counter it is in, and its destructor takes
  *    it out: the counts follow the live map, whatever removes an entry.
  *  - every create admitted into the pool and not finished yet (s_op_t.slot): reserved in the
  *    manager's turn before its record is written, so concurrent creates never overshoot; the
@@ -130,6 +134,18 @@ static void s_on_pool_learned(krt_ctx_t *ctx, void *state, void *user, int err,
                       "sandbox=%s: counted against every pool until deleted", op->rec.id);
     }
     ka_mgr_op_free(self, op);
+}
+
+void ka_mgr_released(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
+{
+    for (s_slot_t *s = zhashx_first(self->live); s; s = zhashx_next(self->live))
+        if (s->addr == who) {
+            if (s->count && *s->count)
+                (*s->count)--;
+            s->count = NULL;
+            ka_pool_freed(ctx, self->pool);
+            return;
+        }
 }
 
 void ka_mgr_learn_pool(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb)

@@ -98,6 +98,8 @@ void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op);
 void ka_mgr_slots_init(s_mgr_t *self);
 /* A slot for the actor addr of a sandbox of pool ("": not known), counted in it. */
 s_slot_t *ka_mgr_slot_new(s_mgr_t *self, krt_addr_t addr, const char *pool);
+/* Sandbox actor who is FAILED with no compute: out of its pool's count. */
+void ka_mgr_released(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who);
 /* An adopted sandbox counted in no pool yet (a node with several): asks the templates actor
  * which pool its revision is of. */
 void ka_mgr_learn_pool(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb);
