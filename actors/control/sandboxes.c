@@ -304,7 +304,7 @@ static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt
         return;
     }
     if (!read_receipt) {
-        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_refused", "creator=%s request_id=%s: %s",
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_refused", "creator=%s request_id=%s msg=\"%s\"",
                       op->cr.caller, op->cr.request_id, why);
         ka_mgr_fail_op(ctx, self, op, rc, why);
         return;
