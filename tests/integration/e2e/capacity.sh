@@ -55,7 +55,7 @@ for f in "$WORK"/burst-*.out; do
   if grep -q "code = ResourceExhausted" "$f"; then full=$((full + 1))
   elif [ -n "$(field id < "$f" 2>/dev/null)" ]; then made=$((made + 1)); fi
 done
-[ "$made" = 2 ] && [ "$full" = 4 ] || fail "burst: $made created, $full refused; want 2 and 4: $(cat "$WORK"/burst-*.out)"
+[ "$made $full" = "2 4" ] || fail "burst: $made created, $full refused; want 2 and 4: $(cat "$WORK"/burst-*.out)"
 [ "$(listed | wc -l)" = 2 ] || fail "burst left $(listed | wc -l) sandboxes"
 for s in $(listed); do k sandbox delete "$s" >/dev/null; done
 node_stop
