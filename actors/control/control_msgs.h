@@ -140,6 +140,8 @@ enum {
     KA_SBX_FORK,       /* ka_sbx_fork_t -> ka_sbx_list_t: the forks' records, in order */
     KA_SBX_FORK_COPY_, /* manager -> the source's actor: ka_sbx_fork_copy_t -> ka_sbx_reply_t */
     KA_SBX_CLUSTER_,   /* manager -> itself, every second in a cluster: fencing and takeover */
+    KA_SBX_RELEASED_,  /* sandbox actor -> manager: empty; FAILED with no compute left: it no
+                        * longer counts against its pool's capacity (sandboxes_cap.c) */
     KA_CTL_MSG_LAST_
 };
 

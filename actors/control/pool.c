@@ -132,10 +132,16 @@ static size_t s_held(const ka_pool_t *p, const ka_warm_cfg_t *cfg)
     return n;
 }
 
+/* What the manager holds for pool cfg (live sandboxes, creates admitted). */
+static size_t s_used(const ka_pool_t *p, const ka_warm_cfg_t *cfg)
+{
+    return p->o.used ? p->o.used(p->o.used_arg, cfg->name) : 0;
+}
+
+/* Room for one more warm boot of pool cfg. */
 static bool s_room(const ka_pool_t *p, const ka_warm_cfg_t *cfg)
 {
-    size_t live = p->o.live ? p->o.live(p->o.live_arg) : 0;
-    return cfg->capacity <= 0 || live + s_held(p, cfg) < (size_t)cfg->capacity;
+    return ka_pool_room(cfg->capacity, s_used(p, cfg), s_held(p, cfg));
 }
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
@@ -276,13 +282,13 @@ static s_target_t *s_neediest(const ka_pool_t *p)
     return best;
 }
 
-/* Stops ready warm sandboxes of any pool whose live + warm exceeds its capacity. */
+/* Stops ready warm sandboxes of any pool whose used + warm exceeds its capacity (creates took
+ * the room): a warm sandbox stays only if it would have room to boot now. */
 static void s_trim(krt_ctx_t *ctx, ka_pool_t *p)
 {
-    size_t live = p->o.live ? p->o.live(p->o.live_arg) : 0;
     for (s_target_t *t = p->targets; t; t = t->next)
-        while (t->ready && t->cfg->capacity > 0 &&
-               live + s_held(p, t->cfg) > (size_t)t->cfg->capacity) {
+        while (t->ready &&
+               !ka_pool_room(t->cfg->capacity, s_used(p, t->cfg), s_held(p, t->cfg) - 1)) {
             s_warm_t *w = t->ready;
             t->ready = w->next;
             t->n_ready--;

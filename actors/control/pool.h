@@ -12,7 +12,8 @@
  * sandbox never comes back (only one whose create turned out to be a replay does: nothing ran in
  * it). A new revision of a template rebuilds its pool (the old warm sandboxes are stopped); a
  * deleted template drops it. A warm guest that died (its channel readable or hung up) is stopped
- * and replaced, never handed out. Live + warm sandboxes of a pool stay within its capacity.
+ * and replaced, never handed out. Used + warm sandboxes of a pool stay within its capacity
+ * (ka_pool_room).
  *
  * The pool learns templates from the store's change events (it subscribes), from the template
  * list at start, and from each create's resolved revision. Nothing of it is persisted as a
@@ -49,16 +50,27 @@ typedef struct ka_warm_cfg {
     int64_t capacity; /* live + warm sandboxes this node holds for the pool; 0: no bound */
 } ka_warm_cfg_t;
 
+/* A pool's room, the one rule both creates and warm boots follow. `used` is what the node holds
+ * for the pool's owners (the manager's count: ka_mgr_pool_used); `more` what would come on top.
+ * A create asks with more = 0: warm sandboxes never take a create's room (one claimed turns
+ * warm into used, the total stays; a cold create pushes the total over by one, and the pool
+ * gives a ready warm sandbox up at once, ka_pool_take trimming). A warm boot asks with more =
+ * the pool's warm sandboxes (ready and booting), so warm ones only fill what creates leave. */
+static inline bool ka_pool_room(int64_t capacity, size_t used, size_t more)
+{
+    return capacity <= 0 || used + more < (size_t)capacity;
+}
+
 typedef struct ka_pool_opts {
     ka_driver_t *driver; /* borrowed, outlives the pool */
     const char *store;   /* registered names (static strings) */
     const char *templates;
     const ka_warm_cfg_t *pools; /* copied */
     size_t n_pools;
-    const char *dir;           /* marker directory (created); NULL or "": no markers */
-    uint32_t quiet_ms;         /* 0: KA_POOL_QUIET_MS */
-    size_t (*live)(void *arg); /* the manager's live sandboxes (capacity) */
-    void *live_arg;
+    const char *dir;   /* marker directory (created); NULL or "": no markers */
+    uint32_t quiet_ms; /* 0: KA_POOL_QUIET_MS */
+    size_t (*used)(void *arg, const char *pool); /* the manager's count for a pool's room */
+    void *used_arg;
 } ka_pool_opts_t;
 
 typedef struct ka_pool ka_pool_t;

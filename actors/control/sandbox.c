@@ -289,6 +289,17 @@ static int s_record_state(ka_sbx_state_t s)
     }
 }
 
+/* FAILED with no compute (a boot, resume or suspend that failed, a record recovered FAILED):
+ * it never runs again, only a delete moves on; the manager stops counting it against its pool's
+ * capacity (what the driver may keep of its /data goes with the delete). */
+static void s_note_released(krt_ctx_t *ctx, ka_sbx_t *self)
+{
+    if (self->state != KA_SBX_FAILED || self->compute || self->released)
+        return;
+    self->released = true;
+    krt_send(ctx, krt_parent(ctx), KA_SBX_RELEASED_, NULL, 0);
+}
+
 static void s_enter(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_state_t to)
 {
     if (!(s_next[self->state] & TO(to)) && to != self->state) {
@@ -298,6 +309,7 @@ static void s_enter(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_state_t to)
                       ka_sandbox_state_name(to));
     }
     self->state = to;
+    s_note_released(ctx, self);
 }
 
 static bool s_busy(const ka_sbx_t *self)
@@ -719,6 +731,12 @@ static void s_settle(krt_ctx_t *ctx, ka_sbx_t *self, const ka_store_sandbox_t *r
     op->phase = KA_PH_IDLE;
     krt_timer_cancel(ctx, &self->retry);
     s_enter(ctx, self, op->target);
+    /* Deleted: the manager learns it before the caller does (its pool has room for the
+     * caller's next create). Calls the manager routed here before it learns it are still on
+     * their way: the actor answers them from the tombstone until the manager stops it
+     * (KA_SBX_STOP_, behind this turn). */
+    bool orphan = self->state == KA_SBX_DELETED &&
+                  krt_send(ctx, krt_parent(ctx), KA_SBX_RETIRE_, NULL, 0) != 0;
     if (op->answer)
         s_answer(ctx, self, &op->caller, op->code, op->message);
     op->answer = false;
@@ -727,9 +745,7 @@ static void s_settle(krt_ctx_t *ctx, ka_sbx_t *self, const ka_store_sandbox_t *r
     if (self->state == KA_SBX_DELETED) {
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_deleted", "sandbox=%s", self->a.record.id);
         krt_timer_cancel(ctx, &self->ttl);
-        /* Calls the manager routed here before it learns it are still on their way: the actor
-         * answers them from the tombstone until the manager stops it (KA_SBX_STOP_). */
-        if (krt_send(ctx, krt_parent(ctx), KA_SBX_RETIRE_, NULL, 0))
+        if (orphan)
             krt_exit(ctx, KRT_EXIT_NORMAL); /* no manager: nothing routes here */
         return;
     }
@@ -1394,6 +1410,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     }
     if (self->a.mode != KA_SBX_BOOT) {
         s_adopt(ctx, self);
+        s_note_released(ctx, self);
         return 0;
     }
     self->state = KA_SBX_CREATING;

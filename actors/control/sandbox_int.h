@@ -85,6 +85,7 @@ typedef struct ka_sbx {
     /* the guest channel (sandbox_guest.c) */
     ka_guestconn_t *gc;
     bool watching;
+    bool released;       /* KA_SBX_RELEASED_ sent: FAILED, holding no compute */
     uint32_t watch_ev;   /* what the armed watch waits for */
     ka_gc_table_t calls; /* guest calls in flight, each checked frame by frame */
     krt_timer_t sweep;   /* their deadlines */

@@ -56,6 +56,7 @@ void ka_mgr_op_free(s_mgr_t *self, s_op_t *op)
         self->ops = op->next;
     if (op->next)
         op->next->prev = op->prev;
+    ka_mgr_unreserve(self, op);
     free(op->body);
     s_fork_free(op->fork);
     free(op);
@@ -169,10 +170,9 @@ int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
         free(copy);
         return rc;
     }
-    s_slot_t *slot = malloc(sizeof *slot);
+    s_slot_t *slot = ka_mgr_slot_new(self, addr, args->runtime.pool);
     if (!slot)
         return KRT_ENOMEM;
-    *slot = (s_slot_t){.addr = addr};
     zhashx_update(self->live, args->record.id, slot);
     s_register(ctx, args->record.id, addr);
     return 0;
@@ -201,6 +201,9 @@ static void s_forward(krt_ctx_t *ctx, krt_addr_t actor, krt_addr_t from, uint64_
 
 /* The steps: each is the callback of the request the previous one made. */
 static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt);
+static void s_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
+static void s_record(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
 static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 static void s_on_read(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 static void s_on_not_live(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
@@ -285,6 +288,52 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
         return;
     }
     op->res = *res;
+    s_admit(ctx, self, op, true);
+}
+
+/* Admits the create into its pool's room on this node (sandboxes_cap.c), then records it. A
+ * full pool records nothing: the create's receipt is read (read_receipt) and a replay answered
+ * from it, as the store would; a request id never used is refused RESOURCE_EXHAUSTED and stays
+ * unused, so a retry once there is room goes ahead. */
+static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt)
+{
+    char why[KA_MSG_LEN];
+    int rc = ka_mgr_reserve(self, op, why, sizeof why);
+    if (rc == 0) {
+        s_record(ctx, self, op);
+        return;
+    }
+    if (!read_receipt) {
+        krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_refused", "creator=%s request_id=%s msg=\"%s\"",
+                      op->cr.caller, op->cr.request_id, why);
+        ka_mgr_fail_op(ctx, self, op, rc, why);
+        return;
+    }
+    ka_store_receipt_key_t k;
+    memset(&k, 0, sizeof k);
+    ka_mgr_copy(k.creator, sizeof k.creator, op->cr.caller);
+    ka_mgr_copy(k.request_id, sizeof k.request_id, op->cr.request_id);
+    ka_mgr_ask(ctx, self, op, s_on_receipt, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_RECEIPT,
+               &k, sizeof k, STORE_TIMEOUT_MS);
+}
+
+/* A full pool's create: a replay is answered as the insert would (its sandbox, even deleted);
+ * with no receipt it is admitted if room came meanwhile, else refused. */
+static void s_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_op_t *op = user;
+    if (ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), NULL) == KA_STORE_ENOTFOUND) {
+        s_admit(ctx, state, op, false);
+        return;
+    }
+    op->warm = -1; /* a replay claims no warm sandbox */
+    s_on_inserted(ctx, state, user, err, msg);
+}
+
+/* Records the admitted create (a warm sandbox claimed if its pool has one ready). */
+static void s_record(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    const ka_tpl_resolved_t *res = &op->res;
     ka_store_sandbox_create_t c;
     memset(&c, 0, sizeof c);
     ka_mgr_copy(c.creator, sizeof c.creator, op->cr.caller);
@@ -868,9 +917,11 @@ void ka_mgr_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb, c
                            .templates = self->a.templates,
                            .driver = self->a.driver,
                            .guest_idle_ms = self->a.guest_idle_ms};
-    if (ka_mgr_spawn(ctx, self, &a) == 0)
-        krt_log_actor(ctx, KRT_LOG_INFO, event, "sandbox=%s state=%s", sb->id,
-                      ka_state_name(sb->state));
+    if (ka_mgr_spawn(ctx, self, &a))
+        return;
+    krt_log_actor(ctx, KRT_LOG_INFO, event, "sandbox=%s state=%s", sb->id,
+                  ka_state_name(sb->state));
+    ka_mgr_learn_pool(ctx, self, sb);
 }
 
 void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offset)
@@ -1013,11 +1064,6 @@ static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
         }
 }
 
-static size_t s_live_count(void *arg)
-{
-    return zhashx_size(((s_mgr_t *)arg)->live);
-}
-
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
@@ -1057,6 +1103,9 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
     case KA_SBX_RETIRE_:
         s_on_retire(ctx, self, msg->from);
         break;
+    case KA_SBX_RELEASED_:
+        ka_mgr_released(ctx, self, msg->from);
+        break;
     case KRT_MSG_EXIT: { /* trapped: a child's exit is handled by DOWN; anyone else's stops us */
         const krt_exit_t *e = msg->body;
         if (msg->len == sizeof *e && !s_is_child(self, e->who))
@@ -1086,7 +1135,7 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     self->live = zhashx_new();
     if (!self->live)
         return KRT_ENOMEM;
-    zhashx_set_destructor(self->live, (zhashx_destructor_fn *)zstr_free);
+    ka_mgr_slots_init(self);
     krt_trap_exit(ctx, true);
     ka_pool_opts_t po = {.driver = self->a.driver,
                          .store = self->a.store,
@@ -1095,8 +1144,8 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
                          .n_pools = self->a.n_warm,
                          .dir = self->a.warm_dir,
                          .quiet_ms = self->a.warm_quiet_ms,
-                         .live = s_live_count,
-                         .live_arg = self};
+                         .used = ka_mgr_pool_used,
+                         .used_arg = self};
     if (!(self->pool = ka_pool_new(ctx, &po)))
         return KRT_ENOMEM;
     if (self->a.member) /* recovers once the node holds its lease (sandboxes_cluster.c) */

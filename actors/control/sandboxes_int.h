@@ -15,6 +15,7 @@
 /* A live sandbox: its actor. */
 typedef struct {
     krt_addr_t addr;
+    uint32_t *count; /* the pool counter it is in (s_mgr_t held[] or unsure); NULL: none */
 } s_slot_t;
 
 /* A caller's request in flight: each step is a krt_request whose callback is the next step. */
@@ -31,6 +32,7 @@ struct s_op {
     int32_t expired; /* recovery: which list */
     int32_t offset;
     int warm;                     /* creates: ka_pool_take's answer */
+    int slot;                     /* creates: a.warm index + 1 of the pool room reserved; 0 none */
     ka_pool_claim_t claim;        /* ... its warm sandbox (warm 1) until bound or released */
     struct s_fork *fork;          /* forks */
     uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
@@ -45,6 +47,10 @@ typedef struct {
     s_op_t *ops;     /* in flight, owned */
     ka_pool_t *pool; /* the warm pools */
     zhashx_t *where; /* sandbox id -> s_where_t*: another node's sandbox as last read (cluster) */
+    /* capacity (sandboxes_cap.c), per pool of a.warm[] */
+    uint32_t held[KA_POOL_MAX_POOLS];     /* sandbox actors of the pool in live */
+    uint32_t reserved[KA_POOL_MAX_POOLS]; /* creates admitted, not finished */
+    uint32_t unsure;                      /* actors in live whose pool is not known yet */
     /* the cluster (sandboxes_cluster.c) */
     krt_timer_t tick;
     bool member;         /* a member at the last tick */
@@ -79,6 +85,24 @@ void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
  * node's answer). */
 void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id,
                        const char *caller);
+
+/* sandboxes_cap.c: the pools' capacity on this node (the rule is there) */
+/* What this node holds for pool (ka_pool_opts_t.used). */
+size_t ka_mgr_pool_used(void *self, const char *pool);
+/* Admits create op into its pool's room (op->res.pool), reserved until op ends: 0, or -ENOSPC
+ * with why when the pool is full. A pool this node does not serve is not bounded here. */
+int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, char *why, size_t cap);
+/* Ends op's reservation, if any (ka_mgr_op_free does). */
+void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op);
+/* self->live's slots leave their pool's count as they go. */
+void ka_mgr_slots_init(s_mgr_t *self);
+/* A slot for the actor addr of a sandbox of pool ("": not known), counted in it. */
+s_slot_t *ka_mgr_slot_new(s_mgr_t *self, krt_addr_t addr, const char *pool);
+/* Sandbox actor who is FAILED with no compute: out of its pool's count. */
+void ka_mgr_released(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who);
+/* An adopted sandbox counted in no pool yet (a node with several): asks the templates actor
+ * which pool its revision is of. */
+void ka_mgr_learn_pool(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb);
 
 /* sandboxes_cluster.c */
 /* Relays op (a call for sandbox id, no actor here) to the node a previous read found serving

@@ -714,6 +714,16 @@ static void s_sandbox_create(s_store_t *self, const krt_msg_t *msg)
     s_submit_keep(self, msg, &st, 1, s_done_create, 0, keep);
 }
 
+static void s_sandbox_receipt(s_store_t *self, const krt_msg_t *msg)
+{
+    S_BODY(ka_store_receipt_key_t, b);
+    if (!S_STR(b->creator, true) || !S_STR(b->request_id, true))
+        S_INVALID("receipt: creator and request_id are required");
+    const char *p[2] = {b->creator, b->request_id};
+    ka_pg_stmt_t st = {"sb_receipt", 2, p};
+    s_submit(self, msg, &st, 1, s_done_sandbox, 0);
+}
+
 static void s_sandbox_get_delete(s_store_t *self, const krt_msg_t *msg)
 {
     S_BODY(ka_store_sandbox_key_t, b);
@@ -1023,6 +1033,9 @@ static void s_dispatch(s_store_t *self, const krt_msg_t *msg)
     case KA_STORE_SANDBOX_GET:
     case KA_STORE_SANDBOX_DELETE:
         s_sandbox_get_delete(self, msg);
+        break;
+    case KA_STORE_SANDBOX_RECEIPT:
+        s_sandbox_receipt(self, msg);
         break;
     case KA_STORE_SANDBOX_LIST:
         s_sandbox_list(self, msg);

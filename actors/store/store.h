@@ -95,6 +95,7 @@ enum {
     KA_STORE_NODE_TAKEOVER,   /* ka_store_takeover_t -> ka_store_sandbox_list_t (moved) */
     KA_STORE_NODE_DRAIN,      /* ka_store_node_heartbeat_t (id) -> ka_store_node_list_t */
     KA_STORE_NODE_FORGET,     /* ka_store_node_heartbeat_t -> ka_store_node_list_t (0 or 1) */
+    KA_STORE_SANDBOX_RECEIPT, /* ka_store_receipt_key_t -> ka_store_sandbox_reply_t */
     KA_STORE_MSG_LAST_
 };
 
@@ -175,6 +176,14 @@ typedef struct ka_store_sandbox_create {
     char id[KA_STORE_ID_LEN]; /* "" = a new random id; else this UUID (a warm sandbox's) */
     int32_t ready;            /* 1: written READY (operation NONE), its compute already runs */
 } ka_store_sandbox_create_t;
+
+/* The receipt of a create (KA_STORE_SANDBOX_RECEIPT): the record created under (creator,
+ * request_id), deleted ones too, with created = 0; NOT_FOUND if there is none. Reads only: a
+ * create that may not go ahead learns whether it is a replay without recording anything. */
+typedef struct ka_store_receipt_key {
+    char creator[KA_STORE_CREATOR_LEN];
+    char request_id[KA_STORE_REQID_LEN];
+} ka_store_receipt_key_t;
 
 typedef struct ka_store_sandbox_reply {
     int32_t created; /* create: 1 if this call inserted it */

@@ -23,7 +23,7 @@ f_state_t F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZ
 void f_reset(const char *dir)
 {
     pthread_mutex_lock(&F.lock);
-    F.n_records = F.n_writes = 0;
+    F.n_records = F.n_writes = F.receipts = 0;
     F.fail_writes = F.fail_start = F.fail_halt = F.guest_dies = 0;
     F.fail_op = -1;
     F.fail_tombstone = false;
@@ -164,6 +164,21 @@ static void s_create(krt_ctx_t *ctx, const krt_msg_t *msg)
     s_reply_record(ctx, msg->from, msg->ref, msg->type, 0, r, 1);
 }
 
+/* The receipt of (creator, request_id): its record (created 0), or NOT_FOUND. */
+static void s_receipt(krt_ctx_t *ctx, const krt_msg_t *msg)
+{
+    const ka_store_receipt_key_t *k = msg->body;
+    F.receipts++;
+    for (int i = 0; i < F.n_records; i++) {
+        ka_store_sandbox_t *r = &F.records[i];
+        if (!strcmp(r->creator, k->creator) && !strcmp(r->request_id, k->request_id)) {
+            s_reply_record(ctx, msg->from, msg->ref, msg->type, 0, r, 0);
+            return;
+        }
+    }
+    krt_reply_error_to(ctx, msg->from, msg->ref, KA_STORE_ENOTFOUND, "sandbox not found");
+}
+
 /* True (and counted) if this write is to fail. */
 static bool s_fails(int op, bool tombstone)
 {
@@ -264,6 +279,9 @@ static void s_store_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         break;
     case KA_STORE_SANDBOX_GET:
         s_get(ctx, msg);
+        break;
+    case KA_STORE_SANDBOX_RECEIPT:
+        s_receipt(ctx, msg);
         break;
     case KA_STORE_SANDBOX_UPDATE: {
         const ka_store_sandbox_update_t *u = msg->body;

@@ -35,6 +35,7 @@ typedef struct f_state {
     /* store */
     ka_store_sandbox_t records[F_MAX_RECORDS];
     int n_records;
+    int receipts; /* KA_STORE_SANDBOX_RECEIPT reads */
     f_write_t writes[F_MAX_WRITES];
     int n_writes;
     int fail_writes;     /* the next n updates/tombstones answer KA_STORE_EUNAVAIL */

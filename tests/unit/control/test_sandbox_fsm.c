@@ -1282,6 +1282,165 @@ static void test_warm_within_capacity(void **unused)
     s_wait_depth("rev-1", 2);
 }
 
+/* ---- pool capacity ------------------------------------------------------------------------- */
+
+#define FULL_2                                                                                     \
+    "pool kagent-default on node node-fsm is full (2 of 2 sandboxes); delete one or retry later"
+
+/* A create by ALICE, waited for: its code; *out its reply. */
+static int s_try_create(const char *request_id, t_reply_t *out)
+{
+    ka_sbx_create_t c = s_create_req(ALICE, request_id, 0);
+    s_answer_t a;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &a);
+    int code = s_wait_answer(&a);
+    if (out)
+        *out = a.r;
+    return code;
+}
+
+/* Capacity 2: two creates go, the third is refused RESOURCE_EXHAUSTED and leaves nothing (no
+ * record, no compute, its request id unused); a replay of a created one is still answered, a
+ * deleted one's too; a suspended sandbox keeps its room (it resumes here); a delete makes room,
+ * and the refused request id then creates. */
+static void test_capacity_refuses_past_full(void **unused)
+{
+    s_warm_args(0, 2);
+    s_spawn_manager();
+    t_reply_t a, b, c, r, o;
+    s_create("cap-a", 0, &a);
+    s_create("cap-b", 0, &b);
+    assert_int_equal(s_try_create("cap-c", &r), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(r.status.message, FULL_2);
+    assert_int_equal(s_counter(&F.n_records), 2);
+    assert_int_equal(s_counter(&F.starts), 2);
+    assert_int_equal(s_counter(&F.receipts), 1);
+    assert_int_equal(s_try_create("cap-a", &r), KA_OK); /* a replay: its sandbox */
+    assert_string_equal(r.sandbox.id, a.sandbox.id);
+    assert_int_equal(r.sandbox.state, KA_STATE_READY);
+    assert_int_equal(s_life(KA_SBX_SUSPEND, ALICE, b.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_try_create("cap-c", &r), KA_RESOURCE_EXHAUSTED);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+    s_create("cap-c", 0, &c); /* the refused request id, now with room */
+    assert_int_equal(s_counter(&F.n_records), 3);
+    assert_int_equal(s_try_create("cap-a", &r), KA_OK); /* full: the tombstone's replay */
+    assert_string_equal(r.sandbox.id, a.sandbox.id);
+    assert_int_equal(r.sandbox.state, KA_STATE_DELETED);
+    assert_int_equal(s_try_create("cap-d", &r), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(r.status.message, FULL_2);
+    assert_int_equal(s_counter(&F.n_records), 3);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, b.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, c.sandbox.id, &o), KA_OK);
+}
+
+typedef struct {
+    s_answer_t *a;
+    int n, want;
+} s_some_t;
+
+static bool s_some_answered(void *arg)
+{
+    const s_some_t *w = arg;
+    int got = 0;
+    for (int i = 0; i < w->n; i++)
+        got += w->a[i].n > 0;
+    return got >= w->want;
+}
+
+static bool s_three_records(void *arg)
+{
+    return F.n_records == 3;
+}
+
+/* Creates arriving together never overshoot: each is admitted in the manager's turn, so with
+ * capacity 3 and 8 at once, 3 boot and 5 are refused while those 3 are still CREATING. */
+static void test_capacity_concurrent_creates(void **unused)
+{
+    enum { N = 8 };
+    s_warm_args(0, 3);
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.gate_start = true;
+    pthread_mutex_unlock(&F.lock);
+    s_answer_t a[N];
+    for (int i = 0; i < N; i++) {
+        char rid[32];
+        snprintf(rid, sizeof rid, "burst-%d", i);
+        ka_sbx_create_t c = s_create_req(ALICE, rid, 0);
+        s_send(KA_SBX_CREATE, &c, sizeof c, &a[i]);
+    }
+    s_some_t refused = {a, N, N - 3};
+    assert_true(f_wait(s_some_answered, &refused, WAIT_MS));
+    assert_true(f_wait(s_three_records, NULL, WAIT_MS));
+    usleep(50 * 1000);
+    s_some_t more = {a, N, N - 2}; /* the 3 admitted wait at the gate: nobody else answered */
+    pthread_mutex_lock(&F.lock);
+    bool answered = s_some_answered(&more);
+    int records = F.n_records;
+    pthread_mutex_unlock(&F.lock);
+    assert_false(answered);
+    assert_int_equal(records, 3);
+    f_open_gate();
+    int ok = 0, full = 0;
+    for (int i = 0; i < N; i++) {
+        int code = s_wait_answer(&a[i]);
+        ok += code == KA_OK;
+        full += code == KA_RESOURCE_EXHAUSTED;
+    }
+    assert_int_equal(ok, 3);
+    assert_int_equal(full, N - 3);
+    assert_int_equal(s_counter(&F.starts), 3);
+    t_reply_t o;
+    for (int i = 0; i < N; i++)
+        if (a[i].code == KA_OK)
+            assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a[i].r.sandbox.id, &o), KA_OK);
+}
+
+/* A sandbox whose boot failed holds nothing (FAILED, no compute): it takes no room. */
+static void test_capacity_failed_boot_takes_no_room(void **unused)
+{
+    s_warm_args(0, 1);
+    s_spawn_manager();
+    pthread_mutex_lock(&F.lock);
+    F.fail_start = 1;
+    pthread_mutex_unlock(&F.lock);
+    t_reply_t f, a, r, o;
+    assert_int_equal(s_try_create("fails", &f), KA_OK);
+    assert_int_equal(f.sandbox.state, KA_STATE_FAILED);
+    s_create("after-fail", 0, &a);
+    assert_int_equal(s_try_create("over", &r), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(r.status.message, "pool kagent-default on node node-fsm is full (1 of 1 "
+                                          "sandboxes); delete one or retry later");
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, f.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+}
+
+/* Warm sandboxes never take a create's room: a claim keeps the total (live + warm) where it
+ * was, a full pool keeps none warm, and the room a delete leaves is warm until a create claims
+ * it. */
+static void test_capacity_with_warm_pool(void **unused)
+{
+    s_warm_args(1, 2);
+    s_spawn_manager();
+    t_reply_t a, b, c, r, o;
+    s_create("w-a", 0, &a);   /* cold: the template was not known yet */
+    s_wait_depth("rev-1", 1); /* 1 live + 1 warm: the capacity */
+    s_create("w-b", 0, &b);   /* claims the warm one */
+    s_assert_history(b.sandbox.id, "READY/NONE");
+    assert_int_equal(s_try_create("w-c", &r), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(r.status.message, FULL_2);
+    usleep(4 * WARM_QUIET_MS * 1000);
+    s_wait_depth("rev-1", 0); /* no room for a warm one either */
+    assert_int_equal(s_counter(&F.live), 2);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, a.sandbox.id, &o), KA_OK);
+    s_wait_depth("rev-1", 1);
+    s_create("w-c", 0, &c); /* the refused request id claims the room's warm sandbox */
+    s_assert_history(c.sandbox.id, "READY/NONE");
+    assert_int_equal(s_try_create("w-d", &r), KA_RESOURCE_EXHAUSTED);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, b.sandbox.id, &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, c.sandbox.id, &o), KA_OK);
+}
+
 static bool s_none_live(void *arg)
 {
     return F.live == 0;
@@ -1794,6 +1953,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_warm_zero_disables, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_warm_within_capacity, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_warm_restart_leaves_nothing, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_refuses_past_full, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_concurrent_creates, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_failed_boot_takes_no_room, s_setup,
+                                        s_teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_with_warm_pool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_fails, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_refusals, s_setup, s_teardown),

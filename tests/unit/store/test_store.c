@@ -178,6 +178,27 @@ static void test_sandbox_lifecycle(void **unused)
     assert_int_equal(b.created, 0);
     assert_string_equal(b.sandbox.id, a.sandbox.id);
     assert_int_equal(b.sandbox.state, KA_STATE_DELETED);
+    /* the receipt: the record of (creator, request_id), the tombstone too; none: NOT_FOUND */
+    ka_store_receipt_key_t rk;
+    memset(&rk, 0, sizeof(rk));
+    snprintf(rk.creator, sizeof(rk.creator), "alice");
+    snprintf(rk.request_id, sizeof(rk.request_id), "life-1");
+    s_call(KA_STORE_SANDBOX_RECEIPT, &rk, sizeof(rk), &rep);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.len, sizeof(ka_store_sandbox_reply_t));
+    assert_int_equal(((ka_store_sandbox_reply_t *)rep.body)->created, 0);
+    assert_string_equal(((ka_store_sandbox_reply_t *)rep.body)->sandbox.id, a.sandbox.id);
+    assert_int_equal(((ka_store_sandbox_reply_t *)rep.body)->sandbox.state, KA_STATE_DELETED);
+    krt_reply_free(&rep);
+    snprintf(rk.request_id, sizeof(rk.request_id), "never-used");
+    s_call(KA_STORE_SANDBOX_RECEIPT, &rk, sizeof(rk), &rep);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
+    snprintf(rk.creator, sizeof(rk.creator), "mallory"); /* another creator's request id */
+    snprintf(rk.request_id, sizeof(rk.request_id), "life-1");
+    s_call(KA_STORE_SANDBOX_RECEIPT, &rk, sizeof(rk), &rep);
+    assert_int_equal(rep.status, KA_STORE_ENOTFOUND);
+    krt_reply_free(&rep);
     /* a deleted sandbox cannot be updated back to life */
     s_call(KA_STORE_SANDBOX_UPDATE, &u, sizeof(u), &rep);
     assert_int_equal(rep.status, KA_STORE_ESTALE);
