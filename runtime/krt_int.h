@@ -90,10 +90,21 @@ enum { KRT_NC_SMALL, KRT_NC_LARGE, KRT_NCLASSES };
 #define KRT_NODE_SIZE  128
 #define KRT_INLINE_CAP (KRT_NODE_SIZE - sizeof(krt_node_t))
 _Static_assert(sizeof(krt_node_t) == KRT_NODE_SMALL, "a body-less node is one cache line");
-#define KRT_POOL_BATCH 256
-#define KRT_POOL_CAP   (2 * KRT_POOL_BATCH) /* a scheduler's free nodes, at most */
-/* A new node is taken from the top of the free stack; the one this many below it is fetched
- * for writing meanwhile (a node freed on another core costs a cache miss to reuse). */
+/* Free nodes are kept in magazines (Bonwick): a stack of up to KRT_MAG_SIZE pointers to free
+ * nodes of one class. Freeing a node never writes to it, so the core that sent it finds the
+ * line unmodified when it reuses the node. A scheduler holds a loaded and a previous magazine
+ * per class and trades whole magazines, full for empty, with the system's depot: a node's
+ * pointer is written once when it is freed and read once when it is reused, however far the
+ * node travels. */
+#define KRT_MAG_SIZE 256
+typedef struct krt_mag {
+    struct krt_mag *next; /* in the depot */
+    uint32_t n;
+    bool loose; /* may hold malloc'd nodes (only slab nodes when false) */
+    krt_node_t *v[KRT_MAG_SIZE];
+} krt_mag_t;
+/* A new node is taken from the top of the loaded magazine; the one this many below it is
+ * fetched for writing meanwhile (a node freed on another core costs a cache miss to reuse). */
 #define KRT_POOL_PREFETCH 8
 #define KRT_OUT_BATCH     64 /* a handler's messages to one actor pushed at once, at most */
 /* How far down a batched chain the consumer prefetches (krt_node_t.ahead). The mailbox is a
@@ -315,7 +326,7 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
  * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
 #define KRT_ACACHE_BYTES     (512 * 1024)
-#define KRT_POOL_MAX_BATCHES 64 /* spare malloc'd message nodes kept, in batches */
+#define KRT_POOL_MAX_BATCHES 64 /* depot magazines that may keep malloc'd message nodes */
 /* Actors spawned on a scheduler and not yet run wait on its young stack, newest on top: a
  * spawning tree runs depth-first (skynet: ~70 actors wait at once instead of a million, so
  * blocks and nodes are reused while hot), thieves take the oldest (the largest subtrees). Past
@@ -366,7 +377,6 @@ struct krt_sched {
     krt_ctx_t ctx;
     uint64_t next_ref;
     uint64_t clock_ms; /* krt_now_ms() for the timers the current message arms; 0 until read */
-    uint32_t pool_n[KRT_NCLASSES]; /* free message nodes in pool, by class */
     uint32_t *free_slots;
     uint32_t n_free_slots, cap_free_slots;
     uint32_t fresh_next, fresh_end;
@@ -391,18 +401,17 @@ struct krt_sched {
     krt_transport_t rt;       /* ... through this transport */
     _Atomic uint64_t handled, spawned, exited;
     _Atomic int64_t bytes; /* actor blocks spawned here minus those freed here */
-    /* Free message nodes, a stack of pointers: freeing a node never writes to it, so the core
-     * that sent it finds the line unmodified when it reuses the node. */
-    krt_node_t *pool[KRT_NCLASSES][KRT_POOL_CAP];
-    krt_actor_t *young[KRT_YOUNG_CAP]; /* rq_lock */
+    krt_mag_t *mag[KRT_NCLASSES], *prev[KRT_NCLASSES]; /* free message nodes, by class */
+    krt_actor_t *young[KRT_YOUNG_CAP];                 /* rq_lock */
     char pad_[64];
 };
 
-/* Spare free nodes of one class, exchanged between schedulers a batch at a time. */
-typedef struct krt_spares {
-    krt_node_t **v;
-    uint32_t n, cap;
-} krt_spares_t;
+/* The system's magazines of one class: non-empty ones (full but for malloc'd nodes freed past
+ * KRT_POOL_MAX_BATCHES) and empty ones. */
+typedef struct krt_depot {
+    krt_mag_t *full, *empty;
+    uint32_t n_full;
+} krt_depot_t;
 
 typedef struct krt_io krt_io_t; /* jobs, poller, call table (krt_io.c) */
 typedef struct krt_reg krt_reg_t;
@@ -431,8 +440,8 @@ struct krt_system {
     _Atomic int64_t ext_bytes;
     _Atomic int n_waiters;
     pthread_mutex_t pool_lock;
-    krt_spares_t spare[KRT_NCLASSES]; /* spare message nodes by class (pool_lock) */
-    struct krt_slab *slabs;           /* node slabs, freed with the system */
+    krt_depot_t depot[KRT_NCLASSES]; /* magazines of free message nodes (pool_lock) */
+    struct krt_slab *slabs;          /* node slabs, freed with the system */
     pthread_mutex_t transport_lock;
     krt_transport_t transport;
     _Atomic int has_transport;
@@ -577,35 +586,35 @@ static inline int krt__node_class(const krt_node_t *n)
     return n->flags & KRT_NF_SMALL ? KRT_NC_SMALL : KRT_NC_LARGE;
 }
 
-/* The top of s's free stack of class c (s->pool_n[c] > 0). */
-static inline krt_node_t *krt__pool_pop(krt_sched_t *s, int c)
+/* The top of magazine m (m->n > 0). */
+static inline krt_node_t *krt__mag_pop(krt_mag_t *m)
 {
-    krt_node_t **pool = s->pool[c];
-    uint32_t k = --s->pool_n[c];
+    uint32_t k = --m->n;
     if (k >= KRT_POOL_PREFETCH)
-        __builtin_prefetch(pool[k - KRT_POOL_PREFETCH], 1);
-    return pool[k];
+        __builtin_prefetch(m->v[k - KRT_POOL_PREFETCH], 1);
+    return m->v[k];
 }
 
 /* A node with room for len body bytes, header zeroed (kind USER); NULL if out of memory. */
 static inline krt_node_t *krt__node_new(krt_sched_t *s, size_t len)
 {
     int c = krt__len_class(len);
-    if (len > KRT_INLINE_CAP || !s || !s->pool_n[c])
+    krt_mag_t *m = s ? s->mag[c] : NULL;
+    if (len > KRT_INLINE_CAP || !m || !m->n)
         return krt__node_new_slow(s, len);
-    krt_node_t *n = krt__pool_pop(s, c);
+    krt_node_t *n = krt__mag_pop(m);
     return krt__node_reset(n, n->flags); /* a free node's flags are SLAB, SMALL or 0 */
 }
 
 /* Frees n (running a pointer body's free_fn unless it was taken). */
 static inline void krt__node_free(krt_sched_t *s, krt_node_t *n)
 {
-    int c = krt__node_class(n);
-    if (!s || (n->flags & ~KRT_NF_SMALL) != KRT_NF_SLAB || s->pool_n[c] == KRT_POOL_CAP) {
+    krt_mag_t *m = s ? s->mag[krt__node_class(n)] : NULL;
+    if (!m || (n->flags & ~KRT_NF_SMALL) != KRT_NF_SLAB || m->n == KRT_MAG_SIZE) {
         krt__node_free_slow(s, n);
         return;
     }
-    s->pool[c][s->pool_n[c]++] = n;
+    m->v[m->n++] = n;
 }
 /* Frees every node the system and its schedulers keep (system destroy). */
 void krt__nodes_fini(krt_system_t *sys);

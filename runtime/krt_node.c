@@ -8,12 +8,11 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------- */
-/* Message nodes: per-scheduler free stacks, batches exchanged through the system.
+/* Message nodes: magazines per scheduler, a depot per system (see KRT_MAG_SIZE).
  * Scheduler threads carve nodes of both classes from slabs (KRT_NF_SLAB: never freed one by
  * one; the slabs go with the system). Other threads malloc large ones; a scheduler frees such
- * a node unless its own free stack is empty, and the system frees those past
- * KRT_POOL_MAX_BATCHES batches of spares. A node's memory is written only by whoever fills it
- * for a message: the free stacks and the spares are arrays of pointers. */
+ * a node unless its loaded magazine is empty, and a magazine handed to a depot already holding
+ * KRT_POOL_MAX_BATCHES full ones keeps only its slab nodes. */
 
 typedef struct krt_slab {
     struct krt_slab *next;
@@ -23,51 +22,76 @@ typedef struct krt_slab {
 static const size_t s_class_size[KRT_NCLASSES] = {KRT_NODE_SMALL, KRT_NODE_SIZE};
 static const uint16_t s_class_flags[KRT_NCLASSES] = {KRT_NF_SLAB | KRT_NF_SMALL, KRT_NF_SLAB};
 
-/* Frees the malloc'd nodes among v[0..n) and packs the slab ones to the front; their count. */
-static uint32_t s_free_loose(krt_node_t **v, uint32_t n)
+/* Frees the malloc'd nodes of m and packs the slab ones to the front. */
+static void s_free_loose(krt_mag_t *m)
 {
+    if (!m->loose)
+        return;
+    m->loose = false;
     uint32_t kept = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (v[i]->flags & KRT_NF_SLAB)
-            v[kept++] = v[i];
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->v[i]->flags & KRT_NF_SLAB)
+            m->v[kept++] = m->v[i];
         else
-            free(v[i]);
+            free(m->v[i]);
     }
-    return kept;
+    m->n = kept;
 }
 
-/* Adds v[0..n) to spares sp (pool_lock held); false if out of memory. */
-static bool s_spare_put(krt_spares_t *sp, krt_node_t **v, uint32_t n)
+/* ---- the depot (pool_lock held) -------------------------------------------------------- */
+
+static void s_depot_put(krt_depot_t *d, krt_mag_t *m)
 {
-    if (sp->n + n > sp->cap) {
-        uint32_t cap = sp->cap ? sp->cap : 16 * KRT_POOL_BATCH;
-        while (cap < sp->n + n)
-            cap *= 2;
-        krt_node_t **ns = realloc(sp->v, cap * sizeof(krt_node_t *));
-        if (!ns)
-            return false;
-        sp->v = ns;
-        sp->cap = cap;
-    }
-    memcpy(sp->v + sp->n, v, n * sizeof(krt_node_t *));
-    sp->n += n;
-    return true;
+    if (m->n && d->n_full >= KRT_POOL_MAX_BATCHES)
+        s_free_loose(m);
+    krt_mag_t **list = m->n ? &d->full : &d->empty;
+    m->next = *list;
+    *list = m;
+    d->n_full += m->n != 0;
 }
 
-/* A new slab's nodes of class c onto s's (empty) free stack, the lowest address on top. */
-static bool s_pool_carve(krt_sched_t *s, int c)
+/* A non-empty magazine, or NULL. */
+static krt_mag_t *s_depot_full(krt_depot_t *d)
 {
-    krt_system_t *sys = s->sys;
+    krt_mag_t *m = d->full;
+    if (m) {
+        d->full = m->next;
+        d->n_full--;
+    }
+    return m;
+}
+
+/* An empty magazine from the depot, or a new one (NULL: out of memory). */
+static krt_mag_t *s_empty_mag(krt_system_t *sys, int c)
+{
+    pthread_mutex_lock(&sys->pool_lock);
+    krt_mag_t *m = sys->depot[c].empty;
+    if (m)
+        sys->depot[c].empty = m->next;
+    pthread_mutex_unlock(&sys->pool_lock);
+    if (!m && (m = malloc(sizeof *m)))
+        m->n = 0;
+    if (m)
+        m->loose = false;
+    return m;
+}
+
+/* ---- a scheduler's magazines ------------------------------------------------------------- */
+
+/* A new slab's nodes into the empty magazine m, the lowest address on top. */
+static bool s_carve(krt_system_t *sys, krt_mag_t *m, int c)
+{
     /* cache-line aligned: a node's header and its first body bytes share one line */
-    krt_slab_t *slab = aligned_alloc(64, sizeof *slab + KRT_POOL_BATCH * s_class_size[c]);
+    krt_slab_t *slab = aligned_alloc(64, sizeof *slab + KRT_MAG_SIZE * s_class_size[c]);
     if (!slab)
         return false;
-    for (uint32_t i = 0; i < KRT_POOL_BATCH; i++) {
+    for (uint32_t i = 0; i < KRT_MAG_SIZE; i++) {
         krt_node_t *n = (krt_node_t *)(slab->nodes + i * s_class_size[c]);
         n->flags = s_class_flags[c];
-        s->pool[c][KRT_POOL_BATCH - 1 - i] = n;
+        m->v[KRT_MAG_SIZE - 1 - i] = n;
     }
-    s->pool_n[c] = KRT_POOL_BATCH;
+    m->n = KRT_MAG_SIZE;
+    m->loose = false;
     pthread_mutex_lock(&sys->pool_lock);
     slab->next = sys->slabs;
     sys->slabs = slab;
@@ -75,49 +99,61 @@ static bool s_pool_carve(krt_sched_t *s, int c)
     return true;
 }
 
-/* Refills s's empty free stack of class c with a batch of spares, or a new slab. */
-static bool s_pool_refill(krt_sched_t *s, int c)
+/* s's loaded magazine of class c is missing or empty: the previous one if it holds nodes, else
+ * one from the depot for the empty one, else a new slab. false: out of memory. */
+static bool s_mag_reload(krt_sched_t *s, int c)
 {
     krt_system_t *sys = s->sys;
-    krt_spares_t *sp = &sys->spare[c];
+    krt_mag_t *m = s->mag[c], *p = s->prev[c];
+    if (p && p->n) {
+        s->mag[c] = p;
+        s->prev[c] = m;
+        return true;
+    }
+    if (!m && !(m = s->mag[c] = s_empty_mag(sys, c)))
+        return false;
     pthread_mutex_lock(&sys->pool_lock);
-    uint32_t n = sp->n < KRT_POOL_BATCH ? sp->n : KRT_POOL_BATCH;
-    sp->n -= n;
-    if (n)
-        memcpy(s->pool[c], sp->v + sp->n, n * sizeof(krt_node_t *));
+    krt_mag_t *f = s_depot_full(&sys->depot[c]);
+    if (f)
+        s_depot_put(&sys->depot[c], m);
     pthread_mutex_unlock(&sys->pool_lock);
-    s->pool_n[c] = n;
-    return n || s_pool_carve(s, c);
+    if (f) {
+        s->mag[c] = f;
+        return true;
+    }
+    return s_carve(sys, m, c);
 }
 
-/* s's free stack of class c is full: its top batch goes to the system's spares. */
-static void s_pool_spill(krt_sched_t *s, int c)
+/* s's loaded magazine of class c is missing or full: the previous one if it is empty, else the
+ * full previous one goes to the depot and an empty one is loaded. false: out of memory. */
+static bool s_mag_unload(krt_sched_t *s, int c)
 {
     krt_system_t *sys = s->sys;
-    krt_spares_t *sp = &sys->spare[c];
-    krt_node_t **batch = s->pool[c] + s->pool_n[c] - KRT_POOL_BATCH;
-    uint32_t n = KRT_POOL_BATCH;
-    s->pool_n[c] -= KRT_POOL_BATCH;
-    pthread_mutex_lock(&sys->pool_lock);
-    if (sp->n >= KRT_POOL_MAX_BATCHES * KRT_POOL_BATCH) {
-        pthread_mutex_unlock(&sys->pool_lock);
-        n = s_free_loose(batch, n);
-        if (!n)
-            return;
-        pthread_mutex_lock(&sys->pool_lock);
+    krt_mag_t *m = s->mag[c], *p = s->prev[c];
+    if (m && p && !p->n) {
+        s->mag[c] = p;
+        s->prev[c] = m;
+        return true;
     }
-    bool kept = s_spare_put(sp, batch, n);
-    pthread_mutex_unlock(&sys->pool_lock);
-    if (!kept)
-        s_free_loose(batch, n); /* slab nodes stay with their slab */
+    krt_mag_t *e = s_empty_mag(sys, c);
+    if (!e)
+        return false;
+    if (p) {
+        pthread_mutex_lock(&sys->pool_lock);
+        s_depot_put(&sys->depot[c], p);
+        pthread_mutex_unlock(&sys->pool_lock);
+    }
+    s->prev[c] = m;
+    s->mag[c] = e;
+    return true;
 }
 
 krt_node_t *krt__node_new_slow(krt_sched_t *s, size_t len)
 {
     if (len <= KRT_INLINE_CAP) {
         int c = krt__len_class(len);
-        if (s && (s->pool_n[c] || s_pool_refill(s, c))) {
-            krt_node_t *n = krt__pool_pop(s, c);
+        if (s && ((s->mag[c] && s->mag[c]->n) || s_mag_reload(s, c))) {
+            krt_node_t *n = krt__mag_pop(s->mag[c]);
             return krt__node_reset(n, n->flags);
         }
         krt_node_t *n = malloc(KRT_NODE_SIZE); /* off the schedulers: always large */
@@ -148,30 +184,55 @@ void krt__node_free_slow(krt_sched_t *s, krt_node_t *n)
         return; /* a slab node freed off-scheduler stays unused until its slab goes */
     }
     int c = krt__node_class(n);
-    if (!(n->flags & KRT_NF_SLAB) && s->pool_n[c] > 0) {
-        /* Made off the schedulers: kept only by an empty free stack. On top of the stack it
-         * would carry every message of a one-at-a-time exchange (ping-pong reuses the top node
-         * over and over), each free through this slow path, and its header, not line-aligned
-         * like a slab node's, may straddle two cache lines that then both cross cores. */
+    krt_mag_t *m = s->mag[c];
+    if (!(n->flags & KRT_NF_SLAB) && m && m->n > 0) {
+        /* Made off the schedulers: kept only by an empty magazine. On top of it it would carry
+         * every message of a one-at-a-time exchange (ping-pong reuses the top node over and
+         * over), each free through this slow path, and its header, not line-aligned like a
+         * slab node's, may straddle two cache lines that then both cross cores. */
         free(n);
         return;
     }
-    if (s->pool_n[c] == KRT_POOL_CAP)
-        s_pool_spill(s, c);
-    s->pool[c][s->pool_n[c]++] = n;
+    if (!m || m->n == KRT_MAG_SIZE) {
+        if (!s_mag_unload(s, c)) {
+            if (!(n->flags & KRT_NF_SLAB))
+                free(n);
+            return; /* out of memory for a magazine: a slab node waits for its slab */
+        }
+        m = s->mag[c];
+    }
+    m->loose |= !(n->flags & KRT_NF_SLAB);
+    m->v[m->n++] = n;
+}
+
+static void s_mag_free(krt_mag_t *m)
+{
+    if (m) {
+        s_free_loose(m);
+        free(m);
+    }
+}
+
+static void s_mag_list_free(krt_mag_t *m)
+{
+    while (m) {
+        krt_mag_t *next = m->next;
+        s_mag_free(m);
+        m = next;
+    }
 }
 
 void krt__nodes_fini(krt_system_t *sys)
 {
     for (int c = 0; c < KRT_NCLASSES; c++) {
         for (int i = 0; sys->scheds && i < sys->n_sched; i++) {
-            s_free_loose(sys->scheds[i].pool[c], sys->scheds[i].pool_n[c]);
-            sys->scheds[i].pool_n[c] = 0;
+            s_mag_free(sys->scheds[i].mag[c]);
+            s_mag_free(sys->scheds[i].prev[c]);
+            sys->scheds[i].mag[c] = sys->scheds[i].prev[c] = NULL;
         }
-        krt_spares_t *sp = &sys->spare[c];
-        s_free_loose(sp->v, sp->n);
-        free(sp->v);
-        *sp = (krt_spares_t){0};
+        s_mag_list_free(sys->depot[c].full);
+        s_mag_list_free(sys->depot[c].empty);
+        sys->depot[c] = (krt_depot_t){0};
     }
     while (sys->slabs) {
         krt_slab_t *slab = sys->slabs;

@@ -82,11 +82,11 @@ static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
         atomic_store_explicit(&s->out_tail->next, &n->link, memory_order_relaxed);
     }
     s->out_tail = &n->link;
-    /* The node KRT_CHAIN_AHEAD pops down the free stack will likely carry this batch's (or the
+    /* The node KRT_CHAIN_AHEAD pops down the magazine will likely carry this batch's (or the
      * next one's) message that many links on: the consumer prefetches it from here. */
-    int c = krt__node_class(n);
-    if (s->pool_n[c] >= KRT_CHAIN_AHEAD)
-        n->ahead = s->pool[c][s->pool_n[c] - KRT_CHAIN_AHEAD];
+    const krt_mag_t *m = s->mag[krt__node_class(n)];
+    if (m && m->n >= KRT_CHAIN_AHEAD)
+        n->ahead = m->v[m->n - KRT_CHAIN_AHEAD];
     if (++s->out_n == KRT_OUT_BATCH)
         krt__out_flush(s);
     return 0;
