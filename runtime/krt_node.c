@@ -1,6 +1,6 @@
 /*
- * Message nodes: per-scheduler free stacks carved from slabs, batches exchanged through the
- * system (see krt_int.h).
+ * Message nodes: two classes carved from slabs, magazines per scheduler, a depot per system
+ * (see krt_int.h).
  */
 #include "krt_int.h"
 
