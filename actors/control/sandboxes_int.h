@@ -32,7 +32,8 @@ struct s_op {
     int32_t expired; /* recovery: which list */
     int32_t offset;
     int warm;                     /* creates: ka_pool_take's answer */
-    int slot;                     /* creates: a.warm index + 1 of the pool room reserved; 0 none */
+    int slot;                     /* creates, forks: a.warm index + 1 of the pool room reserved */
+    uint32_t n_slots;             /* ... how many sandboxes' room (0: none reserved) */
     ka_pool_claim_t claim;        /* ... its warm sandbox (warm 1) until bound or released */
     struct s_fork *fork;          /* forks */
     uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
@@ -89,10 +90,11 @@ void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id
 /* sandboxes_cap.c: the pools' capacity on this node (the rule is there) */
 /* What this node holds for pool (ka_pool_opts_t.used). */
 size_t ka_mgr_pool_used(void *self, const char *pool);
-/* Admits create op into its pool's room (op->res.pool), reserved until op ends: 0, or -ENOSPC
- * with why when the pool is full. A pool this node does not serve is not bounded here. */
-int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, char *why, size_t cap);
-/* Ends op's reservation, if any (ka_mgr_op_free does). */
+/* Admits op (a create: n 1; a fork: n its count) into its pool's room (op->res.pool), reserved
+ * until ka_mgr_unreserve: 0, or -ENOSPC with why when the pool has room for fewer than n (nothing
+ * reserved then). A pool this node does not serve is not bounded here. */
+int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, uint32_t n, char *why, size_t cap);
+/* Ends op's reservation, if any (ka_mgr_op_free does; a fork's once its actors are spawned). */
 void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op);
 /* self->live's slots leave their pool's count as they go. */
 void ka_mgr_slots_init(s_mgr_t *self);
