@@ -1146,6 +1146,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         memset(&c, 0, sizeof c);
         c.live = zhashx_size(self->live);
         ka_pool_report(self->pool, &c);
+        ka_mgr_pool_report(self, &c);
         krt_reply(ctx, msg, msg->type, &c, sizeof c);
         break;
     }

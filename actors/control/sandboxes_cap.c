@@ -73,6 +73,18 @@ static void s_refusal(const s_mgr_t *self, const s_op_t *op, const ka_warm_cfg_t
              c->name, self->a.node, room, room == 1 ? "" : "es", n);
 }
 
+_Static_assert(KA_SBX_POOLS_MAX == KA_POOL_MAX_POOLS, "a count reports every pool");
+
+void ka_mgr_pool_report(const s_mgr_t *self, ka_sbx_count_t *out)
+{
+    out->n_pools = 0;
+    for (size_t i = 0; i < self->a.n_warm && i < KA_POOL_MAX_POOLS; i++, out->n_pools++) {
+        ka_sbx_pool_use_t *u = &out->pools[i];
+        ka_mgr_copy(u->pool, sizeof u->pool, self->a.warm[i].name);
+        u->used = s_used(self, (int)i);
+    }
+}
+
 int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, uint32_t n, char *why, size_t cap)
 {
     int i = s_index(self, op->res.pool);

@@ -90,6 +90,8 @@ void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id
 /* sandboxes_cap.c: the pools' capacity on this node (the rule is there) */
 /* What this node holds for pool (ka_pool_opts_t.used). */
 size_t ka_mgr_pool_used(void *self, const char *pool);
+/* Each pool's used count, as the capacity check counts it (KA_SBX_COUNT). */
+void ka_mgr_pool_report(const s_mgr_t *self, ka_sbx_count_t *out);
 /* Admits op (a create: n 1; a fork: n its count) into its pool's room (op->res.pool), reserved
  * until ka_mgr_unreserve: 0, or -ENOSPC with why when the pool has room for fewer than n (nothing
  * reserved then). A pool this node does not serve is not bounded here. */

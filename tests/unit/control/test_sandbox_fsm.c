@@ -1687,6 +1687,11 @@ static void test_fork_capacity(void **unused)
     assert_int_equal(s_fork(ALICE, id, "fc2", 2, ids, msg, sizeof msg), KA_OK);
     assert_int_equal(s_counter(&F.n_records), 3);
     assert_int_equal(s_counter(&F.forks), 2);
+    ka_sbx_count_t c; /* the count /metrics reports: the capacity check's */
+    s_count(&c);
+    assert_int_equal(c.n_pools, 1);
+    assert_string_equal(c.pools[0].pool, "kagent-default");
+    assert_int_equal(c.pools[0].used, 3);
     assert_int_equal(s_fork(ALICE, id, "fc2", 2, again, msg, sizeof msg), KA_OK); /* a replay */
     for (int i = 0; i < 2; i++)
         assert_string_equal(again[i], ids[i]);
