@@ -306,7 +306,8 @@ static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt
     if (!read_receipt) {
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_refused", "creator=%s request_id=%s msg=\"%s\"",
                       op->cr.caller, op->cr.request_id, why);
-        ka_mgr_fail_op(ctx, self, op, rc, why);
+        if (!ka_mgr_place_again(ctx, self, op, why)) /* placed here: another node may have room */
+            ka_mgr_fail_op(ctx, self, op, rc, why);
         return;
     }
     ka_store_receipt_key_t k;

@@ -40,6 +40,11 @@ struct s_op {
     ka_store_takeover_t takeover; /* takeovers */
     ka_store_sandbox_t rec;       /* calls relayed to another node: the record read before */
     bool cached;                  /* ... relayed where the last read said, without a read */
+    struct {                      /* creates this node placed (sandboxes_cluster.c) */
+        char pool[KA_STORE_TNAME_LEN];   /* the template's pool; "" not placed by this node */
+        char node[KA_STORE_NODE_LEN];    /* the node it went to last */
+        char refused[KA_STORE_NODE_LEN]; /* the node that refused it for room; "" none yet */
+    } place;
 };
 
 typedef struct {
@@ -127,6 +132,10 @@ void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self);
 /* A create checked: placed on a node of its template's pool (here, or relayed to that node's
  * manager). */
 void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
+/* Placed create op was refused for room (-ENOSPC, why) by the node it was placed on: tried once
+ * more on another node of its pool, or failed naming the pool when none is left or this was the
+ * second refusal. False (op untouched): op is not a create this node placed. */
+bool ka_mgr_place_again(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *why);
 /* A call for sb (read from the store) that no actor here holds: relayed to the node serving it
  * when that is another node; true if op was handled (relayed or failed). */
 bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_sandbox_t *sb);
