@@ -327,6 +327,12 @@ static void s_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const
         s_admit(ctx, state, op, false);
         return;
     }
+    ka_mgr_on_receipt(ctx, state, user, err, msg);
+}
+
+void ka_mgr_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_op_t *op = user;
     op->warm = -1; /* a replay claims no warm sandbox */
     s_on_inserted(ctx, state, user, err, msg);
 }

@@ -217,25 +217,58 @@ static uint64_t s_random(void)
     return x;
 }
 
+/* Create op found no node of its pool with room: RESOURCE_EXHAUSTED naming the pool, and why. */
+static void s_no_room(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    const char *pool = op->place.pool, *refused = op->place.refused, *last = op->place.node;
+    char why[KA_MSG_LEN]; /* names of 127 at most, the pool's cut: it fits */
+    if (!refused[0])
+        snprintf(why, sizeof why,
+                 "no live node of pool %.100s has room for another sandbox (all full, draining "
+                 "or down); retry later",
+                 pool);
+    else if (strcmp(refused, last) == 0) /* no other node to try */
+        snprintf(why, sizeof why,
+                 "no node of pool %.100s has room for another sandbox (node %s is full, no other "
+                 "live node of the pool has room); delete some or retry later",
+                 pool, refused);
+    else
+        snprintf(why, sizeof why,
+                 "no node of pool %.100s has room for another sandbox (nodes %s and %s are "
+                 "full); delete some or retry later",
+                 pool, refused, last);
+    ka_mgr_fail_op(ctx, self, op, -ENOSPC, why);
+}
+
+/* No node had room at the first placement: a replay (the store has the create's receipt) is
+ * still answered, as a full node answers it; anything else is refused. */
+static void s_on_no_room_receipt(krt_ctx_t *ctx, void *state, void *user, int err,
+                                 const krt_msg_t *msg)
+{
+    if (ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), NULL) == KA_STORE_ENOTFOUND)
+        s_no_room(ctx, state, user);
+    else
+        ka_mgr_on_receipt(ctx, state, user, err, msg);
+}
+
 /* Places create op on a node of op->place.pool other than the one that refused it (if any):
- * here, or relayed to that node's manager. */
+ * here, or relayed to that node's manager. After a refusal the receipt was just read (the full
+ * node reads it before refusing): none left fails at once. */
 static void s_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
 {
-    const char *pool = op->place.pool, *refused = op->place.refused;
+    const char *refused = op->place.refused[0] ? op->place.refused : NULL;
     ka_store_node_t n;
-    if (ka_membership_place(self->a.member, pool, refused[0] ? refused : NULL, s_random(), &n)) {
-        char why[KA_MSG_LEN];
-        if (refused[0])
-            snprintf(why, sizeof why,
-                     "no node of pool %s has room for another sandbox (node %s is full, no other "
-                     "live node of the pool has room); delete some or retry later",
-                     pool, refused);
-        else
-            snprintf(why, sizeof why,
-                     "no live node of pool %s has room for another sandbox (all full, draining or "
-                     "down); retry later",
-                     pool);
-        ka_mgr_fail_op(ctx, self, op, -ENOSPC, why);
+    if (ka_membership_place(self->a.member, op->place.pool, refused, s_random(), &n)) {
+        if (refused) {
+            s_no_room(ctx, self, op);
+            return;
+        }
+        ka_store_receipt_key_t k;
+        memset(&k, 0, sizeof k);
+        ka_mgr_copy(k.creator, sizeof k.creator, op->cr.caller);
+        ka_mgr_copy(k.request_id, sizeof k.request_id, op->cr.request_id);
+        ka_mgr_ask(ctx, self, op, s_on_no_room_receipt, ka_peer(ctx, self->a.store),
+                   KA_STORE_SANDBOX_RECEIPT, &k, sizeof k, STORE_TIMEOUT_MS);
         return;
     }
     ka_mgr_copy(op->place.node, sizeof op->place.node, n.name);
@@ -252,12 +285,7 @@ bool ka_mgr_place_again(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *w
     if (op->type != KA_SBX_CREATE || !op->place.pool[0])
         return false;
     if (op->place.refused[0]) { /* the second node is full too */
-        char msg[KA_MSG_LEN];   /* names of 127 at most, the pool's cut: it fits */
-        snprintf(msg, sizeof msg,
-                 "no node of pool %.100s has room for another sandbox (nodes %s and %s are "
-                 "full); delete some or retry later",
-                 op->place.pool, op->place.refused, op->place.node);
-        ka_mgr_fail_op(ctx, self, op, -ENOSPC, msg);
+        s_no_room(ctx, self, op);
         return true;
     }
     krt_log_actor(ctx, KRT_LOG_INFO, "create_placed_again",

@@ -87,6 +87,9 @@ void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offs
 /* Resolves a create's template and records it here (the create path after placement). */
 void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
 
+/* The reply to a create's receipt read (KA_STORE_SANDBOX_RECEIPT) that found one, or failed: a
+ * replay answered as the insert would (its sandbox, even deleted), or the store's error. */
+void ka_mgr_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 /* Reads op's sandbox record (owner check) and routes op by it (ka_mgr_relay_owner, or this
  * node's answer). */
 void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id,
