@@ -385,9 +385,19 @@ static int s_guest_metrics(kb_http_buf_t *b)
         (unsigned long long)g.violations);
 }
 
-/* Pools (capacity, in use) and this node, as gauges. One pool class per node today: the live
- * sandboxes are the first pool's. */
-static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, uint64_t live)
+/* A pool's used count in the manager's count (0: no count, or the pool not in it). */
+static unsigned long long s_pool_used(const ka_sbx_count_t *c, const char *pool)
+{
+    for (uint32_t i = 0; c && i < c->n_pools && i < KA_SBX_POOLS_MAX; i++)
+        if (strcmp(c->pools[i].pool, pool) == 0)
+            return (unsigned long long)c->pools[i].used;
+    return 0;
+}
+
+/* Pools (capacity, in use) and this node, as gauges. A pool's in-use count is the one its
+ * capacity check uses (the manager's, creates and forks admitted included), so the two gauges
+ * say how much room a create has. */
+static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, const ka_sbx_count_t *c, uint64_t live)
 {
     int rc = kb_http_buf_printf(
         b, "# HELP kagent_pool_capacity_sandboxes Sandboxes a pool may hold on this node.\n"
@@ -397,12 +407,12 @@ static int s_pool_metrics(ka_node_t *n, kb_http_buf_t *b, uint64_t live)
             b, "kagent_pool_capacity_sandboxes{pool=\"%s\",class=\"%s\"} %lld\n", n->pools[i].name,
             n->pools[i].klass, (long long)n->pools[i].capacity);
     if (!rc)
-        rc =
-            kb_http_buf_printf(b, "# HELP kagent_pool_in_use_sandboxes Sandboxes of a pool live on "
-                                  "this node.\n# TYPE kagent_pool_in_use_sandboxes gauge\n");
+        rc = kb_http_buf_printf(
+            b, "# HELP kagent_pool_in_use_sandboxes Sandboxes a pool holds on this node, as its "
+               "capacity counts them.\n# TYPE kagent_pool_in_use_sandboxes gauge\n");
     for (size_t i = 0; !rc && i < n->cfg.n_pools; i++)
         rc = kb_http_buf_printf(b, "kagent_pool_in_use_sandboxes{pool=\"%s\"} %llu\n",
-                                n->pools[i].name, i == 0 ? (unsigned long long)live : 0ull);
+                                n->pools[i].name, s_pool_used(c, n->pools[i].name));
     if (!rc)
         rc = kb_http_buf_printf(
             b,
@@ -511,7 +521,7 @@ static int s_metrics(kb_http_buf_t *b, void *arg)
     if (!rc)
         rc = s_guest_metrics(b);
     if (!rc)
-        rc = s_pool_metrics(n, b, live);
+        rc = s_pool_metrics(n, b, count, live);
     if (!rc)
         rc = s_cluster_metrics(n, b);
     if (!rc && count)

@@ -55,10 +55,11 @@ static bool s_serves(const char *pools, const char *pool)
     return false;
 }
 
-static bool s_candidate(const ka_store_node_t *r, const char *pool)
+static bool s_candidate(const ka_store_node_t *r, const char *pool, const char *exclude)
 {
     return r->alive && !r->draining && s_serves(r->pools, pool) &&
-           (r->capacity == 0 || r->sandboxes < r->capacity);
+           (r->capacity == 0 || r->sandboxes < r->capacity) &&
+           (!exclude || strcmp(r->name, exclude) != 0);
 }
 
 static double s_load(const ka_store_node_t *r)
@@ -67,26 +68,27 @@ static double s_load(const ka_store_node_t *r)
 }
 
 /* The n-th candidate (0-based) of the table. */
-static const ka_store_node_t *s_nth(const ka_store_node_list_t *l, const char *pool, uint64_t n)
+static const ka_store_node_t *s_nth(const ka_store_node_list_t *l, const char *pool,
+                                    const char *exclude, uint64_t n)
 {
     for (uint32_t i = 0; i < l->count; i++)
-        if (s_candidate(&l->items[i], pool) && n-- == 0)
+        if (s_candidate(&l->items[i], pool, exclude) && n-- == 0)
             return &l->items[i];
     return NULL;
 }
 
-int ka_membership_place(ka_membership_status_t *st, const char *pool, uint64_t seed,
-                        ka_store_node_t *out)
+int ka_membership_place(ka_membership_status_t *st, const char *pool, const char *exclude,
+                        uint64_t seed, ka_store_node_t *out)
 {
     int rc = -ENOENT;
     s_lock(st);
     const ka_store_node_list_t *l = st->dir;
     uint64_t n = 0;
     for (uint32_t i = 0; l && i < l->count; i++)
-        n += s_candidate(&l->items[i], pool);
+        n += s_candidate(&l->items[i], pool, exclude);
     if (n) {
-        const ka_store_node_t *a = s_nth(l, pool, seed % n);
-        const ka_store_node_t *b = s_nth(l, pool, (seed / n) % n);
+        const ka_store_node_t *a = s_nth(l, pool, exclude, seed % n);
+        const ka_store_node_t *b = s_nth(l, pool, exclude, (seed / n) % n);
         double la = s_load(a), lb = s_load(b);
         bool self_b = strcmp(b->id, st->self_id) == 0;
         *out = (lb < la || (lb == la && self_b)) ? *b : *a;

@@ -121,11 +121,12 @@ int ka_membership_find(ka_membership_status_t *st, const char *name, ka_store_no
 
 /* Placement (power of two choices): of the nodes whose lease holds, that serve `pool` (their
  * pools list names it) and have room (capacity 0: no limit; else fewer live sandboxes than
- * that), not draining, two are drawn with seed; the one with the lower load (live sandboxes
- * over capacity) wins, this node on a tie. 0 and *out, or -ENOENT when no node qualifies.
- * Any thread. */
-int ka_membership_place(ka_membership_status_t *st, const char *pool, uint64_t seed,
-                        ka_store_node_t *out);
+ * that), not draining, and are not named `exclude` (NULL: none; a node that just refused the
+ * create for room), two are drawn with seed; the one with the lower load (live sandboxes over
+ * capacity) wins, this node on a tie. 0 and *out, or -ENOENT when no node qualifies. Any
+ * thread. */
+int ka_membership_place(ka_membership_status_t *st, const char *pool, const char *exclude,
+                        uint64_t seed, ka_store_node_t *out);
 
 /* Copies up to cap rows of other nodes whose lease lapsed (their sandboxes are for a live node
  * to take over); returns how many. Any thread. */

@@ -243,8 +243,18 @@ typedef struct ka_sbx_warm_depth {
 
 #define KA_SBX_WARM_MAX 32 /* templates a count reports the depth of */
 
+#define KA_SBX_POOLS_MAX 16 /* pools a count reports (KA_POOL_MAX_POOLS) */
+
+/* One WorkerPool's use on this node, as KA_SBX_COUNT reports it. */
+typedef struct ka_sbx_pool_use {
+    char pool[64];
+    uint64_t used; /* what its capacity check counts (actors/control/sandboxes_cap.c) */
+} ka_sbx_pool_use_t;
+
 typedef struct ka_sbx_count {
     uint64_t live;
+    uint32_t n_pools; /* this node's pools, in its config's order */
+    ka_sbx_pool_use_t pools[KA_SBX_POOLS_MAX];
     /* the warm pools (actors/control/pool.h) */
     uint64_t warm_hits;    /* creates served by a warm sandbox */
     uint64_t warm_misses;  /* creates of a revision with a warm pool that booted cold */

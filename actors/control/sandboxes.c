@@ -298,7 +298,7 @@ static void s_on_resolved(krt_ctx_t *ctx, void *state, void *user, int err, cons
 static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt)
 {
     char why[KA_MSG_LEN];
-    int rc = ka_mgr_reserve(self, op, why, sizeof why);
+    int rc = ka_mgr_reserve(self, op, 1, why, sizeof why);
     if (rc == 0) {
         s_record(ctx, self, op);
         return;
@@ -306,7 +306,8 @@ static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt
     if (!read_receipt) {
         krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_refused", "creator=%s request_id=%s msg=\"%s\"",
                       op->cr.caller, op->cr.request_id, why);
-        ka_mgr_fail_op(ctx, self, op, rc, why);
+        if (!ka_mgr_place_again(ctx, self, op, why)) /* placed here: another node may have room */
+            ka_mgr_fail_op(ctx, self, op, rc, why);
         return;
     }
     ka_store_receipt_key_t k;
@@ -326,6 +327,12 @@ static void s_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const
         s_admit(ctx, state, op, false);
         return;
     }
+    ka_mgr_on_receipt(ctx, state, user, err, msg);
+}
+
+void ka_mgr_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
+{
+    s_op_t *op = user;
     op->warm = -1; /* a replay claims no warm sandbox */
     s_on_inserted(ctx, state, user, err, msg);
 }
@@ -637,6 +644,9 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err,
                              const krt_msg_t *msg);
 static void s_on_fork_joined(krt_ctx_t *ctx, void *state, void *user, int err,
                              const krt_msg_t *msg);
+static void s_fork_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt);
+static void s_on_fork_receipt(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg);
 
 /* The request id fork i of the caller's request id is recorded under: the caller's own when
  * it fits, else its hash (FNV-1a, two seeds), so a replay finds the same records. */
@@ -756,7 +766,53 @@ static void s_on_fork_runtime(krt_ctx_t *ctx, void *state, void *user, int err,
         return;
     }
     op->res = *res;
-    s_fork_record(ctx, self, op);
+    s_fork_admit(ctx, self, op, true);
+}
+
+/* Admits the fork into its pool's room on this node for all of its forks at once (reserved in
+ * the manager's turn, so creates and forks together never overshoot), then records them. A pool
+ * short of room records nothing: a replay of a fork that recorded all of its forks (the last
+ * one's receipt is there; they are recorded in order) is answered as it is today, the store
+ * finding each fork; anything else is refused RESOURCE_EXHAUSTED with the room there is. */
+static void s_fork_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt)
+{
+    s_fork_t *f = op->fork;
+    char why[KA_MSG_LEN];
+    int rc = ka_mgr_reserve(self, op, (uint32_t)f->q.count, why, sizeof why);
+    if (rc == 0) {
+        s_fork_record(ctx, self, op);
+        return;
+    }
+    if (!read_receipt) {
+        krt_log_actor(ctx, KRT_LOG_INFO, "fork_refused",
+                      "creator=%s request_id=%s source=%s msg=\"%s\"", f->q.caller, f->q.request_id,
+                      f->q.id, why);
+        ka_mgr_fail_op(ctx, self, op, rc, why);
+        return;
+    }
+    ka_store_receipt_key_t k;
+    memset(&k, 0, sizeof k);
+    ka_mgr_copy(k.creator, sizeof k.creator, f->q.caller);
+    s_fork_reqid(f->q.request_id, (uint32_t)f->q.count - 1, k.request_id, sizeof k.request_id);
+    ka_mgr_ask(ctx, self, op, s_on_fork_receipt, ka_peer(ctx, self->a.store),
+               KA_STORE_SANDBOX_RECEIPT, &k, sizeof k, STORE_TIMEOUT_MS);
+}
+
+/* A fork short of room: with its last fork's receipt it is a replay (every fork recorded, none
+ * to create: it needs no room); without, admitted if room came meanwhile, else refused. */
+static void s_on_fork_receipt(krt_ctx_t *ctx, void *state, void *user, int err,
+                              const krt_msg_t *msg)
+{
+    s_mgr_t *self = state;
+    s_op_t *op = user;
+    const char *why;
+    int serr = ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), &why);
+    if (serr == KA_STORE_ENOTFOUND)
+        s_fork_admit(ctx, self, op, false);
+    else if (serr)
+        ka_mgr_fail_op(ctx, self, op, serr, why);
+    else
+        s_fork_record(ctx, self, op);
 }
 
 static void s_forget_done(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -851,10 +907,12 @@ static void s_on_fork_recorded(krt_ctx_t *ctx, void *state, void *user, int err,
     for (uint32_t i = 0; i < f->i; i++)
         any |= f->created[i];
     f->i = 0;
-    if (any)
+    if (any) {
         s_fork_copy(ctx, self, op);
-    else /* a replay: the same forks, as they are now */
+    } else { /* a replay: the same forks, as they are now; it needs no room */
+        ka_mgr_unreserve(self, op);
         s_fork_join(ctx, self, op);
+    }
 }
 
 static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
@@ -869,6 +927,7 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, c
                     why ? why : "the source sandbox did not finish the copy");
         return;
     }
+    ka_mgr_unreserve(self, op); /* the forks' actors count from here, in this same turn */
     for (uint32_t i = 0; i < (uint32_t)f->q.count; i++) {
         if (!f->created[i])
             continue;
@@ -1094,6 +1153,7 @@ static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)
         memset(&c, 0, sizeof c);
         c.live = zhashx_size(self->live);
         ka_pool_report(self->pool, &c);
+        ka_mgr_pool_report(self, &c);
         krt_reply(ctx, msg, msg->type, &c, sizeof c);
         break;
     }

@@ -18,6 +18,9 @@
  *    manager's turn before its record is written, so concurrent creates never overshoot; the
  *    reservation ends when the op ends (ka_mgr_op_free), in the same turn that spawns its actor
  *    on success.
+ *  - the sandboxes a fork admitted will create (s_op_t.n_slots, all of its count at once: a fork
+ *    that does not fit records nothing), reserved the same way; the reservation ends in the turn
+ *    that spawns the forks' actors, or when the op ends (a replay, a failure).
  *  - an actor whose pool is not known yet (recovered or taken over on a node with several
  *    pools, until the templates actor names its revision's pool) counts against every pool.
  * Warm sandboxes (pool.c) are not used: a create never fails for them (ka_pool_room).
@@ -52,21 +55,50 @@ size_t ka_mgr_pool_used(void *arg, const char *pool)
     return i < 0 ? self->unsure : s_used(self, i);
 }
 
-int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, char *why, size_t cap)
+/* Why op cannot have n more sandboxes of pool c (used of them held): a create's pool is full,
+ * a fork's has less room than it needs (all or nothing: it says how much there is). */
+static void s_refusal(const s_mgr_t *self, const s_op_t *op, const ka_warm_cfg_t *c, size_t used,
+                      uint32_t n, char *why, size_t cap)
 {
-    int i = s_index(self, op->res.pool);
-    if (i < 0 || op->slot)
-        return 0;
-    const ka_warm_cfg_t *c = &self->a.warm[i];
-    size_t used = s_used(self, i);
-    if (!ka_pool_room(c->capacity, used, 0)) {
+    if (!op->fork) {
         snprintf(why, cap,
                  "pool %s on node %s is full (%zu of %lld sandboxes); delete one or retry later",
                  c->name, self->a.node, used, (long long)c->capacity);
+        return;
+    }
+    size_t room = used < (size_t)c->capacity ? (size_t)c->capacity - used : 0;
+    snprintf(why, cap,
+             "pool %s on node %s has room for %zu more sandbox%s, the fork needs %u; delete some "
+             "or retry later",
+             c->name, self->a.node, room, room == 1 ? "" : "es", n);
+}
+
+_Static_assert(KA_SBX_POOLS_MAX == KA_POOL_MAX_POOLS, "a count reports every pool");
+
+void ka_mgr_pool_report(const s_mgr_t *self, ka_sbx_count_t *out)
+{
+    out->n_pools = 0;
+    for (size_t i = 0; i < self->a.n_warm && i < KA_POOL_MAX_POOLS; i++, out->n_pools++) {
+        ka_sbx_pool_use_t *u = &out->pools[i];
+        ka_mgr_copy(u->pool, sizeof u->pool, self->a.warm[i].name);
+        u->used = s_used(self, (int)i);
+    }
+}
+
+int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, uint32_t n, char *why, size_t cap)
+{
+    int i = s_index(self, op->res.pool);
+    if (i < 0 || op->slot || n == 0)
+        return 0;
+    const ka_warm_cfg_t *c = &self->a.warm[i];
+    size_t used = s_used(self, i);
+    if (!ka_pool_room(c->capacity, used, n - 1)) { /* used + n <= capacity */
+        s_refusal(self, op, c, used, n, why, cap);
         return -ENOSPC;
     }
-    self->reserved[i]++;
+    self->reserved[i] += n;
     op->slot = i + 1;
+    op->n_slots = n;
     return 0;
 }
 
@@ -74,8 +106,9 @@ void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op)
 {
     if (!op->slot)
         return;
-    self->reserved[op->slot - 1]--;
+    self->reserved[op->slot - 1] -= op->n_slots;
     op->slot = 0;
+    op->n_slots = 0;
 }
 
 /* The counter of an actor of pool ("" unknown: an adopted record's): one pool's, the unsure

@@ -5,7 +5,12 @@
  * Placement: a create on any node reads its template's pool and picks a node of that pool with
  * room (power of two choices on the node table, ka_membership_place); another node's manager
  * gets the create as this manager's request (krt_request_name), marked placed so it records the
- * sandbox there, its node in the same insert as the record; its answer is passed on.
+ * sandbox there, its node in the same insert as the record; its answer is passed on. The table's
+ * loads are up to one renewal old, so the node picked may be full by now: its refusal
+ * (RESOURCE_EXHAUSTED, -ENOSPC) records nothing (the request id stays unused in the store), so
+ * the create, under the same request id, is placed once more on another node of the pool. Any
+ * other answer is final: a create that node recorded is never tried elsewhere (and were it tried,
+ * the store's insert, idempotent on the request id, would answer it as a replay).
  *
  * Takeover: every TICK_MS a member looks for nodes whose lease lapsed; for each (node,
  * incarnation) it asks the store to move that node's live sandboxes to itself (a
@@ -99,6 +104,12 @@ static void s_on_relayed(krt_ctx_t *ctx, void *state, void *user, int err, const
 {
     s_mgr_t *self = state;
     s_op_t *op = user;
+    if (err == -ENOSPC) { /* a placed create's node is full: another of its pool may have room */
+        const char *full;
+        ka_reply_outcome(err, reply, 0, &full);
+        if (ka_mgr_place_again(ctx, self, op, full))
+            return;
+    }
     const char *caller = NULL;
     /* nobody there took it, or a get that can be answered from the record instead */
     bool untaken = err == KRT_ENOACTOR || err == KRT_EREMOTE ||
@@ -206,6 +217,85 @@ static uint64_t s_random(void)
     return x;
 }
 
+/* Create op found no node of its pool with room: RESOURCE_EXHAUSTED naming the pool, and why. */
+static void s_no_room(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    const char *pool = op->place.pool, *refused = op->place.refused, *last = op->place.node;
+    char why[KA_MSG_LEN]; /* names of 127 at most, the pool's cut: it fits */
+    if (!refused[0])
+        snprintf(why, sizeof why,
+                 "no live node of pool %.100s has room for another sandbox (all full, draining "
+                 "or down); retry later",
+                 pool);
+    else if (strcmp(refused, last) == 0) /* no other node to try */
+        snprintf(why, sizeof why,
+                 "no node of pool %.100s has room for another sandbox (node %s is full, no other "
+                 "live node of the pool has room); delete some or retry later",
+                 pool, refused);
+    else
+        snprintf(why, sizeof why,
+                 "no node of pool %.100s has room for another sandbox (nodes %s and %s are "
+                 "full); delete some or retry later",
+                 pool, refused, last);
+    ka_mgr_fail_op(ctx, self, op, -ENOSPC, why);
+}
+
+/* No node had room at the first placement: a replay (the store has the create's receipt) is
+ * still answered, as a full node answers it; anything else is refused. */
+static void s_on_no_room_receipt(krt_ctx_t *ctx, void *state, void *user, int err,
+                                 const krt_msg_t *msg)
+{
+    if (ka_store_outcome(err, msg, sizeof(ka_store_sandbox_reply_t), NULL) == KA_STORE_ENOTFOUND)
+        s_no_room(ctx, state, user);
+    else
+        ka_mgr_on_receipt(ctx, state, user, err, msg);
+}
+
+/* Places create op on a node of op->place.pool other than the one that refused it (if any):
+ * here, or relayed to that node's manager. After a refusal the receipt was just read (the full
+ * node reads it before refusing): none left fails at once. */
+static void s_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
+{
+    const char *refused = op->place.refused[0] ? op->place.refused : NULL;
+    ka_store_node_t n;
+    if (ka_membership_place(self->a.member, op->place.pool, refused, s_random(), &n)) {
+        if (refused) {
+            s_no_room(ctx, self, op);
+            return;
+        }
+        ka_store_receipt_key_t k;
+        memset(&k, 0, sizeof k);
+        ka_mgr_copy(k.creator, sizeof k.creator, op->cr.caller);
+        ka_mgr_copy(k.request_id, sizeof k.request_id, op->cr.request_id);
+        ka_mgr_ask(ctx, self, op, s_on_no_room_receipt, ka_peer(ctx, self->a.store),
+                   KA_STORE_SANDBOX_RECEIPT, &k, sizeof k, STORE_TIMEOUT_MS);
+        return;
+    }
+    ka_mgr_copy(op->place.node, sizeof op->place.node, n.name);
+    if (strcmp(n.name, self->a.node) == 0) {
+        ka_mgr_create_here(ctx, self, op);
+        return;
+    }
+    op->cr.placed = 1;
+    s_relay(ctx, self, op, &n, &op->cr, sizeof op->cr, RESOLVE_TIMEOUT_MS);
+}
+
+bool ka_mgr_place_again(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *why)
+{
+    if (op->type != KA_SBX_CREATE || !op->place.pool[0])
+        return false;
+    if (op->place.refused[0]) { /* the second node is full too */
+        s_no_room(ctx, self, op);
+        return true;
+    }
+    krt_log_actor(ctx, KRT_LOG_INFO, "create_placed_again",
+                  "creator=%s request_id=%s pool=%s refused_by=%s msg=\"%s\"", op->cr.caller,
+                  op->cr.request_id, op->place.pool, op->place.node, why ? why : "");
+    ka_mgr_copy(op->place.refused, sizeof op->place.refused, op->place.node);
+    s_place(ctx, self, op);
+    return true;
+}
+
 static void s_on_template(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg)
 {
     s_mgr_t *self = state;
@@ -213,29 +303,14 @@ static void s_on_template(krt_ctx_t *ctx, void *state, void *user, int err, cons
     const ka_store_template_t *t = NULL;
     if (!ka_store_outcome(err, msg, sizeof(ka_store_blob_t), NULL))
         t = ka_store_blob_next(msg->body, msg->len, NULL);
-    char pool[KA_STORE_TNAME_LEN] = "";
     if (t)
-        s_pool_of(ka_store_template_spec(t), pool, sizeof pool);
-    if (!pool[0]) { /* no such template (or unreadable): the create path says what is wrong */
+        s_pool_of(ka_store_template_spec(t), op->place.pool, sizeof op->place.pool);
+    if (!op->place.pool[0]) {
+        /* no such template (or unreadable): the create path says what is wrong */
         ka_mgr_create_here(ctx, self, op);
         return;
     }
-    ka_store_node_t n;
-    if (ka_membership_place(self->a.member, pool, s_random(), &n)) {
-        char why[KA_MSG_LEN];
-        snprintf(why, sizeof why,
-                 "no live node of pool %s has room for another sandbox (all full, draining or "
-                 "down); retry later",
-                 pool);
-        ka_mgr_fail_op(ctx, self, op, -ENOSPC, why);
-        return;
-    }
-    if (strcmp(n.name, self->a.node) == 0) {
-        ka_mgr_create_here(ctx, self, op);
-        return;
-    }
-    op->cr.placed = 1;
-    s_relay(ctx, self, op, &n, &op->cr, sizeof op->cr, RESOLVE_TIMEOUT_MS);
+    s_place(ctx, self, op);
 }
 
 void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)

@@ -32,13 +32,19 @@ struct s_op {
     int32_t expired; /* recovery: which list */
     int32_t offset;
     int warm;                     /* creates: ka_pool_take's answer */
-    int slot;                     /* creates: a.warm index + 1 of the pool room reserved; 0 none */
+    int slot;                     /* creates, forks: a.warm index + 1 of the pool room reserved */
+    uint32_t n_slots;             /* ... how many sandboxes' room (0: none reserved) */
     ka_pool_claim_t claim;        /* ... its warm sandbox (warm 1) until bound or released */
     struct s_fork *fork;          /* forks */
     uint8_t kind;                 /* the caller's envelope kind (relays keep it) */
     ka_store_takeover_t takeover; /* takeovers */
     ka_store_sandbox_t rec;       /* calls relayed to another node: the record read before */
     bool cached;                  /* ... relayed where the last read said, without a read */
+    struct {                      /* creates this node placed (sandboxes_cluster.c) */
+        char pool[KA_STORE_TNAME_LEN];   /* the template's pool; "" not placed by this node */
+        char node[KA_STORE_NODE_LEN];    /* the node it went to last */
+        char refused[KA_STORE_NODE_LEN]; /* the node that refused it for room; "" none yet */
+    } place;
 };
 
 typedef struct {
@@ -81,6 +87,9 @@ void ka_mgr_recover(krt_ctx_t *ctx, s_mgr_t *self, int32_t expired, int32_t offs
 /* Resolves a create's template and records it here (the create path after placement). */
 void ka_mgr_create_here(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
 
+/* The reply to a create's receipt read (KA_STORE_SANDBOX_RECEIPT) that found one, or failed: a
+ * replay answered as the insert would (its sandbox, even deleted), or the store's error. */
+void ka_mgr_on_receipt(krt_ctx_t *ctx, void *state, void *user, int err, const krt_msg_t *msg);
 /* Reads op's sandbox record (owner check) and routes op by it (ka_mgr_relay_owner, or this
  * node's answer). */
 void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id,
@@ -89,10 +98,13 @@ void ka_mgr_route_read(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *id
 /* sandboxes_cap.c: the pools' capacity on this node (the rule is there) */
 /* What this node holds for pool (ka_pool_opts_t.used). */
 size_t ka_mgr_pool_used(void *self, const char *pool);
-/* Admits create op into its pool's room (op->res.pool), reserved until op ends: 0, or -ENOSPC
- * with why when the pool is full. A pool this node does not serve is not bounded here. */
-int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, char *why, size_t cap);
-/* Ends op's reservation, if any (ka_mgr_op_free does). */
+/* Each pool's used count, as the capacity check counts it (KA_SBX_COUNT). */
+void ka_mgr_pool_report(const s_mgr_t *self, ka_sbx_count_t *out);
+/* Admits op (a create: n 1; a fork: n its count) into its pool's room (op->res.pool), reserved
+ * until ka_mgr_unreserve: 0, or -ENOSPC with why when the pool has room for fewer than n (nothing
+ * reserved then). A pool this node does not serve is not bounded here. */
+int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, uint32_t n, char *why, size_t cap);
+/* Ends op's reservation, if any (ka_mgr_op_free does; a fork's once its actors are spawned). */
 void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op);
 /* self->live's slots leave their pool's count as they go. */
 void ka_mgr_slots_init(s_mgr_t *self);
@@ -123,6 +135,10 @@ void ka_mgr_cluster_tick(krt_ctx_t *ctx, s_mgr_t *self);
 /* A create checked: placed on a node of its template's pool (here, or relayed to that node's
  * manager). */
 void ka_mgr_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op);
+/* Placed create op was refused for room (-ENOSPC, why) by the node it was placed on: tried once
+ * more on another node of its pool, or failed naming the pool when none is left or this was the
+ * second refusal. False (op untouched): op is not a create this node placed. */
+bool ka_mgr_place_again(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const char *why);
 /* A call for sb (read from the store) that no actor here holds: relayed to the node serving it
  * when that is another node; true if op was handled (relayed or failed). */
 bool ka_mgr_relay_owner(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, const ka_store_sandbox_t *sb);

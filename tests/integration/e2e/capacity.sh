@@ -2,8 +2,9 @@
 # Pool capacity on a real node (pools[].capacity: 2, warm: 1): creates through the CLI fill the
 # pool (one of them served warm), the next is refused RESOURCE_EXHAUSTED naming the pool, the
 # node and the counts, and leaves no sandbox; a replay of a created request id still answers;
-# a full pool keeps none warm; a delete makes room and the refused request id then creates; a
-# burst of concurrent creates never holds more than the capacity.
+# a full pool keeps none warm (and /metrics says it holds 2); a delete makes room and the
+# refused request id then creates; a burst of concurrent creates never holds more than the
+# capacity.
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
 fail() { node_fail "$@"; }
@@ -35,6 +36,8 @@ refused cap-c
 sleep 1 # past the warm pool's quiet period: a full pool boots none
 metrics=$(curl -sS "$API/metrics")
 ! grep -qE '^kagent_warm_pool_depth\{[^}]*\} [1-9]' <<< "$metrics" || fail "a full pool keeps sandboxes warm"
+grep -q '^kagent_pool_in_use_sandboxes{pool="kagent-default"} 2$' <<< "$metrics" ||
+  fail "the pool's in-use gauge is not its capacity's count (2): $(grep kagent_pool_in_use <<< "$metrics")"
 
 k sandbox delete "$a" >/dev/null
 c=$(k sandbox create scratch --request-id cap-c -o json | field id)

@@ -6,6 +6,7 @@
  * Renewals every 20 ms; leases of 1 s where fencing is tested, else 60 s; every wait is on a
  * condition with a deadline.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -264,6 +265,61 @@ static void test_leave_ends_lease(void **unused)
     assert_int_equal(atomic_load(&s_status.fenced_total), 0);
 }
 
+/* Placement with a node excluded (one that just refused a create for room): never that node,
+ * whatever the draw, even when it is this node or the least loaded; -ENOENT when it was the only
+ * one of the pool with room. Full, draining and lapsed nodes never qualify. */
+static void test_place_excludes(void **unused)
+{
+    static const struct {
+        const char *id, *name, *pools;
+        int32_t capacity, sandboxes, alive, draining;
+    } rows[] = {
+        {"7", "node-7", "p", 4, 0, 1, 0},   /* this node, empty */
+        {"8", "node-8", "p,q", 4, 3, 1, 0}, /* room for one */
+        {"9", "node-9", "p", 4, 4, 1, 0},   /* full */
+        {"10", "node-10", "p", 4, 0, 1, 1}, /* draining */
+        {"11", "node-11", "p", 4, 0, 0, 0}, /* lapsed */
+        {"12", "node-12", "q", 4, 0, 1, 0}, /* another pool */
+    };
+    enum { N = sizeof rows / sizeof rows[0] };
+    ka_store_node_list_t *l = calloc(1, sizeof *l + N * sizeof l->items[0]);
+    assert_non_null(l);
+    l->count = N;
+    for (int i = 0; i < N; i++) {
+        ka_store_node_t *r = &l->items[i];
+        snprintf(r->id, sizeof r->id, "%s", rows[i].id);
+        snprintf(r->name, sizeof r->name, "%s", rows[i].name);
+        snprintf(r->pools, sizeof r->pools, "%s", rows[i].pools);
+        r->capacity = rows[i].capacity;
+        r->sandboxes = rows[i].sandboxes;
+        r->alive = rows[i].alive;
+        r->draining = rows[i].draining;
+    }
+    ka_membership_status_t st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.self_id, sizeof st.self_id, "7");
+    assert_null(ka_membership_publish(&st, l));
+    ka_store_node_t out;
+    int seen7 = 0, seen8 = 0;
+    for (uint64_t seed = 0; seed < 64; seed++) {
+        assert_int_equal(ka_membership_place(&st, "p", NULL, seed, &out), 0);
+        seen7 += !strcmp(out.name, "node-7");
+        seen8 += !strcmp(out.name, "node-8");
+        assert_int_equal(ka_membership_place(&st, "p", "node-7", seed, &out), 0);
+        assert_string_equal(out.name, "node-8");
+        assert_int_equal(ka_membership_place(&st, "p", "node-8", seed, &out), 0);
+        assert_string_equal(out.name, "node-7");
+        assert_int_equal(ka_membership_place(&st, "q", "node-12", seed, &out), 0);
+        assert_string_equal(out.name, "node-8");
+    }
+    assert_int_equal(seen7 + seen8, 64); /* never a full, draining or lapsed node */
+    assert_int_equal(ka_membership_place(&st, "q", "node-8", 1, &out), 0);
+    assert_string_equal(out.name, "node-12");
+    l->items[1].sandboxes = 4; /* node-8 full: node-7 was the only one with room */
+    assert_int_equal(ka_membership_place(&st, "p", "node-7", 5, &out), -ENOENT);
+    free(ka_membership_publish(&st, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +328,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_renewal_fences, s_setup_fencing, s_teardown),
         cmocka_unit_test_setup_teardown(test_unrenewable_lease_fences, s_setup_fencing, s_teardown),
         cmocka_unit_test_setup_teardown(test_leave_ends_lease, s_setup, s_teardown),
+        cmocka_unit_test(test_place_excludes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

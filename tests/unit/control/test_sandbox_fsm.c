@@ -1666,6 +1666,82 @@ static void test_delete_during_fork(void **unused)
                      KA_OK);
 }
 
+/* A fork takes room for all of its forks at once: capacity 3 with the source live, a fork of 3
+ * is refused RESOURCE_EXHAUSTED with the room there is and records nothing (no record, no copy,
+ * its request id unused); a fork of 2 fills the pool; its replay, full, is still answered with
+ * the same forks (from the receipt), a new fork of 1 is refused; a delete makes room for it. */
+static void test_fork_capacity(void **unused)
+{
+    s_warm_args(0, 3);
+    s_spawn_manager();
+    t_reply_t r, o;
+    s_create("fcap-src", 0, &r);
+    const char *id = r.sandbox.id;
+    char ids[3][KA_STORE_ID_LEN], again[3][KA_STORE_ID_LEN], msg[KA_MSG_LEN];
+    assert_int_equal(s_fork(ALICE, id, "fc3", 3, ids, msg, sizeof msg), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(msg, "pool kagent-default on node node-fsm has room for 2 more sandboxes, "
+                             "the fork needs 3; delete some or retry later");
+    assert_int_equal(s_counter(&F.n_records), 1);
+    assert_int_equal(s_counter(&F.forks), 0);
+    assert_int_equal(s_counter(&F.freezes), 0);
+    assert_int_equal(s_fork(ALICE, id, "fc2", 2, ids, msg, sizeof msg), KA_OK);
+    assert_int_equal(s_counter(&F.n_records), 3);
+    assert_int_equal(s_counter(&F.forks), 2);
+    ka_sbx_count_t c; /* the count /metrics reports: the capacity check's */
+    s_count(&c);
+    assert_int_equal(c.n_pools, 1);
+    assert_string_equal(c.pools[0].pool, "kagent-default");
+    assert_int_equal(c.pools[0].used, 3);
+    assert_int_equal(s_fork(ALICE, id, "fc2", 2, again, msg, sizeof msg), KA_OK); /* a replay */
+    for (int i = 0; i < 2; i++)
+        assert_string_equal(again[i], ids[i]);
+    assert_int_equal(s_counter(&F.forks), 2);
+    assert_int_equal(s_fork(ALICE, id, "fc1", 1, again, msg, sizeof msg), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(msg, "pool kagent-default on node node-fsm has room for 0 more sandboxes, "
+                             "the fork needs 1; delete some or retry later");
+    assert_int_equal(s_try_create("fcap-c", &o), KA_RESOURCE_EXHAUSTED); /* creates see them */
+    assert_int_equal(s_counter(&F.n_records), 3);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, ids[0], &o), KA_OK);
+    assert_int_equal(s_fork(ALICE, id, "fc1", 1, again, msg, sizeof msg), KA_OK);
+    assert_int_equal(s_counter(&F.n_records), 4);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, again[0], &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, ids[1], &o), KA_OK);
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+}
+
+/* Creates and forks arriving together never overshoot: capacity 3 with the source live, two
+ * creates, a fork of 2 and a fork of 1 at once: whatever is admitted fits in the 2 left, and
+ * what is refused records nothing. */
+static void test_fork_and_creates_concurrent(void **unused)
+{
+    s_warm_args(0, 3);
+    s_spawn_manager();
+    t_reply_t r, o;
+    s_create("fcc-src", 0, &r);
+    const char *id = r.sandbox.id;
+    s_answer_t a[4];
+    ka_sbx_create_t c0 = s_create_req(ALICE, "fcc-0", 0), c1 = s_create_req(ALICE, "fcc-1", 0);
+    ka_sbx_fork_t f2 = s_fork_req(ALICE, id, "fcc-f2", 2), f1 = s_fork_req(ALICE, id, "fcc-f1", 1);
+    s_send(KA_SBX_FORK, &f2, sizeof f2, &a[0]);
+    s_send(KA_SBX_CREATE, &c0, sizeof c0, &a[1]);
+    s_send(KA_SBX_FORK, &f1, sizeof f1, &a[2]);
+    s_send(KA_SBX_CREATE, &c1, sizeof c1, &a[3]);
+    static const int size[4] = {2, 1, 1, 1};
+    int admitted = 0;
+    for (int i = 0; i < 4; i++) {
+        int code = s_wait_answer(&a[i]);
+        assert_true(code == KA_OK || code == KA_RESOURCE_EXHAUSTED);
+        admitted += code == KA_OK ? size[i] : 0;
+    }
+    assert_true(admitted >= 1 && admitted <= 2);
+    assert_int_equal(s_counter(&F.n_records), 1 + admitted);
+    for (int i = 0; i < s_counter(&F.n_records); i++) { /* the records in order: ids 1.. */
+        char rid[KA_STORE_ID_LEN];
+        snprintf(rid, sizeof rid, "0198f000-0000-7000-8000-%012d", i + 1);
+        assert_int_equal(s_life(KA_SBX_DELETE, ALICE, rid, &o), KA_OK);
+    }
+}
+
 /* ---- how calls reach a sandbox --------------------------------------------------------------- */
 
 #define T_HOLD (KA_CTL_MSG_LAST_ + 100) /* the dying stand-in waits, then stops */
@@ -1962,6 +2038,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fork_fails, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_delete_during_fork, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_capacity, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_fork_and_creates_concurrent, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_calls_skip_the_manager, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_not_live_answered_by_the_manager, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_actor_gone_after_lookup, s_setup, s_teardown),
