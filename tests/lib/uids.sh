@@ -16,8 +16,9 @@ s_uids_claimed() {
   return 1
 }
 
-test_uid_base() {
-  mkdir -p "$TEST_UIDS_DIR"
+# One picker at a time (test_uid_base): two tests that both found a range's holder dead would
+# otherwise both take it back, the second removing the first's fresh claim.
+s_uid_pick() {
   local k d holder
   for k in $(seq 0 999); do
     d=$TEST_UIDS_DIR/$k
@@ -35,4 +36,9 @@ test_uid_base() {
   done
   echo "test_uid_base: no free uid range in $TEST_UIDS_DIR" >&2
   return 1
+}
+
+test_uid_base() {
+  mkdir -p "$TEST_UIDS_DIR"
+  (flock -x 9 && s_uid_pick) 9> "$TEST_UIDS_DIR/.lock"
 }
