@@ -95,6 +95,17 @@ void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, kr
         ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "out of memory; retry");
 }
 
+void ka_mgr_ask_receipt(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next,
+                        const char *creator, const char *request_id)
+{
+    ka_store_receipt_key_t k;
+    memset(&k, 0, sizeof k);
+    ka_mgr_copy(k.creator, sizeof k.creator, creator);
+    ka_mgr_copy(k.request_id, sizeof k.request_id, request_id);
+    ka_mgr_ask(ctx, self, op, next, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_RECEIPT, &k,
+               sizeof k, STORE_TIMEOUT_MS);
+}
+
 /* Why a request to a control-plane service failed (err != 0): the caller gets UNAVAILABLE. */
 static const char *s_unavailable_why(int err)
 {
@@ -310,12 +321,7 @@ static void s_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_receipt
             ka_mgr_fail_op(ctx, self, op, rc, why);
         return;
     }
-    ka_store_receipt_key_t k;
-    memset(&k, 0, sizeof k);
-    ka_mgr_copy(k.creator, sizeof k.creator, op->cr.caller);
-    ka_mgr_copy(k.request_id, sizeof k.request_id, op->cr.request_id);
-    ka_mgr_ask(ctx, self, op, s_on_receipt, ka_peer(ctx, self->a.store), KA_STORE_SANDBOX_RECEIPT,
-               &k, sizeof k, STORE_TIMEOUT_MS);
+    ka_mgr_ask_receipt(ctx, self, op, s_on_receipt, op->cr.caller, op->cr.request_id);
 }
 
 /* A full pool's create: a replay is answered as the insert would (its sandbox, even deleted);
@@ -790,12 +796,9 @@ static void s_fork_admit(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, bool read_re
         ka_mgr_fail_op(ctx, self, op, rc, why);
         return;
     }
-    ka_store_receipt_key_t k;
-    memset(&k, 0, sizeof k);
-    ka_mgr_copy(k.creator, sizeof k.creator, f->q.caller);
-    s_fork_reqid(f->q.request_id, (uint32_t)f->q.count - 1, k.request_id, sizeof k.request_id);
-    ka_mgr_ask(ctx, self, op, s_on_fork_receipt, ka_peer(ctx, self->a.store),
-               KA_STORE_SANDBOX_RECEIPT, &k, sizeof k, STORE_TIMEOUT_MS);
+    char last[KA_STORE_REQID_LEN];
+    s_fork_reqid(f->q.request_id, (uint32_t)f->q.count - 1, last, sizeof last);
+    ka_mgr_ask_receipt(ctx, self, op, s_on_fork_receipt, f->q.caller, last);
 }
 
 /* A fork short of room: with its last fork's receipt it is a replay (every fork recorded, none

@@ -263,12 +263,7 @@ static void s_place(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op)
             s_no_room(ctx, self, op);
             return;
         }
-        ka_store_receipt_key_t k;
-        memset(&k, 0, sizeof k);
-        ka_mgr_copy(k.creator, sizeof k.creator, op->cr.caller);
-        ka_mgr_copy(k.request_id, sizeof k.request_id, op->cr.request_id);
-        ka_mgr_ask(ctx, self, op, s_on_no_room_receipt, ka_peer(ctx, self->a.store),
-                   KA_STORE_SANDBOX_RECEIPT, &k, sizeof k, STORE_TIMEOUT_MS);
+        ka_mgr_ask_receipt(ctx, self, op, s_on_no_room_receipt, op->cr.caller, op->cr.request_id);
         return;
     }
     ka_mgr_copy(op->place.node, sizeof op->place.node, n.name);

@@ -78,6 +78,10 @@ void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err, const ch
 /* Sends a request for op; its reply (or failure) runs `next` with op as user. */
 void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                 uint32_t type, const void *body, size_t len, int timeout_ms);
+/* Asks the store for the receipt of creator's request_id (its sandbox, even deleted; next gets
+ * KA_STORE_ENOTFOUND if there is none). */
+void ka_mgr_ask_receipt(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next,
+                        const char *creator, const char *request_id);
 /* Spawns, maps and registers a sandbox's actor. */
 int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args);
 /* Spawns the actor of a record with no compute here (recovered, taken over), logging event. */
