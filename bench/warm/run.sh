@@ -33,8 +33,10 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  port: $port|" \
     -e "s|uidBase: 1000000|uidBase: ${BENCH_UID_BASE:-1000000}|" \
   "$here/deploy/kagentd.example.yaml" > "$state/kagentd.yaml"
-# the cold pool and the deep one: right after the default pool's entry
-sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 1000\n    warm: 0\n  - name: bench-deep\n    class: namespaces\n    capacity: 1000\n    warm: 100|" \
+# the cold pool and the deep one: right after the default pool's entry; room for a sustained
+# step's creates (the node refuses a create past its pool's capacity, and the step keeps them
+# until it ends: ~700 in 10 s here)
+sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 4000\n    warm: 0\n  - name: bench-deep\n    class: namespaces\n    capacity: 4000\n    warm: 100|" \
   "$state/kagentd.yaml"
 grep -q 'name: bench-deep' "$state/kagentd.yaml" || { say "cannot add the cold and deep pools"; exit 1; }
 KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" > "$state/run-node.log" 2>&1 &
