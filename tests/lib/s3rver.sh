@@ -19,20 +19,46 @@ s3_install() {
   [ -x "$S3_AWS" ] || node_fail "awscli is required (apt-get install awscli)"
   npm_from_lockfile "$here" "$npmdir" || node_fail "npm ci of s3rver failed"
   S3RVER=$npmdir/node_modules/.bin/s3rver
-  S3PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  S3PID=
+  S3PORT=$(s3_free_port)
+  S3PID=''
+  S3_STARTED=''
 }
 
-s3_start() {
-  mkdir -p "$WORK/s3"
-  "$S3RVER" -d "$WORK/s3" -a 127.0.0.1 -p "$S3PORT" --configure-bucket snaps --silent \
-    >>"$WORK/s3rver.log" 2>&1 &
-  S3PID=$!
+s3_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Whether our s3rver (S3PID) serves $S3PORT: the port was free when picked, but a test beside
+# this one may have bound it since (its node's listener takes any free port), and then an
+# answer there is not s3rver's.
+s3_up() {
+  local _
   for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && return 0
+    kill -0 "$S3PID" 2>/dev/null || return 1 # it could not listen
+    curl -s "http://127.0.0.1:$S3PORT/" 2>/dev/null | grep -q ListAllMyBucketsResult && return 0
     sleep 0.1
   done
-  node_fail "s3rver did not start"
+  return 1
+}
+
+# The first start picks another port if the one picked was taken meanwhile; a restart (the
+# node already knows the port) fails loudly instead.
+s3_start() {
+  local _
+  mkdir -p "$WORK/s3"
+  for _ in 1 2 3 4 5; do
+    "$S3RVER" -d "$WORK/s3" -a 127.0.0.1 -p "$S3PORT" --configure-bucket snaps --silent \
+      >>"$WORK/s3rver.log" 2>&1 &
+    S3PID=$!
+    if s3_up; then
+      S3_STARTED=1
+      return 0
+    fi
+    kill "$S3PID" 2>/dev/null; wait "$S3PID" 2>/dev/null || true; S3PID=
+    [ -z "$S3_STARTED" ] || node_fail "s3rver cannot serve port $S3PORT again (taken meanwhile?)"
+    S3PORT=$(s3_free_port)
+  done
+  node_fail "s3rver did not start (see $WORK/s3rver.log)"
 }
 
 s3_stop() {
