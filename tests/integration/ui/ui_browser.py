@@ -57,7 +57,13 @@ class Browser:
         self.call("Page.enable")
         self.call("Runtime.enable")
 
-    def call(self, method, **params):
+    # What DevTools answers an evaluation that a navigation of the page cut short.
+    NAVIGATED = ("Inspected target navigated or closed", "Cannot find context with specified id",
+                 "Execution context was destroyed")
+
+    def call(self, method, navigating=False, **params):
+        """The result of method; navigating: None if a navigation cut it short (a probe while
+        the page loads), else that fails the test like any error."""
         self.next_id += 1
         mid = self.next_id
         self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
@@ -65,23 +71,30 @@ class Browser:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == mid:
                 if "error" in msg:
+                    if navigating and any(n in msg["error"].get("message", "")
+                                          for n in self.NAVIGATED):
+                        return None
                     fail("%s: %s" % (method, msg["error"]))
                 return msg.get("result", {})
             if msg.get("method") == "Runtime.exceptionThrown":
                 fail("the page threw: %s" % json.dumps(msg["params"])[:500])
 
-    def js(self, expr):
-        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+    def js(self, expr, navigating=False):
+        r = self.call("Runtime.evaluate", navigating, expression=expr, returnByValue=True,
+                      awaitPromise=True)
+        if r is None:
+            return None
         if "exceptionDetails" in r:
             fail("js %s: %s" % (expr, r["exceptionDetails"]))
         return r["result"].get("value")
 
     def wait(self, expr, what, seconds=20):
-        """Until expr is true; an expression that throws (the page not there yet) is false."""
+        """Until expr is true; an expression that throws (the page not there yet), or whose
+        evaluation a navigation cut short (the page being replaced), is false."""
         probe = "(() => { try { return !!(%s); } catch (e) { return false; } })()" % expr
         deadline = time.time() + seconds
         while time.time() < deadline:
-            if self.js(probe):
+            if self.js(probe, navigating=True):
                 return
             time.sleep(0.1)
         self.screenshot("failed")
@@ -118,8 +131,10 @@ def main():
         b.wait("!document.getElementById('login').hidden", "the sign-in form")
         if b.js("document.getElementById('login-value').name") != "user":
             fail("the form does not ask for a user id in user-header mode")
+        # the submit navigates: started after this evaluation has answered, not during it
         b.js("document.getElementById('login-value').value = %s;"
-             "document.querySelector('#login form').submit(); true" % json.dumps(USER))
+             "setTimeout(() => document.querySelector('#login form').submit(), 0); true"
+             % json.dumps(USER))
         b.wait("window.kagentUi && window.kagentUi.ready && "
                "document.querySelectorAll('#tree li').length > 3", "the actor tree")
         who = b.js("document.getElementById('who').textContent")
