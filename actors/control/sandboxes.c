@@ -1090,23 +1090,26 @@ void ka_mgr_sweep_kept(krt_ctx_t *ctx, s_mgr_t *self)
 
 /* ---- the actor ---------------------------------------------------------------------------- */
 
-static bool s_is_child(s_mgr_t *self, krt_addr_t who)
+s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who)
 {
     for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
         if (a->addr == who)
-            return true;
-    return false;
+            return a;
+    return NULL;
+}
+
+static bool s_is_child(s_mgr_t *self, krt_addr_t who)
+{
+    return ka_mgr_slot_of(self, who) != NULL;
 }
 
 static void s_on_down(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
     const krt_down_t *d = msg->body;
-    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (a->addr == d->who) {
-            zhashx_delete(self->live, zhashx_cursor(self->live));
-            ka_pool_freed(ctx, self->pool);
-            return;
-        }
+    if (ka_mgr_slot_of(self, d->who)) {
+        zhashx_delete(self->live, zhashx_cursor(self->live));
+        ka_pool_freed(ctx, self->pool);
+    }
 }
 
 /* A sandbox actor whose record is a tombstone: forward nothing more to it (later calls read the
@@ -1116,14 +1119,12 @@ static void s_on_down(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
  * reach us as the exit of an actor that is not our child. */
 static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
-    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (a->addr == who) {
-            zhashx_delete(self->live, zhashx_cursor(self->live));
-            krt_unlink(ctx, who);
-            krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
-            ka_pool_freed(ctx, self->pool);
-            return;
-        }
+    if (!ka_mgr_slot_of(self, who))
+        return;
+    zhashx_delete(self->live, zhashx_cursor(self->live));
+    krt_unlink(ctx, who);
+    krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
+    ka_pool_freed(ctx, self->pool);
 }
 
 static void s_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *msg)

@@ -171,14 +171,13 @@ static void s_on_pool_learned(krt_ctx_t *ctx, void *state, void *user, int err,
 
 void ka_mgr_released(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
-    for (s_slot_t *s = zhashx_first(self->live); s; s = zhashx_next(self->live))
-        if (s->addr == who) {
-            if (s->count && *s->count)
-                (*s->count)--;
-            s->count = NULL;
-            ka_pool_freed(ctx, self->pool);
-            return;
-        }
+    s_slot_t *s = ka_mgr_slot_of(self, who);
+    if (!s)
+        return;
+    if (s->count && *s->count)
+        (*s->count)--;
+    s->count = NULL;
+    ka_pool_freed(ctx, self->pool);
 }
 
 void ka_mgr_learn_pool(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb)

@@ -78,6 +78,9 @@ void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err, const ch
 /* Sends a request for op; its reply (or failure) runs `next` with op as user. */
 void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                 uint32_t type, const void *body, size_t len, int timeout_ms);
+/* The live map's slot of sandbox actor who, the map's cursor left on it (zhashx_delete with
+ * zhashx_cursor removes it), or NULL. */
+s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who);
 /* Asks the store for the receipt of creator's request_id (its sandbox, even deleted; next gets
  * KA_STORE_ENOTFOUND if there is none). */
 void ka_mgr_ask_receipt(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next,
