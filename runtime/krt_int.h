@@ -325,8 +325,8 @@ _Static_assert(sizeof(krt_actor_t) == 144, "krt_actor_t grew: idle actors cost m
 /* ... and at most this many bytes of them per scheduler: blocks freed by a scheduler that
  * other threads allocated (bridges spawn a stream sink per call) would otherwise fill every
  * class to KRT_ACACHE_MAX, megabytes that look like growth per request. */
-#define KRT_ACACHE_BYTES     (512 * 1024)
-#define KRT_POOL_MAX_BATCHES 64 /* depot magazines that may keep malloc'd message nodes */
+#define KRT_ACACHE_BYTES    (512 * 1024)
+#define KRT_DEPOT_LOOSE_MAX 64 /* depot magazines that may keep malloc'd message nodes */
 /* Actors spawned on a scheduler and not yet run wait on its young stack, newest on top: a
  * spawning tree runs depth-first (skynet: ~70 actors wait at once instead of a million, so
  * blocks and nodes are reused while hot), thieves take the oldest (the largest subtrees). Past
@@ -407,7 +407,7 @@ struct krt_sched {
 };
 
 /* The system's magazines of one class: non-empty ones (full but for malloc'd nodes freed past
- * KRT_POOL_MAX_BATCHES) and empty ones. */
+ * KRT_DEPOT_LOOSE_MAX) and empty ones. */
 typedef struct krt_depot {
     krt_mag_t *full, *empty;
     uint32_t n_full;

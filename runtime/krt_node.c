@@ -12,7 +12,7 @@
  * Scheduler threads carve nodes of both classes from slabs (KRT_NF_SLAB: never freed one by
  * one; the slabs go with the system). Other threads malloc large ones; a scheduler frees such
  * a node unless its loaded magazine is empty, and a magazine handed to a depot already holding
- * KRT_POOL_MAX_BATCHES full ones keeps only its slab nodes. */
+ * KRT_DEPOT_LOOSE_MAX full ones keeps only its slab nodes. */
 
 typedef struct krt_slab {
     struct krt_slab *next;
@@ -42,7 +42,7 @@ static void s_free_loose(krt_mag_t *m)
 
 static void s_depot_put(krt_depot_t *d, krt_mag_t *m)
 {
-    if (m->n && d->n_full >= KRT_POOL_MAX_BATCHES)
+    if (m->n && d->n_full >= KRT_DEPOT_LOOSE_MAX)
         s_free_loose(m);
     krt_mag_t **list = m->n ? &d->full : &d->empty;
     m->next = *list;
