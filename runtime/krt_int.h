@@ -702,7 +702,12 @@ int krt__send_node(krt_system_t *sys, krt_addr_t to, krt_node_t *n);
 /* Pushes the scheduler's outgoing batch and releases its target. */
 void krt__out_flush(krt_sched_t *s);
 /* The handler returned: its batch is pushed, its next sends start afresh. */
-void krt__out_end(krt_sched_t *s);
+static inline void krt__out_end(krt_sched_t *s)
+{
+    if (s->out_n)
+        krt__out_flush(s);
+    s->out_last = KRT_ADDR_NONE;
+}
 
 /* Before the running handler hands something to another thread or actor by another way than a
  * local message (a krt_call's reply, a spawn, a job, a remote send): what it sent so far is

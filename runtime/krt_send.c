@@ -57,10 +57,20 @@ void krt__out_flush(krt_sched_t *s)
     s->out_n = 0;
 }
 
-void krt__out_end(krt_sched_t *s)
+/* Links n at the end of the batch (which holds something) and flushes a full one. */
+static inline void s_out_append(krt_sched_t *s, krt_node_t *n)
 {
-    krt__out_flush(s);
-    s->out_last = KRT_ADDR_NONE;
+    atomic_store_explicit(&s->out_tail->next, &n->link, memory_order_relaxed);
+    s->out_tail = &n->link;
+    if (++s->out_n == KRT_OUT_BATCH)
+        krt__out_flush(s);
+}
+
+/* The node KRT_CHAIN_AHEAD pops down the magazine m will likely carry this batch's (or the next
+ * one's) message that many links on: the consumer prefetches it from n. */
+static inline void s_chain_ahead(krt_node_t *n, const krt_mag_t *m)
+{
+    n->ahead = m && m->n >= KRT_CHAIN_AHEAD ? m->v[m->n - KRT_CHAIN_AHEAD] : NULL;
 }
 
 /* Adds n to the handler's outgoing batch to `to`, starting one if it holds nothing. The target
@@ -69,26 +79,20 @@ void krt__out_end(krt_sched_t *s)
  * waits at most until the handler returns or KRT_OUT_BATCH more sends. */
 static int s_out_add(krt_sched_t *s, krt_addr_t to, krt_node_t *n)
 {
-    if (!s->out_n) {
-        krt_actor_t *a = krt__acquire(s->sys, to);
-        if (!a) {
-            krt__node_free(s, n);
-            return KRT_ENOACTOR;
-        }
-        s->out_a = a;
-        s->out_to = to;
-        s->out_head = &n->link;
-    } else {
-        atomic_store_explicit(&s->out_tail->next, &n->link, memory_order_relaxed);
+    s_chain_ahead(n, s->mag[krt__node_class(n)]);
+    if (s->out_n) {
+        s_out_append(s, n);
+        return 0;
     }
-    s->out_tail = &n->link;
-    /* The node KRT_CHAIN_AHEAD pops down the magazine will likely carry this batch's (or the
-     * next one's) message that many links on: the consumer prefetches it from here. */
-    const krt_mag_t *m = s->mag[krt__node_class(n)];
-    if (m && m->n >= KRT_CHAIN_AHEAD)
-        n->ahead = m->v[m->n - KRT_CHAIN_AHEAD];
-    if (++s->out_n == KRT_OUT_BATCH)
-        krt__out_flush(s);
+    krt_actor_t *a = krt__acquire(s->sys, to);
+    if (!a) {
+        krt__node_free(s, n);
+        return KRT_ENOACTOR;
+    }
+    s->out_a = a;
+    s->out_to = to;
+    s->out_head = s->out_tail = &n->link;
+    s->out_n = 1;
     return 0;
 }
 
@@ -202,9 +206,46 @@ void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref
     krt__push(ctx->sys, ctx->actor, n);
 }
 
-int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)
+/* A stream's next message: the handler's batch already holds messages to `to` (local and
+ * pinned) and the loaded magazine of the body's class has a node, so what krt__send_env and
+ * krt__send_node would look up and decide is known. False: take the general path. */
+static inline bool s_stream_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body,
+                                 size_t len)
+{
+    krt_sched_t *s = ctx->sched;
+    if (!s || !s->out_n || s->out_to != to || len > KRT_INLINE_CAP || (len && !body))
+        return false;
+    krt_mag_t *m = s->mag[krt__len_class(len)];
+    if (!m || !m->n || ((s->turn_sends + 1) & 63) == 0) /* every 64th: krt__share_work */
+        return false;
+    s->turn_sends++;
+    krt_node_t *n = krt__mag_pop(m);
+    n->kind = KRT_NK_USER;
+    n->aux = 0;
+    n->msg = (krt_msg_t){.type = type,
+                         .len = (uint32_t)len,
+                         .from = ctx->actor->addr,
+                         .body = n->data,
+                         .kind = KRT_KIND_PLAIN};
+    if (len)
+        memcpy(n->data, body, len);
+    s_chain_ahead(n, m);
+    s_out_append(s, n);
+    return true;
+}
+
+/* Kept out of line so that krt_send's stream case saves no registers for it. */
+__attribute__((noinline)) static int s_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type,
+                                            const void *body, size_t len)
 {
     return krt__send_copy(ctx->sys, to, ctx->actor->addr, type, 0, KRT_NK_USER, body, len);
+}
+
+int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)
+{
+    if (s_stream_send(ctx, to, type, body, len))
+        return 0;
+    return s_send(ctx, to, type, body, len);
 }
 
 int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *))
