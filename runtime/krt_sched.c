@@ -337,6 +337,11 @@ static void s_exit_signal(krt_ctx_t *ctx, krt_actor_t *a, krt_node_t *n, bool li
 static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
 {
     krt_ctx_t *ctx = &s->ctx;
+    if (n->kind == KRT_NK_USER && n->msg.type != KRT_MSG_STOP) { /* the common case first */
+        s_handle(ctx, a, n, &n->msg);
+        krt__node_free(s, n);
+        return;
+    }
     krt_msg_t tm;
     switch (n->kind) {
     case KRT_NK_REPLY:
@@ -352,14 +357,10 @@ static void s_dispatch(krt_sched_t *s, krt_actor_t *a, krt_node_t *n)
             krt__rel_add(a, KRT_REL_REQ_IN, n->msg.from, n->msg.ref);
         }
         break;
-    case KRT_NK_USER:
-        if (n->msg.type == KRT_MSG_STOP) {
-            s_handle(ctx, a, n, &n->msg);
-            if (!(a->flags & (KRT_AF_EXITING | KRT_AF_SUPERVISOR)))
-                krt_exit(ctx, KRT_EXIT_SHUTDOWN);
-        } else {
-            s_handle(ctx, a, n, &n->msg);
-        }
+    case KRT_NK_USER: /* KRT_MSG_STOP */
+        s_handle(ctx, a, n, &n->msg);
+        if (!(a->flags & (KRT_AF_EXITING | KRT_AF_SUPERVISOR)))
+            krt_exit(ctx, KRT_EXIT_SHUTDOWN);
         break;
     case KRT_NK_INIT: {
         int rc = a->b->init ? a->b->init(ctx, a->state, (void *)n->msg.body) : 0;
@@ -473,9 +474,6 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
         krt_mlink_t *l = krt__mb_pop(a);
         if (!l)
             break;
-        atomic_store_explicit(&a->popped,
-                              atomic_load_explicit(&a->popped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
         n++;
         s_dispatch(s, a, (krt_node_t *)l);
         krt__out_end(s); /* what the handler sent; before a reap, as the batch may pin a */
@@ -483,7 +481,10 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
             break;
     }
     s->out_on = false;
-    if (n) {
+    if (n) { /* counted per turn: a depth read meanwhile counts the turn's messages in */
+        atomic_store_explicit(&a->popped,
+                              atomic_load_explicit(&a->popped, memory_order_relaxed) + n,
+                              memory_order_relaxed);
         atomic_store_explicit(&s->handled,
                               atomic_load_explicit(&s->handled, memory_order_relaxed) + n,
                               memory_order_relaxed);
