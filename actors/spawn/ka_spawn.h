@@ -19,12 +19,12 @@
 
 #include <stdint.h>
 
-#define KA_SPAWN_VERSION   1u
+#define KA_SPAWN_VERSION   2u
 #define KA_SPAWN_PATH      512 /* mount points and paths */
 #define KA_SPAWN_MAX_LOWER 128 /* image layers */
 #define KA_SPAWN_MAX_CG    5   /* cgroup.procs descriptors (KA_CGROUP_MAX_DIRS) */
 #define KA_SPAWN_MAX_ARGS  31  /* the guest's argv */
-#define KA_SPAWN_KEEP_MAX  (3 + KA_SPAWN_MAX_CG + KA_SPAWN_MAX_LOWER)
+#define KA_SPAWN_KEEP_MAX  (4 + KA_SPAWN_MAX_CG + KA_SPAWN_MAX_LOWER)
 #define KA_SPAWN_TAIL_MAX  (96u << 10) /* layer paths, arguments, the seccomp program */
 
 /* One message. The tail holds n_lower layer paths, then n_args guest arguments (each
@@ -32,6 +32,7 @@
 typedef struct ka_spawn_msg {
     uint32_t version;
     int sync_fd, channel_fd, log_fd;
+    int base_ns_fd; /* the mount namespace to copy (ka_basens.h), or -1: kagent-spawn's own */
     int cg_fds[KA_SPAWN_MAX_CG];
     int n_cg;
     int keep[KA_SPAWN_KEEP_MAX]; /* the descriptors kept open, ascending */
@@ -84,7 +85,8 @@ enum {
     KA_SPAWN_STEP_MSG,     /* the message was not readable or not valid */
     KA_SPAWN_STEP_SPAWN,   /* the node could not start kagent-spawn */
     KA_SPAWN_STEP_UNSHARE, /* the new namespaces */
-    KA_SPAWN_STEP_CLONE    /* the guest's process */
+    KA_SPAWN_STEP_CLONE,   /* the guest's process */
+    KA_SPAWN_STEP_BASENS   /* entering the base namespace, attaching the volume there */
 };
 
 /* kagent-spawn's executable image, linked into the node (ka_spawn_image.S). */

@@ -327,14 +327,32 @@ static bool s_unpack(const ka_spawn_msg_t *m, const unsigned char *tail)
     return true;
 }
 
+/* With a base namespace (ka_basens.h): a detached clone of the sandbox's volume mount, taken
+ * here in the node's namespace, then this process moved into the base one, whose copy the
+ * unshare makes; the clone is attached there at the volume's path, so every path the steps use
+ * names the same files. Without one: -1, and the node's namespace is the one copied. */
+static int s_enter_base(const ka_spawn_msg_t *c)
+{
+    if (c->base_ns_fd < 0)
+        return -1;
+    int vol = (int)syscall(SYS_open_tree, AT_FDCWD, c->vol, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (vol < 0 || setns(c->base_ns_fd, CLONE_NEWNS) < 0 || close(c->base_ns_fd) < 0)
+        s_fail(c, KA_SPAWN_STEP_BASENS);
+    return vol;
+}
+
 /* The guest's process: this one's child in new namespaces, the node's child by CLONE_PARENT
  * (PID namespaces refuse CLONE_PARENT at the clone that makes them, not after an unshare). It
  * waits until its pid is reported ('P', before its own reports on the same socket). */
 __attribute__((noreturn)) static void s_start_guest(const ka_spawn_msg_t *c)
 {
-    int gate[2];
+    int gate[2], vol = s_enter_base(c);
     if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC) < 0)
         s_fail(c, KA_SPAWN_STEP_UNSHARE);
+    if (vol >= 0 &&
+        (syscall(SYS_move_mount, vol, "", AT_FDCWD, c->vol, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+         close(vol) < 0))
+        s_fail(c, KA_SPAWN_STEP_BASENS);
     if (pipe2(gate, O_CLOEXEC) < 0)
         s_fail(c, KA_SPAWN_STEP_CLONE);
     long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);

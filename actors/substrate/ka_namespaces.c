@@ -1,10 +1,12 @@
 /* ka_namespaces: the `namespaces` sandbox class (see ka_namespaces.h). */
 #include "ka_namespaces.h"
 #include "guest_proto.h"
+#include "ka_basens.h"
 #include "ka_cgroup.h"
 #include "ka_spawn.h"
 #include "ka_tree.h"
 #include "ka_volume.h"
+#include "krt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -50,6 +52,7 @@ typedef struct s_driver {
     char spawn_dir[S_SDIR + 8];   /* <state>/.spawn: kagent-spawn, written from the node */
     char spawn_path[S_SDIR + 32]; /* <state>/.spawn/kagent-spawn */
     char volume_dir[S_SDIR + 16]; /* <state>/.volumes */
+    int base_ns;                  /* the namespace sandboxes copy (ka_basens.h), or -1 */
     ka_volumes_t *volumes;
     char **guest_args;
     struct sock_fprog filter; /* exported once; kagent-spawn installs it */
@@ -277,6 +280,7 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
     strcpy(m->hostname, hn);
     m->nofile = d->nofile;
     m->pids_max = d->lim.pids_max;
+    m->base_ns_fd = d->base_ns;
     snprintf(m->root, sizeof(m->root), "%s/root", sb->dir);
     snprintf(m->data, sizeof(m->data), "%s/data", sb->vol);
     snprintf(m->vol, sizeof(m->vol), "%s", sb->vol);
@@ -323,6 +327,8 @@ static void s_keep_list(ka_spawn_msg_t *m)
     m->keep[n++] = m->sync_fd;
     m->keep[n++] = m->channel_fd;
     m->keep[n++] = m->log_fd;
+    if (m->base_ns_fd >= 0)
+        m->keep[n++] = m->base_ns_fd;
     for (int i = 0; i < m->n_cg; i++)
         m->keep[n++] = m->cg_fds[i];
     for (size_t i = 0; i < m->n_lower; i++) /* reserved for the layers */
@@ -867,6 +873,8 @@ static void s_destroy(ka_driver_t *base)
     }
     pthread_mutex_destroy(&d->lock);
     free(d->slots);
+    if (d->base_ns >= 0)
+        close(d->base_ns);
     ka_volumes_destroy(&d->volumes);
     if (d->guest_dir[0])
         ka_volume_file_remove(d->guest_dir);
@@ -1174,6 +1182,16 @@ static int s_spawn_install(s_driver_t *d)
     return rc;
 }
 
+/* The namespace sandboxes copy: taken once the node's own mounts (guest, kagent-spawn) are in
+ * place, without the volumes. Without it starts still work, each copying the node's mounts. */
+static void s_base_ns_open(s_driver_t *d)
+{
+    d->base_ns = ka_basens_open(d->volume_dir);
+    if (d->base_ns < 0)
+        krt_log(KRT_LOG_WARN, "driver", "base_namespace_unavailable",
+                "errno=%d (each start copies the node's mount table)", -d->base_ns);
+}
+
 ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
 {
     int rc = -EINVAL;
@@ -1196,6 +1214,7 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     if (!d)
         goto fail;
     d->base.ops = &s_ops;
+    d->base_ns = -1;
     pthread_mutex_init(&d->lock, NULL);
     snprintf(d->state_dir, sizeof(d->state_dir), "%s", opts->state_dir);
     snprintf(d->guest_path, sizeof(d->guest_path), "%s", opts->guest_path);
@@ -1249,6 +1268,7 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     }
     if ((rc = s_spawn_install(d)) < 0)
         goto fail;
+    s_base_ns_open(d);
     return &d->base;
 fail:
     if (d)

@@ -8,10 +8,12 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "ka_basens.h"
 #include "ka_cgroup.h"
 #include "sbx_fixture.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -356,12 +358,59 @@ static void test_accounting_100_cycles(void **unused)
     assert_int_equal(after.loops, 0);
 }
 
+/* The namespace sandboxes are copied from (ka_basens.h) holds no volume while the node's holds
+ * a running sandbox's; a sandbox started after has its own volume as /data, the same files the
+ * node sees at the volume's path, and no other sandbox's. */
+static void test_base_namespace(void **unused)
+{
+    (void)unused;
+    ka_driver_t *d = s_driver();
+    ka_sandbox_t *a = s_start(d, "sbx-base-a");
+    char vols[400], path[700];
+    snprintf(vols, sizeof(vols), "%s/.volumes", s_state);
+    int self = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    assert_true(self >= 0);
+    assert_true(ka_basens_count(self, vols) >= 1);
+    int base = ka_basens_open(vols);
+    assert_true(base >= 0);
+    assert_int_equal(ka_basens_count(base, vols), 0);
+    assert_true(ka_basens_count(self, vols) >= 1); /* nothing detached in the node's */
+    close(base);
+    close(self);
+
+    ka_guestconn_t *ga = ka_guestconn_new(ka_driver_channel(d, a), false);
+    sbx_out_t o;
+    assert_int_equal(sbx_sh(ga, "echo from-a > /data/workspace/mine", &o), 0);
+    sbx_out_free(&o);
+    ka_sandbox_t *b = s_start(d, "sbx-base-b");
+    ka_guestconn_t *gb = ka_guestconn_new(ka_driver_channel(d, b), false);
+    assert_non_null(gb);
+    assert_int_equal(sbx_sh(gb,
+                            "echo from-b > /data/workspace/mine; cat /data/workspace/mine; "
+                            "grep -c ' /data ' /proc/self/mountinfo",
+                            &o),
+                     0);
+    assert_string_equal(o.out, "from-b\n1\n");
+    sbx_out_free(&o);
+    snprintf(path, sizeof(path), "%s/data/workspace/mine", ka_namespaces_dir(b));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[32] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_string_equal(line, "from-b\n");
+    ka_guestconn_destroy(&ga);
+    ka_guestconn_destroy(&gb);
+    assert_int_equal(ka_driver_stop(d, &a), 0);
+    assert_int_equal(ka_driver_stop(d, &b), 0);
+    ka_driver_destroy(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_start_exec_stop),
-        cmocka_unit_test(test_bad_specs),
-        cmocka_unit_test(test_crash_cleanup),
+        cmocka_unit_test(test_start_exec_stop),       cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_crash_cleanup),         cmocka_unit_test(test_base_namespace),
         cmocka_unit_test(test_accounting_100_cycles),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
