@@ -181,10 +181,9 @@ int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
         free(copy);
         return rc;
     }
-    s_slot_t *slot = ka_mgr_slot_new(self, addr, args->runtime.pool);
-    if (!slot)
-        return KRT_ENOMEM;
-    zhashx_update(self->live, args->record.id, slot);
+    rc = ka_mgr_slot_add(self, args->record.id, addr, args->runtime.pool);
+    if (rc)
+        return rc;
     s_register(ctx, args->record.id, addr);
     return 0;
 }
@@ -1090,14 +1089,6 @@ void ka_mgr_sweep_kept(krt_ctx_t *ctx, s_mgr_t *self)
 
 /* ---- the actor ---------------------------------------------------------------------------- */
 
-s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who)
-{
-    for (s_slot_t *a = zhashx_first(self->live); a; a = zhashx_next(self->live))
-        if (a->addr == who)
-            return a;
-    return NULL;
-}
-
 static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 {
     return ka_mgr_slot_of(self, who) != NULL;
@@ -1106,8 +1097,9 @@ static bool s_is_child(s_mgr_t *self, krt_addr_t who)
 static void s_on_down(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
 {
     const krt_down_t *d = msg->body;
-    if (ka_mgr_slot_of(self, d->who)) {
-        zhashx_delete(self->live, zhashx_cursor(self->live));
+    s_slot_t *slot = ka_mgr_slot_of(self, d->who);
+    if (slot) {
+        ka_mgr_slot_drop(self, slot);
         ka_pool_freed(ctx, self->pool);
     }
 }
@@ -1119,9 +1111,10 @@ static void s_on_down(krt_ctx_t *ctx, s_mgr_t *self, const krt_msg_t *msg)
  * reach us as the exit of an actor that is not our child. */
 static void s_on_retire(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who)
 {
-    if (!ka_mgr_slot_of(self, who))
+    s_slot_t *slot = ka_mgr_slot_of(self, who);
+    if (!slot)
         return;
-    zhashx_delete(self->live, zhashx_cursor(self->live));
+    ka_mgr_slot_drop(self, slot);
     krt_unlink(ctx, who);
     krt_send(ctx, who, KA_SBX_STOP_, NULL, 0);
     ka_pool_freed(ctx, self->pool);
@@ -1196,10 +1189,8 @@ static int s_init(krt_ctx_t *ctx, void *state, void *arg)
     if (!arg || !((const ka_sandboxes_args_t *)arg)->driver)
         return KRT_EINVAL;
     self->a = *(const ka_sandboxes_args_t *)arg;
-    self->live = zhashx_new();
-    if (!self->live)
+    if (ka_mgr_slots_init(self))
         return KRT_ENOMEM;
-    ka_mgr_slots_init(self);
     krt_trap_exit(ctx, true);
     ka_pool_opts_t po = {.driver = self->a.driver,
                          .store = self->a.store,
@@ -1232,14 +1223,15 @@ static void s_terminate(krt_ctx_t *ctx, void *state, int reason)
         ka_mgr_op_free(self, op);
     }
     ka_pool_destroy(ctx, &self->pool);
-    zhashx_destroy(&self->live);
+    ka_mgr_slots_free(self);
     ka_mgr_cluster_free(self);
 }
 
 static void s_describe(const void *state, char *out, size_t cap)
 {
     const s_mgr_t *self = state;
-    snprintf(out, cap, "{\"live\":%zu}", self->live ? zhashx_size(self->live) : 0);
+    snprintf(out, cap, "{\"live\":%zu,\"by_addr\":%zu}", self->live ? zhashx_size(self->live) : 0,
+             self->by_addr ? zhashx_size(self->by_addr) : 0); /* equal: the indexes in step */
 }
 
 const krt_behaviour_t ka_sandboxes_behaviour = {

@@ -121,32 +121,88 @@ static uint32_t *s_counter(s_mgr_t *self, const char *pool)
     return i < 0 ? NULL : &self->held[i];
 }
 
-/* zhashx destructor of self->live's slots: out of its counter. */
+/* ---- the slots (sandboxes_int.h) ------------------------------------------------------------ */
+
+/* by_addr's keys are its slots' own addr fields, neither copied nor freed: a slot leaves
+ * by_addr before it is freed (s_slot_destroy), so no key outlives its slot. */
+static size_t s_addr_hash(const void *key)
+{
+    uint64_t h = *(const krt_addr_t *)key * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static int s_addr_cmp(const void *a, const void *b)
+{
+    return *(const krt_addr_t *)a != *(const krt_addr_t *)b;
+}
+
+/* zhashx destructor of self->live's slots: out of the address index and its counter, whatever
+ * removed it from live. */
 static void s_slot_destroy(void **item)
 {
     s_slot_t *s = *item;
     if (!s)
         return;
+    if (zhashx_lookup(s->by_addr, &s->addr) == s)
+        zhashx_delete(s->by_addr, &s->addr);
     if (s->count && *s->count)
         (*s->count)--;
     free(s);
     *item = NULL;
 }
 
-void ka_mgr_slots_init(s_mgr_t *self)
+int ka_mgr_slots_init(s_mgr_t *self)
 {
+    self->live = zhashx_new();
+    self->by_addr = zhashx_new();
+    if (!self->live || !self->by_addr) {
+        ka_mgr_slots_free(self);
+        return KRT_ENOMEM;
+    }
     zhashx_set_destructor(self->live, s_slot_destroy);
+    zhashx_set_key_hasher(self->by_addr, s_addr_hash);
+    zhashx_set_key_comparator(self->by_addr, s_addr_cmp);
+    zhashx_set_key_duplicator(self->by_addr, NULL);
+    zhashx_set_key_destructor(self->by_addr, NULL);
+    return 0;
 }
 
-s_slot_t *ka_mgr_slot_new(s_mgr_t *self, krt_addr_t addr, const char *pool)
+void ka_mgr_slots_free(s_mgr_t *self)
+{
+    zhashx_destroy(&self->live); /* first: its slots leave by_addr as they go */
+    zhashx_destroy(&self->by_addr);
+}
+
+int ka_mgr_slot_add(s_mgr_t *self, const char *id, krt_addr_t addr, const char *pool)
 {
     s_slot_t *s = malloc(sizeof *s);
     if (!s)
-        return NULL;
-    *s = (s_slot_t){.addr = addr, .count = s_counter(self, pool)};
+        return KRT_ENOMEM;
+    *s = (s_slot_t){.addr = addr, .count = s_counter(self, pool), .by_addr = self->by_addr};
+    ka_mgr_copy(s->id, sizeof s->id, id);
+    if (zhashx_insert(self->by_addr, &s->addr, s)) {
+        free(s);
+        return KRT_ENOMEM;
+    }
     if (s->count)
         (*s->count)++;
-    return s;
+    zhashx_delete(self->live, s->id); /* a previous actor of the id's: its DOWN finds nothing */
+    if (zhashx_insert(self->live, s->id, s)) {
+        void *item = s;
+        s_slot_destroy(&item);
+        return KRT_ENOMEM;
+    }
+    return 0;
+}
+
+s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who)
+{
+    return zhashx_lookup(self->by_addr, &who);
+}
+
+void ka_mgr_slot_drop(s_mgr_t *self, s_slot_t *slot)
+{
+    zhashx_delete(self->live, slot->id); /* s_slot_destroy: out of by_addr and its counter */
 }
 
 /* The templates actor named the pool of an adopted sandbox's revision: its slot (if still

@@ -12,10 +12,12 @@
 #define STORE_TIMEOUT_MS   30000
 #define RESOLVE_TIMEOUT_MS (15 * 60 * 1000) /* a create may prepare its template's image */
 
-/* A live sandbox: its actor. */
+/* A live sandbox: its actor. Owned by s_mgr_t live; by_addr holds the same pointer. */
 typedef struct {
     krt_addr_t addr;
-    uint32_t *count; /* the pool counter it is in (s_mgr_t held[] or unsure); NULL: none */
+    uint32_t *count;          /* the pool counter it is in (s_mgr_t held[] or unsure); NULL: none */
+    char id[KA_STORE_ID_LEN]; /* its key in live */
+    zhashx_t *by_addr;        /* the manager's address index, which it leaves as it goes */
 } s_slot_t;
 
 /* A caller's request in flight: each step is a krt_request whose callback is the next step. */
@@ -49,10 +51,11 @@ struct s_op {
 
 typedef struct {
     ka_sandboxes_args_t a;
-    zhashx_t *live;  /* id -> s_slot_t* of the sandbox's actor */
-    s_op_t *ops;     /* in flight, owned */
-    ka_pool_t *pool; /* the warm pools */
-    zhashx_t *where; /* sandbox id -> s_where_t*: another node's sandbox as last read (cluster) */
+    zhashx_t *live;    /* id -> s_slot_t* of the sandbox's actor, owned */
+    zhashx_t *by_addr; /* the actor's address -> the same s_slot_t* (ka_mgr_slot_of) */
+    s_op_t *ops;       /* in flight, owned */
+    ka_pool_t *pool;   /* the warm pools */
+    zhashx_t *where;   /* sandbox id -> s_where_t*: another node's sandbox as last read (cluster) */
     /* capacity (sandboxes_cap.c), per pool of a.warm[] */
     uint32_t held[KA_POOL_MAX_POOLS];     /* sandbox actors of the pool in live */
     uint32_t reserved[KA_POOL_MAX_POOLS]; /* creates admitted, not finished */
@@ -78,9 +81,6 @@ void ka_mgr_fail_op(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, int err, const ch
 /* Sends a request for op; its reply (or failure) runs `next` with op as user. */
 void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, krt_addr_t to,
                 uint32_t type, const void *body, size_t len, int timeout_ms);
-/* The live map's slot of sandbox actor who, the map's cursor left on it (zhashx_delete with
- * zhashx_cursor removes it), or NULL. */
-s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who);
 /* Asks the store for the receipt of creator's request_id (its sandbox, even deleted; next gets
  * KA_STORE_ENOTFOUND if there is none). */
 void ka_mgr_ask_receipt(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next,
@@ -113,10 +113,22 @@ void ka_mgr_pool_report(const s_mgr_t *self, ka_sbx_count_t *out);
 int ka_mgr_reserve(s_mgr_t *self, s_op_t *op, uint32_t n, char *why, size_t cap);
 /* Ends op's reservation, if any (ka_mgr_op_free does; a fork's once its actors are spawned). */
 void ka_mgr_unreserve(s_mgr_t *self, s_op_t *op);
-/* self->live's slots leave their pool's count as they go. */
-void ka_mgr_slots_init(s_mgr_t *self);
-/* A slot for the actor addr of a sandbox of pool ("": not known), counted in it. */
-s_slot_t *ka_mgr_slot_new(s_mgr_t *self, krt_addr_t addr, const char *pool);
+/* The live sandbox actors' slots, in two indexes kept in step: live (by sandbox id) owns them,
+ * by_addr (by actor address) finds one in O(1) on a DOWN, retire, release or exit. Whatever
+ * removes a slot from live (ka_mgr_slot_drop, a replacement, a fencing's purge, the manager's
+ * end) takes it out of by_addr and of its pool's count too. */
+/* Creates both indexes, empty: 0 or KRT_ENOMEM (nothing kept). */
+int ka_mgr_slots_init(s_mgr_t *self);
+/* Destroys both indexes and their slots (counts follow). */
+void ka_mgr_slots_free(s_mgr_t *self);
+/* Adds a slot for the actor addr of sandbox id of pool ("": not known), counted in it, in place
+ * of any slot id had (dropped: its actor's DOWN then finds nothing). 0, or KRT_ENOMEM with
+ * nothing added. */
+int ka_mgr_slot_add(s_mgr_t *self, const char *id, krt_addr_t addr, const char *pool);
+/* The slot of sandbox actor who (borrowed: valid until dropped), or NULL. */
+s_slot_t *ka_mgr_slot_of(s_mgr_t *self, krt_addr_t who);
+/* Removes slot from both indexes and frees it; it leaves its pool's count. */
+void ka_mgr_slot_drop(s_mgr_t *self, s_slot_t *slot);
 /* Sandbox actor who is FAILED with no compute: out of its pool's count. */
 void ka_mgr_released(krt_ctx_t *ctx, s_mgr_t *self, krt_addr_t who);
 /* An adopted sandbox counted in no pool yet (a node with several): asks the templates actor

@@ -1742,6 +1742,164 @@ static void test_fork_and_creates_concurrent(void **unused)
     }
 }
 
+/* ---- the manager's index of its sandbox actors by address ---------------------------------- */
+
+/* The manager's live count and pool kagent-default's used count (KA_SBX_COUNT), and its two
+ * indexes' sizes as it describes them (the actor tree's "state"): all as given. The live count
+ * is waited for: an actor waited for (krt_system_wait) is gone before its DOWN is sent. Counts
+ * only fall, so a count below live never comes back up to pass. */
+static void s_assert_use(uint64_t live, uint64_t used)
+{
+    ka_sbx_count_t c;
+    int64_t until = krt_mono_ms() + WAIT_MS;
+    for (s_count(&c); c.live != live && krt_mono_ms() < until; s_count(&c))
+        usleep(1000);
+    assert_int_equal(c.live, live);
+    assert_int_equal(c.n_pools, 1);
+    assert_int_equal(c.pools[0].used, used);
+    until = krt_mono_ms() + WAIT_MS; /* described only while idle */
+    size_t n_live = SIZE_MAX, n_addr = SIZE_MAX;
+    while (n_live == SIZE_MAX && krt_mono_ms() < until) {
+        char *json = krt_tree_json(T.sys, T.sandboxes);
+        const char *st = json ? strstr(json, "{\"live\":") : NULL;
+        if (!st || sscanf(st, "{\"live\":%zu,\"by_addr\":%zu}", &n_live, &n_addr) != 2)
+            usleep(1000);
+        free(json);
+    }
+    assert_int_equal(n_live, live);
+    assert_int_equal(n_addr, live); /* no address left behind by a slot gone */
+}
+
+/* The actor of sandbox id, by its name. */
+static krt_addr_t s_actor_of(const char *id)
+{
+    char name[KA_SANDBOX_NAME_LEN];
+    ka_sandbox_name(name, id);
+    return krt_whereis(T.sys, name);
+}
+
+/* A DOWN of who as the runtime delivers one: here a late or repeated one. */
+static void s_send_down(krt_addr_t who)
+{
+    krt_down_t d = {.who = who, .ref = 0, .reason = KRT_EXIT_KILLED};
+    assert_int_equal(krt_system_send(T.sys, T.sandboxes, KRT_MSG_DOWN, &d, sizeof d), 0);
+}
+
+/* A sandbox of ALICE's, READY (or FAILED: fails), waited for: *out its reply, *actor its actor. */
+static void s_create_actor(const char *request_id, int64_t ttl_ms, bool fails, t_reply_t *out,
+                           krt_addr_t *actor)
+{
+    pthread_mutex_lock(&F.lock);
+    F.fail_start = fails;
+    pthread_mutex_unlock(&F.lock);
+    ka_sbx_create_t c = s_create_req(ALICE, request_id, ttl_ms);
+    s_answer_t a;
+    s_send(KA_SBX_CREATE, &c, sizeof c, &a);
+    assert_int_equal(s_wait_answer(&a), KA_OK);
+    assert_int_equal(a.r.sandbox.state, fails ? KA_STATE_FAILED : KA_STATE_READY);
+    *out = a.r;
+    *actor = s_actor_of(out->sandbox.id);
+    assert_int_not_equal(*actor, KRT_ADDR_NONE);
+}
+
+/* Deletes sandbox id and waits until its actor is gone (the manager took its retire; its DOWN
+ * may still be on the way). */
+static void s_delete_gone(const char *id, krt_addr_t actor)
+{
+    t_reply_t o;
+    assert_int_equal(s_life(KA_SBX_DELETE, ALICE, id, &o), KA_OK);
+    assert_int_not_equal(krt_system_wait(T.sys, actor, WAIT_MS), KRT_ETIMEDOUT);
+}
+
+/* The manager finds a sandbox's slot by its actor's address (DOWN, retire, release, a child's
+ * exit) in an index kept in step with its live map. Sandboxes leave in mixed order and ways
+ * (deleted, killed, a failed boot released then deleted, TTL) while others arrive; after each
+ * the counts are the survivors' and the index holds exactly the live ones. A DOWN of an actor
+ * gone (twice), or of one never a sandbox, changes nothing. The room left is what the pool says
+ * (filled to capacity, then full), and deleting the rest in another order ends at zero. */
+static void test_address_index_in_step(void **unused)
+{
+    enum { CAP = 24, N = CAP - 3, FAILS = 5, TTL = 3 };
+    s_warm_args(0, CAP);
+    s_spawn_manager();
+    t_reply_t r[CAP];
+    krt_addr_t actor[CAP];
+    bool alive[CAP];
+    char rid[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(rid, sizeof rid, "addr-%d", i);
+        s_create_actor(rid, 0, i == FAILS, &r[i], &actor[i]);
+        alive[i] = true;
+    }
+    int live = N, used = N - 1; /* the failed boot holds no room */
+    s_assert_use(live, used);
+    /* d: delete (retire, then DOWN), k: kill (DOWN only; the actor parks its compute) */
+    const struct {
+        int i;
+        char how;
+    } gone[] = {{20, 'd'}, {4, 'k'},  {FAILS, 'd'}, {3, 'd'}, {19, 'k'},
+                {17, 'd'}, {11, 'k'}, {10, 'd'},    {0, 'd'}};
+    for (size_t g = 0; g < sizeof gone / sizeof gone[0]; g++) {
+        int i = gone[g].i;
+        if (gone[g].how == 'd') {
+            s_delete_gone(r[i].sandbox.id, actor[i]);
+        } else {
+            krt_system_kill(T.sys, actor[i], KRT_EXIT_KILLED);
+            assert_int_not_equal(krt_system_wait(T.sys, actor[i], WAIT_MS), KRT_ETIMEDOUT);
+        }
+        alive[i] = false;
+        live--;
+        used -= i != FAILS;
+        s_assert_use(live, used);
+    }
+    for (int i = N; i < N + TTL; i++) { /* new addresses among the gaps; they expire */
+        snprintf(rid, sizeof rid, "addr-ttl-%d", i);
+        s_create_actor(rid, 1000, false, &r[i], &actor[i]);
+    }
+    for (int i = N; i < N + TTL; i++) {
+        s_wait_state(r[i].sandbox.id, KA_STATE_DELETED);
+        assert_int_not_equal(krt_system_wait(T.sys, actor[i], WAIT_MS), KRT_ETIMEDOUT);
+        alive[i] = false;
+    }
+    s_assert_use(live, used);
+    for (int rep = 0; rep < 2; rep++)
+        for (int i = 0; i < N + TTL; i++)
+            if (!alive[i])
+                s_send_down(actor[i]);
+    s_send_down(T.store);
+    s_assert_use(live, used);
+    /* the room the count leaves is real: filled exactly, then full */
+    t_reply_t more[CAP], f;
+    krt_addr_t more_actor[CAP];
+    int n_more = CAP - used;
+    for (int j = 0; j < n_more; j++) {
+        snprintf(rid, sizeof rid, "addr-more-%d", j);
+        s_create_actor(rid, 0, false, &more[j], &more_actor[j]);
+    }
+    live += n_more;
+    used += n_more;
+    s_assert_use(live, CAP);
+    char full[KA_MSG_LEN];
+    snprintf(full, sizeof full,
+             "pool kagent-default on node node-fsm is full (%d of %d sandboxes); delete one or "
+             "retry later",
+             CAP, CAP);
+    assert_int_equal(s_try_create("addr-over", &f), KA_RESOURCE_EXHAUSTED);
+    assert_string_equal(f.status.message, full);
+    /* the rest: the new ones newest and oldest alternately, then the first ones backwards */
+    for (int j = 0; j < n_more; j++) {
+        int k = j % 2 ? j / 2 : n_more - 1 - j / 2;
+        s_delete_gone(more[k].sandbox.id, more_actor[k]);
+        s_assert_use(--live, --used);
+    }
+    for (int i = N - 1; i >= 0; i--)
+        if (alive[i]) {
+            s_delete_gone(r[i].sandbox.id, actor[i]);
+            s_assert_use(--live, --used);
+        }
+    s_assert_use(0, 0);
+}
+
 /* ---- how calls reach a sandbox --------------------------------------------------------------- */
 
 #define T_HOLD (KA_CTL_MSG_LAST_ + 100) /* the dying stand-in waits, then stops */
@@ -2034,6 +2192,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_capacity_failed_boot_takes_no_room, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_capacity_with_warm_pool, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_address_index_in_step, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_fails, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_fork_refusals, s_setup, s_teardown),
