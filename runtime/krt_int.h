@@ -299,7 +299,7 @@ struct krt_actor {
     _Atomic uint32_t sig;    /* KRT_SIG_* out-of-band signals */
     _Atomic int sig_reason;  /* reason for KRT_SIG_KILL */
     _Atomic uint32_t aflags; /* KRT_AAF_* */
-    _Atomic uint32_t popped; /* messages handled, added after each turn (owner writes; wraps) */
+    _Atomic uint32_t popped; /* messages taken, each before its handler (owner writes; wraps) */
     uint16_t flags;          /* KRT_AF_*, owner only */
     uint16_t restarts;       /* by its supervisor (introspection; saturates) */
     int exit_reason;

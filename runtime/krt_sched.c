@@ -474,6 +474,9 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
         krt_mlink_t *l = krt__mb_pop(a);
         if (!l)
             break;
+        atomic_store_explicit(&a->popped, /* before the handler: a depth read in a long turn */
+                              atomic_load_explicit(&a->popped, memory_order_relaxed) + 1,
+                              memory_order_relaxed); /* counts only what still waits */
         n++;
         s_dispatch(s, a, (krt_node_t *)l);
         krt__out_end(s); /* what the handler sent; before a reap, as the batch may pin a */
@@ -481,10 +484,7 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
             break;
     }
     s->out_on = false;
-    if (n) { /* counted per turn: a depth read meanwhile counts the turn's messages in */
-        atomic_store_explicit(&a->popped,
-                              atomic_load_explicit(&a->popped, memory_order_relaxed) + n,
-                              memory_order_relaxed);
+    if (n) {
         atomic_store_explicit(&s->handled,
                               atomic_load_explicit(&s->handled, memory_order_relaxed) + n,
                               memory_order_relaxed);

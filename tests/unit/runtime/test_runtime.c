@@ -686,6 +686,52 @@ static void test_tree_json(void **unused)
     krt_system_destroy(&sys);
 }
 
+/* The depth the tree shows during a long turn: the message being handled no longer waits, so
+ * only the two sent meanwhile count. */
+static _Atomic int gate_state; /* 1: in the handler; 2: let it return */
+
+static void gate_handle(krt_ctx_t *ctx, void *state, const krt_msg_t *m)
+{
+    if (atomic_load(&gate_state) != 0)
+        return;
+    atomic_store(&gate_state, 1);
+    while (atomic_load(&gate_state) != 2)
+        rt_sleep_ms(1);
+}
+
+static const krt_behaviour_t gate_b = {.kind = "gate", .handle = gate_handle};
+
+static int s_depth(krt_system_t *sys, krt_addr_t a)
+{
+    char *json = krt_tree_json(sys, a);
+    const char *m = json ? strstr(json, "\"mailbox\":") : NULL;
+    int n = m ? atoi(m + strlen("\"mailbox\":")) : -1;
+    free(json);
+    return n;
+}
+
+static void test_depth_during_a_turn(void **unused)
+{
+    krt_system_t *sys = rt_system(2);
+    atomic_store(&gate_state, 0);
+    krt_addr_t g;
+    assert_int_equal(krt_system_spawn(sys, &gate_b, NULL, NULL, &g), 0);
+    assert_int_equal(krt_system_send(sys, g, T_INC, NULL, 0), 0);
+    for (int i = 0; i < 5000 && atomic_load(&gate_state) != 1; i++)
+        rt_sleep_ms(1);
+    assert_int_equal(atomic_load(&gate_state), 1);
+    assert_int_equal(s_depth(sys, g), 0);
+    assert_int_equal(krt_system_send(sys, g, T_INC, NULL, 0), 0);
+    assert_int_equal(krt_system_send(sys, g, T_INC, NULL, 0), 0);
+    assert_int_equal(s_depth(sys, g), 2);
+    atomic_store(&gate_state, 2);
+    int depth = -1;
+    for (int i = 0; i < 5000 && depth != 0; i++, rt_sleep_ms(1))
+        depth = s_depth(sys, g);
+    assert_int_equal(depth, 0);
+    krt_system_destroy(&sys);
+}
+
 /* Shutdown: live actors with full mailboxes, trees stopped children first. */
 static _Atomic int term_count;
 static int64_t term_seq[64];
@@ -1090,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_send_ptr),
         cmocka_unit_test(test_jobs_and_fds),
         cmocka_unit_test(test_tree_json),
+        cmocka_unit_test(test_depth_during_a_turn),
         cmocka_unit_test(test_sup_registered_child),
         cmocka_unit_test(test_shutdown_full_mailboxes),
         cmocka_unit_test(test_destroy_never_started),
