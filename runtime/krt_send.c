@@ -208,16 +208,17 @@ void krt__push_self(krt_ctx_t *ctx, krt_addr_t from, uint16_t kind, uint64_t ref
 
 /* A stream's next message: the handler's batch already holds messages to `to` (local and
  * pinned) and the loaded magazine of the body's class has a node, so what krt__send_env and
- * krt__send_node would look up and decide is known. False: take the general path. */
-static inline bool s_stream_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body,
-                                 size_t len)
+ * krt__send_node would look up and decide is known. Returns the node, its header written and
+ * *mag its magazine; NULL: take the general path. */
+static inline krt_node_t *s_stream_node(krt_ctx_t *ctx, krt_addr_t to, uint32_t type,
+                                        const void *body, size_t len, krt_mag_t **mag)
 {
     krt_sched_t *s = ctx->sched;
     if (!s || !s->out_n || s->out_to != to || len > KRT_INLINE_CAP || (len && !body))
-        return false;
+        return NULL;
     krt_mag_t *m = s->mag[krt__len_class(len)];
     if (!m || !m->n || ((s->turn_sends + 1) & 63) == 0) /* every 64th: krt__share_work */
-        return false;
+        return NULL;
     s->turn_sends++;
     krt_node_t *n = krt__mag_pop(m);
     n->kind = KRT_NK_USER;
@@ -227,25 +228,46 @@ static inline bool s_stream_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, c
                          .from = ctx->actor->addr,
                          .body = n->data,
                          .kind = KRT_KIND_PLAIN};
-    if (len)
-        memcpy(n->data, body, len);
-    s_chain_ahead(n, m);
-    s_out_append(s, n);
-    return true;
+    *mag = m;
+    return n;
 }
 
-/* Kept out of line so that krt_send's stream case saves no registers for it. */
+/* Appends the stream's node n, popped from m, to the batch. */
+static inline int s_stream_add(krt_sched_t *s, const krt_mag_t *m, krt_node_t *n)
+{
+    s_chain_ahead(n, m);
+    s_out_append(s, n);
+    return 0;
+}
+
 __attribute__((noinline)) static int s_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type,
                                             const void *body, size_t len)
 {
     return krt__send_copy(ctx->sys, to, ctx->actor->addr, type, 0, KRT_NK_USER, body, len);
 }
 
+/* A send with a body, out of line: krt_send's body-less case then checks no length and calls
+ * nothing (no registers saved) unless its batch is full. */
+__attribute__((noinline)) static int s_send_body(krt_ctx_t *ctx, krt_addr_t to, uint32_t type,
+                                                 const void *body, size_t len)
+{
+    krt_mag_t *m;
+    krt_node_t *n = s_stream_node(ctx, to, type, body, len, &m);
+    if (!n)
+        return s_send(ctx, to, type, body, len);
+    memcpy(n->data, body, len);
+    return s_stream_add(ctx->sched, m, n);
+}
+
 int krt_send(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, const void *body, size_t len)
 {
-    if (s_stream_send(ctx, to, type, body, len))
-        return 0;
-    return s_send(ctx, to, type, body, len);
+    if (len)
+        return s_send_body(ctx, to, type, body, len);
+    krt_mag_t *m;
+    krt_node_t *n = s_stream_node(ctx, to, type, NULL, 0, &m);
+    if (!n)
+        return s_send(ctx, to, type, NULL, 0);
+    return s_stream_add(ctx->sched, m, n);
 }
 
 int krt_send_ptr(krt_ctx_t *ctx, krt_addr_t to, uint32_t type, void *ptr, void (*free_fn)(void *))
