@@ -1,6 +1,8 @@
 /* ka_volume: one ext4 loop volume per sandbox (see ka_volume.h). */
 #include "ka_volume.h"
 
+#include "krt.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +32,7 @@ extern char **environ;
 struct ka_volumes {
     char dir[S_DIR];
     char mkfs[64];
+    int tmpl; /* a formatted, never mounted image that new volumes copy; -1: each runs mkfs */
     uint64_t bytes, inodes;
     unsigned spare;
     pthread_mutex_t lock;
@@ -159,25 +162,77 @@ static int s_mount(const char *img, const char *mnt)
     return rc;
 }
 
-/* Formats and mounts volume n: 0 or -errno (nothing left behind on failure). The image is
- * attached first and formatted through its loop device (see s_mkfs). */
+/* Copies the template's data extents into out, sized as the template: 0 or -errno. A
+ * formatted, unused volume holds ~200 KB of metadata in 10 GiB: copying them takes ~0.2 ms of
+ * CPU where mkfs.ext4 takes ~2 ms and a process. */
+static int s_copy_sparse(int in, int out, uint64_t bytes)
+{
+    if (ftruncate(out, (off_t)bytes) < 0)
+        return -errno;
+    off_t pos = 0;
+    for (;;) {
+        off_t from = lseek(in, pos, SEEK_DATA);
+        if (from < 0)
+            return errno == ENXIO ? 0 : -errno; /* ENXIO: no data past pos */
+        off_t end = lseek(in, from, SEEK_HOLE), to = from;
+        if (end < 0)
+            return -errno;
+        while (from < end) {
+            ssize_t n = copy_file_range(in, &from, out, &to, (size_t)(end - from), 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return n < 0 ? -errno : -EIO;
+        }
+        pos = end;
+    }
+}
+
+/* Formats the image open at fd, sized v->bytes, through a loop device: 0 or -errno. */
+static int s_format(const ka_volumes_t *v, int fd)
+{
+    char dev[32];
+    if (ftruncate(fd, (off_t)v->bytes) < 0)
+        return -errno;
+    int loop = s_loop_attach(fd, dev, sizeof(dev));
+    if (loop < 0)
+        return loop;
+    int rc = s_mkfs(v, dev);
+    close(loop); /* autoclear: nothing holds the device, it goes */
+    return rc;
+}
+
+/* Makes the template: an unnamed image in dir (O_TMPFILE: nothing to clean up after a crash),
+ * formatted once per node start with the node's size and inode count. Without it (-errno),
+ * every new volume is formatted on its own. */
+static int s_template(ka_volumes_t *v)
+{
+    int fd = open(v->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = s_format(v, fd);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    v->tmpl = fd;
+    return 0;
+}
+
+/* Makes and mounts volume n, a copy of the template (or formatted on its own): 0 or -errno
+ * (nothing left behind on failure). All volumes of a node share the template's file system
+ * UUID, which ext4 allows; nothing here identifies a volume by it. */
 static int s_make(const ka_volumes_t *v, uint64_t n)
 {
-    char mnt[S_PATH], img[S_PATH + 8], dev[32];
+    char mnt[S_PATH], img[S_PATH + 8];
     s_paths(v, n, mnt, img);
     int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    int loop = -1, rc = ftruncate(fd, (off_t)v->bytes) < 0 ? -errno : 0;
-    if (rc == 0 && (loop = s_loop_attach(fd, dev, sizeof(dev))) < 0)
-        rc = loop;
+    int rc = v->tmpl >= 0 ? s_copy_sparse(v->tmpl, fd, v->bytes) : s_format(v, fd);
     close(fd);
     if (rc == 0)
-        rc = s_mkfs(v, dev);
-    if (rc == 0)
-        rc = s_mount_dev(dev, mnt);
-    if (loop >= 0)
-        close(loop); /* autoclear: the mount holds the device now, or nothing does and it goes */
+        rc = s_mount(img, mnt);
     if (rc < 0)
         unlink(img);
     return rc;
@@ -478,6 +533,7 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
     v->inodes = inodes;
     v->spare = opts->spare;
     v->next = 1;
+    v->tmpl = -1;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->wake, NULL);
     if ((rc = s_find_mkfs(v)) < 0 || (access("/dev/loop-control", R_OK | W_OK) < 0 &&
@@ -487,6 +543,9 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
         rc = -errno;
         goto fail;
     }
+    if ((rc = s_template(v)) < 0) /* formats each volume on its own, as before the template */
+        krt_log(KRT_LOG_WARN, "volumes", "volume_template_unavailable",
+                "errno=%d (each new volume runs mkfs.ext4)", -rc);
     s_release_spares(v);
     if (v->spare > 0) { /* the filler takes no signal: they stay the caller's threads' */
         sigset_t all, old;
@@ -523,6 +582,8 @@ void ka_volumes_destroy(ka_volumes_t **self_p)
     pthread_mutex_unlock(&v->lock);
     for (unsigned i = 0; i < v->n_ready; i++)
         s_unmake(v, v->ready[i]);
+    if (v->tmpl >= 0)
+        close(v->tmpl);
     pthread_cond_destroy(&v->wake);
     pthread_mutex_destroy(&v->lock);
     free(v);
