@@ -34,7 +34,7 @@ cleanup() {
 trap cleanup EXIT
 export KAGENT_STATE_DIR= # the tool gets --state-dir explicitly
 img() { local s=$1; shift; "$tool" --state-dir "$s" "$@"; }
-snapshot() { (cd "$1" && find . -path ./images/lock -prune -o -print0 | sort -z | xargs -0 ls -ld --time-style=+ | awk '{print $1, $5, $NF}'; cat images/index.json 2>/dev/null || true) ; }
+snapshot() { (cd "$1" && find . -path ./images/lock -prune -o -print0 | sort -z | xargs -0 ls -ld --time-style=+ | awk '{print $1, $5, $NF}'; if [ -e images/index.json ]; then cat images/index.json; fi) ; }
 refused() { # refused STATE EXPECTED-MESSAGE-FRAGMENT ARGS...: must exit 1 with the message, store unchanged
   local s=$1 frag=$2; shift 2
   local before after out rc=0
@@ -90,7 +90,10 @@ for _ in $(seq 100); do [ -e "$work/ovl/ready" ] && break; sleep 0.05; done
 [ -e "$work/ovl/ready" ] || fail "overlay in a private namespace did not come up"
 grep -q "$work/ovl/merged" /proc/self/mountinfo && fail "the private mount leaked to the host"
 refused "$s1" "in use" rm "$ref"
-kill "$ns_pid"; wait "$ns_pid" 2>/dev/null || true
+kill "$ns_pid"
+rc=0; wait "$ns_pid" || rc=$?
+[ "$rc" = 143 ] || fail "the overlay's namespace ended with status $rc, not 143 (our SIGTERM)"
+ns_pid=
 cmp -s "$lower/etc/passwd" "$work/rfs/etc/passwd" && [ ! -e "$lower/tmp/new" ] && [ -L "$lower/bin/echo" ] \
   || fail "writes through the overlay reached the image's rootfs"
 img "$s1" verify "$ref" >/dev/null 2>&1 || fail "verify after overlay use"

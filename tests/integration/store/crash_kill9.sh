@@ -15,13 +15,14 @@ ackre='^ACK req-[0-9]+ [0-9a-f-]{36} [01]$'
 "$W" burst crash 0 1000000 64 >"$tmp/run1" 2>"$tmp/err1" &
 pid=$!
 for _ in $(seq 1 400); do
-  n=$(grep -cE "$ackre" "$tmp/run1" || true)
+  n=$(grep -cE "$ackre" "$tmp/run1") || [ $? = 1 ] # 1: no line yet (n=0); 2: an error
   [ "$n" -ge 500 ] && break
   kill -0 "$pid" 2>/dev/null || { cat "$tmp/err1" >&2; fail "writer exited early"; }
   sleep 0.05
 done
 kill -9 "$pid"
-wait "$pid" 2>/dev/null || true
+rc=0; wait "$pid" 2>/dev/null || rc=$?
+[ "$rc" = 137 ] || fail "the writer ended with status $rc, not 137 (our kill -9)"
 pid=
 grep -E "$ackre" "$tmp/run1" | awk '{print $2, $3}' | sort >"$tmp/acked"
 acked=$(wc -l <"$tmp/acked")
