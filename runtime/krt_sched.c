@@ -474,9 +474,10 @@ static void s_run(krt_sched_t *s, krt_actor_t *a)
         krt_mlink_t *l = krt__mb_pop(a);
         if (!l)
             break;
-        atomic_store_explicit(&a->popped, /* before the handler: a depth read in a long turn */
+        /* counted before the handler: a depth read during a long turn counts what waits */
+        atomic_store_explicit(&a->popped,
                               atomic_load_explicit(&a->popped, memory_order_relaxed) + 1,
-                              memory_order_relaxed); /* counts only what still waits */
+                              memory_order_relaxed);
         n++;
         s_dispatch(s, a, (krt_node_t *)l);
         krt__out_end(s); /* what the handler sent; before a reap, as the batch may pin a */
