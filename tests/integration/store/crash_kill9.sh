@@ -12,6 +12,7 @@ trap cleanup EXIT
 fail() { echo "crash_kill9: FAIL: $*" >&2; exit 1; }
 ackre='^ACK req-[0-9]+ [0-9a-f-]{36} [01]$'
 
+: >"$tmp/run1" # before the poll below: the background redirect opens it only in the child
 "$W" burst crash 0 1000000 64 >"$tmp/run1" 2>"$tmp/err1" &
 pid=$!
 for _ in $(seq 1 400); do
