@@ -16,6 +16,9 @@
  *     TCP socket pair on loopback (TCP_NODELAY), p50 of RTT_N round trips.
  * ratio = times better than the peer (peer/value for latency, value/peer for throughput).
  * BENCH names without a suffix are the plain runs, `_curve` the CURVE ones.
+ * SPEC.md's peer for both figures, Erlang distribution (two BEAM nodes over tcp loopback, the
+ * same two workloads: erl_dist_peer.erl), is run by run.sh after this program; it prints
+ * `_vs_erlang` BENCH lines from our plain figures (distribution without TLS is plain TCP).
  */
 #include "krt.h"
 
