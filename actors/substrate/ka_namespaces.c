@@ -1250,6 +1250,7 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
         rc = -errno;
         goto fail;
     }
+    (void)ka_dir_spread(d->state_dir); /* the sandboxes' directories: a hint (ka_tree.h) */
     rc = s_filter_build(&d->filter);
     if (rc < 0)
         goto fail;

@@ -46,6 +46,21 @@ int ka_mkdirs(const char *path, mode_t mode)
     return mkdir(tmp, mode) < 0 && errno != EEXIST ? -errno : 0;
 }
 
+int ka_dir_spread(const char *dir)
+{
+    int fd = open(dir, S_DIRFLAG), flags = 0, rc = 0;
+    if (fd < 0)
+        return -errno;
+    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0)
+        rc = -errno;
+    else if (!(flags & FS_TOPDIR_FL)) {
+        flags |= FS_TOPDIR_FL;
+        rc = ioctl(fd, FS_IOC_SETFLAGS, &flags) < 0 ? -errno : 0;
+    }
+    close(fd);
+    return rc;
+}
+
 /* The walk's budget: time and entries. */
 static int s_tick(s_walk_t *w)
 {

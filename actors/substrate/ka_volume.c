@@ -1,6 +1,7 @@
 /* ka_volume: one ext4 loop volume per sandbox (see ka_volume.h). */
 #include "ka_volume.h"
 
+#include "ka_tree.h"
 #include "krt.h"
 
 #include <dirent.h>
@@ -543,6 +544,7 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
         rc = -errno;
         goto fail;
     }
+    (void)ka_dir_spread(v->dir);  /* the volumes' mount points: a hint (ka_tree.h) */
     if ((rc = s_template(v)) < 0) /* formats each volume on its own, as before the template */
         krt_log(KRT_LOG_WARN, "volumes", "volume_template_unavailable",
                 "errno=%d (each new volume runs mkfs.ext4)", -rc);

@@ -73,6 +73,13 @@ def cpu_ms(pid):
     return (int(f[11]) + int(f[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
+def host_cpu():
+    """(busy, all) jiffies of every CPU so far (/proc/stat's first line; idle and iowait are
+    not busy)."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(f) - f[3] - f[4], sum(f)
+
+
 def wait_quiet(pid, timeout=300):
     """Until kagentd used under 2% of a core over a second: the refills and teardowns of the
     step before are done, so a burst measures creates, not what is left of the last one."""
@@ -151,6 +158,7 @@ def burst(argvs, peer=False):
         pids[spawn(argv, f, gate_r)] = i
     os.close(gate_r)
     time.sleep(0.5)  # every shell is waiting on the gate
+    h0 = host_cpu()
     t0 = time.monotonic_ns()
     os.close(gate_w)
     lat, failed, cpu = [0.0] * len(argvs), [], 0.0
@@ -163,12 +171,13 @@ def burst(argvs, peer=False):
             sys.exit("a burst process failed: %s" % " ".join(argvs[i][:6]))
         if os.waitstatus_to_exitcode(st) != 0:
             failed.append(i)
+    h1 = host_cpu()
     if failed:
         print("# peer burst: %d of %d failed, timed over the rest" % (len(failed), len(argvs)),
               flush=True)
         lat = [x for i, x in enumerate(lat) if i not in failed]
-    print("# burst: process CPU %.2f ms each (with its gate's shell)" % (cpu / len(argvs)),
-          flush=True)
+    print("# burst: process CPU %.2f ms each (with its gate's shell); the host's CPUs %.0f%% busy"
+          % (cpu / len(argvs), 100.0 * (h1[0] - h0[0]) / max(1, h1[1] - h0[1])), flush=True)
     outs = []
     for f in files:
         os.lseek(f, 0, 0)

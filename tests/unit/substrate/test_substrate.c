@@ -14,7 +14,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -361,6 +364,16 @@ static void test_accounting_100_cycles(void **unused)
 /* The namespace sandboxes are copied from (ka_basens.h) holds no volume while the node's holds
  * a running sandbox's; a sandbox started after has its own volume as /data, the same files the
  * node sees at the volume's path, and no other sandbox's. */
+/* True if dir carries FS_TOPDIR_FL (ka_dir_spread). */
+static bool s_topdir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), flags = 0;
+    assert_true(fd >= 0);
+    assert_int_equal(ioctl(fd, FS_IOC_GETFLAGS, &flags), 0);
+    close(fd);
+    return flags & FS_TOPDIR_FL;
+}
+
 static void test_base_namespace(void **unused)
 {
     (void)unused;
@@ -368,6 +381,9 @@ static void test_base_namespace(void **unused)
     ka_sandbox_t *a = s_start(d, "sbx-base-a");
     char vols[400], path[700];
     snprintf(vols, sizeof(vols), "%s/.volumes", s_state);
+    /* sandboxes' and volumes' directories spread over ext4's block groups (ka_tree.h) */
+    assert_true(s_topdir(s_state));
+    assert_true(s_topdir(vols));
     int self = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
     assert_true(self >= 0);
     assert_true(ka_basens_count(self, vols) >= 1);

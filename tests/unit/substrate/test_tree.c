@@ -14,14 +14,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -263,6 +267,44 @@ static void test_bounds(void **unused)
     assert_int_equal(ka_tree_remove("/nonexistent/ka-tree", &r), 0);
 }
 
+static int s_flags(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY), flags = -1;
+    assert_true(fd >= 0);
+    assert_int_equal(ioctl(fd, FS_IOC_GETFLAGS, &flags), 0);
+    close(fd);
+    return flags;
+}
+
+/* ka_dir_spread sets FS_TOPDIR_FL on ext4 (the host file system these tests run on: a state
+ * dir elsewhere is not what the node is measured on), keeps the other flags, and is idempotent;
+ * on tmpfs, which has no such flag, it says so and changes nothing. */
+static void test_dir_spread(void **unused)
+{
+    (void)unused;
+    struct statfs fs;
+    assert_int_equal(statfs(s_tmp, &fs), 0);
+    if (fs.f_type != EXT4_SUPER_MAGIC)
+        fail_msg("%s is not on ext4 (f_type 0x%lx): this test needs the host's ext4", s_tmp,
+                 (unsigned long)fs.f_type);
+    char d[160];
+    s_path(d, sizeof d, s_tmp, "spread");
+    assert_int_equal(mkdir(d, 0700), 0);
+    int before = s_flags(d);
+    assert_false(before & FS_TOPDIR_FL);
+    assert_int_equal(ka_dir_spread(d), 0);
+    assert_int_equal(s_flags(d), before | FS_TOPDIR_FL);
+    assert_int_equal(ka_dir_spread(d), 0);
+    assert_int_equal(s_flags(d), before | FS_TOPDIR_FL);
+    assert_int_equal(ka_dir_spread("/nonexistent/ka-tree"), -ENOENT);
+    char shm[] = "/dev/shm/ka-tree-XXXXXX";
+    assert_non_null(mkdtemp(shm));
+    int rc = ka_dir_spread(shm);
+    rmdir(shm);
+    assert_true(rc == -ENOTTY || rc == -EOPNOTSUPP || rc == -EINVAL);
+    rmdir(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_copy_under_attack),
         cmocka_unit_test(test_remove_under_attack_spares_host),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_dir_spread),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
