@@ -10,7 +10,7 @@
 #   2. a burst of 100 concurrent creates (100 CLI processes at once): warm: 2 (2 hits, 98 cold),
 #      cold, and deep (warm: 100, every create a hit);
 #   3. sustained creates/s: 8 CLI processes creating one after another for 10 s, cold and from
-#      the deep pool;
+#      the deep pool; then a cold burst again, right after the sustained steps' deletes;
 #   4. bubblewrap (`bwrap ... true`) in the same run as the peer, alone, 100 at once, sustained.
 # Usage: bench/warm/run.sh BUILD_DIR. BENCH_WARM_RUNS runs per figure (100). State in
 # var/bench-warm (the tools image is built there once, or copied from var/bench-cli).

@@ -17,7 +17,9 @@ then released together by closing it); each one's latency runs from the release 
 first, each once the node is quiet; the peer's burst is 100 `bwrap ... true` at once.
 Then sustained creates: BENCH_SUSTAINED_WORKERS (8) CLI processes at a time, each creating one
 sandbox after another for BENCH_SUSTAINED_SECONDS (10), cold and from the deep pool (its 100 warm
-sandboxes, then cold creates as it runs dry), beside as many `bwrap ... true` for as long.
+sandboxes, then cold creates as it runs dry), beside as many `bwrap ... true` for as long; then
+a cold burst again (burst100_cold_after_sustained), on a node that has just made and deleted
+every sandbox of the sustained steps.
 BENCH_WARM_RUNS (default 100) sets the rounds.
 """
 import json
@@ -193,15 +195,17 @@ def line(name, ours, peer_name, peer):
     print(r, flush=True)
 
 
-def burst_creates(url, node, template, plat):
-    """One burst of creates of template from a quiet node, its BENCH lines, then its deletes."""
+def burst_creates(url, node, template, plat, tag=None):
+    """One burst of creates of template from a quiet node, its BENCH lines (burst100_<tag>_p50,
+    _p99; the tag defaults to the pool's kind), then its deletes."""
+    tag = tag or {"scratch": "warm", "scratch-cold": "cold", "scratch-deep": "deep"}[template]
     wait_depth(url, 2)
     if template == "scratch-deep":
         wait_depth(url, BURST, 600, "kagent/scratch-deep")
     wait_quiet(node)
     hits0 = metric(metrics(url), "kagent_warm_pool_hits_total")
     argvs = [[KAGENT, "--api-url", url, "sandbox", "create", template, "--request-id",
-              "warmbench-%d-burst-%s-%d" % (os.getpid(), template, i), "-o", "json"]
+              "warmbench-%d-burst-%s-%s-%d" % (os.getpid(), template, tag, i), "-o", "json"]
              for i in range(BURST)]
     c0 = cpu_ms(node)
     lat, outs = burst(argvs)
@@ -214,7 +218,6 @@ def burst_creates(url, node, template, plat):
     if template == "scratch-deep" and hits != BURST:
         sys.exit("only %d of the deep pool's %d burst creates were served warm" % (hits, BURST))
     print("# burst %s: %d of %d creates served warm" % (template, hits, BURST), flush=True)
-    tag = {"scratch": "warm", "scratch-cold": "cold", "scratch-deep": "deep"}[template]
     for p in (50, 99):
         line("burst%d_%s_p%d" % (BURST, tag, p), pct(lat, p), "bwrap_burst%d" % BURST,
              pct(plat, p))
@@ -298,6 +301,9 @@ def main():
         burst_creates(url, node, template, plat)
     for template in ("scratch-cold", "scratch-deep"):
         sustained_creates(url, node, template, prate)
+    # a cold burst again, on a node that has just made and deleted the sustained steps' ~2,500
+    # sandboxes (what ext4 keeps of them for minutes is what a busy node's creates meet)
+    burst_creates(url, node, "scratch-cold", plat, "cold_after_sustained")
     wait_quiet(node)
     t0 = time.monotonic()
     wait_depth(url, 1, 600)  # the pool refills once the sustained steps' sandboxes are gone
