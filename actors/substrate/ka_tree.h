@@ -57,10 +57,10 @@ int ka_mkdirs(const char *path, mode_t mode);
 
 /* Marks dir as the top of a hierarchy for ext4's Orlov allocator (FS_TOPDIR_FL, `chattr +T`):
  * its subdirectories go to block groups spread by name, not next to dir. Without a journal,
- * ext4 gives a new inode none deleted in the last 60-300 s and looks at each such inode of the
- * group to skip it: sandboxes created and deleted in one group make every later create of the
- * group walk past all of them. 0 or -errno (-ENOTTY, -EOPNOTSUPP where the file system has no
- * such flag: a hint, nothing depends on it). */
+ * ext4 gives a new inode none deleted in the last 60 s (360 s while its inode table block is
+ * unwritten) and reads each such inode of the group to skip it: sandboxes created and deleted
+ * in one group make every later create of the group walk past all of them. 0 or -errno (-ENOTTY,
+ * -EOPNOTSUPP where the file system has no such flag: a hint, nothing depends on it). */
 int ka_dir_spread(const char *dir);
 
 #endif
