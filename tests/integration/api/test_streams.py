@@ -34,6 +34,13 @@ ALICE = (("x-user-id", "alice@example.com"),)
 sbx = sandboxes_pb2_grpc.SandboxServiceStub(chan)
 proc = guest_pb2_grpc.ProcessServiceStub(chan)
 fs = guest_pb2_grpc.FileSystemServiceStub(chan)
+# A channel whose receive window never grows (no BDP probes: HTTP/2's 64 KiB): a download nobody
+# reads stays unread on it. On `chan` gRPC's window follows its bandwidth estimate and, on a fast
+# moment of the host, took a whole 16 MiB file within half a second: the download then ended
+# complete instead of cut by the delete (CI, 2026-12-07 16:04 UTC).
+still = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 8 * MIB),
+                                               ("grpc.http2.bdp_probe", 0)])
+still_fs = guest_pb2_grpc.FileSystemServiceStub(still)
 
 
 def status_kb(pid, key, name="status"):
@@ -187,7 +194,8 @@ def test_delete_mid_stream():
         process_id=p.process_id, follow=True), metadata=md(sid), timeout=60)
     assert next(follow).WhichOneof("output") == "stdout"
     upload(sid, "big", os.urandom(16 * MIB))
-    unread = fs.ReadFile(guest_pb2.ReadFileRequest(path="big"), metadata=md(sid), timeout=60)
+    unread = still_fs.ReadFile(guest_pb2.ReadFileRequest(path="big"), metadata=md(sid),
+                               timeout=60)
     time.sleep(0.5)
     t = time.monotonic()
     sbx.DeleteSandbox(sandboxes_pb2.DeleteSandboxRequest(sandbox_id=sid), metadata=ALICE,
