@@ -1258,7 +1258,8 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     ka_volume_opts_t vo = {.dir = d->volume_dir,
                            .bytes = opts->disk_bytes ? opts->disk_bytes : KA_VOLUME_DEFAULT_BYTES,
                            .inodes = opts->disk_inodes,
-                           .spare = opts->disk_spare ? opts->disk_spare : 4};
+                           .spare = opts->disk_spare ? opts->disk_spare : 4,
+                           .reap_ms = opts->disk_reap_ms};
     if (!(d->volumes = ka_volumes_new(&vo, &rc)))
         goto fail;
     s_cleanup_leftovers(d);

@@ -46,6 +46,7 @@ typedef struct ka_ns_opts {
     uint64_t disk_bytes;     /* /data and changes to the root together; 0: 10 GiB */
     uint64_t disk_inodes;    /* files on that disk; 0: one per 16 KiB of disk_bytes */
     uint32_t disk_spare;     /* volumes formatted ahead of starts; 0: 4 */
+    uint32_t disk_reap_ms;   /* quiet time before unused loop devices go (ka_volume.h); 0: 10 s */
     const char *const *guest_args; /* extra guest arguments, NULL-terminated; may be NULL */
 } ka_ns_opts_t;
 

@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define S_DIR       400 /* the volumes' dir */
@@ -44,6 +45,10 @@ struct ka_volumes {
     uint64_t ready[2 * S_MAX_SPARE]; /* numbers of the spare volumes, a stack */
     unsigned n_ready;
     struct s_gone *gone; /* released volumes the filler still has to unmount and delete */
+    uint64_t *loops;     /* a bit per loop device index this node attached and not removed */
+    size_t loop_words;
+    unsigned reap_ms; /* quiet time before unbound loop devices are removed */
+    bool reap_due;    /* a volume was unmade since the last removal pass */
 };
 
 typedef struct s_gone {
@@ -101,8 +106,9 @@ static int s_mkfs(const ka_volumes_t *v, const char *dev)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 }
 
-/* Attaches img_fd to a free loop device (autoclear); returns the device's fd or -errno. */
-static int s_loop_attach(int img_fd, char *dev, size_t cap)
+/* Attaches img_fd to a free loop device (autoclear); returns the device's fd (its index in
+ * *index) or -errno. A device another attach, or the reaper, took first is tried again. */
+static int s_loop_attach(int img_fd, char *dev, size_t cap, int *index)
 {
     int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
     if (ctl < 0)
@@ -124,9 +130,10 @@ static int s_loop_attach(int img_fd, char *dev, size_t cap)
         memset(&lc, 0, sizeof(lc));
         lc.fd = (uint32_t)img_fd;
         lc.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-        if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0)
+        if (ioctl(fd, LOOP_CONFIGURE, &lc) == 0) {
             rc = fd;
-        else {
+            *index = n;
+        } else {
             rc = -errno;
             close(fd);
         }
@@ -147,17 +154,38 @@ static int s_mount_dev(const char *dev, const char *mnt)
     return rc;
 }
 
+/* Marks loop device index as one of v's (grows the set; a failed growth forgets it: the
+ * device is then never removed, as before there was a reaper). */
+static void s_loop_mark(ka_volumes_t *v, int index)
+{
+    size_t word = (size_t)index / 64;
+    pthread_mutex_lock(&v->lock);
+    if (word >= v->loop_words) {
+        size_t n = word + 64;
+        uint64_t *grown = realloc(v->loops, n * sizeof(*grown));
+        if (grown) {
+            memset(grown + v->loop_words, 0, (n - v->loop_words) * sizeof(*grown));
+            v->loops = grown;
+            v->loop_words = n;
+        }
+    }
+    if (word < v->loop_words)
+        v->loops[word] |= 1ull << (index % 64);
+    pthread_mutex_unlock(&v->lock);
+}
+
 /* Mounts the formatted image img at mnt (created): 0 or -errno (nothing left behind). */
-static int s_mount(const char *img, const char *mnt)
+static int s_mount(ka_volumes_t *v, const char *img, const char *mnt)
 {
     char dev[32];
-    int fd = open(img, O_RDWR | O_CLOEXEC);
+    int fd = open(img, O_RDWR | O_CLOEXEC), index = -1;
     if (fd < 0)
         return -errno;
-    int loop = s_loop_attach(fd, dev, sizeof(dev));
+    int loop = s_loop_attach(fd, dev, sizeof(dev), &index);
     close(fd);
     if (loop < 0)
         return loop;
+    s_loop_mark(v, index);
     int rc = s_mount_dev(dev, mnt);
     close(loop); /* from here the mount holds the device; it goes with the last mount */
     return rc;
@@ -195,7 +223,8 @@ static int s_format(const ka_volumes_t *v, int fd)
     char dev[32];
     if (ftruncate(fd, (off_t)v->bytes) < 0)
         return -errno;
-    int loop = s_loop_attach(fd, dev, sizeof(dev));
+    int index;
+    int loop = s_loop_attach(fd, dev, sizeof(dev), &index);
     if (loop < 0)
         return loop;
     int rc = s_mkfs(v, dev);
@@ -223,7 +252,7 @@ static int s_template(ka_volumes_t *v)
 /* Makes and mounts volume n, a copy of the template (or formatted on its own): 0 or -errno
  * (nothing left behind on failure). All volumes of a node share the template's file system
  * UUID, which ext4 allows; nothing here identifies a volume by it. */
-static int s_make(const ka_volumes_t *v, uint64_t n)
+static int s_make(ka_volumes_t *v, uint64_t n)
 {
     char mnt[S_PATH], img[S_PATH + 8];
     s_paths(v, n, mnt, img);
@@ -233,7 +262,7 @@ static int s_make(const ka_volumes_t *v, uint64_t n)
     int rc = v->tmpl >= 0 ? s_copy_sparse(v->tmpl, fd, v->bytes) : s_format(v, fd);
     close(fd);
     if (rc == 0)
-        rc = s_mount(img, mnt);
+        rc = s_mount(v, img, mnt);
     if (rc < 0)
         unlink(img);
     return rc;
@@ -369,7 +398,7 @@ int ka_volume_mount(ka_volumes_t *v, const char *path)
     snprintf(used, sizeof(used), "%s.used", mnt);
     if (access(used, F_OK) != 0)
         return -ENOENT; /* not claimed: nothing of a sandbox is on it */
-    return s_mount(used, mnt);
+    return s_mount(v, used, mnt);
 }
 
 static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -421,14 +450,72 @@ static void s_recycle_gone(ka_volumes_t *v)
             keep = false;
         }
         pthread_mutex_lock(&v->lock);
-        if (keep && v->n_ready < 2 * v->spare)
+        bool spare = keep && v->n_ready < 2 * v->spare;
+        if (spare)
             v->ready[v->n_ready++] = g->n;
         else if (keep) {
             pthread_mutex_unlock(&v->lock);
             s_unmake(v, g->n);
             pthread_mutex_lock(&v->lock);
         }
+        v->reap_due = v->reap_due || !spare; /* unmade: its loop device is free */
         free(g);
+    }
+}
+
+/* True while the filler has something to do: stop, release, or make a spare. */
+static bool s_busy(const ka_volumes_t *v)
+{
+    return v->stopping || v->gone || v->n_ready < v->spare;
+}
+
+/* Removes the loop devices v attached that nothing binds now (their volumes unmade), highest
+ * index first, one at a time, until the filler has work again. Each LOOP_CTL_REMOVE takes ~50
+ * ms of wall time here (the disk's teardown) and ~0.3 ms of CPU; a bound or open device answers
+ * EBUSY and is kept. An attach of v's own that got a device from LOOP_CTL_GET_FREE just before
+ * it went takes another (s_loop_attach). Called and returns with v->lock held. */
+static void s_reap(ka_volumes_t *v)
+{
+    v->reap_due = false;
+    int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return;
+    for (size_t w = v->loop_words; w-- > 0 && !v->reap_due;)
+        for (int b = 63; b >= 0; b--) {
+            if (!(v->loops[w] & (1ull << b)))
+                continue;
+            if (s_busy(v)) {
+                v->reap_due = true; /* the rest after the work, at the next quiet spell */
+                break;
+            }
+            pthread_mutex_unlock(&v->lock);
+            int rc = ioctl(ctl, LOOP_CTL_REMOVE, (int)(w * 64 + (size_t)b)) < 0 ? errno : 0;
+            pthread_mutex_lock(&v->lock);
+            if (rc != EBUSY) /* removed, or gone already */
+                v->loops[w] &= ~(1ull << b);
+        }
+    close(ctl);
+}
+
+/* Waits for work; once a volume was unmade, a quiet spell of reap_ms removes the loop devices
+ * left unbound. Called and returns with v->lock held. */
+static void s_idle(ka_volumes_t *v)
+{
+    while (!s_busy(v)) {
+        if (!v->reap_due) {
+            pthread_cond_wait(&v->wake, &v->lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += v->reap_ms / 1000;
+        until.tv_nsec += (long)(v->reap_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&v->wake, &v->lock, &until) == ETIMEDOUT && !s_busy(v))
+            s_reap(v);
     }
 }
 
@@ -437,8 +524,7 @@ static void *s_filler(void *arg)
     ka_volumes_t *v = arg;
     pthread_mutex_lock(&v->lock);
     for (;;) {
-        while (!v->stopping && !v->gone && v->n_ready >= v->spare)
-            pthread_cond_wait(&v->wake, &v->lock);
+        s_idle(v);
         s_recycle_gone(v);
         if (v->stopping)
             break;
@@ -535,8 +621,13 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
     v->spare = opts->spare;
     v->next = 1;
     v->tmpl = -1;
+    v->reap_ms = opts->reap_ms ? opts->reap_ms : KA_VOLUME_DEFAULT_REAP_MS;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&v->lock, NULL);
-    pthread_cond_init(&v->wake, NULL);
+    pthread_cond_init(&v->wake, &ca);
+    pthread_condattr_destroy(&ca);
     if ((rc = s_find_mkfs(v)) < 0 || (access("/dev/loop-control", R_OK | W_OK) < 0 &&
                                       (rc = errno == ENOENT ? -ENOENT : -errno) < 0))
         goto fail;
@@ -588,5 +679,6 @@ void ka_volumes_destroy(ka_volumes_t **self_p)
         close(v->tmpl);
     pthread_cond_destroy(&v->wake);
     pthread_mutex_destroy(&v->lock);
+    free(v->loops);
     free(v);
 }
