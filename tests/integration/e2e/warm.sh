@@ -30,7 +30,8 @@ wait_depth() {
   done
   fail "warm depth is '$(depth)', want $1${2:+ of a revision other than $2}"
 }
-uuids() { grep -oE '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' | sort -u || true; }
+# no id at all is an empty list (grep's 1); a failing grep (2) fails the test
+uuids() { { grep -oE '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' || [ $? = 1 ]; } | sort -u; }
 # ids with a sandbox directory on this node (user sandboxes and warm ones)
 dirs() { ls "$STATE/sandboxes" | uuids; }
 listed() { k sandbox list | uuids; }
@@ -136,7 +137,9 @@ done
 wait_depth 2
 pooled=$(warm_ids)
 kill -KILL "$NODE_PID"
-wait "$NODE_PID" 2>/dev/null || true
+rc=0
+wait "$NODE_PID" || rc=$?
+[ "$rc" = 137 ] || fail "kagentd exited $rc after kill -9, want 137"
 node_restart
 # shellcheck disable=SC2086
 wait_gone $pooled
