@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,14 +175,63 @@ static void s_loop_mark(ka_volumes_t *v, int index)
     pthread_mutex_unlock(&v->lock);
 }
 
-/* Mounts the formatted image img at mnt (created): 0 or -errno (nothing left behind). */
-static int s_mount(ka_volumes_t *v, const char *img, const char *mnt)
+/* ---- the loop device of an image ------------------------------------------------------------ */
+
+/* Each image records the index of the loop device last attached to it (an extended attribute;
+ * where the file system has none, nothing is found): a file system on that device can outlive
+ * every mount of it here (a crashed node's sandbox namespace still being torn down), and a
+ * second device on the same image would be a second file system over the same blocks, the
+ * new one missing what the old one had not written back yet, each writing over the other. */
+#define S_LOOP_XATTR "trusted.kagent.loop"
+
+static void s_loop_note(int img_fd, int index)
+{
+    char b[16];
+    int n = snprintf(b, sizeof(b), "%d", index);
+    (void)fsetxattr(img_fd, S_LOOP_XATTR, b, (size_t)n, 0);
+}
+
+/* /dev/loop<index> opened if it is bound to the image img (it stays bound while held), its
+ * path in dev; -ENOENT if it is not. */
+static int s_loop_open_if(int index, const struct stat *img, char *dev, size_t cap)
+{
+    snprintf(dev, cap, "/dev/loop%d", index);
+    int fd = open(dev, O_RDWR | O_CLOEXEC);
+    struct loop_info64 li;
+    if (fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &li) == 0 && li.lo_inode == img->st_ino &&
+        li.lo_device == img->st_dev)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -ENOENT;
+}
+
+/* The loop device that still backs image img_fd, opened (its index in *index); -ENOENT. */
+static int s_loop_find(int img_fd, char *dev, size_t cap, int *index)
+{
+    struct stat img;
+    char b[16];
+    if (fstat(img_fd, &img) < 0)
+        return -ENOENT;
+    ssize_t n = fgetxattr(img_fd, S_LOOP_XATTR, b, sizeof(b) - 1);
+    if (n <= 0)
+        return -ENOENT;
+    b[n] = 0;
+    *index = atoi(b);
+    return *index >= 0 ? s_loop_open_if(*index, &img, dev, cap) : -ENOENT;
+}
+
+/* Mounts the formatted image img at mnt (created): 0 or -errno (nothing left behind). Through
+ * the loop device that still backs it if one does (reuse), sharing its file system. */
+static int s_mount(ka_volumes_t *v, const char *img, const char *mnt, bool reuse)
 {
     char dev[32];
     int fd = open(img, O_RDWR | O_CLOEXEC), index = -1;
     if (fd < 0)
         return -errno;
-    int loop = s_loop_attach(fd, dev, sizeof(dev), &index);
+    int loop = reuse ? s_loop_find(fd, dev, sizeof(dev), &index) : -ENOENT;
+    if (loop < 0 && (loop = s_loop_attach(fd, dev, sizeof(dev), &index)) >= 0)
+        s_loop_note(fd, index);
     close(fd);
     if (loop < 0)
         return loop;
@@ -262,7 +312,7 @@ static int s_make(ka_volumes_t *v, uint64_t n)
     int rc = v->tmpl >= 0 ? s_copy_sparse(v->tmpl, fd, v->bytes) : s_format(v, fd);
     close(fd);
     if (rc == 0)
-        rc = s_mount(v, img, mnt);
+        rc = s_mount(v, img, mnt, false);
     if (rc < 0)
         unlink(img);
     return rc;
@@ -398,7 +448,7 @@ int ka_volume_mount(ka_volumes_t *v, const char *path)
     snprintf(used, sizeof(used), "%s.used", mnt);
     if (access(used, F_OK) != 0)
         return -ENOENT; /* not claimed: nothing of a sandbox is on it */
-    return s_mount(v, used, mnt);
+    return s_mount(v, used, mnt, true);
 }
 
 static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)

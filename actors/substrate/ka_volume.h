@@ -85,8 +85,10 @@ int ka_volume_release(ka_volumes_t *v, const char *path, bool reuse);
 /*
  * A claimed volume that outlives its sandbox (its /data is kept for a later start of the same
  * sandbox): unmount detaches its mount and keeps its image claimed; mount mounts that image
- * again at path if it is not mounted (after an unmount, or a reboot). 0, -EINVAL if path is
- * not a volume of v's dir, -ENOENT if it is not claimed, or a negative errno.
+ * again at path if it is not mounted (after an unmount, or a reboot), through the loop device
+ * that still backs it if one does: a file system can outlive its mounts here (in a crashed
+ * node's sandbox namespace being torn down), and an image never gets a second one. 0, -EINVAL
+ * if path is not a volume of v's dir, -ENOENT if it is not claimed, or a negative errno.
  */
 int ka_volume_unmount(ka_volumes_t *v, const char *path);
 int ka_volume_mount(ka_volumes_t *v, const char *path);

@@ -67,9 +67,22 @@ node_restart() {
     kill -0 $NODE_PID 2>/dev/null || break
     sleep 0.1
   done
-  grep -q 'path=node-1 event=started' "$WORK/node.log" || node_fail "kagentd did not start"
+  if ! grep -q 'path=node-1 event=started' "$WORK/node.log"; then
+    node_reap # not in $(...): a subshell cannot wait for this shell's child
+    node_fail "kagentd did not start ($NODE_END)"
+  fi
   PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
   API=${NODE_SCHEME:-http}://127.0.0.1:$PORT
+}
+
+# Sets NODE_END to how the node process ended (reaping it) or that it still runs.
+node_reap() {
+  local rc=0
+  if kill -0 "$NODE_PID" 2>/dev/null; then NODE_END="pid $NODE_PID still runs"; return; fi
+  wait "$NODE_PID" 2>/dev/null || rc=$?
+  if [ $rc -gt 128 ]; then NODE_END="pid $NODE_PID killed by SIG$(kill -l $((rc - 128)))"
+  else NODE_END="pid $NODE_PID exited $rc"; fi
+  NODE_PID=
 }
 
 node_apply_template() {

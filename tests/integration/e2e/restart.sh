@@ -36,13 +36,14 @@ for _ in $(seq 100); do [ "$(state "$short")" = RUNTIME_STATE_DELETED ] && break
 [ "$(state "$short")" = RUNTIME_STATE_DELETED ] || fail "expired sandbox is $(state "$short")"
 [ "$(state "$susp")" = RUNTIME_STATE_SUSPENDED ] || fail "suspended sandbox is $(state "$susp")"
 k sandbox resume "$susp" | grep RUNTIME_STATE_READY >/dev/null || fail "resume after restart"
-out=$(k sandbox exec "$susp" -- cat /data/workspace/k.txt 2>/dev/null)
-[ "$out" = kept ] || fail "/data lost across the restart: '$out'"
+out=$(k sandbox exec "$susp" -- cat /data/workspace/k.txt 2>"$WORK/exec.err")
+[ "$out" = kept ] || fail "/data lost across the restart: '$out' ($(cat "$WORK/exec.err"))"
 k sandbox list | grep "$live" >/dev/null || fail "record lost"
 k sandbox resume "$live" | grep RUNTIME_STATE_READY >/dev/null || fail "resume of the lost sandbox"
 [ "$(k sandbox get "$live" -o json | field expiresAt)" = "$live_exp" ] || fail "resume changed the expiry"
-out=$(k sandbox exec "$live" -- cat /data/workspace/live.txt 2>/dev/null)
-[ "$out" = acked ] || fail "the crash lost /data: '$out'"
+out=$(k sandbox exec "$live" -- cat /data/workspace/live.txt 2>"$WORK/exec.err")
+[ "$out" = acked ] || fail "the crash lost /data: '$out' ($(cat "$WORK/exec.err"); ls -la:
+$(k sandbox exec "$live" -- ls -la /data/workspace 2>&1))"
 k sandbox delete "$live" | grep RUNTIME_STATE_DELETED >/dev/null || fail "delete the resumed sandbox"
 k sandbox delete "$susp" >/dev/null
 node_stop
