@@ -55,8 +55,7 @@ static void s_restart_embedded(ka_db_watch_t *w)
 static bool s_wait(ka_db_watch_t *w)
 {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += S_PERIOD_MS / 1000;
+    krt_deadline(CLOCK_REALTIME, S_PERIOD_MS, &until);
     pthread_mutex_lock(&w->lock);
     while (!w->stop && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0)
         ;

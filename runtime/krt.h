@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -312,6 +313,9 @@ int krt_send_after(krt_ctx_t *ctx, krt_addr_t to, uint64_t delay_ms, uint32_t ty
                    const void *body, size_t len);
 /* Milliseconds on the runtime's monotonic clock. */
 uint64_t krt_now_ms(void);
+/* *dl = now on clock + timeout_ms (>= 0; a negative timeout leaves now), for timed waits
+ * (pthread_cond_timedwait on a condition variable using that clock). */
+void krt_deadline(clockid_t clock, int timeout_ms, struct timespec *dl);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Blocking work and file descriptors: nothing blocks a scheduler thread.                     */

@@ -328,7 +328,7 @@ int krt_system_wait(krt_system_t *sys, krt_addr_t who, int timeout_ms)
     sys->waiters = &w;
     krt__release(sys, who);
     struct timespec dl;
-    krt__deadline(CLOCK_REALTIME, timeout_ms, &dl);
+    krt_deadline(CLOCK_REALTIME, timeout_ms, &dl);
     while (!w.done) {
         if (timeout_ms < 0)
             pthread_cond_wait(&sys->wait_cond, &sys->wait_lock);

@@ -463,20 +463,6 @@ static inline krt_sched_t *krt__self_sched(krt_system_t *sys)
     return (s && s->sys == sys) ? s : NULL;
 }
 
-/* *dl = now on clock + timeout_ms (>= 0; a negative timeout leaves now), for timed waits. */
-static inline void krt__deadline(clockid_t clock, int timeout_ms, struct timespec *dl)
-{
-    clock_gettime(clock, dl);
-    if (timeout_ms < 0)
-        return;
-    dl->tv_sec += timeout_ms / 1000;
-    dl->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl->tv_nsec >= 1000000000L) {
-        dl->tv_sec++;
-        dl->tv_nsec -= 1000000000L;
-    }
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Internals shared by the runtime's files                                                    */
 

@@ -208,7 +208,7 @@ int krt_call(krt_system_t *sys, krt_addr_t to, uint32_t type, const void *body, 
         }
     }
     struct timespec dl;
-    krt__deadline(CLOCK_MONOTONIC, timeout_ms, &dl);
+    krt_deadline(CLOCK_MONOTONIC, timeout_ms, &dl);
     while (!r.done) {
         int w = timeout_ms < 0 ? pthread_cond_wait(&r.cond, &io->call_lock)
                                : pthread_cond_timedwait(&r.cond, &io->call_lock, &dl);

@@ -51,6 +51,19 @@ uint64_t krt_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+void krt_deadline(clockid_t clock, int timeout_ms, struct timespec *dl)
+{
+    clock_gettime(clock, dl);
+    if (timeout_ms < 0)
+        return;
+    dl->tv_sec += timeout_ms / 1000;
+    dl->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl->tv_nsec >= 1000000000L) {
+        dl->tv_sec++;
+        dl->tv_nsec -= 1000000000L;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* System lifecycle                                                                           */
 

@@ -557,13 +557,7 @@ static void s_idle(ka_volumes_t *v)
             continue;
         }
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += v->reap_ms / 1000;
-        until.tv_nsec += (long)(v->reap_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        krt_deadline(CLOCK_MONOTONIC, (int)v->reap_ms, &until);
         if (pthread_cond_timedwait(&v->wake, &v->lock, &until) == ETIMEDOUT && !s_busy(v))
             s_reap(v);
     }

@@ -129,13 +129,7 @@ static void s_wait_step(kb_mcp_call_t *c, s_wait_t *w)
 {
     int ms = c->tick && c->tick_ms > 0 ? c->tick_ms : 1000;
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    krt_deadline(CLOCK_MONOTONIC, ms, &until);
     if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT && c->tick) {
         pthread_mutex_unlock(&w->mu);
         c->tick(c->tick_arg);

@@ -46,13 +46,7 @@ static void s_signal(void)
 bool f_wait(bool (*cond)(void *), void *arg, int ms)
 {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    krt_deadline(CLOCK_REALTIME, ms, &until);
     pthread_mutex_lock(&F.lock);
     bool ok;
     while (!(ok = cond(arg)) && pthread_cond_timedwait(&F.cond, &F.lock, &until) == 0)
