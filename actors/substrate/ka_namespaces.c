@@ -536,7 +536,10 @@ static int s_report_err(ssize_t n, ka_spawn_report_t *r)
  * start costs the same whatever the node's size), its kept descriptors open across the exec and
  * every signal blocked until it execs the guest with this thread's mask, then sends it the
  * message on sync. It answers with the guest's pid ('P') or a failed step ('E') and exits; it
- * is reaped here. The guest's pid, or a negative errno (*r says the step, if one failed). */
+ * is reaped here. The guest's pid, or a negative errno (*r says the step, if one failed).
+ * The guest becomes a child of the calling thread (CLONE_PARENT) and its parent-death signal
+ * fires when that thread ends, not the node: starts run on threads that live as long as the
+ * node (the runtime's job threads), never on a short-lived one. */
 static int s_spawn(const s_driver_t *d, s_child_t *c, int sync, ka_spawn_report_t *r)
 {
     ka_spawn_msg_t *m = &c->m;
