@@ -65,7 +65,8 @@ s_start() { # i database_url
   chmod 755 "$dir" "$node" "$node/state" # the embedded PostgreSQL runs as `postgres`
   guest=$("$top/deploy/build-guest-image.sh" "$build" "$node/state")
   s_config "$i" "$guest" "$2" > "$node/kagentd.yaml"
-  setsid "$build/node/kagentd" --config "$node/kagentd.yaml" > "$node/node.log" 2>&1 < /dev/null &
+  : >"$node/node.log" # emptied before the start: the wait must not read the last run's port
+  setsid "$build/node/kagentd" --config "$node/kagentd.yaml" >> "$node/node.log" 2>&1 < /dev/null &
   pid=$!
   echo $pid > "$node/pid"
   for _ in $(seq 1200); do # 120 s: a first start creates the database

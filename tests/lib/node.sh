@@ -60,16 +60,23 @@ YAML
 }
 
 node_restart() {
-  "$KAGENTD" --config "$WORK/kagentd.yaml" 2>"$WORK/node.log" &
+  # emptied here, not by the child's redirection: the loop below could otherwise read the last
+  # run's "started" before the child truncates the file (and then find it empty)
+  : >"$WORK/node.log"
+  "$KAGENTD" --config "$WORK/kagentd.yaml" 2>>"$WORK/node.log" &
   NODE_PID=$!
-  for _ in $(seq 600); do
-    grep -q 'path=node-1 event=started\|start_failed' "$WORK/node.log" && break
-    kill -0 $NODE_PID 2>/dev/null || break
+  local i why="no started line in 60 s"
+  for ((i = 0; i < 600; i++)); do
+    if grep -q 'path=node-1 event=\(started\|start_failed\) ' "$WORK/node.log"; then
+      why=start_failed
+      break
+    fi
+    if ! kill -0 "$NODE_PID" 2>/dev/null; then why="gone after $i checks"; break; fi
     sleep 0.1
   done
   if ! grep -q 'path=node-1 event=started' "$WORK/node.log"; then
     node_reap # not in $(...): a subshell cannot wait for this shell's child
-    node_fail "kagentd did not start ($NODE_END)"
+    node_fail "kagentd did not start ($why; $NODE_END)"
   fi
   PORT=$(sed -n 's/.*path=node-1 event=started.* listen=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/node.log")
   API=${NODE_SCHEME:-http}://127.0.0.1:$PORT

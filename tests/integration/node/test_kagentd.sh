@@ -51,7 +51,8 @@ grep -q "guest image $digest is not usable" "$work/err" || fail "guest image mes
 real=$("$src/deploy/build-guest-image.sh" "$build" "$work/state")
 sed -i "s|$digest|$real|" "$work/good.yaml"
 for sig in TERM INT; do
-  "$kagentd" --config "$work/good.yaml" 2>"$work/log" &
+  : >"$work/log" # emptied before the start: the loop must not read the last run's lines
+  "$kagentd" --config "$work/good.yaml" 2>>"$work/log" &
   pid=$!
   for _ in $(seq 300); do grep -q 'path=node-1 event=started\|start_failed' "$work/log" && break; sleep 0.1; done
   grep -q 'path=node-1 event=started' "$work/log" || { cat "$work/log"; fail "node did not start"; }
