@@ -31,7 +31,8 @@ fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  port: $port|" \
   "$here/deploy/kagentd.example.yaml" > "$state/kagentd.yaml"
-KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" > "$state/run-node.log" 2>&1 &
+: >"$state/run-node.log" # emptied before the start: the wait must not read the last run's lines
+KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" >> "$state/run-node.log" 2>&1 &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
 for _ in $(seq 3000); do

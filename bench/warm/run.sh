@@ -39,7 +39,8 @@ sed -e "s|stateDir: /var/lib/kagent|stateDir: $state|" -e "s|^  port: 8083|  por
 sed -i "s|^    warm: 2 .*|&\n  - name: bench-cold\n    class: namespaces\n    capacity: 4000\n    warm: 0\n  - name: bench-deep\n    class: namespaces\n    capacity: 4000\n    warm: 100|" \
   "$state/kagentd.yaml"
 grep -q 'name: bench-deep' "$state/kagentd.yaml" || { say "cannot add the cold and deep pools"; exit 1; }
-KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" > "$state/run-node.log" 2>&1 &
+: >"$state/run-node.log" # emptied before the start: the wait must not read the last run's lines
+KAGENT_STATE_DIR=$state "$here/deploy/run-node.sh" "$build" >> "$state/run-node.log" 2>&1 &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
 for _ in $(seq 3000); do
