@@ -413,11 +413,25 @@ static void s_input_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void 
     s_client_start(call, user, K_INPUT);
 }
 
-/* Completes a client-streaming call with an error; c stays (a chunk may be in flight). */
+/* Completes a client-streaming call with an error unless it was answered; c stays (a chunk may
+ * be in flight). Called with c->lock held. The gRPC threads (a message, the stream's end) and a
+ * chunk's end can each find a reason to answer: only the first one does. */
 static void s_client_fail(s_call_t *c, kb_grpc_code_t code, const char *message)
 {
+    if (c->answered)
+        return;
     kb_grpc_call_set_data(c->call, NULL);
     kb_grpc_fail(c->call, code, message);
+    c->answered = true;
+}
+
+/* s_client_fail with a service status. */
+static void s_client_fail_st(s_call_t *c, const ka_svc_status_t *st)
+{
+    if (c->answered)
+        return;
+    kb_grpc_call_set_data(c->call, NULL);
+    kb_api_fail_err(c->call, st);
     c->answered = true;
 }
 
@@ -507,9 +521,7 @@ static bool s_send_chunk(s_call_t *c, const char *data, size_t len)
     }
     if (st.err) {
         s_chunk_put(k);
-        kb_grpc_call_set_data(c->call, NULL);
-        kb_api_fail_err(c->call, &st);
-        c->answered = true;
+        s_client_fail_st(c, &st);
         return false;
     }
     return true;
@@ -545,11 +557,8 @@ static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written)
     pthread_mutex_lock(&c->lock);
     size_t len = k->len;
     s_chunk_put(k);
-    if (!c->answered && st->err) {
-        kb_grpc_call_set_data(c->call, NULL);
-        kb_api_fail_err(c->call, st);
-        c->answered = true;
-    }
+    if (st->err)
+        s_client_fail_st(c, st);
     c->sent += c->kind == K_WRITE ? written : st->err ? 0 : len;
     if (!c->answered && !c->last && c->ended)
         s_send_chunk(c, c->data, c->len);
@@ -584,11 +593,8 @@ static bool s_first(s_call_t *c, const ProtobufCMessage *m)
         if (!st.err)
             snprintf(c->proc, sizeof c->proc, "%s", in->process_id);
     }
-    if (st.err) {
-        kb_grpc_call_set_data(c->call, NULL);
-        kb_api_fail_err(c->call, &st);
-        c->answered = true;
-    }
+    if (st.err)
+        s_client_fail_st(c, &st);
     return !st.err;
 }
 
@@ -600,7 +606,7 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
         return;
     }
     pthread_mutex_lock(&c->lock);
-    bool ok = c->started || s_first(c, m);
+    bool ok = !c->answered && (c->started || s_first(c, m)); /* answered meanwhile: dropped */
     const ProtobufCBinaryData *b;
     if (c->kind == K_WRITE) {
         b = &((const Ateenv__V1alpha__WriteFileRequest *)(const void *)m)->chunk;
@@ -637,7 +643,7 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
         s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
                       c->kind == K_WRITE ? "the first message must name the path"
                                          : "the first message must name the process");
-    else if (s_may_send(c)) /* else a chunk in flight sends the last one when it ends */
+    else if (!c->answered && s_may_send(c)) /* else a chunk in flight sends the last one */
         s_send_chunk(c, c->data, c->len);
     if (c->answered && !c->writing) {
         s_client_done(c);
