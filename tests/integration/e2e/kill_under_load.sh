@@ -10,6 +10,12 @@ fail() { node_fail "$@"; }
 node_start
 node_apply_template scratch
 k() { "$KAGENT" --api-url "$API" "$@"; }
+# other tests' cgroups come and go under find: its complaints and status are theirs; so that an
+# empty answer means "no such cgroup", the same search must first find a live sandbox's
+cgroup_of() { find /sys/fs/cgroup -type d -name "$1" 2>/dev/null | head -1 || true; }
+probe=$(k sandbox create scratch --request-id probe -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+[ -n "$(cgroup_of "$probe")" ] || fail "the cgroup search does not find a live sandbox's cgroup"
+k sandbox delete "$probe" >/dev/null
 
 for round in 1 2 3 4 5 6; do
   loaders=()
@@ -20,7 +26,9 @@ for round in 1 2 3 4 5 6; do
   done
   sleep "0.$((3 + round))"
   kill -KILL "$NODE_PID"
-  wait "$NODE_PID" 2>/dev/null || true
+  rc=0
+  wait "$NODE_PID" 2>/dev/null || rc=$?
+  [ "$rc" = 137 ] || fail "round $round: kagentd ended $rc before its kill -9, want 137"
   left=
   for _ in $(seq 20); do
     left=$(pgrep -f -- "--config $WORK/kagentd.yaml" || true)
@@ -35,14 +43,14 @@ for round in 1 2 3 4 5 6; do
   [ "$rc" = 7 ] || fail "round $round: the dead node's port answered curl exit $rc after $ms ms, want 7 (refused)"
   kill "${loaders[@]}" 2>/dev/null || true
   wait "${loaders[@]}" 2>/dev/null || true
-  ids=$(ls "$STATE/sandboxes" 2>/dev/null || true)
+  ids=$(ls "$STATE/sandboxes")
+  [ -n "$ids" ] || fail "round $round: no sandbox was under way when the node was killed"
   node_restart
   k sandbox list >/dev/null || fail "round $round: the restarted node does not serve"
   # the start-up cleanup removed every cgroup of the sandboxes the kill cut off, even those
   # killed between their directory and their cgroups
   for id in $ids; do
-    # other tests' cgroups come and go under find: its complaints and status are theirs
-    cg=$(find /sys/fs/cgroup -type d -name "$id" 2>/dev/null | head -1 || true)
+    cg=$(cgroup_of "$id")
     [ -z "$cg" ] || fail "round $round: cgroup $cg of a dead sandbox left behind"
   done
   echo "round $round: nothing left, port refused in $ms ms, restarted"
