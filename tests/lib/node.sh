@@ -82,6 +82,10 @@ node_restart() {
   API=${NODE_SCHEME:-http}://127.0.0.1:$PORT
 }
 
+# The first cgroup directory named $1 (a sandbox id) on the host, or nothing. Other tests'
+# cgroups come and go under find: its complaints and status are theirs.
+node_cgroup_of() { find /sys/fs/cgroup -type d -name "$1" 2>/dev/null | head -1 || true; }
+
 # Sets NODE_END to how the node process ended (reaping it) or that it still runs.
 node_reap() {
   local rc=0

@@ -10,11 +10,9 @@ fail() { node_fail "$@"; }
 node_start
 node_apply_template scratch
 k() { "$KAGENT" --api-url "$API" "$@"; }
-# other tests' cgroups come and go under find: its complaints and status are theirs; so that an
-# empty answer means "no such cgroup", the same search must first find a live sandbox's
-cgroup_of() { find /sys/fs/cgroup -type d -name "$1" 2>/dev/null | head -1 || true; }
+# so that an empty answer means "no such cgroup", the search must first find a live sandbox's
 probe=$(k sandbox create scratch --request-id probe -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-[ -n "$(cgroup_of "$probe")" ] || fail "the cgroup search does not find a live sandbox's cgroup"
+[ -n "$(node_cgroup_of "$probe")" ] || fail "the cgroup search does not find a live sandbox's cgroup"
 k sandbox delete "$probe" >/dev/null
 
 for round in 1 2 3 4 5 6; do
@@ -50,7 +48,7 @@ for round in 1 2 3 4 5 6; do
   # the start-up cleanup removed every cgroup of the sandboxes the kill cut off, even those
   # killed between their directory and their cgroups
   for id in $ids; do
-    cg=$(cgroup_of "$id")
+    cg=$(node_cgroup_of "$id")
     [ -z "$cg" ] || fail "round $round: cgroup $cg of a dead sandbox left behind"
   done
   echo "round $round: nothing left, port refused in $ms ms, restarted"

@@ -36,14 +36,12 @@ uuids() { { grep -oE '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 dirs() { ls "$STATE/sandboxes" | uuids; }
 listed() { k sandbox list | uuids; }
 warm_ids() { comm -23 <(dirs) <(listed); }
-# other tests' cgroups come and go under find: its complaints and status are theirs
-cgroup_of() { find /sys/fs/cgroup -type d -name "$1" 2>/dev/null | head -1 || true; }
 left_of() { # what of sandbox $1 is still on the host
   local id=$1
   [ ! -e "$STATE/sandboxes/$id" ] || echo "directory $STATE/sandboxes/$id"
   [ ! -e "$STATE/sandboxes/.warm/$id" ] || echo "marker of $id"
   ! grep -q "$id" /proc/mounts || echo "mounts of $id"
-  cgroup_of "$id"
+  node_cgroup_of "$id"
 }
 wait_gone() {
   local left=
@@ -87,7 +85,7 @@ k sandbox list | grep "$id" >/dev/null || fail "its owner does not list it"
 # the template env reaches its processes, never PID 1
 [ "$(k sandbox exec "$id" -- sh -c 'echo $WARM_PROBE')" = one ] || fail "WARM_PROBE not in the process env"
 k sandbox exec "$id" -- cat /proc/self/environ | tr '\0' '\n' | grep -x WARM_PROBE=one >/dev/null || fail "WARM_PROBE not in /proc/self/environ"
-cg=$(cgroup_of "$id")
+cg=$(node_cgroup_of "$id")
 [ -n "$cg" ] || fail "no cgroup for $id"
 init=
 for p in $(cat "$cg/cgroup.procs"); do # PID 1 of the sandbox, as the host sees it
