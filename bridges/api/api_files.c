@@ -236,11 +236,14 @@ typedef struct {
     bool sending;
     uint32_t in_flight; /* bytes of the event being sent (credit once it is done) */
     bool final_seen, gone, cancel_wanted;
+    bool answered; /* the call was finished (w lives until the call is released) */
     ka_frame_end_t final;
 } s_watch_t;
 
-static void s_watch_free(s_watch_t *w)
+/* kb_grpc_call_on_free: w belongs to its call, so a cancel racing the final frame finds it. */
+static void s_watch_free(void *arg)
 {
+    s_watch_t *w = arg;
     while (w->head) {
         s_ev_t *e = w->head;
         w->head = e->next;
@@ -272,7 +275,7 @@ static void s_send_event(s_watch_t *w, const s_ev_t *e)
 }
 
 /* Sends the next event, or finishes once the final frame came. Called with w->lock held;
- * returns true if w was freed (lock released). */
+ * returns true if it finished the call (lock released). */
 static bool s_pump(s_watch_t *w)
 {
     while (!w->sending && w->head && !w->gone) {
@@ -288,12 +291,12 @@ static bool s_pump(s_watch_t *w)
         if (w->stream)
             ka_svc_stream_cancel(w->api->o.svc, w->stream);
     }
-    if (w->sending || !w->final_seen || (w->head && !w->gone))
+    if (w->answered || w->sending || !w->final_seen || (w->head && !w->gone))
         return false;
+    w->answered = true;
     ka_frame_end_t st = w->final;
     pthread_mutex_unlock(&w->lock);
     kb_grpc_finish(w->call, kb_api_code(ka_err_code(st.err)), st.message);
-    s_watch_free(w);
     return true;
 }
 
@@ -365,6 +368,7 @@ static void s_watch(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     pthread_mutex_init(&w->lock, NULL);
     w->api = api;
     w->call = call;
+    kb_grpc_call_on_free(call, s_watch_free, w);
     kb_grpc_call_on_cancel(call, s_on_cancel, w);
     /* frames wait on the lock until the stream's address is recorded */
     pthread_mutex_lock(&w->lock);
@@ -373,7 +377,6 @@ static void s_watch(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     if (rc) {
         pthread_mutex_unlock(&w->lock);
         kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
-        s_watch_free(w);
         return;
     }
     w->stream = stream;

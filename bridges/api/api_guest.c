@@ -14,6 +14,13 @@
  * further message, so the client's HTTP/2 window holds the rest and the node never holds
  * a whole upload (64 MiB at most in total; a write past the cap fails, keeping what was
  * written before it, and what a chunk already in flight writes).
+ *
+ * A call's state (s_call_t) lives as long as its gRPC call: kb_grpc_call_on_free releases it
+ * once every gRPC callback has returned, and it is freed when that and every chunk's hold is
+ * gone. So a callback that races the answer (a cancel beside the final frame, a message beside
+ * a chunk's end) finds it alive and answered, and does nothing. The answer is decided under
+ * c->lock and sent once it is released (s_unlock): completing a call may release it at once,
+ * and the release takes the lock.
  */
 #include "api_int.h"
 #include "svc_frames.h"
@@ -68,10 +75,75 @@ struct s_call {
     unsigned writing; /* chunks in flight (receiving pauses while no more may go) */
     bool ended;       /* the client half-closed */
     bool last;        /* the last chunk was sent */
-    bool answered;    /* the call was completed (c lives on while a chunk is in flight) */
     size_t pending;   /* bytes of the chunks in flight */
     s_chunk_t chunk[KB_API_IN_FLIGHT];
+    /* the answer */
+    bool answered;       /* decided (only the first reason to answer does) */
+    bool due;            /* decided, not yet sent: s_unlock sends it */
+    kb_grpc_code_t code; /* KB_GRPC_OK: a client stream's reply, a server stream's end */
+    char message[KA_MSG_LEN];
+    unsigned holds; /* the gRPC call's, one per chunk in flight, one per chunk's end under way */
 };
+
+static void s_call_free(s_call_t *c)
+{
+    ka_frames_clear(&c->queue);
+    pthread_mutex_destroy(&c->lock);
+    free(c->data);
+    free(c);
+}
+
+static void s_answer(kb_grpc_call_t *call, s_kind_t kind, kb_grpc_code_t code, const char *message,
+                     uint64_t written);
+
+/* Releases c->lock, then sends the answer decided under it, if one is due. */
+static void s_unlock(s_call_t *c)
+{
+    bool due = c->due;
+    c->due = false;
+    kb_grpc_call_t *call = c->call;
+    s_kind_t kind = c->kind;
+    kb_grpc_code_t code = c->code;
+    char message[KA_MSG_LEN];
+    memcpy(message, c->message, sizeof message);
+    uint64_t written = c->sent;
+    pthread_mutex_unlock(&c->lock);
+    if (due)
+        s_answer(call, kind, code, message, written);
+}
+
+/* Drops one hold (c->lock held): unlocks as s_unlock does, and frees c if it was the last. */
+static void s_release(s_call_t *c)
+{
+    bool last = --c->holds == 0;
+    s_unlock(c);
+    if (last)
+        s_call_free(c);
+}
+
+/* kb_grpc_call_on_free: the gRPC call's hold. */
+static void s_on_call_free(void *arg)
+{
+    s_call_t *c = arg;
+    pthread_mutex_lock(&c->lock);
+    s_release(c);
+}
+
+/* Decides the answer (c->lock held) unless one was decided: only the first reason answers. */
+static void s_decide(s_call_t *c, kb_grpc_code_t code, const char *message)
+{
+    if (c->answered)
+        return;
+    c->answered = c->due = true;
+    c->code = code;
+    snprintf(c->message, sizeof c->message, "%s", message ? message : "the call failed");
+}
+
+/* s_decide with a service status. */
+static void s_decide_st(s_call_t *c, const ka_svc_status_t *st)
+{
+    s_decide(c, kb_api_code(ka_err_code(st->err)), st->message);
+}
 
 static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
 {
@@ -86,18 +158,12 @@ static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
     c->kind = kind;
     if (kb_api_guest_target(api, call, c->caller, sizeof c->caller, c->sandbox,
                             sizeof c->sandbox)) {
-        free(c);
+        s_call_free(c);
         return NULL;
     }
+    c->holds = 1;
+    kb_grpc_call_on_free(call, s_on_call_free, c);
     return c;
-}
-
-static void s_call_free(s_call_t *c)
-{
-    ka_frames_clear(&c->queue);
-    pthread_mutex_destroy(&c->lock);
-    free(c->data);
-    free(c);
 }
 
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len);
@@ -107,21 +173,17 @@ static ka_svc_caller_t s_who(const s_call_t *c)
     return (ka_svc_caller_t){c->caller, 0};
 }
 
-/* Answers a refused start (the callback will not run) and frees c. */
-static bool s_refused(s_call_t *c, ka_svc_status_t st)
+/* Answers a refused start (the callback will not run). */
+static void s_refused(s_call_t *c, ka_svc_status_t st)
 {
-    if (!st.err)
-        return false;
-    kb_api_fail_err(c->call, &st);
-    s_call_free(c);
-    return true;
+    if (st.err)
+        kb_api_fail_err(c->call, &st);
 }
 
 typedef ka_svc_status_t (*s_stream_fn)(s_call_t *c, krt_addr_t *stream);
 
 /* Opens a server stream for c. It holds c->lock across the start so its frames wait until the
- * stream's address is recorded (s_pump frees c only under the lock). On failure answers and
- * frees c. */
+ * stream's address is recorded. On failure answers. */
 static void s_open(s_call_t *c, s_stream_fn start)
 {
     krt_addr_t stream = KRT_ADDR_NONE;
@@ -142,14 +204,13 @@ static void s_open(s_call_t *c, s_stream_fn start)
 
 /* ---- unary answers ------------------------------------------------------------------------- */
 
-/* A unary call's reply: answers and frees c. It may run before the op even returns, so c is
- * not touched after a start. */
+/* A unary call's reply. It may run before the op even returns, so c is not touched after a
+ * start. */
 static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_process_t *sp)
 {
     s_call_t *c = user;
     if (st->err) {
         kb_api_fail_err(c->call, st);
-        s_call_free(c);
         return;
     }
     kb_api_process_t p;
@@ -165,7 +226,6 @@ static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_pro
         kb_grpc_reply(c->call, c->kind == K_GET ? &g.base : &s.base);
     }
     free(p.argv);
-    s_call_free(c);
 }
 
 /* ---- server streams ------------------------------------------------------------------------ */
@@ -193,9 +253,9 @@ static void s_exec_msg(Kagent__Api__V1__ExecResponse *er, kb_api_process_t *p,
 
 static void s_on_sent(kb_grpc_call_t *call, int status, void *arg);
 
-/* Sends the next queued frame, or finishes the call once the final frame came and the queue
- * is empty. Called with c->lock held; returns true if c was freed (lock released). */
-static bool s_pump(s_call_t *c)
+/* Sends the next queued frame, or decides the call's end once the final frame came and the
+ * queue is empty. Called with c->lock held. */
+static void s_pump(s_call_t *c)
 {
     while (!c->sending && !ka_frames_empty(&c->queue) && !c->gone) {
         ka_frame_t *i = ka_frames_pop(&c->queue);
@@ -243,12 +303,8 @@ static bool s_pump(s_call_t *c)
             ka_svc_stream_cancel(c->api->o.svc, c->stream);
     }
     if (c->sending || !c->final_seen || (!ka_frames_empty(&c->queue) && !c->gone))
-        return false;
-    ka_frame_end_t st = c->final;
-    pthread_mutex_unlock(&c->lock);
-    kb_grpc_finish(c->call, kb_api_code(ka_err_code(st.err)), st.message);
-    s_call_free(c);
-    return true;
+        return;
+    s_decide(c, kb_api_code(ka_err_code(c->final.err)), c->final.message);
 }
 
 static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
@@ -261,8 +317,8 @@ static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
     else if (c->in_flight && c->stream)
         ka_svc_stream_ack(c->api->o.svc, c->stream, c->in_flight);
     c->in_flight = 0;
-    if (!s_pump(c))
-        pthread_mutex_unlock(&c->lock);
+    s_pump(c);
+    s_unlock(c);
 }
 
 static void s_on_cancel(kb_grpc_call_t *call, void *arg)
@@ -270,8 +326,8 @@ static void s_on_cancel(kb_grpc_call_t *call, void *arg)
     s_call_t *c = arg;
     pthread_mutex_lock(&c->lock);
     c->gone = true;
-    if (!s_pump(c))
-        pthread_mutex_unlock(&c->lock);
+    s_pump(c);
+    s_unlock(c);
 }
 
 static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
@@ -289,8 +345,8 @@ static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
         if (c->gone && !c->final.err)
             c->final.err = -ECANCELED;
     }
-    if (!s_pump(c))
-        pthread_mutex_unlock(&c->lock);
+    s_pump(c);
+    s_unlock(c);
 }
 
 /* ---- ProcessService ------------------------------------------------------------------------ */
@@ -413,34 +469,12 @@ static void s_input_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void 
     s_client_start(call, user, K_INPUT);
 }
 
-/* Completes a client-streaming call with an error unless it was answered; c stays (a chunk may
- * be in flight). Called with c->lock held. The gRPC threads (a message, the stream's end) and a
- * chunk's end can each find a reason to answer: only the first one does. */
-static void s_client_fail(s_call_t *c, kb_grpc_code_t code, const char *message)
-{
-    if (c->answered)
-        return;
-    kb_grpc_call_set_data(c->call, NULL);
-    kb_grpc_fail(c->call, code, message);
-    c->answered = true;
-}
-
-/* s_client_fail with a service status. */
-static void s_client_fail_st(s_call_t *c, const ka_svc_status_t *st)
-{
-    if (c->answered)
-        return;
-    kb_grpc_call_set_data(c->call, NULL);
-    kb_api_fail_err(c->call, st);
-    c->answered = true;
-}
-
 /* False (after answering) if n more bytes would pass the 64 MiB cap. */
 static bool s_fits(s_call_t *c, size_t n)
 {
     if (c->sent + c->pending + c->len + n <= KB_API_MAX_FILE)
         return true;
-    s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
+    s_decide(c, KB_GRPC_RESOURCE_EXHAUSTED, KA_MSG_FILE_TOO_LARGE);
     return false;
 }
 
@@ -457,7 +491,7 @@ static bool s_gather(s_call_t *c, const uint8_t *p, size_t n)
             cap *= 2;
         char *grown = realloc(c->data, cap);
         if (!grown) {
-            s_client_fail(c, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            s_decide(c, KB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return false;
         }
         c->data = grown;
@@ -480,7 +514,7 @@ static bool s_may_send(const s_call_t *c)
     return c->writing < most;
 }
 
-/* A free chunk slot for len bytes (s_may_send holds: there is one). */
+/* A free chunk slot for len bytes (s_may_send holds: there is one); the chunk holds c. */
 static s_chunk_t *s_chunk_take(s_call_t *c, size_t len)
 {
     s_chunk_t *k = c->chunk;
@@ -489,13 +523,16 @@ static s_chunk_t *s_chunk_take(s_call_t *c, size_t len)
     *k = (s_chunk_t){c, len, true};
     c->writing++;
     c->pending += len;
+    c->holds++;
     return k;
 }
 
+/* Frees a chunk slot; never the last hold (the caller holds c too). */
 static void s_chunk_put(s_chunk_t *k)
 {
     k->c->writing--;
     k->c->pending -= k->len;
+    k->c->holds--;
     k->busy = false;
 }
 
@@ -521,31 +558,29 @@ static bool s_send_chunk(s_call_t *c, const char *data, size_t len)
     }
     if (st.err) {
         s_chunk_put(k);
-        s_client_fail_st(c, &st);
+        s_decide_st(c, &st);
         return false;
     }
     return true;
 }
 
-/* Answers the call from the totals (unless it was answered) and frees c. Called with c->lock
- * held; releases it. */
-static void s_client_done(s_call_t *c)
+/* Sends a decided answer: a client stream's reply from its totals when it is OK, else the
+ * status (a server stream's end, a failure). */
+static void s_answer(kb_grpc_call_t *call, s_kind_t kind, kb_grpc_code_t code, const char *message,
+                     uint64_t written)
 {
-    if (!c->answered) {
-        kb_grpc_call_set_data(c->call, NULL);
-        if (c->kind == K_WRITE) {
-            Ateenv__V1alpha__WriteFileResponse r = ATEENV__V1ALPHA__WRITE_FILE_RESPONSE__INIT;
-            r.bytes_written = (int64_t)c->sent;
-            kb_grpc_reply(c->call, &r.base);
-        } else {
-            Ateenv__V1alpha__WriteProcessInputResponse r =
-                ATEENV__V1ALPHA__WRITE_PROCESS_INPUT_RESPONSE__INIT;
-            r.bytes_written = (int64_t)c->sent;
-            kb_grpc_reply(c->call, &r.base);
-        }
+    if (kind == K_WRITE && code == KB_GRPC_OK) {
+        Ateenv__V1alpha__WriteFileResponse r = ATEENV__V1ALPHA__WRITE_FILE_RESPONSE__INIT;
+        r.bytes_written = (int64_t)written;
+        kb_grpc_reply(call, &r.base);
+    } else if (kind == K_INPUT && code == KB_GRPC_OK) {
+        Ateenv__V1alpha__WriteProcessInputResponse r =
+            ATEENV__V1ALPHA__WRITE_PROCESS_INPUT_RESPONSE__INIT;
+        r.bytes_written = (int64_t)written;
+        kb_grpc_reply(call, &r.base);
+    } else { /* an error, or a server stream's end */
+        kb_grpc_finish(call, code, message);
     }
-    pthread_mutex_unlock(&c->lock);
-    s_call_free(c);
 }
 
 /* A chunk's guest request ended: read on, send the last chunk, or answer once none is in
@@ -555,21 +590,25 @@ static void s_on_chunk(void *user, const ka_svc_status_t *st, uint64_t written)
     s_chunk_t *k = user;
     s_call_t *c = k->c;
     pthread_mutex_lock(&c->lock);
+    c->holds++; /* this callback's, while the chunk's goes */
     size_t len = k->len;
     s_chunk_put(k);
     if (st->err)
-        s_client_fail_st(c, st);
+        s_decide_st(c, st);
     c->sent += c->kind == K_WRITE ? written : st->err ? 0 : len;
     if (!c->answered && !c->last && c->ended)
         s_send_chunk(c, c->data, c->len);
-    if ((c->answered || c->last) && !c->writing) {
-        s_client_done(c);
-        return;
-    }
+    if (c->last && !c->writing)
+        s_decide(c, KB_GRPC_OK, "");
     bool resume = !c->answered && !c->ended && s_may_send(c);
-    pthread_mutex_unlock(&c->lock);
-    if (resume)
-        kb_grpc_call_resume_recv(c->call);
+    kb_grpc_call_t *call = c->call;
+    if (resume) /* not answered: the call is live; the reference keeps it (and c) */
+        kb_grpc_call_ref(call);
+    s_release(c);
+    if (resume) {
+        kb_grpc_call_resume_recv(call); /* may deliver the end (s_on_end) */
+        kb_grpc_call_unref(call);
+    }
 }
 
 /* The first message names the target; false (after answering) if it is invalid. */
@@ -594,7 +633,7 @@ static bool s_first(s_call_t *c, const ProtobufCMessage *m)
             snprintf(c->proc, sizeof c->proc, "%s", in->process_id);
     }
     if (st.err)
-        s_client_fail_st(c, &st);
+        s_decide_st(c, &st);
     return !st.err;
 }
 
@@ -622,11 +661,7 @@ static void s_on_message(kb_grpc_call_t *call, ProtobufCMessage *m, void *user)
     if (!c->answered && !s_may_send(c)) /* under c->lock: a chunk's end resumes after this */
         kb_grpc_call_pause_recv(call);
     protobuf_c_message_free_unpacked(m, NULL);
-    if (c->answered && !c->writing) {
-        s_client_done(c);
-        return;
-    }
-    pthread_mutex_unlock(&c->lock);
+    s_unlock(c);
 }
 
 static void s_on_end(kb_grpc_call_t *call, int status, void *user)
@@ -637,19 +672,15 @@ static void s_on_end(kb_grpc_call_t *call, int status, void *user)
     pthread_mutex_lock(&c->lock);
     c->ended = true;
     if (status)
-        s_client_fail(c, status == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT : KB_GRPC_CANCELLED,
-                      "the request stream ended abnormally");
+        s_decide(c, status == -EBADMSG ? KB_GRPC_INVALID_ARGUMENT : KB_GRPC_CANCELLED,
+                 "the request stream ended abnormally");
     else if (!c->started)
-        s_client_fail(c, KB_GRPC_INVALID_ARGUMENT,
-                      c->kind == K_WRITE ? "the first message must name the path"
-                                         : "the first message must name the process");
+        s_decide(c, KB_GRPC_INVALID_ARGUMENT,
+                 c->kind == K_WRITE ? "the first message must name the path"
+                                    : "the first message must name the process");
     else if (!c->answered && s_may_send(c)) /* else a chunk in flight sends the last one */
         s_send_chunk(c, c->data, c->len);
-    if (c->answered && !c->writing) {
-        s_client_done(c);
-        return;
-    }
-    pthread_mutex_unlock(&c->lock);
+    s_unlock(c);
 }
 
 #define PSVC "/ateenv.v1alpha.ProcessService/"

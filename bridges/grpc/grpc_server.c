@@ -537,6 +537,18 @@ void kb_grpc_call_on_free(kb_grpc_call_t *call, void (*fn)(void *arg), void *arg
     pthread_mutex_unlock(&call->mu);
 }
 
+void kb_grpc_call_ref(kb_grpc_call_t *call)
+{
+    pthread_mutex_lock(&call->mu);
+    call->refs++;
+    pthread_mutex_unlock(&call->mu);
+}
+
+void kb_grpc_call_unref(kb_grpc_call_t *call)
+{
+    s_unref(call);
+}
+
 int kb_grpc_call_on_cancel(kb_grpc_call_t *c, kb_grpc_cancel_fn fn, void *arg)
 {
     pthread_mutex_lock(&c->mu);

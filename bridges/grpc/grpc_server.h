@@ -155,6 +155,12 @@ void *kb_grpc_call_data(const kb_grpc_call_t *call);
  * it and every callback of the call (on_message, on_end, send-done, cancel) has returned, so
  * state that those callbacks use may be freed there. Replaces an earlier one. */
 void kb_grpc_call_on_free(kb_grpc_call_t *call, void (*fn)(void *arg), void *arg);
+/* An extra reference: the call (and so the on_free state) stays valid until the matching
+ * unref, even if another thread completes it meanwhile. Take it only while the call is surely
+ * valid (in one of its callbacks, or before the handler completes it); the unref may run the
+ * on_free function, so the caller must not hold a lock that function takes. */
+void kb_grpc_call_ref(kb_grpc_call_t *call);
+void kb_grpc_call_unref(kb_grpc_call_t *call);
 /* Registers the cancellation callback (replacing an earlier one). 0, or -ECANCELED when the
  * call is already cancelled (fn is then not registered and never runs). */
 int kb_grpc_call_on_cancel(kb_grpc_call_t *call, kb_grpc_cancel_fn fn, void *arg);

@@ -132,14 +132,13 @@ head -c $(( $(stat -c %s "$work/oa.tar") - 5000 )) "$work/oa.tar" >"$work/oa-tru
 refused "$s2" "" import "$work/oa-trunc.tar"
 
 # --- a registry on loopback, images pushed by skopeo, pulled by digest
-port=
-for _ in $(seq 50); do
-  p=$(( 20000 + RANDOM % 40000 ))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
-done
-[ -n "$port" ] || fail "no free port"
-mkdir -p "$work/reg"
-cat >"$work/reg/config.yml" <<YML
+# The port is picked below the kernel's ephemeral range (32768-60999 here), where no connect()
+# of a test beside this one takes it as a source port; a listener beside this one may still
+# bind it between the pick and the registry's bind, so a lost race ("address already in use")
+# picks again, up to five times.
+reg_up() { # reg_up PORT: start the registry on PORT; 0 up, 1 port taken, fails otherwise
+  local p=$1 _
+  cat >"$work/reg/config.yml" <<YML
 version: 0.1
 log:
   level: error
@@ -147,15 +146,30 @@ storage:
   filesystem:
     rootdirectory: $work/reg/data
 http:
-  addr: 127.0.0.1:$port
+  addr: 127.0.0.1:$p
 YML
-docker-registry serve "$work/reg/config.yml" >"$work/reg/log" 2>&1 &
-reg_pid=$!
-for _ in $(seq 100); do
-  curl -fs "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break
-  kill -0 "$reg_pid" 2>/dev/null || { cat "$work/reg/log" >&2; fail "docker-registry died"; }
-  sleep 0.1
+  docker-registry serve "$work/reg/config.yml" >"$work/reg/log" 2>&1 &
+  reg_pid=$!
+  for _ in $(seq 100); do
+    curl -fs "http://127.0.0.1:$p/v2/" >/dev/null 2>&1 && return 0
+    if ! kill -0 "$reg_pid" 2>/dev/null; then
+      wait "$reg_pid" 2>/dev/null || true; reg_pid=
+      grep -q "address already in use" "$work/reg/log" && return 1
+      cat "$work/reg/log" >&2; fail "docker-registry died"
+    fi
+    sleep 0.1
+  done
+  fail "docker-registry did not come up on port $p"
+}
+mkdir -p "$work/reg"
+port=
+for _ in 1 2 3 4 5; do
+  p=$(( 20000 + RANDOM % 12768 ))
+  (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue # something answers there
+  if reg_up "$p"; then port=$p; break; fi
+  echo "port $p was taken before the registry bound it; picking another"
 done
+[ -n "$port" ] || { cat "$work/reg/log" >&2; fail "docker-registry found no free port in 5 tries"; }
 curl -fs "http://127.0.0.1:$port/v2/" >/dev/null || fail "docker-registry did not come up"
 skopeo copy -q --dest-tls-verify=false --digestfile "$work/zdig" "oci:$work/zst:zst" \
   "docker://127.0.0.1:$port/test/busybox:zstd"
