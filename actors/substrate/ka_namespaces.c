@@ -177,17 +177,41 @@ static bool s_valid_id(const char *id)
     return true;
 }
 
-/* <dir>/root, and on a fresh volume (linked as <dir>/vol) data and the overlay's upper/{u,w};
- * <dir>/data links to vol/data for the host's copies. */
+/* What a sandbox's volume holds before its sandbox starts: /data (its workspace and the
+ * guest's logs, owned by the sandbox's uid) and the overlay's upper/{u,w}. Every volume starts
+ * with these directories (ka_volume_opts_t.skeleton, built from this table at the driver's
+ * start); a start makes any that are missing. */
+static const struct {
+    const char *name;
+    mode_t mode;
+    bool owned; /* by the sandbox's uid */
+} s_vol_dirs[] = {{"data", 0755, false},           {"data/workspace", 0755, true},
+                  {"data/guest-logs", 0750, true}, {"upper", 0755, false},
+                  {"upper/u", 0755, false},        {"upper/w", 0700, false}};
+
+/* Makes dir/<name> for each of s_vol_dirs with its mode, or finds it made (a directory, not a
+ * link); chowns the owned ones to uid (uid 0: none). 0 or -errno. */
+static int s_vol_dirs_make(const char *dir, uint32_t uid)
+{
+    char p[S_PATH + 32];
+    for (size_t i = 0; i < sizeof(s_vol_dirs) / sizeof(s_vol_dirs[0]); i++) {
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dir, s_vol_dirs[i].name);
+        if (mkdir(p, s_vol_dirs[i].mode) < 0 &&
+            (errno != EEXIST || lstat(p, &st) < 0 || !S_ISDIR(st.st_mode)))
+            return errno == EEXIST ? -ENOTDIR : -errno;
+        if (chmod(p, s_vol_dirs[i].mode) < 0) /* mkdir's mode passes the umask */
+            return -errno;
+        if (uid && s_vol_dirs[i].owned && lchown(p, uid, uid) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* <dir>/root, the volume (linked as <dir>/vol, its directories owned), and <dir>/data linking
+ * to vol/data for the host's copies. */
 static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
 {
-    static const struct {
-        const char *name;
-        mode_t mode;
-        bool owned; /* by the sandbox's uid */
-    } sub[] = {{"data", 0755, false},           {"data/workspace", 0755, true},
-               {"data/guest-logs", 0750, true}, {"upper", 0755, false},
-               {"upper/u", 0755, false},        {"upper/w", 0700, false}};
     char p[S_PATH + 32];
     if (mkdir(sb->dir, 0700) < 0)
         return -errno;
@@ -201,12 +225,7 @@ static int s_mkdirs(const s_driver_t *d, ka_sandbox_t *sb)
     snprintf(p, sizeof(p), "%s/data", sb->dir);
     if (symlink("vol/data", p) < 0)
         return -errno;
-    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", sb->vol, sub[i].name);
-        if (mkdir(p, sub[i].mode) < 0 || (sub[i].owned && chown(p, sb->uid, sb->uid) < 0))
-            return -errno;
-    }
-    return 0;
+    return s_vol_dirs_make(sb->vol, sb->uid);
 }
 
 /* Gives the sandbox's volume back once the sandbox is gone (its processes and its mounts): it
@@ -1258,7 +1277,15 @@ ka_driver_t *ka_namespaces_new(const ka_ns_opts_t *opts, int *err)
     if (rc < 0)
         goto fail;
     snprintf(d->volume_dir, sizeof(d->volume_dir), "%s/.volumes", d->state_dir);
+    char skeleton[S_SDIR + 16];
+    snprintf(skeleton, sizeof(skeleton), "%s/.skeleton", d->state_dir);
+    if ((mkdir(skeleton, 0755) < 0 && errno != EEXIST) || chmod(skeleton, 0755) < 0 ||
+        (rc = s_vol_dirs_make(skeleton, 0)) < 0) {
+        rc = rc < 0 ? rc : -errno;
+        goto fail;
+    }
     ka_volume_opts_t vo = {.dir = d->volume_dir,
+                           .skeleton = skeleton,
                            .bytes = opts->disk_bytes ? opts->disk_bytes : KA_VOLUME_DEFAULT_BYTES,
                            .inodes = opts->disk_inodes,
                            .spare = opts->disk_spare ? opts->disk_spare : 4,

@@ -34,6 +34,7 @@ extern char **environ;
 
 struct ka_volumes {
     char dir[S_DIR];
+    char skeleton[S_DIR]; /* "": none */
     char mkfs[64];
     int tmpl; /* a formatted, never mounted image that new volumes copy; -1: each runs mkfs */
     uint64_t bytes, inodes;
@@ -88,7 +89,14 @@ static int s_mkfs(const ka_volumes_t *v, const char *dev)
                     "-E",
                     "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
                     (char *)dev,
+                    NULL,
+                    NULL,
                     NULL};
+    if (v->skeleton[0]) { /* -d DIR before the device */
+        argv[13] = "-d";
+        argv[14] = (char *)v->skeleton;
+        argv[15] = (char *)dev;
+    }
     char *envp[] = {S_MKFS_ENV, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -462,7 +470,38 @@ static int s_rm_cb(const char *path, const struct stat *st, int flag, struct FTW
     return 0;
 }
 
-/* Empties volume n (its sandbox is gone): 0 if only lost+found is left, else -ENOTEMPTY. */
+/* Makes the directories of the tree at from (a skeleton: directories only, a few levels)
+ * under to, with their modes: 0 or -errno. */
+static int s_skel_copy(const char *from, const char *to, int depth)
+{
+    DIR *dir = opendir(from);
+    if (!dir)
+        return -errno;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(dir)) != NULL) {
+        char a[S_PATH + 64], b[S_PATH + 64];
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if ((size_t)snprintf(a, sizeof(a), "%s/%s", from, e->d_name) >= sizeof(a) ||
+            (size_t)snprintf(b, sizeof(b), "%s/%s", to, e->d_name) >= sizeof(b))
+            rc = -ENAMETOOLONG;
+        else if (lstat(a, &st) < 0)
+            rc = -errno;
+        else if (!S_ISDIR(st.st_mode))
+            continue;
+        else if ((mkdir(b, 0700) < 0 && errno != EEXIST) || chmod(b, st.st_mode & 07777) < 0)
+            rc = -errno;
+        else if (depth < 8)
+            rc = s_skel_copy(a, b, depth + 1);
+    }
+    closedir(dir);
+    return rc;
+}
+
+/* Empties volume n (its sandbox is gone) and makes the skeleton again: 0 if only lost+found
+ * and the skeleton are there, else -ENOTEMPTY (or the skeleton's error). */
 static int s_wipe(const ka_volumes_t *v, uint64_t n)
 {
     char mnt[S_PATH], img[S_PATH + 8], p[S_PATH + 260];
@@ -481,7 +520,7 @@ static int s_wipe(const ka_volumes_t *v, uint64_t n)
         left += access(p, F_OK) == 0 || errno != ENOENT;
     }
     closedir(dir);
-    return left ? -ENOTEMPTY : 0;
+    return left ? -ENOTEMPTY : v->skeleton[0] ? s_skel_copy(v->skeleton, mnt, 0) : 0;
 }
 
 /* Recycles the released volumes: emptied into spares while there are fewer than twice `spare`
@@ -651,6 +690,7 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
     int rc = -EINVAL;
     ka_volumes_t *v = NULL;
     if (!opts || !opts->dir || opts->dir[0] != '/' || strlen(opts->dir) >= S_DIR ||
+        (opts->skeleton && (opts->skeleton[0] != '/' || strlen(opts->skeleton) >= S_DIR)) ||
         opts->bytes < (16ULL << 20) || opts->spare > S_MAX_SPARE)
         goto fail;
     uint64_t inodes = opts->inodes ? opts->inodes : opts->bytes / KA_VOLUME_BYTES_PER_INODE;
@@ -660,6 +700,7 @@ ka_volumes_t *ka_volumes_new(const ka_volume_opts_t *opts, int *err)
     if (!(v = calloc(1, sizeof(*v))))
         goto fail;
     snprintf(v->dir, sizeof(v->dir), "%s", opts->dir);
+    snprintf(v->skeleton, sizeof(v->skeleton), "%s", opts->skeleton ? opts->skeleton : "");
     v->bytes = opts->bytes;
     v->inodes = inodes;
     v->spare = opts->spare;

@@ -45,6 +45,10 @@ typedef struct ka_volume_opts {
     uint64_t inodes;  /* inodes of each volume; 0: one per 16 KiB */
     unsigned spare;   /* volumes kept ready ahead of claims; 0: every claim formats */
     unsigned reap_ms; /* quiet time before unbound loop devices go; 0: the default */
+    /* NULL, or an absolute directory whose tree of directories (modes kept, owned by root)
+     * every volume starts with: written by mkfs.ext4 (-d) into the template, so a claim finds
+     * it without allocating a block, and made again in an emptied volume */
+    const char *skeleton;
 } ka_volume_opts_t;
 
 /* Bytes and inodes a volume gets by default. */

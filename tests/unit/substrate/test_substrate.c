@@ -540,6 +540,73 @@ static void test_volume_remount_shares_live_fs(void **unused)
     ka_volumes_destroy(&v);
 }
 
+/* The skeleton's directories, with their modes, are in a volume made from the template and in a
+ * released one that the filler emptied; what a sandbox wrote is not. */
+static void s_check_skeleton(const char *vol)
+{
+    static const struct {
+        const char *name;
+        mode_t mode;
+    } want[] = {{"data", 0755}, {"data/ws", 0750}, {"upper", 0711}, {"upper/w", 0700}};
+    char p[700];
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", vol, want[i].name);
+        assert_int_equal(lstat(p, &st), 0);
+        assert_true(S_ISDIR(st.st_mode));
+        assert_int_equal(st.st_mode & 07777, want[i].mode);
+        assert_int_equal(st.st_uid, 0);
+    }
+    snprintf(p, sizeof(p), "%s/data/junk", vol);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+static void test_volume_skeleton(void **unused)
+{
+    (void)unused;
+    char dir[400], skel[400], link[450], path[600], again[600], p[700];
+    snprintf(dir, sizeof(dir), "%s/skel-volumes", s_tmp);
+    snprintf(skel, sizeof(skel), "%s/skel", s_tmp);
+    snprintf(link, sizeof(link), "%s/skel-claim", s_tmp);
+    static const struct {
+        const char *name;
+        mode_t mode;
+    } tree[] = {{"", 0755}, {"data", 0755}, {"data/ws", 0750}, {"upper", 0711}, {"upper/w", 0700}};
+    for (size_t i = 0; i < sizeof(tree) / sizeof(tree[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", skel, tree[i].name);
+        assert_true(mkdir(p, 0700) == 0 || errno == EEXIST);
+        assert_int_equal(chmod(p, tree[i].mode), 0);
+    }
+    ka_volume_opts_t o = {.dir = dir, .bytes = 64u << 20, .spare = 1, .skeleton = skel};
+    int err = 0;
+    ka_volumes_t *v = ka_volumes_new(&o, &err);
+    assert_non_null(v);
+    assert_int_equal(ka_volume_claim(v, link, path, sizeof(path)), 0);
+    s_check_skeleton(path);
+    /* a sandbox's changes: a file, a directory gone, a mode changed */
+    snprintf(p, sizeof(p), "%s/data/junk", path);
+    int fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(p, sizeof(p), "%s/upper/w", path);
+    assert_int_equal(rmdir(p), 0);
+    snprintf(p, sizeof(p), "%s/data", path);
+    assert_int_equal(chmod(p, 0777), 0);
+    unlink(link);
+    assert_int_equal(ka_volume_release(v, path, true), 0);
+    /* the filler empties it and makes the skeleton again; the next claim takes it (the spares
+     * are a stack) */
+    snprintf(p, sizeof(p), "%s/upper/w", path);
+    for (int i = 0; i < 500 && access(p, F_OK) != 0; i++)
+        usleep(10000);
+    assert_int_equal(ka_volume_claim(v, link, again, sizeof(again)), 0);
+    assert_string_equal(again, path);
+    s_check_skeleton(again);
+    unlink(link);
+    assert_int_equal(ka_volume_release(v, again, false), 0);
+    ka_volumes_destroy(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_accounting_100_cycles),
         cmocka_unit_test(test_loop_devices_reaped),
         cmocka_unit_test(test_volume_remount_shares_live_fs),
+        cmocka_unit_test(test_volume_skeleton),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
