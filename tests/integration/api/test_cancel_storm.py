@@ -4,10 +4,10 @@
 Usage: test_cancel_storm.py API_HOST:PORT STUB_DIR TEMPLATE_NAME KAGENTD_PID
 
 Each round opens, in one sandbox, every kind of stream the guest bridges serve (ReadFile,
-StreamProcessOutput followed, Exec, WatchFiles, WriteFile, WriteProcessInput) and cancels each
-at a random moment: for a call that ends by itself, within twice its uncancelled length
-measured first (so before it opens, while a send is in flight, beside its final frame, after
-it); for one that does not, within 40 ms. A cancel that raced the call's own end used the
+StreamProcessOutput followed, Exec, WatchFiles, WriteFile, WriteProcessInput, a terminal
+Session) and cancels each at a random moment: for a call that ends by itself, within twice its
+uncancelled length measured first (so before it opens, while a send is in flight, beside its
+final frame, after it); for one that does not, within 40 ms. A cancel that raced the call's own end used the
 call's state after it was freed (the "completed twice" abort of the ASan suite, 2026-12-07;
 this test reproduced it in 4 of 5 runs under ASan before the fix). Afterwards:
   - kagentd still runs, and every kind of call still works (contents checked);
@@ -27,7 +27,8 @@ import urllib.request
 sys.path.insert(0, sys.argv[2])
 import grpc  # noqa: E402
 from ateenv.v1alpha import guest_pb2, guest_pb2_grpc  # noqa: E402
-from kagent.api.v1 import common_pb2, process_pb2_grpc  # noqa: E402
+from kagent.api.v1 import common_pb2, process_pb2_grpc, terminal_pb2  # noqa: E402
+from kagent.api.v1 import terminal_pb2_grpc  # noqa: E402
 from kagent.api.v1 import sandboxes_pb2, sandboxes_pb2_grpc  # noqa: E402
 from kagent.files.v1 import files_pb2, files_pb2_grpc  # noqa: E402
 
@@ -41,6 +42,7 @@ proc = guest_pb2_grpc.ProcessServiceStub(chan)
 fs = guest_pb2_grpc.FileSystemServiceStub(chan)
 kproc = process_pb2_grpc.ProcessServiceStub(chan)
 files = files_pb2_grpc.FilesServiceStub(chan)
+term = terminal_pb2_grpc.TerminalServiceStub(chan)
 SEED = int(os.environ.get("STORM_SEED", time.time_ns()))  # printed: STORM_SEED=... replays
 rng = random.Random(SEED)
 outcomes = {}  # "OK" / "CANCELLED" / ...: how the streams ended (the storm must hit both)
@@ -70,6 +72,15 @@ def chunks(path, n, pause):
         time.sleep(pause)
 
 
+def terminal_requests():
+    """A pipe session's requests: a short program, a line of input, its end."""
+    T = terminal_pb2
+    yield T.TerminalRequest(start=T.TerminalStart(process=guest_pb2.StartProcessRequest(
+        command=["sh", "-c", "read a; echo got $a; seq 1 2000"])))
+    yield T.TerminalRequest(stdin=b"line\n")
+    yield T.TerminalRequest(stdin_eof=True)
+
+
 def inputs(pid):
     for _ in range(50):
         yield guest_pb2.WriteProcessInputRequest(process_id=pid, data=b"x" * 4096)
@@ -97,6 +108,8 @@ KINDS = [
         chunks(f"up{r % 4}", 20, 0.001), metadata=m, timeout=60), True, True),
     Kind("write_input", lambda m, ps, r: proc.WriteProcessInput.future(
         inputs(ps["sink"]), metadata=m, timeout=60), True, True),
+    Kind("terminal", lambda m, ps, r: term.Session(
+        terminal_requests(), metadata=m, timeout=60), True, False),
 ]
 
 
