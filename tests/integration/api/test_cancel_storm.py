@@ -7,9 +7,10 @@ Each round opens, in one sandbox, every kind of stream the guest bridges serve (
 StreamProcessOutput followed, Exec, WatchFiles, WriteFile, WriteProcessInput, a terminal
 Session) and cancels each at a random moment: for a call that ends by itself, within twice its
 uncancelled length measured first (so before it opens, while a send is in flight, beside its
-final frame, after it); for one that does not, within 40 ms. A cancel that raced the call's own end used the
-call's state after it was freed (the "completed twice" abort of the ASan suite, 2026-12-07;
-this test reproduced it in 4 of 5 runs under ASan before the fix). Afterwards:
+final frame, after it); for one that does not, within 40 ms. A cancel that raced the call's
+own end used the call's state after it was freed (the "completed twice" abort of the ASan
+suite, 2026-12-07; this test reproduced it in 4 of 5 runs under ASan before the fix).
+Afterwards:
   - kagentd still runs, and every kind of call still works (contents checked);
   - no call is left open (kagent_grpc_calls_live drops to 0): none waits forever;
   - under ASan (the `make asan` suite) a use after free aborts the node, and a leaked call
