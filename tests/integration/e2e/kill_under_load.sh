@@ -23,13 +23,18 @@ for round in 1 2 3 4 5 6; do
     loaders+=($!)
   done
   sleep "0.$((3 + round))"
+  # the search below must see the live node, or its empty answer after the kill proves nothing
+  pgrep -f -- "--config $WORK/kagentd.yaml" | grep -qx "$NODE_PID" ||
+    fail "round $round: the process search does not find the live kagentd ($NODE_PID)"
   kill -KILL "$NODE_PID"
   rc=0
   wait "$NODE_PID" 2>/dev/null || rc=$?
   [ "$rc" = 137 ] || fail "round $round: kagentd ended $rc before its kill -9, want 137"
   left=
   for _ in $(seq 20); do
-    left=$(pgrep -f -- "--config $WORK/kagentd.yaml" || true)
+    rc=0
+    left=$(pgrep -f -- "--config $WORK/kagentd.yaml") || rc=$?
+    [ "$rc" -le 1 ] || fail "round $round: pgrep failed ($rc)" # 1: nothing matched
     [ -z "$left" ] && break
     sleep 0.1
   done

@@ -153,9 +153,11 @@ YML
   for _ in $(seq 100); do
     curl -fs "http://127.0.0.1:$p/v2/" >/dev/null 2>&1 && return 0
     if ! kill -0 "$reg_pid" 2>/dev/null; then
-      wait "$reg_pid" 2>/dev/null || true; reg_pid=
+      local st=0
+      wait "$reg_pid" 2>/dev/null || st=$?
+      reg_pid=
       grep -q "address already in use" "$work/reg/log" && return 1
-      cat "$work/reg/log" >&2; fail "docker-registry died"
+      cat "$work/reg/log" >&2; fail "docker-registry died (status $st)"
     fi
     sleep 0.1
   done
