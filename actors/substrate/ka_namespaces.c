@@ -189,8 +189,9 @@ static const struct {
                   {"data/guest-logs", 0750, true}, {"upper", 0755, false},
                   {"upper/u", 0755, false},        {"upper/w", 0700, false}};
 
-/* Makes dir/<name> for each of s_vol_dirs with its mode, or finds it made (a directory, not a
- * link); chowns the owned ones to uid (uid 0: none). 0 or -errno. */
+/* Makes dir/<name> for each of s_vol_dirs with its mode (as before the skeleton: through the
+ * node's umask), or finds it made (a directory, not a link); chowns the owned ones to uid
+ * (uid 0: none). 0 or -errno. */
 static int s_vol_dirs_make(const char *dir, uint32_t uid)
 {
     char p[S_PATH + 32];
@@ -200,8 +201,6 @@ static int s_vol_dirs_make(const char *dir, uint32_t uid)
         if (mkdir(p, s_vol_dirs[i].mode) < 0 &&
             (errno != EEXIST || lstat(p, &st) < 0 || !S_ISDIR(st.st_mode)))
             return errno == EEXIST ? -ENOTDIR : -errno;
-        if (chmod(p, s_vol_dirs[i].mode) < 0) /* mkdir's mode passes the umask */
-            return -errno;
         if (uid && s_vol_dirs[i].owned && lchown(p, uid, uid) < 0)
             return -errno;
     }
