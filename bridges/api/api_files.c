@@ -2,18 +2,17 @@
  * kagent.files.v1 FilesService: directories and metadata in one sandbox's guest.
  *
  * Every call is a guest call of the service layer. Unary methods answer from the final frame.
- * WatchFiles forwards events one send at a time and returns each event's bytes as credit once
- * gRPC core has taken them (ka_svc_stream_ack), as api_guest.c's server streams do: a client
- * that does not read stalls its watch, the guest's bounded queue overflows, and the client
- * sees an OVERFLOW event once it reads again.
+ * WatchFiles is a kb_api_stream (api_stream.h): a client that does not read stalls its watch,
+ * the guest's bounded queue overflows, and the client sees an OVERFLOW event once it reads
+ * again.
  */
 #include "api_int.h"
-#include "svc_frames.h"
+#include "api_stream.h"
 #include "checks.h"
 #include "ka_fsframes.h"
 #include "kagent/files/v1/files.pb-c.h"
 
-#include <pthread.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,170 +219,50 @@ static void s_move(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 
 /* ---- WatchFiles ------------------------------------------------------------------------------ */
 
-typedef struct s_ev s_ev_t;
-struct s_ev {
-    s_ev_t *next;
-    uint32_t len;
-    char payload[]; /* a checked event payload (ka_fsframes.h) */
-};
-
-typedef struct {
-    pthread_mutex_t lock;
-    kb_api_t *api;
-    kb_grpc_call_t *call;
-    krt_addr_t stream;
-    s_ev_t *head, *tail;
-    bool sending;
-    uint32_t in_flight; /* bytes of the event being sent (credit once it is done) */
-    bool final_seen, gone, cancel_wanted;
-    bool answered; /* the call was finished (w lives until the call is released) */
-    ka_frame_end_t final;
-} s_watch_t;
-
-/* kb_grpc_call_on_free: w belongs to its call, so a cancel racing the final frame finds it. */
-static void s_watch_free(void *arg)
+static bool s_keep_event(const ka_guest_reply_t *f)
 {
-    s_watch_t *w = arg;
-    while (w->head) {
-        s_ev_t *e = w->head;
-        w->head = e->next;
-        free(e);
-    }
-    pthread_mutex_destroy(&w->lock);
-    free(w);
+    return !f->final && f->stream == KA_STREAM_EVENT;
 }
 
-static void s_on_sent(kb_grpc_call_t *call, int status, void *arg);
-
-static void s_send_event(s_watch_t *w, const s_ev_t *e)
+/* An event frame (its tail a checked payload, ka_fsframes.h) as a FileEvent. */
+static int s_send_event(kb_grpc_call_t *call, const ka_guest_reply_t *f, kb_grpc_sent_fn sent,
+                        void *arg)
 {
     Kagent__Files__V1__FileEvent fe = KAGENT__FILES__V1__FILE_EVENT__INIT;
     int kind;
     bool dir;
     const char *path, *from;
-    ka_fsf_event(e->payload, &kind, &dir, &path, &from);
+    ka_fsf_event(f->tail, &kind, &dir, &path, &from);
     fe.type = (Kagent__Files__V1__FileEventType)kind;
     fe.path = (char *)path;
     fe.from_path = (char *)from;
     fe.is_directory = dir;
-    w->sending = true;
-    w->in_flight = e->len;
-    if (kb_grpc_stream_send(w->call, &fe.base, s_on_sent, w)) {
-        w->sending = false;
-        w->gone = true;
-    }
+    return kb_grpc_stream_send(call, &fe.base, sent, arg);
 }
 
-/* Sends the next event, or finishes once the final frame came. Called with w->lock held;
- * returns true if it finished the call (lock released). */
-static bool s_pump(s_watch_t *w)
-{
-    while (!w->sending && w->head && !w->gone) {
-        s_ev_t *e = w->head;
-        w->head = e->next;
-        if (!w->head)
-            w->tail = NULL;
-        s_send_event(w, e);
-        free(e);
-    }
-    if (w->gone && !w->final_seen && !w->cancel_wanted) {
-        w->cancel_wanted = true;
-        if (w->stream)
-            ka_svc_stream_cancel(w->api->o.svc, w->stream);
-    }
-    if (w->answered || w->sending || !w->final_seen || (w->head && !w->gone))
-        return false;
-    w->answered = true;
-    ka_frame_end_t st = w->final;
-    pthread_mutex_unlock(&w->lock);
-    kb_grpc_finish(w->call, kb_api_code(ka_err_code(st.err)), st.message);
-    return true;
-}
+static const kb_api_stream_ops_t s_watch_ops = {s_keep_event, s_send_event};
 
-static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
+typedef struct {
+    kb_api_t *api;
+    ka_guest_req_t *q; /* NULL once the stream took it */
+} s_watch_t;
+
+static ka_svc_status_t s_watch_start(kb_api_stream_t *s, void *arg, krt_addr_t *stream)
 {
     s_watch_t *w = arg;
-    pthread_mutex_lock(&w->lock);
-    w->sending = false;
-    if (status)
-        w->gone = true;
-    else if (w->in_flight && w->stream)
-        ka_svc_stream_ack(w->api->o.svc, w->stream, w->in_flight);
-    w->in_flight = 0;
-    if (!s_pump(w))
-        pthread_mutex_unlock(&w->lock);
-}
-
-static void s_on_cancel(kb_grpc_call_t *call, void *arg)
-{
-    s_watch_t *w = arg;
-    pthread_mutex_lock(&w->lock);
-    w->gone = true;
-    if (!s_pump(w))
-        pthread_mutex_unlock(&w->lock);
-}
-
-static void s_watch_frame(void *user, const ka_guest_reply_t *f, size_t len)
-{
-    s_watch_t *w = user;
-    pthread_mutex_lock(&w->lock);
-    if (!f->final && f->stream == KA_STREAM_EVENT && !w->gone) {
-        s_ev_t *e = malloc(sizeof *e + f->tail_len);
-        if (e) {
-            e->next = NULL;
-            e->len = f->tail_len;
-            memcpy(e->payload, f->tail, f->tail_len);
-            if (w->tail)
-                w->tail->next = e;
-            else
-                w->head = e;
-            w->tail = e;
-        } else {
-            w->gone = true;
-        }
-    }
-    if (f->final) {
-        w->final_seen = true;
-        ka_frame_end(&w->final, f, len);
-        if (w->gone && !w->final.err)
-            w->final.err = -ECANCELED;
-    }
-    if (!s_pump(w))
-        pthread_mutex_unlock(&w->lock);
+    if (ka_svc_stream(w->api->o.svc, &w->q, kb_api_stream_frame, s, stream))
+        return (ka_svc_status_t){-ESHUTDOWN, "the control plane is not running"};
+    return (ka_svc_status_t){0, NULL};
 }
 
 static void s_watch(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
     const Kagent__Files__V1__WatchFilesRequest *r = (const void *)m;
-    kb_api_t *api = user;
     const char *why[] = {ka_check_fs_path(r->path, 0)};
-    ka_guest_req_t *q = s_req(api, call, KA_GUEST_WATCH, r->path, NULL, why, 1);
-    s_watch_t *w = q ? calloc(1, sizeof *w) : NULL;
-    if (!w) {
-        if (q)
-            kb_grpc_fail(call, KB_GRPC_INTERNAL, "out of memory");
-        free(q);
-        return;
-    }
-    pthread_mutex_init(&w->lock, NULL);
-    w->api = api;
-    w->call = call;
-    kb_grpc_call_on_free(call, s_watch_free, w);
-    kb_grpc_call_on_cancel(call, s_on_cancel, w);
-    /* frames wait on the lock until the stream's address is recorded */
-    pthread_mutex_lock(&w->lock);
-    krt_addr_t stream = KRT_ADDR_NONE;
-    int rc = ka_svc_stream(api->o.svc, &q, s_watch_frame, w, &stream);
-    if (rc) {
-        pthread_mutex_unlock(&w->lock);
-        kb_grpc_fail(call, KB_GRPC_UNAVAILABLE, "the control plane is not running");
-        return;
-    }
-    w->stream = stream;
-    bool cancel = w->cancel_wanted && !w->final_seen;
-    pthread_mutex_unlock(&w->lock);
-    if (cancel)
-        ka_svc_stream_cancel(api->o.svc, stream);
+    s_watch_t w = {user, s_req(user, call, KA_GUEST_WATCH, r->path, NULL, why, 1)};
+    if (w.q)
+        kb_api_stream_open(user, call, &s_watch_ops, s_watch_start, &w);
+    free(w.q);
 }
 
 #define FILES "/kagent.files.v1.FilesService/"

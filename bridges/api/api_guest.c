@@ -4,10 +4,7 @@
  * calls into one sandbox's guest.
  *
  * Every call is a guest stream of the service layer (frames, then a final frame). Unary
- * methods answer from the final frame; server streams forward frames one send at a time
- * (a queue absorbs what arrives while a send is in flight) and return each data frame's bytes
- * as credit once gRPC core has taken them (ka_svc_stream_ack), so the queue never holds more
- * than the stream's window: a client that does not read stalls its own stream, end to end;
+ * methods answer from the final frame; server streams are kb_api_stream's (api_stream.h);
  * client streams (WriteFile, WriteProcessInput) go to the guest in chunks of what arrived
  * (KB_API_CHUNK or more): while as many chunks' guest requests are in flight as may be (two
  * for a file once its first chunk is written, one for process input) the call reads no
@@ -17,13 +14,13 @@
  *
  * A call's state (s_call_t) lives as long as its gRPC call: kb_grpc_call_on_free releases it
  * once every gRPC callback has returned, and it is freed when that and every chunk's hold is
- * gone. So a callback that races the answer (a cancel beside the final frame, a message beside
- * a chunk's end) finds it alive and answered, and does nothing. The answer is decided under
+ * gone. So a callback that races the answer (a message beside a chunk's end) finds it alive and
+ * answered, and does nothing. The answer is decided under
  * c->lock and sent once it is released (s_unlock): completing a call may release it at once,
  * and the release takes the lock.
  */
 #include "api_int.h"
-#include "svc_frames.h"
+#include "api_stream.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,7 +28,7 @@
 
 /* ---- one call's state ----------------------------------------------------------------------- */
 
-typedef enum { K_START, K_GET, K_SIGNAL, K_OUTPUT, K_EXEC, K_READ, K_INPUT, K_WRITE } s_kind_t;
+typedef enum { K_START, K_GET, K_SIGNAL, K_INPUT, K_WRITE } s_kind_t;
 
 #define KB_API_CHUNK     (1u << 20)
 #define KB_API_IN_FLIGHT 2 /* a file's chunks in flight at once (process input: 1) */
@@ -52,16 +49,6 @@ struct s_call {
     s_kind_t kind;
     char caller[KB_AUTH_ID_MAX + 1];
     char sandbox[KA_STORE_ID_LEN];
-    krt_addr_t stream;
-    bool cancel_wanted;
-    const void *req; /* server streams: the request while the stream opens (borrowed) */
-    /* server streams */
-    ka_frames_t queue;
-    bool sending;
-    uint64_t in_flight; /* data bytes of the send in flight (credit once it is done) */
-    bool final_seen;
-    ka_frame_end_t final;
-    bool gone; /* the client went away: drop data, wait for the final frame */
     /* client streams */
     bool started; /* first message seen */
     char path[1024];
@@ -80,14 +67,13 @@ struct s_call {
     /* the answer */
     bool answered;       /* decided (only the first reason to answer does) */
     bool due;            /* decided, not yet sent: s_unlock sends it */
-    kb_grpc_code_t code; /* KB_GRPC_OK: a client stream's reply, a server stream's end */
+    kb_grpc_code_t code; /* KB_GRPC_OK: a client stream's reply */
     char message[KA_MSG_LEN];
     unsigned holds; /* the gRPC call's, one per chunk in flight, one per chunk's end under way */
 };
 
 static void s_call_free(s_call_t *c)
 {
-    ka_frames_clear(&c->queue);
     pthread_mutex_destroy(&c->lock);
     free(c->data);
     free(c);
@@ -166,8 +152,6 @@ static s_call_t *s_call_new(kb_api_t *api, kb_grpc_call_t *call, s_kind_t kind)
     return c;
 }
 
-static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len);
-
 static ka_svc_caller_t s_who(const s_call_t *c)
 {
     return (ka_svc_caller_t){c->caller, 0};
@@ -178,28 +162,6 @@ static void s_refused(s_call_t *c, ka_svc_status_t st)
 {
     if (st.err)
         kb_api_fail_err(c->call, &st);
-}
-
-typedef ka_svc_status_t (*s_stream_fn)(s_call_t *c, krt_addr_t *stream);
-
-/* Opens a server stream for c. It holds c->lock across the start so its frames wait until the
- * stream's address is recorded. On failure answers. */
-static void s_open(s_call_t *c, s_stream_fn start)
-{
-    krt_addr_t stream = KRT_ADDR_NONE;
-    pthread_mutex_lock(&c->lock);
-    ka_svc_status_t st = start(c, &stream);
-    if (st.err) {
-        pthread_mutex_unlock(&c->lock);
-        s_refused(c, st);
-        return;
-    }
-    c->stream = stream;
-    bool cancel = c->cancel_wanted && !c->final_seen;
-    ka_service_t *svc = c->api->o.svc; /* c may be freed once unlocked (its final frame) */
-    pthread_mutex_unlock(&c->lock);
-    if (cancel)
-        ka_svc_stream_cancel(svc, stream);
 }
 
 /* ---- unary answers ------------------------------------------------------------------------- */
@@ -230,124 +192,99 @@ static void s_on_process(void *user, const ka_svc_status_t *st, const ka_svc_pro
 
 /* ---- server streams ------------------------------------------------------------------------ */
 
-/* An Exec stream's frame as its message: the process frame (Started), data, the exit (Exit).
- * p holds the process (free p->argv after the send). */
-static void s_exec_msg(Kagent__Api__V1__ExecResponse *er, kb_api_process_t *p,
-                       const ka_guest_reply_t *f)
+/* A server stream's start: who calls into which sandbox, and the request (borrowed). */
+typedef struct {
+    kb_api_t *api;
+    char caller[KB_AUTH_ID_MAX + 1];
+    char sandbox[KA_STORE_ID_LEN];
+    const void *req;
+} s_open_t;
+
+/* Identifies the caller and the sandbox, then forwards the stream start opens. */
+static void s_open(kb_api_t *api, kb_grpc_call_t *call, const ProtobufCMessage *m,
+                   const kb_api_stream_ops_t *ops, kb_api_stream_start_fn start)
 {
+    s_open_t o = {.api = api, .req = m};
+    if (kb_api_guest_target(api, call, o.caller, sizeof o.caller, o.sandbox, sizeof o.sandbox))
+        return;
+    kb_api_stream_open(api, call, ops, start, &o);
+}
+
+/* ReadFile sends data; StreamProcessOutput and Exec also the exit (an exited process's final
+ * frame). */
+static bool s_keep_data(const ka_guest_reply_t *f)
+{
+    return !f->final;
+}
+
+static bool s_keep_exit(const ka_guest_reply_t *f)
+{
+    return !f->final || (f->has_process && !f->err && f->process.state == 2);
+}
+
+static int s_send_read(kb_grpc_call_t *call, const ka_guest_reply_t *f, kb_grpc_sent_fn sent,
+                       void *arg)
+{
+    Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
+    rf.chunk.data = (uint8_t *)f->tail;
+    rf.chunk.len = f->tail_len;
+    return kb_grpc_stream_send(call, &rf.base, sent, arg);
+}
+
+/* An Exec stream's frame as its message: the process frame (Started), data, the exit (Exit). */
+static int s_send_exec(kb_grpc_call_t *call, const ka_guest_reply_t *f, kb_grpc_sent_fn sent,
+                       void *arg)
+{
+    Kagent__Api__V1__ExecResponse er;
+    kagent__api__v1__exec_response__init(&er);
+    kb_api_process_t p = {0};
     if (f->has_process) {
         ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
-        kb_api_process(p, &sp);
-        er->msg_case = f->final ? KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT
-                                : KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED;
-        er->started = &p->p; /* one union with exit */
-        return;
+        kb_api_process(&p, &sp);
+        er.msg_case = f->final ? KAGENT__API__V1__EXEC_RESPONSE__MSG_EXIT
+                               : KAGENT__API__V1__EXEC_RESPONSE__MSG_STARTED;
+        er.started = &p.p; /* one union with exit */
+    } else {
+        bool err = f->stream == KA_STREAM_STDERR;
+        er.msg_case = err ? KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR
+                          : KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT;
+        ProtobufCBinaryData *b = err ? &er.stderr : &er.stdout;
+        b->data = (uint8_t *)f->tail;
+        b->len = f->tail_len;
     }
-    bool err = f->stream == KA_STREAM_STDERR;
-    er->msg_case = err ? KAGENT__API__V1__EXEC_RESPONSE__MSG_STDERR
-                       : KAGENT__API__V1__EXEC_RESPONSE__MSG_STDOUT;
-    ProtobufCBinaryData *b = err ? &er->stderr : &er->stdout;
-    b->data = (uint8_t *)f->tail;
-    b->len = f->tail_len;
+    int rc = kb_grpc_stream_send(call, &er.base, sent, arg);
+    free(p.argv);
+    return rc;
 }
 
-static void s_on_sent(kb_grpc_call_t *call, int status, void *arg);
-
-/* Sends the next queued frame, or decides the call's end once the final frame came and the
- * queue is empty. Called with c->lock held. */
-static void s_pump(s_call_t *c)
+/* A StreamProcessOutput frame as its message: data, or the exit record. */
+static int s_send_output(kb_grpc_call_t *call, const ka_guest_reply_t *f, kb_grpc_sent_fn sent,
+                         void *arg)
 {
-    while (!c->sending && !ka_frames_empty(&c->queue) && !c->gone) {
-        ka_frame_t *i = ka_frames_pop(&c->queue);
-        const ka_guest_reply_t *f = &i->frame;
-        Ateenv__V1alpha__ProcessOutput po;
-        ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
-        Ateenv__V1alpha__ReadFileResponse rf = ATEENV__V1ALPHA__READ_FILE_RESPONSE__INIT;
-        Kagent__Api__V1__ExecResponse er;
-        kagent__api__v1__exec_response__init(&er);
-        kb_api_process_t p = {0};
-        ProtobufCMessage *msg = &po.base;
-        if (c->kind == K_READ) {
-            rf.chunk.data = (uint8_t *)f->tail;
-            rf.chunk.len = f->tail_len;
-            msg = &rf.base;
-        } else if (c->kind == K_EXEC) {
-            s_exec_msg(&er, &p, f);
-            msg = &er.base;
-        } else if (f->final) { /* the exit record */
-            ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
-            kb_api_process(&p, &sp);
-            po.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
-            po.exit = &p.p;
-        } else {
-            bool err = f->stream == KA_STREAM_STDERR;
-            po.output_case = err ? ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR
-                                 : ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT;
-            ProtobufCBinaryData *b = err ? &po.stderr : &po.stdout;
-            b->data = (uint8_t *)f->tail;
-            b->len = f->tail_len;
-        }
-        c->sending = true;
-        c->in_flight = f->final ? 0 : f->tail_len;
-        int rc = kb_grpc_stream_send(c->call, msg, s_on_sent, c);
-        free(p.argv);
-        free(i);
-        if (rc) {
-            c->sending = false;
-            c->gone = true;
-        }
-    }
-    if (c->gone && !c->final_seen && !c->cancel_wanted) {
-        c->cancel_wanted = true;
-        if (c->stream)
-            ka_svc_stream_cancel(c->api->o.svc, c->stream);
-    }
-    if (c->sending || !c->final_seen || (!ka_frames_empty(&c->queue) && !c->gone))
-        return;
-    s_decide(c, kb_api_code(ka_err_code(c->final.err)), c->final.message);
-}
-
-static void s_on_sent(kb_grpc_call_t *call, int status, void *arg)
-{
-    s_call_t *c = arg;
-    pthread_mutex_lock(&c->lock);
-    c->sending = false;
-    if (status)
-        c->gone = true;
-    else if (c->in_flight && c->stream)
-        ka_svc_stream_ack(c->api->o.svc, c->stream, c->in_flight);
-    c->in_flight = 0;
-    s_pump(c);
-    s_unlock(c);
-}
-
-static void s_on_cancel(kb_grpc_call_t *call, void *arg)
-{
-    s_call_t *c = arg;
-    pthread_mutex_lock(&c->lock);
-    c->gone = true;
-    s_pump(c);
-    s_unlock(c);
-}
-
-static void s_on_frame(void *user, const ka_guest_reply_t *f, size_t len)
-{
-    s_call_t *c = user;
-    pthread_mutex_lock(&c->lock);
-    bool exit_kind = c->kind == K_OUTPUT || c->kind == K_EXEC; /* the exit is a message */
-    if (!c->gone &&
-        (!f->final || (exit_kind && f->has_process && !f->err && f->process.state == 2)) &&
-        ka_frames_push(&c->queue, f, len))
-        c->gone = true;
+    Ateenv__V1alpha__ProcessOutput po;
+    ateenv__v1alpha__process_output__init(&po); /* (the INIT macro trips -Wmissing-braces) */
+    kb_api_process_t p = {0};
     if (f->final) {
-        c->final_seen = true;
-        ka_frame_end(&c->final, f, len);
-        if (c->gone && !c->final.err)
-            c->final.err = -ECANCELED;
+        ka_svc_process_t sp = {f->process, f->tail, f->tail_len};
+        kb_api_process(&p, &sp);
+        po.output_case = ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_EXIT;
+        po.exit = &p.p;
+    } else {
+        bool err = f->stream == KA_STREAM_STDERR;
+        po.output_case = err ? ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDERR
+                             : ATEENV__V1ALPHA__PROCESS_OUTPUT__OUTPUT_STDOUT;
+        ProtobufCBinaryData *b = err ? &po.stderr : &po.stdout;
+        b->data = (uint8_t *)f->tail;
+        b->len = f->tail_len;
     }
-    s_pump(c);
-    s_unlock(c);
+    int rc = kb_grpc_stream_send(call, &po.base, sent, arg);
+    free(p.argv);
+    return rc;
 }
+
+static const kb_api_stream_ops_t s_read_ops = {s_keep_data, s_send_read};
+static const kb_api_stream_ops_t s_exec_ops = {s_keep_exit, s_send_exec};
+static const kb_api_stream_ops_t s_output_ops = {s_keep_exit, s_send_output};
 
 /* ---- ProcessService ------------------------------------------------------------------------ */
 
@@ -366,14 +303,15 @@ static void s_start(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
     s_refused(c, st);
 }
 
-static ka_svc_status_t s_exec_start(s_call_t *c, krt_addr_t *stream)
+static ka_svc_status_t s_exec_start(kb_api_stream_t *s, void *arg, krt_addr_t *stream)
 {
+    const s_open_t *o = arg;
     ka_svc_exec_args_t a;
     ka_svc_env_t *env;
-    ka_svc_status_t st = kb_api_exec_args(c->req, c->sandbox, &a, &env);
-    ka_svc_caller_t who = s_who(c);
+    ka_svc_status_t st = kb_api_exec_args(o->req, o->sandbox, &a, &env);
+    ka_svc_caller_t who = {o->caller, 0};
     if (!st.err)
-        st = ka_svc_exec_follow(c->api->o.svc, &who, &a, s_on_frame, c, stream);
+        st = ka_svc_exec_follow(o->api->o.svc, &who, &a, kb_api_stream_frame, s, stream);
     free(env);
     return st;
 }
@@ -381,12 +319,7 @@ static ka_svc_status_t s_exec_start(s_call_t *c, krt_addr_t *stream)
 /* kagent.api.v1.ProcessService/Exec: a server stream of the followed start. */
 static void s_exec(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_call_t *c = s_call_new(user, call, K_EXEC);
-    if (!c)
-        return;
-    kb_grpc_call_on_cancel(call, s_on_cancel, c);
-    c->req = m;
-    s_open(c, s_exec_start);
+    s_open(user, call, m, &s_exec_ops, s_exec_start);
 }
 
 static void s_get(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
@@ -411,43 +344,35 @@ static void s_signal(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user
                                s_on_process, c));
 }
 
-static ka_svc_status_t s_output_start(s_call_t *c, krt_addr_t *stream)
+static ka_svc_status_t s_output_start(kb_api_stream_t *s, void *arg, krt_addr_t *stream)
 {
-    const Ateenv__V1alpha__StreamProcessOutputRequest *req = c->req;
-    ka_svc_output_args_t a = {c->sandbox, req->process_id, req->stdout_offset, req->stderr_offset,
+    const s_open_t *o = arg;
+    const Ateenv__V1alpha__StreamProcessOutputRequest *req = o->req;
+    ka_svc_output_args_t a = {o->sandbox, req->process_id, req->stdout_offset, req->stderr_offset,
                               req->follow};
-    ka_svc_caller_t who = s_who(c);
-    return ka_svc_output(c->api->o.svc, &who, &a, s_on_frame, c, stream);
+    ka_svc_caller_t who = {o->caller, 0};
+    return ka_svc_output(o->api->o.svc, &who, &a, kb_api_stream_frame, s, stream);
 }
 
 static void s_output(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_call_t *c = s_call_new(user, call, K_OUTPUT);
-    if (!c)
-        return;
-    kb_grpc_call_on_cancel(call, s_on_cancel, c);
-    c->req = m;
-    s_open(c, s_output_start);
+    s_open(user, call, m, &s_output_ops, s_output_start);
 }
 
 /* ---- FileSystemService --------------------------------------------------------------------- */
 
-static ka_svc_status_t s_read_start(s_call_t *c, krt_addr_t *stream)
+static ka_svc_status_t s_read_start(kb_api_stream_t *s, void *arg, krt_addr_t *stream)
 {
-    const Ateenv__V1alpha__ReadFileRequest *req = c->req;
-    ka_svc_read_args_t a = {c->sandbox, req->path, req->mode};
-    ka_svc_caller_t who = s_who(c);
-    return ka_svc_file_read(c->api->o.svc, &who, &a, s_on_frame, c, stream);
+    const s_open_t *o = arg;
+    const Ateenv__V1alpha__ReadFileRequest *req = o->req;
+    ka_svc_read_args_t a = {o->sandbox, req->path, req->mode};
+    ka_svc_caller_t who = {o->caller, 0};
+    return ka_svc_file_read(o->api->o.svc, &who, &a, kb_api_stream_frame, s, stream);
 }
 
 static void s_read(kb_grpc_call_t *call, const ProtobufCMessage *m, void *user)
 {
-    s_call_t *c = s_call_new(user, call, K_READ);
-    if (!c)
-        return;
-    kb_grpc_call_on_cancel(call, s_on_cancel, c);
-    c->req = m;
-    s_open(c, s_read_start);
+    s_open(user, call, m, &s_read_ops, s_read_start);
 }
 
 /* ---- client streams: WriteFile, WriteProcessInput ------------------------------------------ */
@@ -578,7 +503,7 @@ static void s_answer(kb_grpc_call_t *call, s_kind_t kind, kb_grpc_code_t code, c
             ATEENV__V1ALPHA__WRITE_PROCESS_INPUT_RESPONSE__INIT;
         r.bytes_written = (int64_t)written;
         kb_grpc_reply(call, &r.base);
-    } else { /* an error, or a server stream's end */
+    } else { /* an error */
         kb_grpc_finish(call, code, message);
     }
 }
