@@ -45,7 +45,7 @@ typedef struct ka_spawn_msg {
     uint64_t sigmask;  /* the guest's signal mask: bit n-1 is signal n */
     char hostname[65];
     char root[KA_SPAWN_PATH - 32], data[KA_SPAWN_PATH + 8], vol[KA_SPAWN_PATH];
-    char guest[KA_SPAWN_PATH], overlay_opts[4096], tmp_opts[64], dev_opts[64];
+    char guest[KA_SPAWN_PATH], overlay_opts[4096], tmp_opts[64];
     char mp_data[KA_SPAWN_PATH], mp_run[KA_SPAWN_PATH], mp_kagent[KA_SPAWN_PATH];
     char mp_guest[KA_SPAWN_PATH], mp_proc[KA_SPAWN_PATH], mp_dev[KA_SPAWN_PATH];
     char mp_tmp[KA_SPAWN_PATH];

@@ -77,17 +77,39 @@ static int s_at(const char *dir, const char *name, char *out)
     return 0;
 }
 
-/* /dev is one tmpfs holding the device nodes and /dev/shm, a sticky directory: every file
- * system a sandbox mounts registers a memory-cgroup-aware shrinker, and since Linux 6.7 every
- * memory cgroup keeps 1 KiB per 64 of them, so the host's memory grows with the square of the
- * sandbox count (the README's Density section). /dev/shm was a tmpfs of its own; it now shares
- * /dev's, sized as /tmp, writable only there (/dev itself stays 0755 root). */
+/* Binds directory dir of the tmpfs mounted at stage onto mp with flags (besides MS_NOSUID). */
+static int s_bind_dir(const char *stage, const char *dir, const char *mp, unsigned long flags)
+{
+    char p[KA_SPAWN_PATH + 16];
+    if (s_at(stage, dir, p) < 0 || mount(p, mp, NULL, MS_BIND, NULL) < 0)
+        return -1;
+    return mount(NULL, mp, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | flags, NULL);
+}
+
+/* /dev and /tmp are one tmpfs (sized as /tmp): every file system a sandbox mounts registers a
+ * memory-cgroup-aware shrinker, and since Linux 6.7 every memory cgroup keeps 1 KiB per 64 of
+ * them, so the host's memory grows with the square of the sandbox count (the README's Density
+ * section). It is mounted at /run for a moment, its directories dev (0755 root: no exec) and
+ * tmp (sticky: no devices) are bound at /dev and /tmp, and /run is left empty again. */
+static void s_child_dev_tmp(const ka_spawn_msg_t *c)
+{
+    const char *stage = c->mp_run;
+    char p[KA_SPAWN_PATH + 16];
+    if (mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, c->tmp_opts) < 0 ||
+        s_at(stage, "tmp", p) < 0 || mkdir(p, 0700) < 0 || chmod(p, 01777) < 0 ||
+        s_bind_dir(stage, "tmp", c->mp_tmp, MS_NODEV) < 0)
+        s_fail(c, KA_SPAWN_STEP_TMP);
+    if (s_at(stage, "dev", p) < 0 || mkdir(p, 0700) < 0 || chmod(p, 0755) < 0 ||
+        s_bind_dir(stage, "dev", c->mp_dev, MS_NOEXEC) < 0 || umount2(stage, 0) < 0)
+        s_fail(c, KA_SPAWN_STEP_DEV);
+}
+
+/* /dev: the device nodes, devpts, and /dev/shm, a sticky directory (writable only there). */
 static void s_child_dev(const ka_spawn_msg_t *c)
 {
     const char *dev = c->mp_dev;
     char p[KA_SPAWN_PATH + 16];
-    if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, c->dev_opts) < 0)
-        s_fail(c, KA_SPAWN_STEP_DEV);
+    s_child_dev_tmp(c);
     static const struct {
         const char *name;
         unsigned maj, min;
@@ -163,8 +185,6 @@ static void s_child_mounts(const ka_spawn_msg_t *c)
     if (mount("proc", c->mp_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         s_fail(c, KA_SPAWN_STEP_PROC);
     s_child_dev(c);
-    if (mount("tmpfs", c->mp_tmp, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_opts) < 0)
-        s_fail(c, KA_SPAWN_STEP_TMP);
     if (chdir(c->root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
         umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
         s_fail(c, KA_SPAWN_STEP_PIVOT);
@@ -296,9 +316,9 @@ static bool s_fields_valid(const ka_spawn_msg_t *m)
         return false;
 #define S_ENDS(f) (memchr(m->f, 0, sizeof(m->f)) != NULL)
     if (!(S_ENDS(hostname) && S_ENDS(root) && S_ENDS(data) && S_ENDS(vol) && S_ENDS(guest) &&
-          S_ENDS(tmp_opts) && S_ENDS(dev_opts) && S_ENDS(overlay_opts) && S_ENDS(mp_data) &&
-          S_ENDS(mp_run) && S_ENDS(mp_kagent) && S_ENDS(mp_guest) && S_ENDS(mp_proc) &&
-          S_ENDS(mp_dev) && S_ENDS(mp_tmp)))
+          S_ENDS(tmp_opts) && S_ENDS(overlay_opts) && S_ENDS(mp_data) && S_ENDS(mp_run) &&
+          S_ENDS(mp_kagent) && S_ENDS(mp_guest) && S_ENDS(mp_proc) && S_ENDS(mp_dev) &&
+          S_ENDS(mp_tmp)))
         return false;
 #undef S_ENDS
     for (int i = 0; i < m->n_keep; i++)

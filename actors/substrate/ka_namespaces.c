@@ -310,9 +310,7 @@ static int s_prepare_child(s_driver_t *d, const ka_sandbox_spec_t *spec, ka_sand
     snprintf(m->mp_proc, sizeof(m->mp_proc), "%s/proc", m->root);
     snprintf(m->mp_dev, sizeof(m->mp_dev), "%s/dev", m->root);
     snprintf(m->mp_tmp, sizeof(m->mp_tmp), "%s/tmp", m->root);
-    snprintf(m->tmp_opts, sizeof(m->tmp_opts), "mode=1777,size=%llu",
-             (unsigned long long)d->tmp_bytes);
-    snprintf(m->dev_opts, sizeof(m->dev_opts), "mode=755,size=%llu",
+    snprintf(m->tmp_opts, sizeof(m->tmp_opts), "mode=700,size=%llu",
              (unsigned long long)d->tmp_bytes);
     int rc = s_prepare_layers(c, spec);
     return rc < 0 ? rc : s_prepare_tail(d, c);

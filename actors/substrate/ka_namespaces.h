@@ -42,7 +42,7 @@ typedef struct ka_ns_opts {
     uint32_t uid_base;       /* first host uid (= gid) of this node's sandboxes; 0: 1000000 */
     uint32_t uid_count;      /* uids in the range = most live sandboxes; 0: 65536 */
     uint32_t nofile;         /* RLIMIT_NOFILE of every process inside; 0: 1024 */
-    uint64_t tmp_bytes;      /* size of /tmp and of /dev (with /dev/shm) each; 0: 64 MiB */
+    uint64_t tmp_bytes;      /* size of the tmpfs of /tmp and /dev (/dev/shm); 0: 64 MiB */
     uint64_t disk_bytes;     /* /data and changes to the root together; 0: 10 GiB */
     uint64_t disk_inodes;    /* files on that disk; 0: one per 16 KiB of disk_bytes */
     uint32_t disk_spare;     /* volumes formatted ahead of starts; 0: 4 */

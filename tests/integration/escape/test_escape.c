@@ -489,19 +489,28 @@ static void test_df_shows_quota(void **unused)
     assert_true(inodes >= S_INODES && inodes < S_INODES * 2);
 }
 
-/* /dev/shm is a sticky directory on /dev's tmpfs, writable by the sandbox while /dev is not; the
- * sandbox has 6 file systems of its own (overlay root, volume, proc, /dev, devpts, /tmp) and the
- * node's guest binary: each one costs every memory cgroup on the host a shrinker slot. */
+/* /dev and /tmp are one tmpfs: /dev/shm is a sticky directory on it, writable by the sandbox
+ * while /dev is not, and /tmp another, where programs run (not in /dev); the tmpfs is /tmp's
+ * size, and /run, where it was staged, holds no mount. The sandbox has 5 file systems of its own
+ * (overlay root, volume, proc, /dev with /tmp, devpts) and the node's guest binary: each one
+ * costs every memory cgroup on the host a shrinker slot. */
 static void test_dev_shm(void **unused)
 {
     (void)unused;
     sbx_out_t o;
-    assert_int_equal(s_in_a("ls -ld /dev/shm /dev | cut -c1-10; echo hi > /dev/shm/f && "
-                            "cat /dev/shm/f; touch /dev/evil 2>/dev/null && echo WROTE; "
-                            "cut -d' ' -f3 /proc/self/mountinfo | sort -u | wc -l",
-                            &o),
-                     0);
-    assert_string_equal(o.out, "drwxr-xr-x\ndrwxrwxrwt\nhi\n7\n");
+    assert_int_equal(
+        s_in_a("ls -ld /dev/shm /dev /tmp | cut -c1-10; echo hi > /dev/shm/f && "
+               "cat /dev/shm/f; touch /dev/evil 2>/dev/null && echo WROTE; "
+               "cut -d' ' -f3 /proc/self/mountinfo | sort -u | wc -l; "
+               "stat -c %d /dev /tmp /dev/shm | uniq | wc -l; "
+               "df -k /tmp /dev | awk 'NR > 1 {print $2}'; "
+               "awk '$5 == \"/run\"' /proc/self/mountinfo | wc -l; "
+               "printf '#!/bin/sh\\necho ran\\n' > /tmp/s && chmod +x /tmp/s && /tmp/s; "
+               "cp /tmp/s /dev/shm/s && /dev/shm/s 2>/dev/null || echo noexec",
+               &o),
+        0);
+    assert_string_equal(o.out, "drwxr-xr-x\ndrwxrwxrwt\ndrwxrwxrwt\nhi\n6\n1\n65536\n65536\n0\n"
+                               "ran\nnoexec\n");
     sbx_out_free(&o);
 }
 
