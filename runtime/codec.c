@@ -399,17 +399,6 @@ int krt_pack_map(krt_pack_t *p, uint32_t n)
     return 0;
 }
 
-int krt_pack_raw(krt_pack_t *p, const void *data, size_t len)
-{
-    uint8_t *d = s_reserve(p, len);
-    if (!d)
-        return p->err;
-    if (len)
-        memcpy(d, data, len);
-    p->len += len;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Reader                                                                                     */
 
@@ -441,11 +430,6 @@ void krt_unpack_init(krt_unpack_t *u, const void *data, size_t len)
 int krt_unpack_error(const krt_unpack_t *u)
 {
     return u->err_;
-}
-
-size_t krt_unpack_remaining(const krt_unpack_t *u)
-{
-    return (size_t)(u->end_ - u->p_);
 }
 
 size_t krt_unpack_offset(const krt_unpack_t *u)

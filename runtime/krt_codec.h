@@ -90,8 +90,6 @@ int krt_pack_ext(krt_pack_t *p, int8_t type, const void *data, size_t len);
 /* Container headers: the next n objects (array) or n key/value pairs (map) belong to it. */
 int krt_pack_array(krt_pack_t *p, uint32_t n);
 int krt_pack_map(krt_pack_t *p, uint32_t n);
-/* Appends bytes that already are msgpack (not validated). */
-int krt_pack_raw(krt_pack_t *p, const void *data, size_t len);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Reader                                                                                     */
@@ -111,8 +109,7 @@ typedef struct krt_unpack {
 void krt_unpack_init(krt_unpack_t *u, const void *data, size_t len);
 /* The sticky error, or 0. */
 int krt_unpack_error(const krt_unpack_t *u);
-/* Bytes not read yet, and the offset of the next byte (where an error happened). */
-size_t krt_unpack_remaining(const krt_unpack_t *u);
+/* The offset of the next byte (where an error happened). */
 size_t krt_unpack_offset(const krt_unpack_t *u);
 /* 0 if no error and every byte was read, else the error (KRT_CODEC_EBADMSG for leftovers). */
 int krt_unpack_finish(krt_unpack_t *u);

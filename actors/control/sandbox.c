@@ -237,7 +237,8 @@ uint64_t ka_sandbox_fsm_violations(void)
     return atomic_load(&s_violations);
 }
 
-const char *ka_sandbox_state_name(int state)
+/* The name of a ka_sbx_state_t ("READY"). */
+static const char *s_state_name(int state)
 {
     static const char *const names[KA_SBX_N_STATES] = {
         "CREATING", "READY",   "SUSPENDING", "SUSPENDED", "RESUMING",
@@ -305,8 +306,7 @@ static void s_enter(krt_ctx_t *ctx, ka_sbx_t *self, ka_sbx_state_t to)
     if (!(s_next[self->state] & TO(to)) && to != self->state) {
         atomic_fetch_add(&s_violations, 1);
         krt_log_actor(ctx, KRT_LOG_ERROR, "sandbox_bad_transition", "sandbox=%s from=%s to=%s",
-                      self->a.record.id, ka_sandbox_state_name(self->state),
-                      ka_sandbox_state_name(to));
+                      self->a.record.id, s_state_name(self->state), s_state_name(to));
     }
     self->state = to;
     s_note_released(ctx, self);
@@ -799,7 +799,7 @@ static void a_bug(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     atomic_fetch_add(&s_violations, 1);
     krt_log_actor(ctx, KRT_LOG_ERROR, "sandbox_unexpected_event", "sandbox=%s state=%s event=%d",
-                  self->a.record.id, ka_sandbox_state_name(self->state), ev->type);
+                  self->a.record.id, s_state_name(self->state), ev->type);
 }
 
 /* A create replayed while the create runs: it gets the create's own answer. */
@@ -1081,7 +1081,7 @@ static void a_store_done(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 static void a_store_failed(krt_ctx_t *ctx, ka_sbx_t *self, const s_ev_t *ev)
 {
     krt_log_actor(ctx, KRT_LOG_WARN, "store_write_failed", "sandbox=%s state=%s phase=%d err=%d",
-                  self->a.record.id, ka_sandbox_state_name(self->state), self->op.phase, ev->err);
+                  self->a.record.id, s_state_name(self->state), self->op.phase, ev->err);
     if (self->op.phase == KA_PH_INTENT)
         s_intent_lost(ctx, self, ev->err, MSG_STORE);
     else if (ev->err == KA_STORE_EUNAVAIL) /* the work is done: the record must catch up */
@@ -1464,8 +1464,8 @@ static void s_describe(const void *state, char *out, size_t cap)
              "{\"id\":\"%s\",\"creator\":\"%s\",\"state\":\"%s\",\"operation\":\"%s\","
              "\"fsm\":\"%s\",\"phase\":%d,\"expires_ms\":%lld,\"guest_calls\":%zu}",
              self->a.record.id, self->a.record.creator, ka_state_name(self->a.record.state),
-             ka_op_name(self->a.record.operation), ka_sandbox_state_name(self->state),
-             self->op.phase, (long long)self->a.record.expires_ms, self->calls.n);
+             ka_op_name(self->a.record.operation), s_state_name(self->state), self->op.phase,
+             (long long)self->a.record.expires_ms, self->calls.n);
 }
 
 const krt_behaviour_t ka_sandbox_behaviour = {

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool ka_sbx_fs_op(int op)
+/* True for KA_GUEST_LIST ... KA_GUEST_WATCH. */
+static bool s_fs_op(int op)
 {
     return op >= KA_GUEST_LIST && op <= KA_GUEST_WATCH;
 }
@@ -37,7 +38,7 @@ int ka_sbx_fs_send(ka_guestconn_t *gc, const ka_guest_req_t *q, uint64_t *gid)
 {
     static const char *const ops[] = {"list", "stat", "remove", "mkdir", "move", "watch"};
     const char *tail = s_tail_str(q);
-    if (!ka_sbx_fs_op(q->op) || !tail)
+    if (!s_fs_op(q->op) || !tail)
         return -EINVAL;
     ka_gp_fs_t r = {
         .op = ops[q->op - KA_GUEST_LIST],

@@ -13,8 +13,6 @@
 #include "guestconn.h"
 #include "ka_guestcalls.h"
 
-/* True for KA_GUEST_LIST ... KA_GUEST_WATCH. */
-bool ka_sbx_fs_op(int op);
 /* What the guest's frames for op may be. */
 ka_gc_kind_t ka_sbx_fs_kind(int op);
 /* Queues q's request on gc; *gid its id. 0, or -EINVAL (a tail string that is not one

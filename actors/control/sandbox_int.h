@@ -128,8 +128,6 @@ void ka_sbx_guest_touch(ka_sbx_t *self);
 /* The guest went away (exited, or broke the protocol and was killed): an event for the state
  * machine. The channel is already closed and its calls ended. */
 void ka_sbx_on_guest_exit(krt_ctx_t *ctx, ka_sbx_t *self, const char *reason, const char *message);
-/* The name of a ka_sbx_state_t ("READY"). */
-const char *ka_sandbox_state_name(int state);
 /* Events or transitions the table forbids that happened in this process (0 unless a bug). */
 uint64_t ka_sandbox_fsm_violations(void);
 

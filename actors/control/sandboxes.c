@@ -163,7 +163,8 @@ static void s_register(krt_ctx_t *ctx, const char *id, krt_addr_t addr)
         krt_log_actor(ctx, KRT_LOG_WARN, "sandbox_register_failed", "sandbox=%s err=%d", id, rc);
 }
 
-int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
+/* Spawns, maps and registers a sandbox's actor. */
+static int s_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args)
 {
     krt_addr_t addr;
     uint64_t mref;
@@ -408,7 +409,7 @@ static void s_on_inserted(krt_ctx_t *ctx, void *state, void *user, int err, cons
                            .reply_ref = op->from_ref,
                            .guest_idle_ms = self->a.guest_idle_ms,
                            .compute = warm ? op->claim.sb : NULL};
-    if (ka_mgr_spawn(ctx, self, &a)) {
+    if (s_mgr_spawn(ctx, self, &a)) {
         ka_pool_release(ctx, self->pool, &op->claim, false);
         ka_mgr_fail_op(ctx, self, op, KA_EUNAVAIL, "cannot start the sandbox actor");
         return;
@@ -941,7 +942,7 @@ static void s_on_fork_copied(krt_ctx_t *ctx, void *state, void *user, int err, c
                                .driver = self->a.driver,
                                .guest_idle_ms = self->a.guest_idle_ms,
                                .fork = true};
-        if (ka_mgr_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
+        if (s_mgr_spawn(ctx, self, &a)) /* its record stays CREATING: recovery fails it */
             krt_log_actor(ctx, KRT_LOG_WARN, "fork_spawn_failed", "sandbox=%s", a.record.id);
         else
             krt_log_actor(ctx, KRT_LOG_INFO, "sandbox_forked", "sandbox=%s source=%s", a.record.id,
@@ -978,7 +979,7 @@ void ka_mgr_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb, c
                            .templates = self->a.templates,
                            .driver = self->a.driver,
                            .guest_idle_ms = self->a.guest_idle_ms};
-    if (ka_mgr_spawn(ctx, self, &a))
+    if (s_mgr_spawn(ctx, self, &a))
         return;
     krt_log_actor(ctx, KRT_LOG_INFO, event, "sandbox=%s state=%s", sb->id,
                   ka_state_name(sb->state));

@@ -85,8 +85,6 @@ void ka_mgr_ask(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next, kr
  * KA_STORE_ENOTFOUND if there is none). */
 void ka_mgr_ask_receipt(krt_ctx_t *ctx, s_mgr_t *self, s_op_t *op, krt_reply_fn next,
                         const char *creator, const char *request_id);
-/* Spawns, maps and registers a sandbox's actor. */
-int ka_mgr_spawn(krt_ctx_t *ctx, s_mgr_t *self, const ka_sandbox_args_t *args);
 /* Spawns the actor of a record with no compute here (recovered, taken over), logging event. */
 void ka_mgr_adopt(krt_ctx_t *ctx, s_mgr_t *self, const ka_store_sandbox_t *sb, const char *event);
 /* Recovers this node's live records (expired ones first), a page at a time from offset. */

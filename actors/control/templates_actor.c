@@ -202,8 +202,10 @@ static void s_on_res_image(krt_ctx_t *ctx, void *state, void *user, int err, con
 
 /* ---- revision identity -------------------------------------------------------------------- */
 
-int ka_revision_hash(const char *ns, const char *name, const char *uid, const char *spec_json,
-                     const char *sandbox_class, const ka_policy_t *policy, char out[65])
+/* The revision id: SHA-256 hex of the canonical JSON of {kind "sandbox", schemaVersion 2,
+ * namespace, name, uid, spec, sandboxClass, policy {guestImage, cpu, memory}}. out: 65 bytes. */
+static int s_revision_hash(const char *ns, const char *name, const char *uid, const char *spec_json,
+                           const char *sandbox_class, const ka_policy_t *policy, char out[65])
 {
     json_error_t jerr;
     json_t *spec = json_loads(spec_json, 0, &jerr);
@@ -354,8 +356,8 @@ static void s_on_put(krt_ctx_t *ctx, void *state, void *user, int err, const krt
                      KA_READY_NO_POOL_MSG, "");
         return;
     }
-    if (ka_revision_hash(op->ns, op->name, op->uid, op->spec_json, klass, &self->a.policy,
-                         op->revision)) {
+    if (s_revision_hash(op->ns, op->name, op->uid, op->spec_json, klass, &self->a.policy,
+                        op->revision)) {
         s_fail_op(ctx, self, op, -EIO, "cannot compute the revision id");
         return;
     }

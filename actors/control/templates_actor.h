@@ -52,9 +52,4 @@ extern const krt_behaviour_t ka_templates_behaviour;
 #define KA_READY_NO_POOL     "WorkerPoolNotFound"
 #define KA_READY_NO_POOL_MSG "The referenced sandbox WorkerPool does not exist"
 
-/* The revision id: SHA-256 hex of the canonical JSON of {kind "sandbox", schemaVersion 2,
- * namespace, name, uid, spec, sandboxClass, policy {guestImage, cpu, memory}}. out: 65 bytes. */
-int ka_revision_hash(const char *ns, const char *name, const char *uid, const char *spec_json,
-                     const char *sandbox_class, const ka_policy_t *policy, char out[65]);
-
 #endif

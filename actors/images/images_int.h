@@ -48,8 +48,6 @@ int ka_fs_rmtree(const char *path);
 int ka_fs_rmtree_at(int dirfd, const char *name);
 /* mkdir -p with mode 0755. */
 int ka_fs_mkdir_p(const char *path);
-/* fsync a directory (after renames into it). */
-int ka_fs_fsync_dir(const char *path);
 /* Reads a whole small file (at most max bytes) into a NUL-terminated malloc'd buffer. */
 int ka_fs_read_file(const char *path, size_t max, char **out, size_t *len_out);
 /* Writes data to path atomically: temp file in the same dir, fsync, rename, fsync dir. */
@@ -63,15 +61,9 @@ char *ka_strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef struct ka_blob_writer ka_blob_writer_t;
 
-/* Opens a new temp file in tmp_dir. NULL on failure (message recorded). */
-ka_blob_writer_t *ka_blob_writer_new(const char *tmp_dir);
 int ka_blob_writer_write(ka_blob_writer_t *w, const void *buf, size_t len);
 /* Bytes written so far. */
 uint64_t ka_blob_writer_size(const ka_blob_writer_t *w);
-/* Flushes, fsyncs and closes the file; fills the digest. No more writes after this. */
-int ka_blob_writer_finish(ka_blob_writer_t *w, char digest[KA_DIGEST_LEN]);
-/* Path of the temp file (borrowed). */
-const char *ka_blob_writer_path(const ka_blob_writer_t *w);
 /* Closes and unlinks the temp file unless it was handed to a transaction. Idempotent. */
 void ka_blob_writer_destroy(ka_blob_writer_t **w_p);
 

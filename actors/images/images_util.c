@@ -187,7 +187,8 @@ int ka_fs_mkdir_p(const char *path)
     return rc;
 }
 
-int ka_fs_fsync_dir(const char *path)
+/* fsync a directory (after renames into it). */
+static int s_fs_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -279,7 +280,7 @@ int ka_fs_write_atomic(const char *path, const void *data, size_t len)
         char *slash = strrchr(dir, '/');
         if (slash && slash != dir) {
             *slash = '\0';
-            ka_fs_fsync_dir(dir);
+            s_fs_fsync_dir(dir);
         }
         free(dir);
     }
@@ -308,11 +309,12 @@ struct ka_blob_writer {
     char *path;     /* temp file; NULL once handed to a transaction */
     EVP_MD_CTX *md; /* running sha256 */
     uint64_t size;  /* bytes written */
-    bool finished;  /* ka_blob_writer_finish ran */
+    bool finished;  /* s_blob_writer_finish ran */
     char digest[KA_DIGEST_LEN];
 };
 
-ka_blob_writer_t *ka_blob_writer_new(const char *tmp_dir)
+/* Opens a new temp file in tmp_dir. NULL on failure (message recorded). */
+static ka_blob_writer_t *s_blob_writer_new(const char *tmp_dir)
 {
     ka_blob_writer_t *w = calloc(1, sizeof *w);
     if (!w)
@@ -353,7 +355,8 @@ uint64_t ka_blob_writer_size(const ka_blob_writer_t *w)
     return w->size;
 }
 
-int ka_blob_writer_finish(ka_blob_writer_t *w, char digest[KA_DIGEST_LEN])
+/* Flushes, fsyncs and closes the file; fills the digest. No more writes after this. */
+static int s_blob_writer_finish(ka_blob_writer_t *w, char digest[KA_DIGEST_LEN])
 {
     if (!w->finished) {
         unsigned char md[32];
@@ -372,11 +375,6 @@ int ka_blob_writer_finish(ka_blob_writer_t *w, char digest[KA_DIGEST_LEN])
     if (digest)
         memcpy(digest, w->digest, KA_DIGEST_LEN);
     return 0;
-}
-
-const char *ka_blob_writer_path(const ka_blob_writer_t *w)
-{
-    return w->path;
 }
 
 void ka_blob_writer_destroy(ka_blob_writer_t **w_p)
@@ -438,7 +436,7 @@ int ka_blob_txn_add_writer(ka_blob_txn_t *t, ka_blob_writer_t **w_p, const char 
 {
     ka_blob_writer_t *w = *w_p;
     char d[KA_DIGEST_LEN];
-    int rc = ka_blob_writer_finish(w, d);
+    int rc = s_blob_writer_finish(w, d);
     if (rc < 0)
         goto out;
     if (expect && strcmp(expect, d) != 0) {
@@ -537,7 +535,7 @@ ka_blob_writer_t *ka_blob_txn_writer(ka_blob_txn_t *t)
 {
     if (ka_fs_mkdir_p(t->tmp_dir) < 0)
         return NULL;
-    return ka_blob_writer_new(t->tmp_dir);
+    return s_blob_writer_new(t->tmp_dir);
 }
 
 bool ka_blob_txn_stored(ka_blob_txn_t *t, const char *digest)
@@ -578,7 +576,7 @@ int ka_blob_txn_commit(ka_blob_txn_t *t)
         t->items[i].tmp = NULL;
     }
     t->n = 0;
-    return ka_fs_fsync_dir(t->blob_dir);
+    return s_fs_fsync_dir(t->blob_dir);
 }
 
 void ka_blob_txn_destroy(ka_blob_txn_t **t_p)

@@ -63,7 +63,7 @@ const char *ka_rev_state_name(int st)
     return st >= 0 && st < S_COUNT(s_revs) ? s_revs[st] : NULL;
 }
 
-int ka_rev_state_parse(const char *name)
+static int s_rev_state_parse(const char *name)
 {
     return s_parse(s_revs, S_COUNT(s_revs), name);
 }
@@ -267,7 +267,7 @@ static void s_row_revision(const PGresult *r, int row, ka_store_revision_t *v)
     s_cpy(v->namespace_, sizeof(v->namespace_), r, row, 1);
     s_cpy(v->name, sizeof(v->name), r, row, 2);
     v->generation = s_i64(r, row, 3);
-    int st = ka_rev_state_parse(PQgetvalue(r, row, 4));
+    int st = s_rev_state_parse(PQgetvalue(r, row, 4));
     v->state = st < 0 ? KA_REV_PREPARING : st;
     s_cpy(v->reason, sizeof(v->reason), r, row, 5);
     s_cpy(v->message, sizeof(v->message), r, row, 6);

@@ -131,7 +131,6 @@ typedef enum {
     KA_REV_RETIRED
 } ka_rev_state_t;
 const char *ka_rev_state_name(int st); /* "PREPARING" ... */
-int ka_rev_state_parse(const char *name);
 
 /* A store request's outcome as its krt_request callback (err, msg) or krt_call sees it: 0 when
  * msg is the store's success reply of at least `size` bytes; else a KA_STORE_E* code (or

@@ -415,7 +415,8 @@ static int s_kill_all(const char *dir)
     return count;
 }
 
-int ka_cgroup_remove_dir(const char *dir)
+/* Crash cleanup: kills the tasks in one cgroup dir and removes it (0 if already gone). */
+static int s_cgroup_remove_dir(const char *dir)
 {
     struct timespec ms = {0, 1000000};
     (void)s_write(dir, "freezer.state", "THAWED"); /* v1: a frozen task cannot even die */
@@ -437,7 +438,7 @@ int ka_cgroup_remove(ka_cgroup_t **cg_p)
     ka_cgroup_t *cg = *cg_p;
     int rc = 0;
     for (size_t i = cg->n; i-- > 0;) {
-        int r = ka_cgroup_remove_dir(cg->dir[i]);
+        int r = s_cgroup_remove_dir(cg->dir[i]);
         if (r < 0 && rc == 0)
             rc = r;
         free(cg->dir[i]);
@@ -456,7 +457,7 @@ int ka_cgroup_remove_id(const char *parent, const char *id)
             continue;
         char p[700];
         snprintf(p, sizeof(p), "%s/%s/%s", S.base[i], parent, id);
-        rc = ka_cgroup_remove_dir(p);
+        rc = s_cgroup_remove_dir(p);
     }
     return rc;
 }

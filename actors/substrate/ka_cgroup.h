@@ -42,8 +42,6 @@ int ka_cgroup_stats(const ka_cgroup_t *cg, ka_sandbox_stats_t *out);
 int ka_cgroup_freeze(const ka_cgroup_t *cg, bool frozen, int timeout_ms);
 /* Kills whatever is still inside and removes the directories. Frees cg. Idempotent. */
 int ka_cgroup_remove(ka_cgroup_t **cg_p);
-/* Crash cleanup: kills the tasks in one cgroup dir and removes it (0 if already gone). */
-int ka_cgroup_remove_dir(const char *dir);
 /* Crash cleanup of sandbox id's cgroups under parent, in every hierarchy (0 if none). */
 int ka_cgroup_remove_id(const char *parent, const char *id);
 /* Removes <self>/<parent> in every hierarchy if it is empty (errors ignored). */

@@ -36,7 +36,7 @@ ka_gc_call_t *ka_gc_add(ka_gc_table_t *t, uint64_t id, ka_gc_kind_t kind, uint64
     return c;
 }
 
-ka_gc_call_t *ka_gc_find(ka_gc_table_t *t, uint64_t id)
+static ka_gc_call_t *s_gc_find(ka_gc_table_t *t, uint64_t id)
 {
     for (ka_gc_call_t *c = t->head; c; c = c->next)
         if (c->id == id)
@@ -191,7 +191,7 @@ ka_gc_verdict_t ka_gc_check(ka_gc_table_t *t, uint64_t last_id, const ka_gp_fram
         *why = "an id the node never issued";
         return KA_GC_DROP;
     }
-    ka_gc_call_t *c = ka_gc_find(t, id);
+    ka_gc_call_t *c = s_gc_find(t, id);
     if (!c) {
         atomic_fetch_add(&s_stale, 1);
         *why = "a request that is no longer open";

@@ -74,7 +74,6 @@ bool ka_gc_kind_streams(ka_gc_kind_t kind);
  * asked output offsets (OUTPUT); window: credit (0: not bound). NULL on allocation failure. */
 ka_gc_call_t *ka_gc_add(ka_gc_table_t *t, uint64_t id, ka_gc_kind_t kind, uint64_t proc,
                         const uint64_t off[2], uint64_t window, uint64_t now_ms, void *user);
-ka_gc_call_t *ka_gc_find(ka_gc_table_t *t, uint64_t id);
 /* How many open calls are of kind. */
 size_t ka_gc_count(const ka_gc_table_t *t, ka_gc_kind_t kind);
 /* Unlinks and frees call (and its after; not its user). */

@@ -350,8 +350,8 @@ static int s_type_meta(s_ctx_t *c, const ka_yaml_node_t *root)
     return s_only_keys(c, root, "", keys);
 }
 
-int ka_template_from_tree(const ka_yaml_node_t *root, const char *default_ns,
-                          ka_template_doc_t **out, char *err, size_t errcap)
+static int s_template_from_tree(const ka_yaml_node_t *root, const char *default_ns,
+                                ka_template_doc_t **out, char *err, size_t errcap)
 {
     s_ctx_t c = {NULL, err, errcap};
     ka_template_doc_t *doc = calloc(1, sizeof *doc);
@@ -383,7 +383,7 @@ int ka_template_parse(const char *yaml, size_t len, const char *default_ns, ka_t
         snprintf(err, errcap, "error parsing SandboxTemplate: %s", yerr);
         return -EINVAL;
     }
-    int rc = ka_template_from_tree(root, default_ns, out, err, errcap);
+    int rc = s_template_from_tree(root, default_ns, out, err, errcap);
     ka_yaml_free(&root);
     return rc;
 }

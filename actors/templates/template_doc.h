@@ -40,8 +40,6 @@ typedef struct ka_template_doc {
  * `SandboxTemplate "scratch" is invalid: spec.workload.image: Invalid value: "tools:1": ...`. */
 int ka_template_parse(const char *yaml, size_t len, const char *default_ns, ka_template_doc_t **out,
                       char *err, size_t errcap);
-int ka_template_from_tree(const ka_yaml_node_t *root, const char *default_ns,
-                          ka_template_doc_t **out, char *err, size_t errcap);
 void ka_template_free(ka_template_doc_t **doc);
 
 /* Canonical JSON of the spec (keys in fixed order, env sorted by name). Caller frees. */

@@ -219,35 +219,6 @@ int ka_yaml_parse(const char *buf, size_t len, ka_yaml_node_t **root, char *err,
     return rc;
 }
 
-int ka_yaml_parse_file(const char *path, ka_yaml_node_t **root, char *err, size_t errcap)
-{
-    *root = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errcap, "%s: %s", path, strerror(e));
-        return -e;
-    }
-    char *buf = malloc(KA_YAML_MAX_BYTES + 1);
-    size_t len = buf ? fread(buf, 1, KA_YAML_MAX_BYTES + 1, f) : 0;
-    int rc;
-    if (!buf)
-        rc = -ENOMEM;
-    else if (ferror(f))
-        rc = -EIO;
-    else {
-        char inner[KA_YAML_ERR_CAP];
-        rc = ka_yaml_parse(buf, len, root, inner, sizeof inner);
-        if (rc)
-            snprintf(err, errcap, "%s: %s", path, inner);
-    }
-    if (rc && rc != -EINVAL && rc != -EFBIG)
-        snprintf(err, errcap, "%s: %s", path, strerror(-rc));
-    free(buf);
-    fclose(f);
-    return rc;
-}
-
 void ka_yaml_free(ka_yaml_node_t **root)
 {
     ka_yaml_node_t *n = root ? *root : NULL;

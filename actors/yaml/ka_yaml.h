@@ -34,8 +34,6 @@ struct ka_yaml_node {
  * returned; an empty document gives an empty map. On failure returns -EINVAL and writes
  * "line N: what" to err. */
 int ka_yaml_parse(const char *buf, size_t len, ka_yaml_node_t **root, char *err, size_t errcap);
-/* Reads path (at most KA_YAML_MAX_BYTES) and parses it; errors name the file. */
-int ka_yaml_parse_file(const char *path, ka_yaml_node_t **root, char *err, size_t errcap);
 /* Frees a tree; idempotent, NULLs *root. */
 void ka_yaml_free(ka_yaml_node_t **root);
 /* The value under key in a map, or NULL (borrowed). */

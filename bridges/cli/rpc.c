@@ -95,7 +95,8 @@ void kb_rpc_reset_interrupt(void)
     s_interrupted = 0;
 }
 
-const char *kb_rpc_code_name(int code)
+/* The Go-style name of a status code ("NotFound", "DeadlineExceeded"). */
+static const char *s_rpc_code_name(int code)
 {
     static const char *const names[] = {
         "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
@@ -109,7 +110,7 @@ const char *kb_rpc_code_name(int code)
 
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "rpc error: code = %s desc = %s", kb_rpc_code_name(st->code), st->message);
+    snprintf(buf, cap, "rpc error: code = %s desc = %s", s_rpc_code_name(st->code), st->message);
 }
 
 bool kb_rpc_outcome_unknown(const kb_rpc_status_t *st)
@@ -918,7 +919,7 @@ static void s_trace(const kb_rpc_call_t *c)
     kb_rpc_t *r = c->rpc;
     if (r->trace)
         fprintf(r->trace, "grpc %s %s -> %s (%.1f ms)\n", r->target, c->method,
-                kb_rpc_code_name(c->st.code), (double)(s_now() - c->started) / 1e6);
+                s_rpc_code_name(c->st.code), (double)(s_now() - c->started) / 1e6);
 }
 
 int kb_rpc_call_finish(kb_rpc_call_t *c, const ProtobufCMessageDescriptor *resp_desc,

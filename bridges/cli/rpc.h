@@ -98,8 +98,6 @@ void kb_rpc_interrupt(void);
 /* Clears a previous kb_rpc_interrupt (tests run several commands in one process). */
 void kb_rpc_reset_interrupt(void);
 
-/* The Go-style name of a status code ("NotFound", "DeadlineExceeded"). */
-const char *kb_rpc_code_name(int code);
 /* "rpc error: code = NotFound desc = <message>", as grpc-go formats a status error. */
 void kb_rpc_format_error(const kb_rpc_status_t *st, char *buf, size_t cap);
 /* True when a failed call may still have taken effect on the server: it was cut off (UNAVAILABLE,

@@ -81,7 +81,8 @@ struct kb_http {
 
 /* ---------- buffers ---------- */
 
-int kb_http_buf_append(kb_http_buf_t *b, const void *data, size_t len)
+/* Appends raw bytes. 0 or -ENOMEM. */
+static int s_http_buf_append(kb_http_buf_t *b, const void *data, size_t len)
 {
     if (b->len + len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 1024;
@@ -110,14 +111,14 @@ int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
     if (n < 0)
         return -EINVAL;
     if ((size_t)n < sizeof small)
-        return kb_http_buf_append(b, small, (size_t)n);
+        return s_http_buf_append(b, small, (size_t)n);
     char *big = malloc((size_t)n + 1);
     if (!big)
         return -ENOMEM;
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    int rc = kb_http_buf_append(b, big, (size_t)n);
+    int rc = s_http_buf_append(b, big, (size_t)n);
     free(big);
     return rc;
 }
@@ -382,7 +383,7 @@ int kb_http_stream_write(kb_http_stream_t *s, const void *data, size_t len)
     pthread_mutex_lock(&s->mu);
     int rc = -EPIPE;
     if (!s->gone && !s->closed)
-        rc = kb_http_buf_append(&s->buf, data, len);
+        rc = s_http_buf_append(&s->buf, data, len);
     if (rc == 0)
         pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -517,7 +518,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
     }
     if (*upload_size) {
         if (!req->too_large && (req->body.len + *upload_size > h->opts.max_body ||
-                                kb_http_buf_append(&req->body, upload, *upload_size) < 0))
+                                s_http_buf_append(&req->body, upload, *upload_size) < 0))
             req->too_large = true;
         *upload_size = 0;
         return MHD_YES;

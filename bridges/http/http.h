@@ -42,8 +42,6 @@ typedef struct kb_http_buf kb_http_buf_t;
 /* Appends printf-formatted text to a metrics buffer. 0 or -ENOMEM. */
 int kb_http_buf_printf(kb_http_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Appends raw bytes. 0 or -ENOMEM. */
-int kb_http_buf_append(kb_http_buf_t *b, const void *data, size_t len);
 
 /* The host part of "host[:port]" (IPv6 in brackets): its length. */
 size_t kb_http_host_part(const char *h);
