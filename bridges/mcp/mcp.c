@@ -43,7 +43,7 @@ typedef struct s_session {
     char id[33];
     char owner[KB_AUTH_ID_MAX + 1];
     char version[16];
-    int level; /* index in kb_mcp_levels: log notifications at or above it */
+    int level; /* a kb_mcp_log_level index: log notifications at or above it */
     time_t used;
 } s_session_t;
 

@@ -19,8 +19,9 @@
 const char *const kb_mcp_versions[] = {KB_MCP_MODERN_VERSION, "2025-11-25", "2025-06-18",
                                        "2025-03-26",          "2024-11-05", NULL};
 
-const char *const kb_mcp_levels[] = {"debug", "info",     "notice", "warning",
-                                     "error", "critical", "alert",  "emergency"};
+/* The syslog levels, lowest first. */
+static const char *const s_levels[KB_MCP_N_LEVELS] = {"debug", "info",     "notice", "warning",
+                                                      "error", "critical", "alert",  "emergency"};
 
 static const char *s_known(const char *v)
 {
@@ -46,7 +47,7 @@ json_t *kb_mcp_versions_json(void)
 int kb_mcp_log_level(const char *name)
 {
     for (int i = 0; name && i < KB_MCP_N_LEVELS; i++)
-        if (strcmp(name, kb_mcp_levels[i]) == 0)
+        if (strcmp(name, s_levels[i]) == 0)
             return i;
     return -1;
 }

@@ -48,14 +48,13 @@ enum {
 #define KB_MCP_LIST_TTL_MS    300000 /* ttlMs of tools/list, prompts/list, server/discover */
 #define KB_MCP_N_LEVELS       8
 
-/* Every revision served, newest first, NULL-terminated; and the syslog levels, lowest first. */
+/* Every revision served, newest first, NULL-terminated. */
 extern const char *const kb_mcp_versions[];
-extern const char *const kb_mcp_levels[];
 /* True for a stateless (2026-07-28) revision. */
 bool kb_mcp_version_modern(const char *v);
 /* kb_mcp_versions as a JSON array (new reference). */
 json_t *kb_mcp_versions_json(void);
-/* Index of a log level name in kb_mcp_levels, or -1. */
+/* Index of a syslog level name ("debug" 0 ... "emergency" 7), or -1. */
 int kb_mcp_log_level(const char *name);
 
 /* Why a request is refused before dispatch: HTTP status (0 = accepted), JSON-RPC code and
