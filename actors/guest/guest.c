@@ -725,125 +725,141 @@ static void s_proc_free(s_proc_t *p)
     free(p);
 }
 
-static void s_op_start(uint64_t id, const msgpack_object *req)
+/* A process start under way: the request's settings and the descriptors made for the child
+ * ([0] the read end, [1] the write end; -1 when not made or already handed over). */
+typedef struct {
+    char *cwd;
+    char **envp;
+    bool want_in, tty;
+    uint64_t tmo, rows, cols;
+    int out[2], err[2], in[2];
+    int ep[2];       /* the child's exec failure (its errno), closed on a successful exec */
+    const char *why; /* the failure's message */
+} s_start_t;
+
+/* The request's argv (into p), cwd (relative: to the workspace), env, stdin, tty and timeout.
+ * 0 or a negative errno (st->why set). */
+static int s_start_parse(s_start_t *st, s_proc_t *p, const msgpack_object *req)
 {
-    if (G.running >= G.max_procs) {
-        s_reply_err(id, -EAGAIN, "too many running processes");
-        return;
-    }
-    s_proc_t *p = calloc(1, sizeof(*p));
-    char **envp = NULL;
-    char *cwd = NULL;
-    int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, ep[2] = {-1, -1};
-    int rc = -ENOMEM;
-    const char *why = "out of memory";
-    if (!p)
-        goto fail;
-    p->pipe_fd[0] = p->pipe_fd[1] = p->spool_fd[0] = p->spool_fd[1] = p->in_fd = -1;
     p->argv = s_argv_copy(ka_gp_get(req, "argv"));
     if (!p->argv) {
-        rc = -EINVAL;
-        why = "argv must be a non-empty array of strings";
-        goto fail;
+        st->why = "argv must be a non-empty array of strings";
+        return -EINVAL;
     }
     const char *c;
     size_t cn;
     if (ka_gp_get_bytes(req, "cwd", &c, &cn) && cn > 0) {
         if (c[0] == '/')
-            cwd = strndup(c, cn);
-        else if (asprintf(&cwd, "%s/%.*s", G.workspace, (int)cn, c) < 0)
-            cwd = NULL;
+            st->cwd = strndup(c, cn);
+        else if (asprintf(&st->cwd, "%s/%.*s", G.workspace, (int)cn, c) < 0)
+            st->cwd = NULL;
     } else {
-        cwd = strdup(G.workspace);
+        st->cwd = strdup(G.workspace);
     }
-    envp = s_build_env(ka_gp_get(req, "env"));
-    if (!cwd || !envp)
-        goto fail;
-    bool want_in = false;
-    ka_gp_get_bool(req, "stdin", &want_in);
-    uint64_t tmo = 0;
-    ka_gp_get_u64(req, "timeout_ms", &tmo);
-    if (tmo == 0)
-        tmo = G.timeout_ms;
+    st->envp = s_build_env(ka_gp_get(req, "env"));
+    ka_gp_get_bool(req, "stdin", &st->want_in);
+    ka_gp_get_u64(req, "timeout_ms", &st->tmo);
+    if (st->tmo == 0)
+        st->tmo = G.timeout_ms;
+    ka_gp_get_bool(req, "tty", &st->tty);
+    ka_gp_get_u64(req, "rows", &st->rows);
+    ka_gp_get_u64(req, "cols", &st->cols);
+    st->why = "out of memory";
+    return st->cwd && st->envp ? 0 : -ENOMEM;
+}
 
-    bool tty = false;
-    uint64_t rows = 0, cols = 0;
-    ka_gp_get_bool(req, "tty", &tty);
-    ka_gp_get_u64(req, "rows", &rows);
-    ka_gp_get_u64(req, "cols", &cols);
-
-    p->id = ++G.next_id;
-    why = "cannot create pipes or spool files";
-    if (pipe2(ep, O_CLOEXEC) < 0)
-        goto fail_errno;
-    if (tty) { /* out: the master (ours) and the slave (the child's); no other pipes */
-        why = "cannot open a pseudo terminal";
-        rc = ka_gt_open((uint32_t)(rows > UINT32_MAX ? UINT32_MAX : rows),
-                        (uint32_t)(cols > UINT32_MAX ? UINT32_MAX : cols), &out[0], &out[1]);
+/* The child's stdio: a terminal (its master is our output and input), or pipes (stdin: a
+ * pipe when wanted, else /dev/null); then the spool files. 0 or a negative errno. */
+static int s_start_fds(s_start_t *st, s_proc_t *p)
+{
+    st->why = "cannot create pipes or spool files";
+    if (pipe2(st->ep, O_CLOEXEC) < 0)
+        return -errno;
+    if (st->tty) {
+        st->why = "cannot open a pseudo terminal";
+        uint32_t rows = (uint32_t)(st->rows > UINT32_MAX ? UINT32_MAX : st->rows);
+        uint32_t cols = (uint32_t)(st->cols > UINT32_MAX ? UINT32_MAX : st->cols);
+        int rc = ka_gt_open(rows, cols, &st->out[0], &st->out[1]);
         if (rc < 0)
-            goto fail;
-        in[1] = fcntl(out[0], F_DUPFD_CLOEXEC, 0);
-        if (in[1] < 0)
-            goto fail_errno;
-        why = "cannot create spool files";
-        want_in = true;
-    } else if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-        goto fail_errno;
-    } else if (want_in) {
-        if (pipe2(in, O_CLOEXEC) < 0)
-            goto fail_errno;
+            return rc;
+        st->in[1] = fcntl(st->out[0], F_DUPFD_CLOEXEC, 0);
+        if (st->in[1] < 0)
+            return -errno;
+        st->why = "cannot create spool files";
+        st->want_in = true;
     } else {
-        in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (in[0] < 0)
-            goto fail_errno;
+        if (pipe2(st->out, O_CLOEXEC) < 0 || pipe2(st->err, O_CLOEXEC) < 0)
+            return -errno;
+        if (st->want_in && pipe2(st->in, O_CLOEXEC) < 0)
+            return -errno;
+        if (!st->want_in && (st->in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+            return -errno;
     }
     p->spool_fd[0] = s_spool_open(p, 0);
     p->spool_fd[1] = s_spool_open(p, 1);
-    if (p->spool_fd[0] < 0 || p->spool_fd[1] < 0)
-        goto fail_errno;
+    return p->spool_fd[0] < 0 || p->spool_fd[1] < 0 ? -errno : 0;
+}
 
+/* Forks the child and waits for its exec: 0 once it runs (p->pid set), or a negative errno. */
+static int s_start_exec(s_start_t *st, s_proc_t *p)
+{
     pid_t pid = fork();
     if (pid < 0)
-        goto fail_errno;
+        return -errno;
     if (pid == 0)
-        s_child(p->argv, envp, cwd, in[0], out[1], err[1], tty ? out[1] : -1, ep[1]);
-    close(ep[1]);
-    ep[1] = -1;
+        s_child(p->argv, st->envp, st->cwd, st->in[0], st->out[1], st->err[1],
+                st->tty ? st->out[1] : -1, st->ep[1]);
+    close(st->ep[1]);
+    st->ep[1] = -1;
     int e = 0;
     ssize_t n;
     do
-        n = read(ep[0], &e, sizeof(e));
+        n = read(st->ep[0], &e, sizeof(e));
     while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof(e)) { /* exec failed: the child exits 127 */
         waitpid(pid, NULL, 0);
-        rc = -e;
-        why = e == ENOENT ? "no such program" : "cannot start the program";
-        goto fail;
+        st->why = e == ENOENT ? "no such program" : "cannot start the program";
+        return -e;
     }
     p->pid = pid;
+    return 0;
+}
+
+/* The running process keeps our ends (non-blocking); the child's ends are closed. */
+static void s_start_adopt(s_start_t *st, s_proc_t *p)
+{
     p->state = KA_GP_STATE_RUNNING;
     p->started_ms = s_wall_ms();
-    p->deadline = s_mono_ms() + tmo;
-    p->tty = tty;
-    p->pipe_fd[0] = out[0];
-    p->pipe_fd[1] = err[0];
-    fcntl(out[0], F_SETFL, O_NONBLOCK);
-    if (err[0] >= 0)
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
-    if (want_in) {
-        p->in_fd = in[1];
-        fcntl(in[1], F_SETFL, O_NONBLOCK);
-    }
-    int theirs[] = {out[1], err[1], in[0]}; /* the child's ends */
+    p->deadline = s_mono_ms() + st->tmo;
+    p->tty = st->tty;
+    int ours[] = {st->out[0], st->err[0], st->want_in ? st->in[1] : -1};
+    p->pipe_fd[0] = ours[0];
+    p->pipe_fd[1] = ours[1];
+    p->in_fd = ours[2];
     for (size_t i = 0; i < 3; i++)
-        if (theirs[i] >= 0)
-            close(theirs[i]);
-    close(ep[0]);
-    s_strv_free(envp);
-    free(cwd);
-    p->next = G.procs;
-    G.procs = p;
-    G.running++;
+        if (ours[i] >= 0)
+            fcntl(ours[i], F_SETFL, O_NONBLOCK);
+    st->out[0] = st->err[0] = -1;
+    if (st->want_in)
+        st->in[1] = -1;
+}
+
+/* Closes every descriptor st still holds, and frees its cwd and env. */
+static void s_start_done(s_start_t *st)
+{
+    int *fds[] = {st->out, st->err, st->in, st->ep};
+    for (size_t i = 0; i < 4; i++)
+        for (int k = 0; k < 2; k++)
+            if (fds[i][k] >= 0)
+                close(fds[i][k]);
+    s_strv_free(st->envp);
+    free(st->cwd);
+}
+
+/* Replies with the process, or (follow: start and output in one request) the process frame
+ * and then its output stream. */
+static void s_start_reply(uint64_t id, const msgpack_object *req, s_proc_t *p)
+{
     bool follow = false;
     ka_gp_get_bool(req, "follow", &follow);
     s_stream_t *s = follow ? s_stream_new(id, req) : NULL;
@@ -851,7 +867,6 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
         s_reply_process(id, p);
         return;
     }
-    /* start + output(follow) in one request: the process frame, then the stream */
     size_t off = s_begin(id, 1);
     s_key("process");
     s_pack_process(p);
@@ -859,26 +874,41 @@ static void s_op_start(uint64_t id, const msgpack_object *req)
     s->p = p;
     s->follow = true;
     s_stream_add(s);
-    return;
+}
 
-fail_errno:
-    rc = -errno;
-fail:
-    for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0)
-            close(out[i]);
-        if (err[i] >= 0)
-            close(err[i]);
-        if (in[i] >= 0)
-            close(in[i]);
-        if (ep[i] >= 0)
-            close(ep[i]);
+static void s_op_start(uint64_t id, const msgpack_object *req)
+{
+    if (G.running >= G.max_procs) {
+        s_reply_err(id, -EAGAIN, "too many running processes");
+        return;
     }
-    if (p)
-        s_proc_free(p);
-    s_strv_free(envp);
-    free(cwd);
-    s_reply_err(id, rc, why);
+    s_start_t st = {
+        .out = {-1, -1}, .err = {-1, -1}, .in = {-1, -1}, .ep = {-1, -1}, .why = "out of memory"};
+    s_proc_t *p = calloc(1, sizeof(*p));
+    int rc = -ENOMEM;
+    if (p) {
+        p->pipe_fd[0] = p->pipe_fd[1] = p->spool_fd[0] = p->spool_fd[1] = p->in_fd = -1;
+        rc = s_start_parse(&st, p, req);
+    }
+    if (rc == 0) {
+        p->id = ++G.next_id;
+        rc = s_start_fds(&st, p);
+    }
+    if (rc == 0)
+        rc = s_start_exec(&st, p);
+    if (rc == 0)
+        s_start_adopt(&st, p);
+    s_start_done(&st);
+    if (rc < 0) {
+        if (p)
+            s_proc_free(p);
+        s_reply_err(id, rc, st.why);
+        return;
+    }
+    p->next = G.procs;
+    G.procs = p;
+    G.running++;
+    s_start_reply(id, req, p);
 }
 
 static void s_op_get(uint64_t id, const msgpack_object *req)
