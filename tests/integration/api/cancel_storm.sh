@@ -5,11 +5,8 @@
 # no call state is used after it was freed or leaked (kagentd's clean exit).
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
-node_start
-node_apply_template storm
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
-stubs=$(api_stubs)
+api_node storm
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_cancel_storm.py" \
   "127.0.0.1:$PORT" "$stubs" storm "$NODE_PID"
 node_stop

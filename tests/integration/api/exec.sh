@@ -5,12 +5,9 @@
 # several MiB under flow control (kagentd's RSS bounded while the streams are not read).
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
-node_lean_asan_quarantine # its RSS bound
-node_start
-node_apply_template exectest
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
-stubs=$(api_stubs)
+node_lean_asan_quarantine # its RSS bound
+api_node exectest
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_exec.py" "127.0.0.1:$PORT" \
   "$stubs" exectest "$NODE_PID"
 node_stop

@@ -3,11 +3,8 @@
 # real kagentd. Python stubs are generated from proto/ at test time.
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
-node_start
-node_apply_template apitest
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
-stubs=$(api_stubs)
+api_node apitest
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_api.py" "127.0.0.1:$PORT" "$stubs" apitest
 # every invalid input through both bridges, the same message from each
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_validation.py" "127.0.0.1:$PORT" "$stubs" apitest

@@ -5,16 +5,13 @@
 # 64 MiB upload/download throughput and the guest's RSS are reported (BENCH lines).
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
+. "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
 # cold sandboxes only: the test finds its one sandbox's guest among the node's children
 NODE_EXTRA_YAML="pools:
   - name: kagent-default
     warm: 0"
 node_lean_asan_quarantine # its RSS bound
-node_start
-node_apply_template streams
-. "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
-stubs=$(api_stubs)
+api_node streams
 /usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/api/test_streams.py" "127.0.0.1:$PORT" \
   "$stubs" streams "$NODE_PID"
 node_stop

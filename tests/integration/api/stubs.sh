@@ -1,5 +1,6 @@
-# Source it after node_start: api_stubs generates the Python gRPC stubs of proto/ (Debian's
-# protoc and grpc_python_plugin) under $WORK/stubs and prints that directory.
+# Sourced after tests/lib/node.sh. api_stubs generates the Python gRPC stubs of proto/ (Debian's
+# protoc and grpc_python_plugin) under $WORK/stubs (once node_start made $WORK) and prints that
+# directory.
 api_stubs() {
   local stubs=$WORK/stubs protos
   mkdir -p "$stubs"
@@ -16,4 +17,13 @@ api_stubs() {
     touch "$stubs/$d/__init__.py"
   done
   echo "$stubs"
+}
+
+# The start of a test through the stubs: python3-grpcio present, a node started (node_start:
+# NODE_EXTRA_YAML and the like set before apply) with template $1 applied, and $stubs set.
+api_node() {
+  /usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
+  node_start
+  node_apply_template "$1"
+  stubs=$(api_stubs)
 }

@@ -3,12 +3,9 @@
 # then the same sandbox through MCP over HTTP (curl) and the kagent CLI.
 set -euo pipefail
 . "${KAGENT_SOURCE_DIR:?}/tests/lib/node.sh"
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || node_fail "python3-grpcio (Debian) is required"
-command -v curl >/dev/null || node_fail "curl is required"
-node_start
-node_apply_template filestest
 . "$KAGENT_SOURCE_DIR/tests/integration/api/stubs.sh"
-stubs=$(api_stubs)
+command -v curl >/dev/null || node_fail "curl is required"
+api_node filestest
 sid=$(/usr/bin/python3 "$KAGENT_SOURCE_DIR/tests/integration/files/test_files_grpc.py" \
   "127.0.0.1:$PORT" "$stubs" filestest | tail -1)
 echo "gRPC: ok ($sid)"
