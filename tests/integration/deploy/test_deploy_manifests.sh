@@ -30,7 +30,7 @@ cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid"
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "$pid" 2>/dev/null || true
+    kill -KILL "$pid" 2>/dev/null || true # teardown: it may have ended after the last check
   fi
   rm -rf "$tmp"
 }

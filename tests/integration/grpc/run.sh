@@ -19,7 +19,7 @@ done
 
 work=$(mktemp -d /tmp/kb-grpc-it.XXXXXX)
 pids=()
-cleanup() {
+cleanup() { # teardown only (EXIT): a server may have exited already; no result depends on it
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }

@@ -25,7 +25,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ka-images-it.XXXXXX")
 reg_pid=
 merged=
 ns_pid=
-cleanup() {
+cleanup() { # teardown only (EXIT): each may be gone already; the registry's status is checked where it matters
   if [ -n "$merged" ]; then umount "$merged" 2>/dev/null || true; fi
   if [ -n "$ns_pid" ]; then kill "$ns_pid" 2>/dev/null || true; wait "$ns_pid" 2>/dev/null || true; fi
   if [ -n "$reg_pid" ]; then kill "$reg_pid" 2>/dev/null || true; wait "$reg_pid" 2>/dev/null || true; fi
